@@ -1,0 +1,105 @@
+"""Two-batch estimator of the gradient noise scale during data-parallel training (McCandlish et al. 2018).
+
+With |G_b|^2 the squared norm of a mean gradient over b examples, E|G_b|^2 = |G|^2 + tr(Sigma)/b when
+the b examples are drawn independently (with replacement) from the distribution over which G and
+Sigma are defined; for a finite set of n examples that is the 1/n covariance used in diversity.py.
+From a small batch (the per-replica or per micro-batch batch, B_small) and a big one (the global batch,
+B_big) of the same step, two unbiased single-step estimates follow:
+
+  G2 = (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)      estimates |G|^2
+  S  = (|G_small|^2 - |G_big|^2) / (1/B_small - 1/B_big)                estimates tr(Sigma)
+
+G2 and S are averaged separately over steps (exponential moving averages with Adam-style bias
+correction) and only divided at read time: the ratio of single-step estimates is biased (and often
+negative). |G_small|^2 should be the mean over replicas of each replica's local squared norm, which
+lowers its variance without changing its expectation.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def two_batch_estimates(g_small_sq, g_big_sq, b_small: float, b_big: float):
+    """Single-step unbiased estimates (G2 of |G|^2, S of tr(Sigma)) from the two squared norms.
+
+    Works on floats or element-wise on NumPy arrays of per-step norms.
+    """
+    b_small, b_big = float(b_small), float(b_big)
+    if not 0 < b_small < b_big:
+        raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big} "
+                         f"(with one replica and no micro-batches there is no small batch)")
+    g2 = (b_big * g_big_sq - b_small * g_small_sq) / (b_big - b_small)
+    s = (g_small_sq - g_big_sq) / (1.0 / b_small - 1.0 / b_big)
+    return g2, s
+
+
+class TwoBatchNoiseScale:
+    """Host-side exponential-moving-average two-batch noise-scale estimator.
+
+    ``update(g_small_sq, g_big_sq, b_small, b_big)`` once per step (Python floats or scalars);
+    ``value`` is S_ema / G2_ema (None before the first update, and None while the averaged |G|^2
+    estimate is not positive, i.e. the noise still swamps the signal). ``state`` / ``to_dict`` /
+    ``from_dict`` round-trip the estimator through a JSON checkpoint.
+    """
+
+    def __init__(self, decay: float = 0.95):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        self.decay = float(decay)
+        self.g2_ema = 0.0
+        self.s_ema = 0.0
+        self.count = 0
+
+    def update(self, g_small_sq, g_big_sq, b_small, b_big) -> None:
+        g2, s = two_batch_estimates(float(g_small_sq), float(g_big_sq), b_small, b_big)
+        g2, s = float(g2), float(s)
+        if not (math.isfinite(g2) and math.isfinite(s)):
+            return  # a non-finite step (divergence) must not poison the average
+        self.g2_ema = self.decay * self.g2_ema + (1.0 - self.decay) * g2
+        self.s_ema = self.decay * self.s_ema + (1.0 - self.decay) * s
+        self.count += 1
+
+    def _corrected(self, ema: float) -> float:
+        # Adam-style bias correction: the EMA starts at 0, so divide by the weight it has accumulated.
+        return ema / (1.0 - self.decay ** self.count)
+
+    @property
+    def g2(self) -> float | None:
+        """Bias-corrected average estimate of |G|^2 (None before the first update)."""
+        return self._corrected(self.g2_ema) if self.count else None
+
+    @property
+    def trace_cov(self) -> float | None:
+        """Bias-corrected average estimate of tr(Sigma) (None before the first update)."""
+        return self._corrected(self.s_ema) if self.count else None
+
+    @property
+    def value(self) -> float | None:
+        """The noise-scale estimate tr(Sigma)/|G|^2, or None (no update yet, or |G|^2 estimate <= 0)."""
+        if not self.count:
+            return None
+        g2 = self.g2
+        return self.trace_cov / g2 if g2 > 0 else None
+
+    @property
+    def state(self) -> dict:
+        return self.to_dict()
+
+    def to_dict(self) -> dict:
+        return {"decay": self.decay, "g2_ema": self.g2_ema, "s_ema": self.s_ema, "count": self.count}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TwoBatchNoiseScale":
+        est = cls(decay=d["decay"])
+        est.g2_ema, est.s_ema, est.count = float(d["g2_ema"]), float(d["s_ema"]), int(d["count"])
+        return est
+
+    def __repr__(self) -> str:
+        return f"TwoBatchNoiseScale(decay={self.decay}, count={self.count}, value={self.value})"
+
+
+def global_sq_norm(tensors):
+    """Squared L2 norm over a list of gradient tensors, in float32 (a TF helper for the train step)."""
+    import tensorflow as tf
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors if t is not None])

@@ -1,0 +1,396 @@
+"""Per-example squared gradient norms of a Keras functional model from one forward and one backward pass.
+
+The fast path replays the model's functional graph itself. Every Dense, Conv2D and batch-norm layer is
+re-computed from its own variables (in float32, whatever the mixed-precision policy), and the replay
+keeps each such layer's input and its (pre-activation) output. One backward pass of the summed loss
+then gives the gradient d of the loss with respect to every recorded output, and each example's
+squared gradient norm follows in closed form (SCIENCE.md, "Per-example gradient norms"):
+
+* Dense on rank-2 inputs: grad_W = x d^T, so |grad_W|^2 = |x|^2 |d|^2 and |grad_b|^2 = |d|^2.
+* Conv2D (and Dense on inputs with extra position axes): grad_W = sum_t x_t d_t^T over positions t,
+  with x_t the im2col patch. Its squared norm is either sum_{t,s} (x_t.x_s)(d_t.d_s) (two Gram
+  matrices, "ghost norm", O(T^2 (K + C)) per example) or |X^T D|^2 with the per-example gradient formed
+  (O(T K C)); the cheaper one is picked per layer from the static shapes.
+* Batch normalization is measured in INFERENCE MODE (``training=False``: moving mean and variance).
+  In training mode the batch statistics couple the examples and a per-example gradient is not
+  defined; in inference mode grad_gamma_c = sum_t xhat_{t,c} d_{t,c} and grad_beta_c = sum_t d_{t,c}.
+  The sum gradient returned alongside is the gradient of the same inference-mode loss, so every
+  quantity derived from both (diversity, noise scale) refers to one and the same function.
+
+The loss is the per-example sparse softmax cross-entropy on the logits, f_i = CE(y_i, logits_i), not
+divided by the number of examples (diversity and noise scale are invariant to that scale).
+
+Two slow references are kept for tests and benchmarks: vectorised jacobians of the per-example losses
+(``per_example_gradients_reference``) and a plain Python loop of one gradient per example
+(``per_example_grad_sq_norms_naive``). Both run the model itself (``model(x, training=False)``), so
+they share no code with the replay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Layer classes whose trainable weights the fast path knows how to differentiate per example.
+# GhostBatchNormalization (wide_tf/models/norm.py) is matched by class name so this module does not
+# import the model package (and works with any layer of that name that exposes BN's attributes):
+# in inference mode it normalises with its moving statistics exactly like BatchNormalization.
+_BN_CLASS_NAMES = ("BatchNormalization", "GhostBatchNormalization")
+
+
+class UnsupportedModelError(ValueError):
+    """The model holds a layer with trainable weights that the fast path cannot handle."""
+
+
+def _is_bn(layer) -> bool:
+    return isinstance(layer, keras.layers.BatchNormalization) or type(layer).__name__ in _BN_CLASS_NAMES
+
+
+def _kind(layer) -> str | None:
+    if isinstance(layer, keras.layers.Conv2D) and not isinstance(
+            layer, (keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D)):
+        return "conv2d"
+    if isinstance(layer, keras.layers.Dense):
+        return "dense"
+    if _is_bn(layer):
+        return "bn"
+    return None
+
+
+def per_example_loss(labels, logits):
+    """Sparse softmax cross-entropy per example, in float32 (the loss every quantity here refers to)."""
+    return tf.nn.sparse_softmax_cross_entropy_with_logits(
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+
+
+def _functional_graph(model):
+    """The keras Functional object whose graph is replayed (a Sequential model wraps one)."""
+    if isinstance(model, keras.Sequential):
+        graph = getattr(model, "_functional", None)
+        if graph is None:
+            raise UnsupportedModelError(
+                "Sequential model has no functional graph yet: give it an Input (or build it) first.")
+        return graph
+    if not hasattr(model, "_run_through_graph") or not hasattr(model, "_nodes_by_depth"):
+        raise UnsupportedModelError(
+            f"per-example gradient norms need a Keras functional (or Sequential) model; got "
+            f"{type(model).__name__} (a subclassed model's graph cannot be replayed).")
+    return model
+
+
+def _check_supported(model, graph) -> list:
+    """Check every operation with trainable weights is supported and used once; return those layers."""
+    layers = []
+    counts: dict[int, int] = {}
+    for node_list in graph._nodes_by_depth.values():
+        for node in node_list:
+            if node.operation is not None and not node.is_input:
+                counts[id(node.operation)] = counts.get(id(node.operation), 0) + 1
+    for op in graph.operations:
+        if not getattr(op, "trainable_weights", None):
+            continue
+        kind = _kind(op)
+        if kind is None:
+            raise UnsupportedModelError(
+                f"layer '{op.name}' of type {type(op).__name__} has trainable weights, but per-example "
+                f"gradient norms support only Dense, Conv2D, BatchNormalization and GhostBatchNormalization "
+                f"layers with trainable weights (parameter-free layers of any type are fine).")
+        if counts.get(id(op), 0) != 1:
+            raise UnsupportedModelError(
+                f"layer '{op.name}' is called {counts.get(id(op), 0)} times in the graph; a shared layer's "
+                f"per-example gradient is a sum over its uses and is not supported.")
+        if kind == "conv2d":
+            if op.data_format != "channels_last" or op.groups != 1:
+                raise UnsupportedModelError(
+                    f"Conv2D layer '{op.name}': only channels_last, groups=1 is supported "
+                    f"(data_format={op.data_format}, groups={op.groups}).")
+            if getattr(op, "lora_enabled", False):
+                raise UnsupportedModelError(f"Conv2D layer '{op.name}': LoRA is not supported.")
+        if kind == "dense" and getattr(op, "lora_enabled", False):
+            raise UnsupportedModelError(f"Dense layer '{op.name}': LoRA is not supported.")
+        if kind == "bn":
+            axis = op.axis if isinstance(op.axis, int) else (op.axis[0] if len(op.axis) == 1 else None)
+            rank = len(op.input.shape) if hasattr(op, "input") else None
+            if axis is None or (axis != -1 and (rank is None or axis != rank - 1)):
+                raise UnsupportedModelError(
+                    f"batch-norm layer '{op.name}': only normalisation over the last axis is supported "
+                    f"(axis={op.axis}).")
+        layers.append(op)
+    covered = {id(v) for layer in layers for v in layer.trainable_weights}
+    missing = [v.path for v in model.trainable_variables if id(v) not in covered]
+    if missing:
+        raise UnsupportedModelError(
+            f"trainable variables not reached by the supported layers of the graph: {missing}")
+    return layers
+
+
+@dataclasses.dataclass
+class _Record:
+    """What the replay keeps of one parameterised layer: its input, output and what it needs to norm."""
+    layer: Any
+    kind: str
+    x: tf.Tensor      # layer input (float32); for BN the normalised input xhat
+    z: tf.Tensor      # pre-activation output, watched by the tape
+    has_kernel: bool  # kernel / gamma trainable
+    has_bias: bool    # bias / beta trainable
+
+
+def _f32(v):
+    return tf.cast(v.value if hasattr(v, "value") else v, tf.float32)
+
+
+def _trainable(layer, var) -> bool:
+    return var is not None and layer.trainable and getattr(var, "trainable", False)
+
+
+def _conv_patches(layer, x):
+    """im2col patches (B, T, kh*kw*cin) of a channels_last Conv2D input, with the layer's padding."""
+    kh, kw = layer.kernel_size
+    sh, sw = layer.strides
+    dh, dw = layer.dilation_rate
+    if (kh, kw, sh, sw, dh, dw) == (1, 1, 1, 1, 1, 1):
+        patches = x
+    else:
+        patches = tf.image.extract_patches(
+            x, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1], rates=[1, dh, dw, 1],
+            padding=layer.padding.upper())
+    shape = tf.shape(patches)
+    return tf.reshape(patches, [shape[0], -1, patches.shape[-1]])
+
+
+def _positions_sq_norm(xs, ds):
+    """Per-example |sum_t x_t d_t^T|^2 for xs (B, T, K), ds (B, T, C); cheaper of Gram and direct."""
+    t, k, c = xs.shape[1], xs.shape[2], ds.shape[2]
+    if t is not None and t * (k + c) < k * c:
+        # Ghost norm: sum_{t,s} (x_t.x_s)(d_t.d_s); T^2 (K + C) flops per example instead of T K C.
+        gx = tf.matmul(xs, xs, transpose_b=True)
+        gd = tf.matmul(ds, ds, transpose_b=True)
+        return tf.reduce_sum(gx * gd, axis=[1, 2])
+    grad = tf.matmul(xs, ds, transpose_a=True)  # (B, K, C): the per-example weight gradient
+    return tf.reduce_sum(tf.square(grad), axis=[1, 2])
+
+
+def _record_sq_norm(rec: _Record, d):
+    """Per-example squared norm of the gradient of this layer's trainable weights, given d = dL/dz."""
+    batch = tf.shape(d)[0]
+    out = tf.zeros([batch], tf.float32)
+    if rec.kind == "bn":
+        c = d.shape[-1]
+        xhat = tf.reshape(rec.x, [batch, -1, c])
+        d3 = tf.reshape(d, [batch, -1, c])
+        if rec.has_kernel:  # gamma
+            out += tf.reduce_sum(tf.square(tf.reduce_sum(xhat * d3, axis=1)), axis=1)
+        if rec.has_bias:    # beta
+            out += tf.reduce_sum(tf.square(tf.reduce_sum(d3, axis=1)), axis=1)
+        return out
+    if rec.kind == "conv2d":
+        xs = _conv_patches(rec.layer, rec.x)
+    else:
+        xs = tf.reshape(rec.x, [batch, -1, rec.x.shape[-1]])
+    ds = tf.reshape(d, [batch, -1, d.shape[-1]])
+    if rec.has_kernel:
+        if xs.shape[1] == 1:  # one position (Dense on rank-2 input): |x|^2 |d|^2
+            out += tf.reduce_sum(tf.square(xs), axis=[1, 2]) * tf.reduce_sum(tf.square(ds), axis=[1, 2])
+        else:
+            out += _positions_sq_norm(xs, ds)
+    if rec.has_bias:
+        out += tf.reduce_sum(tf.square(tf.reduce_sum(ds, axis=1)), axis=1)
+    return out
+
+
+class PerExampleGradients:
+    """Compiled fast path for one model: per-example squared gradient norms and the sum gradient.
+
+    Build once per model (``for_model`` caches it) and call ``chunk(x, y, weights)`` on chunks of a
+    fixed size; examples with weight 0 are padding (their loss, gradient and norm are 0).
+    Batch norm is evaluated in inference mode (moving statistics); see the module docstring.
+    """
+
+    def __init__(self, model, jit_compile: bool = False):
+        self.model = model
+        self.graph = _functional_graph(model)
+        if len(self.graph.inputs) != 1 or len(tf.nest.flatten(self.graph.outputs)) != 1:
+            raise UnsupportedModelError("per-example gradients need a model with one input and one output")
+        self.layers = _check_supported(model, self.graph)
+        self.variables = list(model.trainable_variables)
+        self._fns: dict = {}
+        self._jit_compile = jit_compile
+
+    # -- the replay ---------------------------------------------------------------------------------
+    def _forward(self, x, tape):
+        """Run the graph in float32 and inference mode, recording every parameterised layer."""
+        records: list[_Record] = []
+
+        def call_fn(op, *args, **kwargs):
+            kind = _kind(op) if getattr(op, "weights", None) else None
+            if kind is None:
+                if getattr(op, "trainable_weights", None):  # _check_supported already refused these
+                    raise UnsupportedModelError(f"unsupported layer '{op.name}'")
+                # Layer.call skips __call__'s autocasting, so mixed-precision models stay float32 here.
+                if isinstance(op, keras.layers.Layer) and getattr(op, "_call_has_training_arg", False):
+                    kwargs = dict(kwargs, training=False)
+                return op.call(*args, **kwargs)
+            (inp,) = args
+            inp = tf.cast(inp, tf.float32)
+            if kind == "bn":
+                mean, var = _f32(op.moving_mean), _f32(op.moving_variance)
+                xhat = (inp - mean) * tf.math.rsqrt(var + op.epsilon)
+                z = xhat
+                if op.gamma is not None:
+                    z = z * _f32(op.gamma)
+                if op.beta is not None:
+                    z = z + _f32(op.beta)
+                rec_x, act = xhat, None
+                has_k, has_b = _trainable(op, op.gamma), _trainable(op, op.beta)
+            else:
+                kernel = _f32(op.kernel)
+                if kind == "dense":
+                    z = tf.tensordot(inp, kernel, axes=[[inp.shape.rank - 1], [0]])
+                else:
+                    z = tf.nn.convolution(inp, kernel, strides=list(op.strides), padding=op.padding.upper(),
+                                          dilations=list(op.dilation_rate))
+                if op.bias is not None:
+                    z = z + _f32(op.bias)
+                rec_x, act = inp, op.activation
+                has_k, has_b = _trainable(op, op.kernel), _trainable(op, op.bias)
+            if has_k or has_b:
+                tape.watch(z)
+                records.append(_Record(op, kind, rec_x, z, has_k, has_b))
+            return act(z) if act is not None else z
+
+        logits = self.graph._run_through_graph([x], operation_fn=lambda op: op, call_fn=call_fn)
+        return tf.nest.flatten(logits)[0], records
+
+    def _chunk_impl(self, x, y, weights):
+        with tf.GradientTape(watch_accessed_variables=False) as tape:
+            tape.watch([v.value for v in self.variables])
+            logits, records = self._forward(tf.cast(x, tf.float32), tape)
+            losses = per_example_loss(y, logits) * weights
+            total = tf.reduce_sum(losses)
+        grads = tape.gradient(total, [r.z for r in records] + [v.value for v in self.variables])
+        sq = tf.zeros_like(losses)
+        for rec, d in zip(records, grads[:len(records)]):
+            if d is not None:
+                sq += _record_sq_norm(rec, d)
+        sum_grads = [tf.zeros(v.shape, tf.float32) if g is None else tf.cast(g, tf.float32)
+                     for v, g in zip(self.variables, grads[len(records):])]
+        return sq, losses, sum_grads
+
+    def chunk(self, x, y, weights):
+        """(per-example sq norms (B,), weighted per-example losses (B,), list of summed gradients)."""
+        key = (tuple(x.shape), str(x.dtype))
+        fn = self._fns.get(key)
+        if fn is None:
+            fn = tf.function(self._chunk_impl, jit_compile=self._jit_compile, reduce_retracing=True)
+            self._fns[key] = fn
+        return fn(x, y, weights)
+
+    @classmethod
+    def for_model(cls, model, jit_compile: bool = False) -> "PerExampleGradients":
+        """The cached instance for this model (rebuilt if its trainable variables changed)."""
+        entry = _CACHE.get(model)
+        if (entry is None or entry._jit_compile != jit_compile
+                or [id(v) for v in entry.variables] != [id(v) for v in model.trainable_variables]):
+            entry = cls(model, jit_compile=jit_compile)
+            _CACHE[model] = entry
+        return entry
+
+
+_CACHE: "weakref.WeakKeyDictionary[Any, PerExampleGradients]" = weakref.WeakKeyDictionary()
+
+
+def _chunks(x, y, chunk_size):
+    """Yield fixed-shape chunks (x, y, weights, n_real); the last one is padded with weight-0 examples."""
+    n = len(x)
+    size = max(1, min(int(chunk_size), n))
+    for start in range(0, n, size):
+        xb, yb = x[start:start + size], y[start:start + size]
+        real = len(xb)
+        w = np.ones([size], np.float32)
+        if real < size:  # pad to the fixed shape so the compiled function is traced once
+            pad = size - real
+            xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], xb.dtype)])
+            yb = np.concatenate([yb, np.zeros((pad,), yb.dtype)])
+            w[real:] = 0.0
+        yield xb, yb, w, real
+
+
+def run_chunks(model, x, y, chunk_size: int = 256, jit_compile: bool = False):
+    """Per-example sq norms (n,), per-example losses (n,) and the summed gradient (list), float64 NumPy.
+
+    The sum gradient is accumulated over chunks in float64 on the host.
+    """
+    x = np.asarray(x, np.float32)
+    y = np.asarray(y, np.int32).reshape(-1)
+    if len(x) != len(y) or len(x) == 0:
+        raise ValueError(f"need as many labels as examples and at least one (x: {len(x)}, y: {len(y)})")
+    engine = PerExampleGradients.for_model(model, jit_compile=jit_compile)
+    sq_all, loss_all = [], []
+    sum_grads = [np.zeros(v.shape, np.float64) for v in engine.variables]
+    for xb, yb, w, real in _chunks(x, y, chunk_size):
+        sq, losses, grads = engine.chunk(tf.constant(xb), tf.constant(yb), tf.constant(w))
+        sq_all.append(sq.numpy()[:real].astype(np.float64))
+        loss_all.append(losses.numpy()[:real].astype(np.float64))
+        for acc, g in zip(sum_grads, grads):
+            acc += g.numpy()
+    return np.concatenate(sq_all), np.concatenate(loss_all), sum_grads
+
+
+def per_example_grad_sq_norms(model, x, y, chunk_size: int = 256, jit_compile: bool = False) -> np.ndarray:
+    """|g_i|^2 (sum over all trainable variables) for every example, fast path; float64 (n,).
+
+    Batch norm is measured in inference mode (moving statistics).
+    """
+    return run_chunks(model, x, y, chunk_size, jit_compile)[0]
+
+
+# -- references --------------------------------------------------------------------------------------
+
+def per_example_gradients_reference(model, x, y) -> list[np.ndarray]:
+    """Per-example gradients by vectorised jacobians of the per-example losses (slow, obviously right).
+
+    Runs ``model(x, training=False)`` (batch norm in inference mode, so examples are independent and row
+    i of the jacobian is grad f_i). Returns one (n, *var.shape) float64 array per trainable variable.
+    """
+    x = tf.constant(np.asarray(x, np.float32))
+    y = tf.constant(np.asarray(y, np.int32).reshape(-1))
+    variables = model.trainable_variables
+
+    @tf.function
+    def jac(x, y):
+        with tf.GradientTape(persistent=True) as tape:
+            losses = per_example_loss(y, model(x, training=False))
+        return tape.jacobian(losses, variables, experimental_use_pfor=True)
+
+    return [j.numpy().astype(np.float64) for j in jac(x, y)]
+
+
+def per_example_grad_sq_norms_reference(model, x, y) -> np.ndarray:
+    """|g_i|^2 from ``per_example_gradients_reference``; float64 (n,)."""
+    grads = per_example_gradients_reference(model, x, y)
+    return sum(np.sum(g.reshape(len(g), -1) ** 2, axis=1) for g in grads)
+
+
+def per_example_grad_sq_norms_naive(model, x, y) -> np.ndarray:
+    """|g_i|^2 by one gradient per example in a Python loop (the baseline the fast path replaces).
+
+    The per-example step is compiled once (fixed shape (1, ...)); batch norm in inference mode.
+    """
+    x = np.asarray(x, np.float32)
+    y = np.asarray(y, np.int32).reshape(-1)
+    variables = model.trainable_variables
+
+    @tf.function
+    def one(xi, yi):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(per_example_loss(yi, model(xi, training=False)))
+        grads = tape.gradient(loss, variables)
+        return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
+
+    return np.array([float(one(tf.constant(x[i:i + 1]), tf.constant(y[i:i + 1]))) for i in range(len(x))],
+                    np.float64)
