@@ -1,0 +1,253 @@
+"""End-to-end tests of wide_tf.report on synthetic study workdirs with known answers."""
+
+import csv
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from wide_tf import analysis, report
+
+N_TRAIN = 4096
+BATCHES = (32, 64, 128, 256, 512)
+# Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): max_batch(0.25) is the largest
+# B <= 40 + Bc / 4, i.e. 32, 64, 128 (see test_analysis).
+MEMBERS = [("mlp-d8-w128", 8, 128, 32), ("mlp-d4-w181", 4, 181, 128), ("mlp-d2-w256", 2, 256, 512)]
+
+
+def make_records(members=MEMBERS, seeds=(0, 1), batches=BATCHES, history=True):
+    recs = []
+    for name, depth, width, bc in members:
+        for b in batches:
+            s = 400.0 * (1 + bc / b)
+            for mult, factor, status in ((0.5, 2.0, "reached"), (1.0, 1.0, "reached"), (2.0, None, "diverged")):
+                for seed in seeds:
+                    # seeds differ by +-10 steps: the mean is exactly s
+                    st = None if factor is None else round(s * factor) + (10 if seed else -10) * (len(seeds) > 1)
+                    tid = f"{name}-b{b}-m{mult}-s{seed}"
+                    r = {"trial_id": tid, "member": name, "arch": "mlp", "depth": depth, "width": width,
+                         "params": 100_000 + depth, "batch_size": b, "lr_multiplier": mult,
+                         "learning_rate": 0.05 * mult * (b / 256) ** 0.5, "optimizer": "momentum",
+                         "seed": seed, "num_train": N_TRAIN, "status": status,
+                         "target": {"metric": "train_accuracy", "value": 0.99},
+                         "steps_to_target": st, "epochs_to_target": None if st is None else st * b / N_TRAIN,
+                         "examples_to_target": None if st is None else st * b,
+                         "steps": st or 50, "epochs": (st or 50) * b / N_TRAIN,
+                         "final": ({k: None for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")}
+                                   if status == "diverged" else
+                                   {"train_accuracy": 0.99, "train_loss": 0.05, "test_accuracy": 0.9 - b / 1e4,
+                                    "test_loss": 0.3}),
+                         "best_test_accuracy": None if status == "diverged" else 0.91 - b / 1e4 - depth / 1e3,
+                         "wall_time_s": 3.0, "examples_per_s": 2000.0,
+                         "gradient": {"history": [], "noise_scale_ema": None}, "protocol": {"target": "x"}}
+                    if history and status != "diverged":
+                        r["gradient"] = {"history": [{"step": k * 10, "examples": k * 10 * b, "diversity": 0.01,
+                                                      "batch_bound": width * (1.0 - 0.1 * k), "noise_scale": 1.0}
+                                                     for k in range(4)], "noise_scale_ema": 50.0}
+                    recs.append(r)
+    return recs
+
+
+CONFIG = {
+    "kind": "study",
+    "model": {"arch": "mlp", "depth": 2, "width": 256, "norm": "ghost", "ghost_batch_size": 32},
+    "data": {"name": "mnist_embedded", "num_train": N_TRAIN, "augment": False, "shuffle_buffer": 10000},
+    "optim": {"name": "momentum", "base_lr": 0.05, "reference_batch": 256, "scaling": "sqrt", "momentum": 0.9,
+              "weight_decay": 0.0, "schedule": "cosine", "end_lr_fraction": 0.0, "warmup_epochs": 2.0,
+              "warmup_steps": 0, "warmup_fixed": "epochs"},
+    "train": {"max_epochs": 40.0, "max_steps": 0, "eval_every_examples": 4000, "target_metric": "train_accuracy",
+              "target_value": 0.99, "diverge_loss": 1000.0},
+    "sweep": {"family": {"kind": "budget", "budget": 1e5, "depths": [2, 4, 8]}, "batch_sizes": list(BATCHES),
+              "lr_multipliers": [0.5, 1.0, 2.0], "seeds": [0, 1], "eps": 0.25},
+}
+
+
+def make_workdir(path, records, config=CONFIG):
+    os.makedirs(path, exist_ok=True)
+    if config is not None:
+        with open(os.path.join(path, "config.json"), "w") as f:
+            json.dump(config, f)
+    if records is not None:
+        with open(os.path.join(path, "results.jsonl"), "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in records)
+    return str(path)
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+@pytest.fixture(scope="module")
+def full_report(tmp_path_factory):
+    wd = make_workdir(tmp_path_factory.mktemp("study"), make_records())
+    return wd, report.write_report(wd)
+
+
+def test_report_files_and_tables(full_report):
+    wd, path = full_report
+    out = os.path.join(wd, "report")
+    assert path == os.path.join(out, "report.md")
+    for name in ("report.md", "best_per_batch.csv", "all_trials.csv", "members.csv", "steps_vs_batch.png",
+                 "epochs_vs_batch.png", "batch_vs_width.png", "test_accuracy_vs_batch.png",
+                 "learning_rate_vs_batch.png", "batch_bound_vs_width.png", "batch_bound_over_training.png"):
+        assert os.path.getsize(os.path.join(out, name)) > 0, name
+    for png in glob.glob(os.path.join(out, "*.png")):
+        with open(png, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+    trials = read_csv(os.path.join(out, "all_trials.csv"))
+    assert len(trials) == 3 * 5 * 3 * 2
+    assert {t["status"] for t in trials} == {"reached", "diverged"}
+
+    best = read_csv(os.path.join(out, "best_per_batch.csv"))
+    assert len(best) == 15
+    for row in best:
+        bc = {m[0]: m[3] for m in MEMBERS}[row["member"]]
+        b = int(row["batch_size"])
+        expected_steps = round(400.0 * (1 + bc / b))  # mean of +-10 around the rounded curve
+        assert float(row["steps_to_target"]) == pytest.approx(expected_steps)
+        assert float(row["steps_std"]) == pytest.approx(10.0)
+        assert float(row["epochs_to_target"]) == pytest.approx(expected_steps * b / N_TRAIN)
+        assert float(row["best_lr_multiplier"]) == 1.0
+        assert float(row["best_learning_rate"]) == pytest.approx(0.05 * (b / 256) ** 0.5, rel=1e-5)
+        assert row["lr_at_grid_edge"] == "False"
+        assert (row["n_trials"], row["n_reached"], row["n_not_reached"], row["n_diverged"]) == ("6", "4", "0", "2")
+
+    members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
+    assert [members[m[0]]["max_batch"] for m in MEMBERS] == ["32", "64", "128"]
+    for name, _, _, bc in MEMBERS:
+        assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
+        assert float(members[name]["batch_bound_init"]) == pytest.approx(
+            {m[0]: m[2] for m in MEMBERS}[name])
+
+
+def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
+    wd, path = full_report
+    md = open(path).read()
+    v = analysis.analyze(make_records(), 0.25)["verdicts"]["mlp"]
+    assert v.outcome == analysis.SUPPORTED
+    assert v.text in md and "Verdict: SUPPORTED" in md
+    for s in ("train_accuracy >= 0.99", "40.0 epochs", "every 4000 examples", "momentum", "cosine",
+              "held fixed in epochs", "ghost", "virtual batch 32", "mnist_embedded", "[0, 1]", "eps (max_batch) | 0.25",
+              "mlp-d8-w128", "mlp-d2-w256", "100,008", "(steps_vs_batch.png)", "How to read this report",
+              "Grid-edge warnings", "None: every best learning rate"):
+        assert s in md, s
+    # the max_batch table row of the widest member
+    assert any(line.startswith("| mlp-d2-w256 | 256 | 128 |") for line in md.splitlines())
+
+
+def _events(dirpath):
+    import tensorflow as tf
+    out = []
+    for f in tf.io.gfile.glob(os.path.join(dirpath, "events.out.tfevents.*")):
+        out += list(tf.compat.v1.train.summary_iterator(f))
+    return out
+
+
+def test_report_tensorboard_hparams_and_images(full_report):
+    pytest.importorskip("tensorboard")
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    wd, _ = full_report
+    hdir = os.path.join(wd, "report", "tb", "hparams")
+    # the experiment config at the root
+    root = [v for e in _events(hdir) for v in e.summary.value if v.metadata.plugin_data.plugin_name == "hparams"]
+    assert root
+    exp = plugin_data_pb2.HParamsPluginData.FromString(root[0].metadata.plugin_data.content).experiment
+    assert {h.name for h in exp.hparam_infos} >= {"member", "depth", "width", "params", "batch_size",
+                                                  "learning_rate", "lr_multiplier", "optimizer", "seed"}
+    assert {m.name.tag for m in exp.metric_infos} >= {"steps_to_target", "epochs_to_target", "status_code",
+                                                      "final_train_accuracy", "final_test_accuracy"}
+    runs = sorted(os.listdir(hdir))
+    runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
+    assert len(runs) == 90
+    tid = "mlp-d4-w181-b64-m1.0-s1"
+    events = _events(os.path.join(hdir, tid))
+    hp_vals = [v for e in events for v in e.summary.value if v.metadata.plugin_data.plugin_name == "hparams"]
+    start = plugin_data_pb2.HParamsPluginData.FromString(hp_vals[0].metadata.plugin_data.content).session_start_info
+    assert start.hparams["batch_size"].number_value == 64
+    assert start.hparams["member"].string_value == "mlp-d4-w181"
+    assert start.hparams["seed"].number_value == 1
+    import tensorflow as tf
+    scalars = {v.tag: float(tf.make_ndarray(v.tensor)) for e in events for v in e.summary.value
+               if v.tag in analysis.STATUS_CODE or v.tag in report.METRIC_DOCS}
+    assert scalars["steps_to_target"] == round(400 * (1 + 128 / 64)) + 10
+    assert scalars["status_code"] == 1.0
+    # a diverged trial: status -1 and no steps_to_target
+    events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s1"))
+    tags = {v.tag: v for e in events for v in e.summary.value}
+    assert "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
+    images = {v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value}
+    assert {"steps_vs_batch", "epochs_vs_batch", "batch_vs_width"} <= images
+
+
+def test_report_rerun_replaces_tensorboard_entries(tmp_path):
+    pytest.importorskip("tensorboard")
+    members = [MEMBERS[0]]
+    wd = make_workdir(tmp_path, make_records(members, seeds=(0,), batches=(32, 64, 128), history=False))
+    report.write_report(wd)
+    report.write_report(wd)
+    run = os.path.join(wd, "report", "tb", "hparams", "mlp-d8-w128-b32-m1.0-s0")
+    assert len(glob.glob(os.path.join(run, "events.out.tfevents.*"))) == 1
+    md = open(os.path.join(wd, "report", "report.md")).read()
+    assert "only one member" in md and "INCONCLUSIVE" in md
+    assert not os.path.exists(os.path.join(wd, "report", "batch_bound_vs_width.png"))
+
+
+def test_report_empty_results(tmp_path):
+    wd = make_workdir(tmp_path, [])
+    md = open(report.write_report(wd)).read()
+    assert "No trials finished yet" in md and "train_accuracy >= 0.99" in md
+    assert read_csv(os.path.join(wd, "report", "all_trials.csv")) == []
+    # no results.jsonl at all: the same
+    os.remove(os.path.join(wd, "results.jsonl"))
+    assert "No trials finished yet" in open(report.write_report(wd)).read()
+
+
+def test_report_only_failed_trials_and_grid_edges(tmp_path):
+    recs = make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64), history=False)
+    for r in recs:
+        if r["status"] == "reached":
+            r.update(status="not_reached", steps_to_target=None, epochs_to_target=None)
+    wd = make_workdir(tmp_path / "failed", recs)
+    md = open(report.write_report(wd)).read()
+    assert "INCONCLUSIVE" in md and "never reached the target" in md
+    best = read_csv(os.path.join(wd, "report", "best_per_batch.csv"))
+    assert [r["steps_to_target"] for r in best] == ["", ""]
+    assert [(r["n_not_reached"], r["n_diverged"]) for r in best] == [("2", "1"), ("2", "1")]
+
+    # Two members where the best LR is the smallest tried: grid-edge warnings and inconclusive.
+    recs = make_records(MEMBERS[:2], seeds=(0,), history=False)
+    recs = [r for r in recs if r["lr_multiplier"] != 0.5]
+    wd = make_workdir(tmp_path / "edge", recs)
+    md = open(report.write_report(wd)).read()
+    assert "- mlp-d8-w128, B=32: best learning rate" in md and "edge" in md
+    assert "Verdict: INCONCLUSIVE" in md
+    # The CLI flag lets the numbers decide.
+    md = open(report.write_report(wd, ignore_grid_edges=True)).read()
+    assert "Verdict: SUPPORTED" in md
+
+
+def test_report_without_config_uses_protocol_records(tmp_path):
+    wd = make_workdir(tmp_path, make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64, 128), history=False),
+                      config=None)
+    md = open(report.write_report(wd, eps=0.5)).read()
+    assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
+
+
+def test_bad_workdir_errors(tmp_path):
+    with pytest.raises(report.ReportError):
+        report.write_report(str(tmp_path / "nope"))
+    with pytest.raises(report.ReportError):
+        report.write_report(str(tmp_path))  # exists but holds no study
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    p = subprocess.run([sys.executable, "-m", "wide_tf.report", f"--workdir={tmp_path / 'nope'}"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode != 0
+    assert "Traceback" not in p.stderr
+    err = [line for line in p.stderr.splitlines() if line.startswith("report:")]
+    assert len(err) == 1 and "does not exist" in err[0]
