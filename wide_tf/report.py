@@ -24,6 +24,10 @@ import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+# The CLI's output should be the report path or one error line, not TensorFlow's C++ start-up log;
+# setdefault leaves a user's own choice alone, and has no effect once TensorFlow is loaded.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 REPORT_DIR = "report"
@@ -113,8 +117,11 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         add("Target", f"{metric} {op} {value}", "(first time reached at an evaluation)")
     add("Budget", f"{_get(config, 'train.max_epochs')} epochs" if _get(config, "train.max_epochs") else None,
         f"/ {_get(config, 'train.max_steps')} steps" if _get(config, "train.max_steps") else None)
-    add("Evaluation cadence", f"every {_get(config, 'train.eval_every_examples')} examples"
-        if _get(config, "train.eval_every_examples") else None)
+    every = _get(config, "train.eval_every_examples")
+    limit = _get(config, "train.eval_train_limit")
+    if every is not None:
+        add("Evaluation cadence", f"every {every} examples" if every else "once per epoch",
+            f"(training metric on the first {limit} training examples)" if limit else None)
     add("Divergence", f"loss > {_get(config, 'train.diverge_loss')} or non-finite"
         if _get(config, "train.diverge_loss") is not None else None)
     o = _get(config, "optim", {}) or {}
@@ -151,8 +158,10 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         add("Normalisation", norm, f"(virtual batch {_get(config, 'model.ghost_batch_size')})"
             if norm == "ghost" else None)
     d = _get(config, "data", {}) or {}
+    n_seen = sorted({int(r["num_train"]) for r in records if r.get("num_train")})
     if d:
         add("Data", d.get("name"), f"num_train={d.get('num_train')} (0 = all)",
+            f"(n_train in the trials: {', '.join(map(str, n_seen))})" if n_seen else None,
             f"augment={d.get('augment')}", f"shuffle buffer {d.get('shuffle_buffer')} (fixed)")
     add("Batch sizes", _get(config, "sweep.batch_sizes"))
     add("Seeds", _get(config, "sweep.seeds"))
@@ -266,6 +275,14 @@ def _no_data(ax, what: str) -> None:
     ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4")
 
 
+def _width_ticks(ax, summaries) -> None:
+    # Family widths are rarely powers of two: tick exactly the members' widths.
+    ws = sorted({float(s.info.width) for s in summaries if isinstance(s.info.width, (int, float))})
+    if 0 < len(ws) <= 12:
+        ax.set_xticks(ws)
+        ax.xaxis.set_minor_locator(matplotlib.ticker.NullLocator())
+
+
 def _mark_unreached(ax, s, color, labelled: list):
     # Batches where no learning rate reached the target have no value: mark them on the x axis.
     xs = [c.batch_size for c in s.cells if c.steps_to_target is None]
@@ -276,7 +293,26 @@ def _mark_unreached(ax, s, color, labelled: list):
                 transform=ax.get_xaxis_transform(), clip_on=False, label=label)
 
 
+def _plain_log_y(ax) -> None:
+    # Log axes label "2x10^2" by default; researchers read plain numbers faster. Narrow ranges
+    # get labelled 2 and 5 minor ticks, wide ranges only decades.
+    if ax.get_yscale() != "log":
+        return
+    lo, hi = ax.get_ylim()
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    ax.yaxis.set_major_formatter(fmt)
+    if lo > 0 and hi / lo < 30:
+        ax.yaxis.set_minor_locator(matplotlib.ticker.LogLocator(base=10, subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(fmt)
+    else:
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
 def _save(fig, path: str) -> bytes:
+    for ax in fig.axes:
+        if ax.get_yscale() == "log" and not isinstance(ax.yaxis.get_major_formatter(),
+                                                       matplotlib.ticker.FuncFormatter):
+            _plain_log_y(ax)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
@@ -383,6 +419,7 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
         if ok:
             _log2_axis(ax, "x")
             _log2_axis(ax, "y")
+            _width_ticks(ax, summaries)
         else:
             _no_data(ax, "undefined for every member (see the tables)")
         ax.set_xlabel("width (units per layer; WRN: widening factor k)")
@@ -450,8 +487,8 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
                 ax.errorbar([s.info.width for s in mine], [s.batch_bound_init for s in mine],
                             yerr=[s.batch_bound_init_std for s in mine], fmt="o-", capsize=3,
                             color=f"C{i}", label=f"{arch} family" if arch else "family")
-        ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        _log2_axis(ax, "x")
+        _width_ticks(ax, with_bb)
         ax.set_yscale("log")
         ax.set_xlabel("width (units per layer; WRN: widening factor k)")
         ax.set_ylabel("batch bound n x diversity at init (examples)")
