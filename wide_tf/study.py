@@ -43,10 +43,19 @@ class Trial:
             "batch_size": self.batch_size, "lr_multiplier": self.lr_multiplier, "seed": self.seed}
 
 
+# Settings that change how a run is executed, not what it computes: they may differ between the
+# machines (or the sessions) that share a study, and do not enter trial ids.
+_OPERATIONAL = {"runtime": None, "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch")}
+
+
 def _study_part(config) -> dict:
-  """The part of a config that defines the study's results (the runtime may differ per machine)."""
-  d = json.loads(config.to_json_best_effort())
-  d.pop("runtime", None)
+  """The part of a config that defines the study's results."""
+  d = json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else dict(config)
+  for section, keys in _OPERATIONAL.items():
+    if keys is None:
+      d.pop(section, None)
+    elif isinstance(d.get(section), dict):
+      d[section] = {k: v for k, v in d[section].items() if k not in keys}
   return d
 
 
@@ -112,8 +121,7 @@ def check_workdir(config, workdir: str) -> None:
   path = wd.join(workdir, wd.CONFIG)
   mine = _study_part(config)
   if tf.io.gfile.exists(path):
-    theirs = wd.read_json(path)
-    theirs.pop("runtime", None)
+    theirs = _study_part(wd.read_json(path))
     if theirs != mine:
       diff = sorted(_diff_keys(theirs, mine))
       raise StudyError(
