@@ -18,49 +18,49 @@ from wide_tf import defaults
 
 
 def get_config(arg=None):
-  variant = arg or "local"
-  config = defaults.base_config("mlp", "mnist_embedded")
-  config.model.norm = "none"
-  config.optim.name = "momentum"
-  config.optim.momentum = 0.9
-  config.optim.base_lr = 0.05
-  config.optim.scaling = "sqrt"
-  config.optim.reference_batch = 256
-  config.train.target_metric = "train_accuracy"
-  config.train.target_value = 0.99
-  s = config.sweep
-  s.family.kind = "budget"
-  if variant == "local":
-    s.family.budget = 1.0e5
-    s.family.depths = [1, 2, 4]
-    s.batch_sizes = [16, 64, 256, 1024, 2000, 4000]
-    s.lr_multipliers = [0.5, 1.0, 2.0]
-    config.train.max_epochs = 40.0
-    config.train.eval_every_examples = 4000
-  elif variant == "single":
-    config.sweep = None
-    config.model.depth, config.model.width = 2, 120
-    config.train.global_batch = 128
-    config.train.max_epochs = 30.0
-  elif variant == "paper":
-    config.data.name = "mnist"
-    s.family.budget = 1.0e6
-    s.family.depths = [1, 2, 4, 6, 8]
-    s.batch_sizes = [32, 128, 512, 2048, 8192, 16384]
-    s.lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
-    config.train.max_epochs = 100.0
-    config.train.eval_every_examples = 30_000
-    config.train.eval_train_limit = 10_000
-  elif variant == "smoke":
-    config.data.name = "digits_embedded"
-    s.family.budget = 3.0e3
-    s.family.depths = [1, 2]
-    s.batch_sizes = [32, 256]
-    s.lr_multipliers = [1.0]
-    s.extend_lr_grid = False
-    config.train.max_epochs = 3.0
-    config.train.target_value = 0.5
-    config.train.steps_per_loop = 10
-  else:
-    raise ValueError(f"unknown variant {variant!r} of configs/mlp.py: local, single, paper or smoke")
-  return config
+    variant = arg or "local"
+    config = defaults.base_config("mlp", "mnist_embedded")
+    config.model.norm = "none"
+    config.optim.name = "momentum"
+    config.optim.momentum = 0.9
+    config.optim.base_lr = 0.05
+    config.optim.scaling = "sqrt"
+    config.optim.reference_batch = 256
+    config.train.target_metric = "train_accuracy"
+    config.train.target_value = 0.99
+    s = config.sweep
+    s.family.kind = "budget"
+    if variant == "local":
+        s.family.budget = 1.0e5
+        s.family.depths = [1, 2, 4]
+        s.batch_sizes = [16, 64, 256, 1024, 2000, 4000]
+        s.lr_multipliers = [0.5, 1.0, 2.0]
+        config.train.max_epochs = 40.0
+        config.train.eval_every_examples = 4000
+    elif variant == "single":
+        config.sweep = None
+        config.model.depth, config.model.width = 2, 120
+        config.train.global_batch = 128
+        config.train.max_epochs = 30.0
+    elif variant == "paper":
+        config.data.name = "mnist"
+        s.family.budget = 1.0e6
+        s.family.depths = [1, 2, 4, 6, 8]
+        s.batch_sizes = [32, 128, 512, 2048, 8192, 16384]
+        s.lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
+        config.train.max_epochs = 100.0
+        config.train.eval_every_examples = 30_000
+        config.train.eval_train_limit = 10_000
+    elif variant == "smoke":
+        config.data.name = "digits_embedded"
+        s.family.budget = 3.0e3
+        s.family.depths = [1, 2]
+        s.batch_sizes = [32, 256]
+        s.lr_multipliers = [1.0]
+        s.extend_lr_grid = False
+        config.train.max_epochs = 3.0
+        config.train.target_value = 0.5
+        config.train.steps_per_loop = 10
+    else:
+        raise ValueError(f"unknown variant {variant!r} of configs/mlp.py: local, single, paper or smoke")
+    return config

@@ -13,113 +13,123 @@ from wide_tf.strategy import setup_runtime
 
 
 def _single(data="mnist_embedded", **train_overrides):
-  config = defaults.base_config("mlp", data)
-  config.sweep = None
-  config.model.depth, config.model.width = 1, 64
-  config.optim.name, config.optim.base_lr = "momentum", 0.05
-  config.runtime.strategy = "cpu"
-  for k, v in train_overrides.items():
-    setattr(config.train, k, v)
-  return config
+    config = defaults.base_config("mlp", data)
+    config.sweep = None
+    config.model.depth, config.model.width = 1, 64
+    config.optim.name, config.optim.base_lr = "momentum", 0.05
+    config.runtime.strategy = "cpu"
+    for k, v in train_overrides.items():
+        setattr(config.train, k, v)
+    return config
 
 
 def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
-  config = _single(global_batch=64, max_epochs=10.0, target_value=0.95, eval_every_examples=2000)
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert result["status"] == "reached"
-  assert result["final"]["train_accuracy"] >= 0.95
-  # Steps/epochs agree, and the target was met on the evaluation cadence (multiples of 2,000 examples).
-  assert result["epochs_to_target"] == pytest.approx(result["steps_to_target"] * 64 / 4000)
-  assert result["examples_to_target"] % 2000 < 64
-  on_disk = json.loads((tmp_path / "result.json").read_text())
-  assert on_disk["steps_to_target"] == result["steps_to_target"]
-  history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  assert history[0]["step"] == 0 and history[-1]["train_accuracy"] >= 0.95
-  tags = set()
-  for f in tf.io.gfile.glob(str(tmp_path / "train" / "events*")):
-    for ev in tf.compat.v1.train.summary_iterator(f):
-      tags |= {v.tag for v in ev.summary.value}
-  assert {"batch_loss", "learning_rate", "grad_norm", "update_norm", "param_norm",
-          "examples_per_s"} <= tags
-  # A finished run is not repeated.
-  assert train.train_and_evaluate(config, str(tmp_path))["wall_time_s"] == result["wall_time_s"]
+    config = _single(global_batch=64, max_epochs=10.0, target_value=0.95, eval_every_examples=2000)
+    result = train.train_and_evaluate(config, str(tmp_path))
+    assert result["status"] == "reached"
+    assert result["final"]["train_accuracy"] >= 0.95
+    # Steps/epochs agree, and the target was met on the evaluation cadence (multiples of 2,000 examples).
+    assert result["epochs_to_target"] == pytest.approx(result["steps_to_target"] * 64 / 4000)
+    assert result["examples_to_target"] % 2000 < 64
+    on_disk = json.loads((tmp_path / "result.json").read_text())
+    assert on_disk["steps_to_target"] == result["steps_to_target"]
+    history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert history[0]["step"] == 0 and history[-1]["train_accuracy"] >= 0.95
+    tags = set()
+    for f in tf.io.gfile.glob(str(tmp_path / "train" / "events*")):
+        for ev in tf.compat.v1.train.summary_iterator(f):
+            tags |= {v.tag for v in ev.summary.value}
+    assert {"batch_loss", "learning_rate", "grad_norm", "update_norm", "param_norm", "examples_per_s"} <= tags
+    # A finished run is not repeated.
+    assert train.train_and_evaluate(config, str(tmp_path))["wall_time_s"] == result["wall_time_s"]
 
 
 def test_not_reached_is_recorded_as_not_reached_not_as_the_budget(tmp_path):
-  config = _single(data="digits_embedded", global_batch=32, max_epochs=1.0, target_value=0.999)
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert result["status"] == "not_reached"
-  assert result["steps_to_target"] is None and result["epochs_to_target"] is None
-  assert result["steps"] == math.ceil(1437 / 32)
+    config = _single(data="digits_embedded", global_batch=32, max_epochs=1.0, target_value=0.999)
+    result = train.train_and_evaluate(config, str(tmp_path))
+    assert result["status"] == "not_reached"
+    assert result["steps_to_target"] is None and result["epochs_to_target"] is None
+    assert result["steps"] == math.ceil(1437 / 32)
 
 
 def test_a_diverging_run_is_a_result(tmp_path):
-  config = _single(data="digits_embedded", global_batch=32, max_epochs=5.0, diverge_loss=100.0)
-  config.optim.base_lr = 1e4
-  result = train.train_and_evaluate(config, str(tmp_path))
-  assert result["status"] == "diverged"
-  assert result["steps_to_target"] is None
-  assert result["steps"] < math.ceil(5 * 1437 / 32)
+    config = _single(data="digits_embedded", global_batch=32, max_epochs=5.0, diverge_loss=100.0)
+    config.optim.base_lr = 1e4
+    result = train.train_and_evaluate(config, str(tmp_path))
+    assert result["status"] == "diverged"
+    assert result["steps_to_target"] is None
+    assert result["steps"] < math.ceil(5 * 1437 / 32)
 
 
 def test_lars_run_logs_trust_ratios_and_accumulates(tmp_path):
-  config = _single(data="digits_embedded", global_batch=64, max_epochs=2.0, max_device_batch=16,
-                   target_value=0.999)
-  config.optim.name, config.optim.base_lr, config.optim.weight_decay = "lars", 2.0, 1e-4
-  config.optim.warmup_epochs, config.optim.schedule = 0.5, "polynomial"
-  result = train.train_and_evaluate(config, str(tmp_path))
-  history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-  last = history[-1]
-  assert 0 < last["trust_ratio_min"] <= last["trust_ratio_mean"] <= last["trust_ratio_max"]
-  # Accumulation over 4 micro-batches feeds the two-batch noise-scale estimator.
-  assert result["gradient"]["noise_scale_ema"] is not None
-  assert result["examples_per_s"] > 0 and result["optimizer"] == "lars"
+    config = _single(
+        data="digits_embedded", global_batch=64, max_epochs=2.0, max_device_batch=16, target_value=0.999
+    )
+    config.optim.name, config.optim.base_lr, config.optim.weight_decay = "lars", 2.0, 1e-4
+    config.optim.warmup_epochs, config.optim.schedule = 0.5, "polynomial"
+    result = train.train_and_evaluate(config, str(tmp_path))
+    history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    last = history[-1]
+    assert 0 < last["trust_ratio_min"] <= last["trust_ratio_mean"] <= last["trust_ratio_max"]
+    # Accumulation over 4 micro-batches feeds the two-batch noise-scale estimator.
+    assert result["gradient"]["noise_scale_ema"] is not None
+    assert result["examples_per_s"] > 0 and result["optimizer"] == "lars"
 
 
 def test_bad_config_is_a_clear_error(tmp_path):
-  config = _single(global_batch=10_000)
-  with pytest.raises(train.ConfigError, match="larger than the training set"):
-    train.train_and_evaluate(config, str(tmp_path))
-  config = _single(target_metric="accuracy")
-  with pytest.raises(train.ConfigError, match="target_metric"):
-    train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=10_000)
+    with pytest.raises(train.ConfigError, match="larger than the training set"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config = _single(target_metric="accuracy")
+    with pytest.raises(train.ConfigError, match="target_metric"):
+        train.train_and_evaluate(config, str(tmp_path))
 
 
 def test_eval_steps_are_at_the_same_examples_for_every_batch():
-  assert train._eval_steps(64, 1000, 100) == {16, 32, 47, 63, 79, 94, 100}
-  assert train._eval_steps(4000, 1000, 5) == {1, 2, 3, 4, 5}
+    assert train._eval_steps(64, 1000, 100) == {16, 32, 47, 63, 79, 94, 100}
+    assert train._eval_steps(4000, 1000, 5) == {1, 2, 3, 4, 5}
 
 
 def test_killed_run_resumes_to_the_same_result(tmp_path):
-  args = ["--config=configs/mlp.py:single", "--config.data.name=digits_embedded",
-          "--config.train.max_epochs=12", "--config.train.global_batch=32",
-          "--config.train.target_value=0.999", "--config.train.checkpoint_every_steps=40",
-          "--config.train.eval_every_examples=500", "--config.train.steps_per_loop=20"]
-  ref = tmp_path / "ref"
-  run_main(*args, f"--workdir={ref}")
-  killed = tmp_path / "killed"
-  proc = start_main(*args, f"--workdir={killed}")
-  ckpt = killed / "checkpoints"
-  assert kill_when(proc, lambda: ckpt.exists() and any(p.name.startswith("ckpt-")
-                                                       for p in ckpt.iterdir()))
-  assert not (killed / "result.json").exists()
-  run_main(*args, f"--workdir={killed}")
-  a = json.loads((ref / "result.json").read_text())
-  b = json.loads((killed / "result.json").read_text())
-  assert comparable(a) == comparable(b)
-  ha = [json.loads(l) for l in (ref / "metrics.jsonl").read_text().splitlines()]
-  hb = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
-  assert [h["step"] for h in ha] == [h["step"] for h in hb]
-  assert [round(h["train_loss"], 4) for h in ha] == [round(h["train_loss"], 4) for h in hb]
+    args = [
+        "--config=configs/mlp.py:single",
+        "--config.data.name=digits_embedded",
+        "--config.train.max_epochs=12",
+        "--config.train.global_batch=32",
+        "--config.train.target_value=0.999",
+        "--config.train.checkpoint_every_steps=40",
+        "--config.train.eval_every_examples=500",
+        "--config.train.steps_per_loop=20",
+    ]
+    ref = tmp_path / "ref"
+    run_main(*args, f"--workdir={ref}")
+    killed = tmp_path / "killed"
+    proc = start_main(*args, f"--workdir={killed}")
+    ckpt = killed / "checkpoints"
+    assert kill_when(proc, lambda: ckpt.exists() and any(p.name.startswith("ckpt-") for p in ckpt.iterdir()))
+    assert not (killed / "result.json").exists()
+    run_main(*args, f"--workdir={killed}")
+    a = json.loads((ref / "result.json").read_text())
+    b = json.loads((killed / "result.json").read_text())
+    assert comparable(a) == comparable(b)
+    ha = [json.loads(l) for l in (ref / "metrics.jsonl").read_text().splitlines()]
+    hb = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
+    assert [h["step"] for h in ha] == [h["step"] for h in hb]
+    assert [round(h["train_loss"], 4) for h in ha] == [round(h["train_loss"], 4) for h in hb]
 
 
 def test_main_reports_bad_input_in_one_line(tmp_path):
-  proc = run_main("--config=configs/mlp.py:single", f"--workdir={tmp_path}",
-                  "--config.data.name=cifar10", "--config.data.data_dir=" + str(tmp_path / "none"),
-                  check=False)
-  assert proc.returncode != 0
-  last = proc.stderr.strip().splitlines()[-1]
-  assert last.startswith("error:") and "data_dir" in last and "Traceback" not in proc.stderr
-  proc = run_main("--config=configs/mlp.py:single", f"--workdir={tmp_path}",
-                  "--config.train.global_bach=3", check=False)
-  assert proc.returncode != 0 and "global_bach" in proc.stderr
+    proc = run_main(
+        "--config=configs/mlp.py:single",
+        f"--workdir={tmp_path}",
+        "--config.data.name=cifar10",
+        "--config.data.data_dir=" + str(tmp_path / "none"),
+        check=False,
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error:") and "data_dir" in last and "Traceback" not in proc.stderr
+    proc = run_main(
+        "--config=configs/mlp.py:single", f"--workdir={tmp_path}", "--config.train.global_bach=3", check=False
+    )
+    assert proc.returncode != 0 and "global_bach" in proc.stderr

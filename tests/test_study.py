@@ -12,109 +12,114 @@ from wide_tf.configs_loader import load_config
 
 
 def _smoke(**sweep):
-  config = load_config("configs/mlp.py:smoke")
-  for k, v in sweep.items():
-    setattr(config.sweep, k, v)
-  return config
+    config = load_config("configs/mlp.py:smoke")
+    for k, v in sweep.items():
+        setattr(config.sweep, k, v)
+    return config
 
 
 def test_expansion_and_trial_ids_are_stable_and_distinct():
-  config = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
-  trials = study.expand(config, 10, (8, 8, 1))
-  assert len(trials) == 2 * 2 * 2 * 2
-  ids = [t.trial_id for t in trials]
-  assert len(set(ids)) == len(ids)
-  again = study.expand(_smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1]), 10, (8, 8, 1))
-  assert ids == [t.trial_id for t in again]
-  # Another protocol, same (member, batch, lr, seed): another id.
-  other = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
-  other.train.target_value = 0.6
-  assert set(ids).isdisjoint(t.trial_id for t in study.expand(other, 10, (8, 8, 1)))
-  t = trials[0]
-  assert t.config.train.global_batch == t.batch_size and t.config.model.depth == t.member.depth
-  assert t.config.optim.lr_multiplier == t.lr_multiplier and "sweep" not in t.config
+    config = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
+    trials = study.expand(config, 10, (8, 8, 1))
+    assert len(trials) == 2 * 2 * 2 * 2
+    ids = [t.trial_id for t in trials]
+    assert len(set(ids)) == len(ids)
+    again = study.expand(_smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1]), 10, (8, 8, 1))
+    assert ids == [t.trial_id for t in again]
+    # Another protocol, same (member, batch, lr, seed): another id.
+    other = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
+    other.train.target_value = 0.6
+    assert set(ids).isdisjoint(t.trial_id for t in study.expand(other, 10, (8, 8, 1)))
+    t = trials[0]
+    assert t.config.train.global_batch == t.batch_size and t.config.model.depth == t.member.depth
+    assert t.config.optim.lr_multiplier == t.lr_multiplier and "sweep" not in t.config
 
 
 def _result(t, status, steps=None):
-  return {"trial_id": t.trial_id, "lr_multiplier": t.lr_multiplier, "status": status,
-          "steps_to_target": steps}
+    return {
+        "trial_id": t.trial_id,
+        "lr_multiplier": t.lr_multiplier,
+        "status": status,
+        "steps_to_target": steps,
+    }
 
 
 def test_grid_extension_moves_past_the_winning_edge():
-  config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32], extend_lr_grid=True)
-  config.sweep.family.depths = [1]
-  trials = study.expand(config, 10, (8, 8, 1))
-  by_lr = {t.lr_multiplier: t for t in trials}
-  # Largest learning rate wins: extend upwards, keeping the grid's ratio.
-  results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr])
-             for lr, t in by_lr.items()}
-  new = study.grid_extension(config, trials, results)
-  assert [t.lr_multiplier for t in new] == [4.0]
-  # An interior winner: nothing to add.
-  results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr])
-             for lr, t in by_lr.items()}
-  assert study.grid_extension(config, trials, results) == []
-  # Nothing reached (diverged at the top): extend downwards.
-  results = {t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached")
-             for lr, t in by_lr.items()}
-  assert [t.lr_multiplier for t in study.grid_extension(config, trials, results)] == [0.25]
-  # Unfinished groups wait; the extension budget is respected.
-  assert study.grid_extension(config, trials, {}) == []
-  config.sweep.max_lr_extensions = 0
-  assert study.grid_extension(config, trials, results) == []
+    config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32], extend_lr_grid=True)
+    config.sweep.family.depths = [1]
+    trials = study.expand(config, 10, (8, 8, 1))
+    by_lr = {t.lr_multiplier: t for t in trials}
+    # Largest learning rate wins: extend upwards, keeping the grid's ratio.
+    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    new = study.grid_extension(config, trials, results)
+    assert [t.lr_multiplier for t in new] == [4.0]
+    # An interior winner: nothing to add.
+    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    assert study.grid_extension(config, trials, results) == []
+    # Nothing reached (diverged at the top): extend downwards.
+    results = {t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached") for lr, t in by_lr.items()}
+    assert [t.lr_multiplier for t in study.grid_extension(config, trials, results)] == [0.25]
+    # Unfinished groups wait; the extension budget is respected.
+    assert study.grid_extension(config, trials, {}) == []
+    config.sweep.max_lr_extensions = 0
+    assert study.grid_extension(config, trials, results) == []
 
 
 def test_shard_parsing():
-  assert study.parse_shard("1/3") == (1, 3)
-  assert study.parse_shard(None) == (0, 1)
-  with pytest.raises(study.StudyError, match="i/n"):
-    study.parse_shard("2")
-  with pytest.raises(study.StudyError, match="0 <= i < n"):
-    study.parse_shard("3/3")
+    assert study.parse_shard("1/3") == (1, 3)
+    assert study.parse_shard(None) == (0, 1)
+    with pytest.raises(study.StudyError, match="i/n"):
+        study.parse_shard("2")
+    with pytest.raises(study.StudyError, match="0 <= i < n"):
+        study.parse_shard("3/3")
 
 
 def test_a_different_study_on_the_same_workdir_is_refused(tmp_path):
-  config = _smoke()
-  study.check_workdir(config, str(tmp_path))
-  study.check_workdir(config, str(tmp_path))  # the same study: fine
-  config.runtime.strategy = "cpu"  # the runtime may differ between machines
-  study.check_workdir(config, str(tmp_path))
-  other = _smoke(batch_sizes=[16, 32])
-  with pytest.raises(study.StudyError, match="different study.*sweep.batch_sizes"):
-    study.check_workdir(other, str(tmp_path))
+    config = _smoke()
+    study.check_workdir(config, str(tmp_path))
+    study.check_workdir(config, str(tmp_path))  # the same study: fine
+    config.runtime.strategy = "cpu"  # the runtime may differ between machines
+    study.check_workdir(config, str(tmp_path))
+    other = _smoke(batch_sizes=[16, 32])
+    with pytest.raises(study.StudyError, match="different study.*sweep.batch_sizes"):
+        study.check_workdir(other, str(tmp_path))
 
 
-SMOKE = ["--config=configs/mlp.py:smoke", "--config.train.checkpoint_every_steps=5",
-         "--config.train.steps_per_loop=5", "--no_report"]
+SMOKE = [
+    "--config=configs/mlp.py:smoke",
+    "--config.train.checkpoint_every_steps=5",
+    "--config.train.steps_per_loop=5",
+    "--no_report",
+]
 
 
 def _records(path):
-  return {r["trial_id"]: r for r in wd.read_jsonl(str(path / "results.jsonl"))}
+    return {r["trial_id"]: r for r in wd.read_jsonl(str(path / "results.jsonl"))}
 
 
 def test_killed_study_resumes_and_records_every_trial_once(tmp_path):
-  ref = tmp_path / "ref"
-  run_main(*SMOKE, f"--workdir={ref}")
-  killed = tmp_path / "killed"
-  proc = start_main(*SMOKE, f"--workdir={killed}")
-  # Kill once the first trial is recorded, most likely in the middle of the second.
-  assert kill_when(proc, lambda: len(_records(killed)) >= 1)
-  assert 1 <= len(_records(killed)) < 4
-  run_main(*SMOKE, f"--workdir={killed}")
-  lines = (killed / "results.jsonl").read_text().splitlines()
-  a, b = _records(ref), _records(killed)
-  assert len(lines) == len(b) == len(a) == 4
-  assert {k: comparable(v) for k, v in a.items()} == {k: comparable(v) for k, v in b.items()}
+    ref = tmp_path / "ref"
+    run_main(*SMOKE, f"--workdir={ref}")
+    killed = tmp_path / "killed"
+    proc = start_main(*SMOKE, f"--workdir={killed}")
+    # Kill once the first trial is recorded, most likely in the middle of the second.
+    assert kill_when(proc, lambda: len(_records(killed)) >= 1)
+    assert 1 <= len(_records(killed)) < 4
+    run_main(*SMOKE, f"--workdir={killed}")
+    lines = (killed / "results.jsonl").read_text().splitlines()
+    a, b = _records(ref), _records(killed)
+    assert len(lines) == len(b) == len(a) == 4
+    assert {k: comparable(v) for k, v in a.items()} == {k: comparable(v) for k, v in b.items()}
 
 
 def test_two_shards_on_one_workdir_run_every_trial_exactly_once(tmp_path):
-  shared = tmp_path / "shared"
-  procs = [start_main(*SMOKE, f"--workdir={shared}", f"--shard={i}/2") for i in range(2)]
-  for p in procs:
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err[-3000:]
-  lines = [json.loads(l) for l in (shared / "results.jsonl").read_text().splitlines()]
-  ids = [r["trial_id"] for r in lines]
-  assert len(ids) == len(set(ids)) == 4
-  expected = {t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))}
-  assert set(ids) == expected
+    shared = tmp_path / "shared"
+    procs = [start_main(*SMOKE, f"--workdir={shared}", f"--shard={i}/2") for i in range(2)]
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+    lines = [json.loads(l) for l in (shared / "results.jsonl").read_text().splitlines()]
+    ids = [r["trial_id"] for r in lines]
+    assert len(ids) == len(set(ids)) == 4
+    expected = {t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))}
+    assert set(ids) == expected

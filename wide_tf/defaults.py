@@ -6,86 +6,125 @@ from __future__ import annotations
 import ml_collections
 
 
-def model_config(arch: str = "mlp", depth: int = 2, width: float = 256) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      arch=arch, depth=depth, width=width,
-      norm="none",           # 'none' | 'batch' | 'ghost'
-      ghost_batch_size=32,   # virtual batch of ghost batch norm: statistics independent of the batch
-  ))
+def model_config(arch: str = "mlp", depth: int = 2, width: float = 256.0) -> ml_collections.ConfigDict:
+    # A float: units for an MLP (a whole number), the multiplier k for a WRN (fractional allowed).
+    return ml_collections.ConfigDict(
+        dict(
+            arch=arch,
+            depth=depth,
+            width=width,
+            norm="none",  # 'none' | 'batch' | 'ghost'
+            ghost_batch_size=32,  # virtual batch of ghost batch norm: statistics independent of the batch
+        )
+    )
 
 
 def data_config(name: str = "mnist_embedded") -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      name=name,
-      data_dir=ml_collections.FieldReference(None, field_type=str),
-      download=False,        # never touch the network unless asked
-      augment=False,
-      shuffle_buffer=10_000,  # fixed: a buffer that grows with the batch would change the data order
-      num_train=0,           # 0: the whole training split
-  ))
+    return ml_collections.ConfigDict(
+        dict(
+            name=name,
+            data_dir=ml_collections.FieldReference(None, field_type=str),
+            download=False,  # never touch the network unless asked
+            augment=False,
+            shuffle_buffer=10_000,  # fixed: a buffer that grows with the batch would change the data order
+            num_train=0,  # 0: the whole training split
+        )
+    )
 
 
 def optim_config(name: str = "sgd", base_lr: float = 0.1) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      name=name, base_lr=base_lr,
-      reference_batch=256, scaling="sqrt",  # base_lr is the lr at reference_batch
-      lr_multiplier=1.0,                    # the study's learning-rate grid multiplies the rule's guess
-      momentum=0.9, weight_decay=0.0,
-      lars_eta=0.001, lars_trust_ratio="you", lars_epsilon=0.0, lars_clip=False,
-      schedule="constant", warmup_epochs=0.0, warmup_steps=0, warmup_fixed="epochs",
-      decay_epochs=[], decay_factor=0.1, poly_power=2.0, end_lr_fraction=0.0,
-  ))
+    return ml_collections.ConfigDict(
+        dict(
+            name=name,
+            base_lr=base_lr,
+            reference_batch=256,
+            scaling="sqrt",  # base_lr is the lr at reference_batch
+            lr_multiplier=1.0,  # the study's learning-rate grid multiplies the rule's guess
+            momentum=0.9,
+            weight_decay=0.0,
+            lars_eta=0.001,
+            lars_trust_ratio="you",
+            lars_epsilon=0.0,
+            lars_clip=False,
+            schedule="constant",
+            warmup_epochs=0.0,
+            warmup_steps=0,
+            warmup_fixed="epochs",
+            decay_epochs=[],
+            decay_factor=0.1,
+            poly_power=2.0,
+            end_lr_fraction=0.0,
+        )
+    )
 
 
 def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      global_batch=global_batch,
-      max_device_batch=0,        # >0: accumulate micro-batches of at most this many per replica
-      max_epochs=50.0, max_steps=0,
-      steps_per_loop=100,        # optimizer steps per tf.function call
-      eval_every_examples=0,     # 0: once per epoch; the same points of training for every batch
-      eval_batch=1024, eval_train_limit=0,  # 0: training accuracy over the whole training set
-      target_metric="train_accuracy", target_value=0.99, stop_at_target=True,
-      seed=0,
-      checkpoint_every_steps=0,  # 0: ten checkpoints per run
-      diverge_loss=1e3,          # a loss above this (or non-finite) ends the run as 'diverged'
-      gradient_every_examples=0, gradient_at_init=False, probe_size=512, probe_chunk=256,
-      noise_scale_ema=0.95,
-  ))
+    return ml_collections.ConfigDict(
+        dict(
+            global_batch=global_batch,
+            max_device_batch=0,  # >0: accumulate micro-batches of at most this many per replica
+            max_epochs=50.0,
+            max_steps=0,
+            steps_per_loop=100,  # optimizer steps per tf.function call
+            eval_every_examples=0,  # 0: once per epoch; the same points of training for every batch
+            eval_batch=1024,
+            eval_train_limit=0,  # 0: training accuracy over the whole training set
+            target_metric="train_accuracy",
+            target_value=0.99,
+            stop_at_target=True,
+            seed=0,
+            checkpoint_every_steps=0,  # 0: ten checkpoints per run
+            diverge_loss=1e3,  # a loss above this (or non-finite) ends the run as 'diverged'
+            gradient_every_examples=0,
+            gradient_at_init=False,
+            probe_size=512,
+            probe_chunk=256,
+            noise_scale_ema=0.95,
+        )
+    )
 
 
 def runtime_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      strategy="auto",   # auto | tpu | gpu | cpu | multi_worker
-      tpu="",            # TPU name or 'local'; empty: auto-detect a TPU VM
-      devices=[],        # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs
-      jit_compile="auto",       # auto: XLA on TPU and GPU, off on CPU
-      mixed_precision="auto",   # auto: bfloat16 on TPU, float32 elsewhere
-  ))
+    return ml_collections.ConfigDict(
+        dict(
+            strategy="auto",  # auto | tpu | gpu | cpu | multi_worker
+            tpu="",  # TPU name or 'local'; empty: auto-detect a TPU VM
+            devices=[],  # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs
+            jit_compile="auto",  # auto: XLA on TPU and GPU, off on CPU
+            mixed_precision="auto",  # auto: bfloat16 on TPU, float32 elsewhere
+        )
+    )
 
 
 def sweep_config() -> ml_collections.ConfigDict:
-  return ml_collections.ConfigDict(dict(
-      family=dict(
-          kind="budget",     # 'budget' (depths at a fixed budget) | 'width' (fixed depth) | 'depth' (fixed width)
-          budget=0.0, depths=[], widths=[], depth=0, width=0.0, tolerance=0.05,
-      ),
-      batch_sizes=[],
-      lr_multipliers=[1.0],  # log grid around the scaling rule's guess, per batch size
-      extend_lr_grid=True,   # add one grid point past an edge that won
-      max_lr_extensions=2,
-      seeds=[0],
-      eps=0.25,              # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's
-  ))
+    return ml_collections.ConfigDict(
+        dict(
+            family=dict(
+                kind="budget",  # 'budget' (depths at a fixed budget) | 'width' (fixed depth) | 'depth' (fixed width)
+                budget=0.0,
+                depths=[],
+                widths=[],
+                depth=0,
+                width=0.0,
+                tolerance=0.05,
+            ),
+            batch_sizes=[],
+            lr_multipliers=[1.0],  # log grid around the scaling rule's guess, per batch size
+            extend_lr_grid=True,  # add one grid point past an edge that won
+            max_lr_extensions=2,
+            seeds=[0],
+            eps=0.25,  # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's
+        )
+    )
 
 
 def base_config(arch: str = "mlp", data: str = "mnist_embedded") -> ml_collections.ConfigDict:
-  config = ml_collections.ConfigDict()
-  config.kind = "study"
-  config.model = model_config(arch)
-  config.data = data_config(data)
-  config.optim = optim_config()
-  config.train = train_config()
-  config.runtime = runtime_config()
-  config.sweep = sweep_config()
-  return config
+    config = ml_collections.ConfigDict()
+    config.kind = "study"
+    config.model = model_config(arch)
+    config.data = data_config(data)
+    config.optim = optim_config()
+    config.train = train_config()
+    config.runtime = runtime_config()
+    config.sweep = sweep_config()
+    return config

@@ -15,58 +15,79 @@ from absl import app, flags, logging  # noqa: E402
 from ml_collections import config_flags  # noqa: E402
 
 _CONFIG = config_flags.DEFINE_config_file(
-    "config", None, "Config file, with an optional variant after a colon: configs/mlp.py:local. "
-    "Override any field with --config.a.b=value.", lock_config=True)
+    "config",
+    None,
+    "Config file, with an optional variant after a colon: configs/mlp.py:local. "
+    "Override any field with --config.a.b=value.",
+    lock_config=True,
+)
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the study writes (local path or gs://).")
-_SHARD = flags.DEFINE_string("shard", None, "Run shard i of n of the study's trials: --shard=0/2. "
-                             "Shards may share one workdir; every trial runs exactly once.")
+_SHARD = flags.DEFINE_string(
+    "shard",
+    None,
+    "Run shard i of n of the study's trials: --shard=0/2. "
+    "Shards may share one workdir; every trial runs exactly once.",
+)
 _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (its id or its index in --list_trials).")
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
 
 
 def _fail(message: str) -> None:
-  print(f"error: {message}", file=sys.stderr)
-  sys.exit(2)
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 def main(argv) -> None:
-  if len(argv) > 1:
-    _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
-  config = _CONFIG.value
-  from wide_tf import data as data_lib
-  from wide_tf import families, study, train
-  from wide_tf.steps import BatchSplitError
-  from wide_tf.strategy import StrategyError
-  expected = (data_lib.DataUnavailableError, families.FamilyError, study.StudyError,
-              train.ConfigError, BatchSplitError, StrategyError)
-  try:
-    if _LIST.value:
-      for i, t in enumerate(study.list_trials(config)):
-        print(f"{i:4d}  {t.trial_id}")
-      return
-    if not _WORKDIR.value:
-      _fail("--workdir is required (a local folder or gs://bucket/path)")
-    kind = config.get("kind", "study")
-    if kind == "theory":
-      from wide_tf import theory
-      theory.run_theory(config, _WORKDIR.value)
-    elif kind == "study" and config.get("sweep") is not None and config.sweep.batch_sizes:
-      study.run_study(config, _WORKDIR.value, shard=_SHARD.value, only_trial=_TRIAL.value,
-                      write_report=not _NO_REPORT.value)
-    elif kind == "study":  # no sweep: one run in the workdir itself
-      train.train_and_evaluate(config, _WORKDIR.value)
-    else:
-      _fail(f"config.kind={kind!r}: choose 'study' or 'theory'")
-  except expected as e:
-    logging.error("%s", e)
-    _fail(str(e))
+    if len(argv) > 1:
+        _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
+    config = _CONFIG.value
+    from wide_tf import data as data_lib
+    from wide_tf import families, study, train
+    from wide_tf.steps import BatchSplitError
+    from wide_tf.strategy import StrategyError
+
+    expected = (
+        data_lib.DataUnavailableError,
+        families.FamilyError,
+        study.StudyError,
+        train.ConfigError,
+        BatchSplitError,
+        StrategyError,
+    )
+    try:
+        if _LIST.value:
+            for i, t in enumerate(study.list_trials(config)):
+                print(f"{i:4d}  {t.trial_id}")
+            return
+        if not _WORKDIR.value:
+            _fail("--workdir is required (a local folder or gs://bucket/path)")
+        kind = config.get("kind", "study")
+        if kind == "theory":
+            from wide_tf import theory
+
+            theory.run_theory(config, _WORKDIR.value)
+        elif kind == "study" and config.get("sweep") is not None and config.sweep.batch_sizes:
+            study.run_study(
+                config,
+                _WORKDIR.value,
+                shard=_SHARD.value,
+                only_trial=_TRIAL.value,
+                write_report=not _NO_REPORT.value,
+            )
+        elif kind == "study":  # no sweep: one run in the workdir itself
+            train.train_and_evaluate(config, _WORKDIR.value)
+        else:
+            _fail(f"config.kind={kind!r}: choose 'study' or 'theory'")
+    except expected as e:
+        logging.error("%s", e)
+        _fail(str(e))
 
 
 def run() -> None:
-  flags.mark_flag_as_required("config")
-  app.run(main)
+    flags.mark_flag_as_required("config")
+    app.run(main)
 
 
 if __name__ == "__main__":
-  run()
+    run()

@@ -9,207 +9,238 @@ import keras
 import tensorflow as tf
 
 # Scalars the training loop accumulates on the device between two host reads.
-TRAIN_SCALARS = ("loss_sum", "correct", "examples", "grad_norm_sq", "small_grad_sq", "big_grad_sq",
-                 "update_norm_sq", "param_norm_sq", "trust_min", "trust_mean", "trust_max", "steps")
+TRAIN_SCALARS = (
+    "loss_sum",
+    "correct",
+    "examples",
+    "grad_norm_sq",
+    "small_grad_sq",
+    "big_grad_sq",
+    "update_norm_sq",
+    "param_norm_sq",
+    "trust_min",
+    "trust_mean",
+    "trust_max",
+    "steps",
+)
 
 
 class BatchSplitError(ValueError):
-  """The global batch cannot be split evenly over replicas or micro-batches."""
+    """The global batch cannot be split evenly over replicas or micro-batches."""
 
 
 @dataclasses.dataclass(frozen=True)
 class BatchPlan:
-  """How one optimizer update of `global_batch` examples is laid out on the hardware."""
-  global_batch: int
-  num_replicas: int
-  num_micro_batches: int
+    """How one optimizer update of `global_batch` examples is laid out on the hardware."""
 
-  @property
-  def per_replica(self) -> int:
-    return self.global_batch // self.num_replicas
+    global_batch: int
+    num_replicas: int
+    num_micro_batches: int
 
-  @property
-  def micro_batch(self) -> int:
-    return self.per_replica // self.num_micro_batches
+    @property
+    def per_replica(self) -> int:
+        return self.global_batch // self.num_replicas
 
-  @classmethod
-  def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> "BatchPlan":
-    if global_batch <= 0:
-      raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
-    if global_batch % num_replicas:
-      raise BatchSplitError(
-          f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
-          f"use a multiple of {num_replicas}")
-    per_replica = global_batch // num_replicas
-    micro = 1
-    if max_device_batch and per_replica > max_device_batch:
-      micro = -(-per_replica // max_device_batch)
-      while per_replica % micro:  # the smallest split whose micro-batches fit and are equal
-        micro += 1
-    return cls(global_batch, num_replicas, micro)
+    @property
+    def micro_batch(self) -> int:
+        return self.per_replica // self.num_micro_batches
+
+    @classmethod
+    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> "BatchPlan":
+        if global_batch <= 0:
+            raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
+        if global_batch % num_replicas:
+            raise BatchSplitError(
+                f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
+                f"use a multiple of {num_replicas}"
+            )
+        per_replica = global_batch // num_replicas
+        micro = 1
+        if max_device_batch and per_replica > max_device_batch:
+            micro = -(-per_replica // max_device_batch)
+            while per_replica % micro:  # the smallest split whose micro-batches fit and are equal
+                micro += 1
+        return cls(global_batch, num_replicas, micro)
 
 
 def _sq_norm(tensors) -> tf.Tensor:
-  return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
 
 class Stepper:
-  """The device side of a run. Build it inside `strategy.scope()` after the model and optimizer.
+    """The device side of a run. Build it inside `strategy.scope()` after the model and optimizer.
 
-  The optimizer's own all-reduce is bypassed: the step all-reduces the gradients once itself
-  (it needs the reduced gradient for its norm and the noise-scale estimator), then hands the
-  reduced gradients to the optimizer. Keras 3 would otherwise sum them over replicas a second
-  time (keras/src/backend/tensorflow/optimizer.py, `_all_reduce_sum_gradients`).
-  """
+    The optimizer's own all-reduce is bypassed: the step all-reduces the gradients once itself
+    (it needs the reduced gradient for its norm and the noise-scale estimator), then hands the
+    reduced gradients to the optimizer. Keras 3 would otherwise sum them over replicas a second
+    time (keras/src/backend/tensorflow/optimizer.py, `_all_reduce_sum_gradients`).
+    """
 
-  def __init__(self, model: keras.Model, optimizer: keras.optimizers.Optimizer,
-               strategy: tf.distribute.Strategy, plan: BatchPlan, *, jit_compile: bool = False,
-               diverge_loss: float = float("inf"), trust_ratio_fn=None):
-    self.model = model
-    self.optimizer = optimizer
-    self.strategy = strategy
-    self.plan = plan
-    self.jit_compile = jit_compile
-    self.diverge_loss = float(diverge_loss)
-    self.trust_ratio_fn = trust_ratio_fn
-    # Gradients arrive here already summed over replicas (see the class docstring).
-    optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
-    only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
-    with strategy.scope():
-      self.acc = {k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
-                  for k in TRAIN_SCALARS}
-      self.acc["trust_min"].assign(float("inf"))
-      self.diverged = tf.Variable(False, trainable=False, aggregation=only_first, name="diverged")
-    self._train_fn = None
-    self._eval_fn = None
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        strategy: tf.distribute.Strategy,
+        plan: BatchPlan,
+        *,
+        jit_compile: bool = False,
+        diverge_loss: float = float("inf"),
+        trust_ratio_fn=None,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.plan = plan
+        self.jit_compile = jit_compile
+        self.diverge_loss = float(diverge_loss)
+        self.trust_ratio_fn = trust_ratio_fn
+        # Gradients arrive here already summed over replicas (see the class docstring).
+        optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+        only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        with strategy.scope():
+            self.acc = {
+                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k) for k in TRAIN_SCALARS
+            }
+            self.acc["trust_min"].assign(float("inf"))
+            self.diverged = tf.Variable(False, trainable=False, aggregation=only_first, name="diverged")
+        self._train_fn = None
+        self._eval_fn = None
 
-  # ---- training -------------------------------------------------------------------------------
+    # ---- training -------------------------------------------------------------------------------
 
-  def _loss_and_grads(self, x, y):
-    """Sum of per-example losses divided by the GLOBAL batch, and its gradients, on one replica.
+    def _loss_and_grads(self, x, y):
+        """Sum of per-example losses divided by the GLOBAL batch, and its gradients, on one replica.
 
-    Dividing by the global batch (as tf.nn.compute_average_loss does) makes the all-reduced sum
-    of replica gradients the mean gradient of the whole batch, for any replica count."""
-    variables = self.model.trainable_variables
-    plan = self.plan
+        Dividing by the global batch (as tf.nn.compute_average_loss does) makes the all-reduced sum
+        of replica gradients the mean gradient of the whole batch, for any replica count."""
+        variables = self.model.trainable_variables
+        plan = self.plan
 
-    def one(xb, yb):
-      with tf.GradientTape() as tape:
-        logits = tf.cast(self.model(xb, training=True), tf.float32)
-        per_example = keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
-        loss = tf.reduce_sum(per_example) / plan.global_batch
-      grads = tape.gradient(loss, variables)
-      correct = tf.reduce_sum(tf.cast(
-          tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)), tf.float32))
-      # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator.
-      small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
-      return tf.reduce_sum(per_example), correct, grads, small_sq
+        def one(xb, yb):
+            with tf.GradientTape() as tape:
+                logits = tf.cast(self.model(xb, training=True), tf.float32)
+                per_example = keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
+                loss = tf.reduce_sum(per_example) / plan.global_batch
+            grads = tape.gradient(loss, variables)
+            correct = tf.reduce_sum(
+                tf.cast(
+                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)), tf.float32
+                )
+            )
+            # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator.
+            small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
+            return tf.reduce_sum(per_example), correct, grads, small_sq
 
-    if plan.num_micro_batches == 1:
-      return one(x, y)
-    m = plan.num_micro_batches
-    xs = tf.reshape(x, [m, plan.micro_batch] + x.shape[1:].as_list())
-    ys = tf.reshape(y, [m, plan.micro_batch])
-    loss_sum, correct, grads, small_sq = one(xs[0], ys[0])
-    for i in tf.range(1, m):  # accumulate; the update is the full-batch update
-      l_i, c_i, g_i, s_i = one(xs[i], ys[i])
-      loss_sum += l_i
-      correct += c_i
-      small_sq += s_i
-      grads = [a + b for a, b in zip(grads, g_i)]
-    return loss_sum, correct, grads, small_sq / m
+        if plan.num_micro_batches == 1:
+            return one(x, y)
+        m = plan.num_micro_batches
+        xs = tf.reshape(x, [m, plan.micro_batch] + x.shape[1:].as_list())
+        ys = tf.reshape(y, [m, plan.micro_batch])
+        loss_sum, correct, grads, small_sq = one(xs[0], ys[0])
+        for i in tf.range(1, m):  # accumulate; the update is the full-batch update
+            l_i, c_i, g_i, s_i = one(xs[i], ys[i])
+            loss_sum += l_i
+            correct += c_i
+            small_sq += s_i
+            grads = [a + b for a, b in zip(grads, g_i)]
+        return loss_sum, correct, grads, small_sq / m
 
-  def _replica_step(self, x, y):
-    ctx = tf.distribute.get_replica_context()
-    variables = self.model.trainable_variables
-    loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
-    grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-    loss_sum, correct, small_sq = ctx.all_reduce(
-        tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq])
-    small_sq = small_sq / self.plan.num_replicas
-    big_sq = _sq_norm(grads)
-    loss = loss_sum / self.plan.global_batch
-    bad = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)),
-                        tf.logical_not(tf.math.is_finite(big_sq)))
-    bad = tf.logical_or(bad, loss > self.diverge_loss)
-    if self.trust_ratio_fn is not None:
-      ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
-    else:
-      ratios = tf.ones([1])
-    before = [tf.identity(v) for v in variables]
-    self.optimizer.apply_gradients(zip(grads, variables))
-    update_sq = _sq_norm([v - b for v, b in zip(variables, before)])
-    acc = self.acc
-    acc["loss_sum"].assign_add(loss_sum)
-    acc["correct"].assign_add(correct)
-    acc["examples"].assign_add(float(self.plan.global_batch))
-    acc["grad_norm_sq"].assign(big_sq)
-    acc["small_grad_sq"].assign_add(small_sq)
-    acc["big_grad_sq"].assign_add(big_sq)
-    acc["update_norm_sq"].assign(update_sq)
-    acc["param_norm_sq"].assign(_sq_norm(variables))
-    acc["trust_min"].assign(tf.reduce_min(ratios))
-    acc["trust_mean"].assign(tf.reduce_mean(ratios))
-    acc["trust_max"].assign(tf.reduce_max(ratios))
-    acc["steps"].assign_add(1.0)
-    self.diverged.assign(tf.logical_or(self.diverged, bad))
+    def _replica_step(self, x, y):
+        ctx = tf.distribute.get_replica_context()
+        variables = self.model.trainable_variables
+        loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        loss_sum, correct, small_sq = ctx.all_reduce(
+            tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
+        )
+        small_sq = small_sq / self.plan.num_replicas
+        big_sq = _sq_norm(grads)
+        loss = loss_sum / self.plan.global_batch
+        bad = tf.logical_or(
+            tf.logical_not(tf.math.is_finite(loss)), tf.logical_not(tf.math.is_finite(big_sq))
+        )
+        bad = tf.logical_or(bad, loss > self.diverge_loss)
+        if self.trust_ratio_fn is not None:
+            ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
+        else:
+            ratios = tf.ones([1])
+        before = [tf.identity(v) for v in variables]
+        self.optimizer.apply_gradients(zip(grads, variables))
+        update_sq = _sq_norm([v - b for v, b in zip(variables, before)])
+        acc = self.acc
+        acc["loss_sum"].assign_add(loss_sum)
+        acc["correct"].assign_add(correct)
+        acc["examples"].assign_add(float(self.plan.global_batch))
+        acc["grad_norm_sq"].assign(big_sq)
+        acc["small_grad_sq"].assign_add(small_sq)
+        acc["big_grad_sq"].assign_add(big_sq)
+        acc["update_norm_sq"].assign(update_sq)
+        acc["param_norm_sq"].assign(_sq_norm(variables))
+        acc["trust_min"].assign(tf.reduce_min(ratios))
+        acc["trust_mean"].assign(tf.reduce_mean(ratios))
+        acc["trust_max"].assign(tf.reduce_max(ratios))
+        acc["steps"].assign_add(1.0)
+        self.diverged.assign(tf.logical_or(self.diverged, bad))
 
-  def _build_train_fn(self):
-    step = self._replica_step
-    if self.jit_compile:
-      step = tf.function(step, jit_compile=True)
+    def _build_train_fn(self):
+        step = self._replica_step
+        if self.jit_compile:
+            step = tf.function(step, jit_compile=True)
 
-    @tf.function
-    def train_loop(iterator, num_steps):
-      # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
-      for _ in tf.range(num_steps):
-        if self.diverged:
-          break
-        self.strategy.run(step, args=next(iterator))
-    return train_loop
+        @tf.function
+        def train_loop(iterator, num_steps):
+            # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
+            for _ in tf.range(num_steps):
+                if self.diverged:
+                    break
+                self.strategy.run(step, args=next(iterator))
 
-  def reset_accumulators(self):
-    for k, v in self.acc.items():
-      v.assign(float("inf") if k == "trust_min" else 0.0)
+        return train_loop
 
-  def train(self, iterator, num_steps: int) -> dict:
-    """Runs `num_steps` updates (fewer if the run diverges) and returns the accumulated scalars."""
-    if self._train_fn is None:
-      self._train_fn = self._build_train_fn()
-    self.reset_accumulators()
-    self._train_fn(iterator, tf.constant(num_steps, tf.int32))
-    return {k: float(v.numpy()) for k, v in self.acc.items()}
+    def reset_accumulators(self):
+        for k, v in self.acc.items():
+            v.assign(float("inf") if k == "trust_min" else 0.0)
 
-  # ---- evaluation -----------------------------------------------------------------------------
+    def train(self, iterator, num_steps: int) -> dict:
+        """Runs `num_steps` updates (fewer if the run diverges) and returns the accumulated scalars."""
+        if self._train_fn is None:
+            self._train_fn = self._build_train_fn()
+        self.reset_accumulators()
+        self._train_fn(iterator, tf.constant(num_steps, tf.int32))
+        return {k: float(v.numpy()) for k, v in self.acc.items()}
 
-  def _build_eval_fn(self):
-    def replica_eval(x, y, w):
-      logits = tf.cast(self.model(x, training=False), tf.float32)
-      per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-      hit = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)),
-                    tf.float32)
-      w = tf.cast(w, tf.float32)
-      return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
+    # ---- evaluation -----------------------------------------------------------------------------
 
-    if self.jit_compile:
-      replica_eval = tf.function(replica_eval, jit_compile=True)
+    def _build_eval_fn(self):
+        def replica_eval(x, y, w):
+            logits = tf.cast(self.model(x, training=False), tf.float32)
+            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+            hit = tf.cast(
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)), tf.float32
+            )
+            w = tf.cast(w, tf.float32)
+            return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
 
-    @tf.function
-    def eval_batch(batch):
-      out = self.strategy.run(replica_eval, args=batch)
-      return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
-    return eval_batch
+        if self.jit_compile:
+            replica_eval = tf.function(replica_eval, jit_compile=True)
 
-  def evaluate(self, dataset) -> dict:
-    """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight)."""
-    if self._eval_fn is None:
-      self._eval_fn = self._build_eval_fn()
-    loss = hits = count = 0.0
-    for batch in dataset:
-      l, h, c = self._eval_fn(batch)
-      loss += float(l)
-      hits += float(h)
-      count += float(c)
-    if count == 0:
-      raise ValueError("the evaluation set is empty")
-    return {"loss": loss / count, "accuracy": hits / count, "examples": count}
+        @tf.function
+        def eval_batch(batch):
+            out = self.strategy.run(replica_eval, args=batch)
+            return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
+
+        return eval_batch
+
+    def evaluate(self, dataset) -> dict:
+        """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight)."""
+        if self._eval_fn is None:
+            self._eval_fn = self._build_eval_fn()
+        loss = hits = count = 0.0
+        for batch in dataset:
+            l, h, c = self._eval_fn(batch)
+            loss += float(l)
+            hits += float(h)
+            count += float(c)
+        if count == 0:
+            raise ValueError("the evaluation set is empty")
+        return {"loss": loss / count, "accuracy": hits / count, "examples": count}

@@ -13,111 +13,121 @@ STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 
 
 class StrategyError(RuntimeError):
-  """The requested strategy cannot be set up on this machine."""
+    """The requested strategy cannot be set up on this machine."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Runtime:
-  """What the trainer needs to know about the hardware it runs on."""
-  strategy: tf.distribute.Strategy
-  platform: str  # 'tpu' | 'gpu' | 'cpu'
-  num_replicas: int
-  jit_compile: bool
-  mixed_precision: str  # a keras dtype policy name
+    """What the trainer needs to know about the hardware it runs on."""
 
-  def describe(self) -> str:
-    return (f"{type(self.strategy).__name__} on {self.platform}, {self.num_replicas} replica(s), "
-            f"jit_compile={self.jit_compile}, policy={self.mixed_precision}")
+    strategy: tf.distribute.Strategy
+    platform: str  # 'tpu' | 'gpu' | 'cpu'
+    num_replicas: int
+    jit_compile: bool
+    mixed_precision: str  # a keras dtype policy name
+
+    def describe(self) -> str:
+        return (
+            f"{type(self.strategy).__name__} on {self.platform}, {self.num_replicas} replica(s), "
+            f"jit_compile={self.jit_compile}, policy={self.mixed_precision}"
+        )
 
 
 def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
-  # 'local' is the TPU VM case; a name or grpc:// address is a TPU node.
-  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "local")
-  tf.config.experimental_connect_to_cluster(resolver)
-  tf.tpu.experimental.initialize_tpu_system(resolver)
-  return tf.distribute.TPUStrategy(resolver)
+    # 'local' is the TPU VM case; a name or grpc:// address is a TPU node.
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu or "local")
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
 
 
 def _tpu_reachable(tpu: str) -> bool:
-  """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio devices)."""
-  if tpu:
-    return True
-  return bool(os.environ.get("TPU_NAME")) or any(
-      os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
+    """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio devices)."""
+    if tpu:
+        return True
+    return bool(os.environ.get("TPU_NAME")) or any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
 
 
 def _multi_worker_strategy() -> tf.distribute.Strategy:
-  if "TF_CONFIG" not in os.environ:
-    raise StrategyError("runtime.strategy=multi_worker needs TF_CONFIG (cluster and task) in the "
-                        "environment; set it on every worker, or use --config.runtime.strategy=auto")
-  try:
-    json.loads(os.environ["TF_CONFIG"])
-  except json.JSONDecodeError as e:
-    raise StrategyError(f"TF_CONFIG is not valid JSON ({e}); fix the environment variable") from e
-  return tf.distribute.MultiWorkerMirroredStrategy()
+    if "TF_CONFIG" not in os.environ:
+        raise StrategyError(
+            "runtime.strategy=multi_worker needs TF_CONFIG (cluster and task) in the "
+            "environment; set it on every worker, or use --config.runtime.strategy=auto"
+        )
+    try:
+        json.loads(os.environ["TF_CONFIG"])
+    except json.JSONDecodeError as e:
+        raise StrategyError(f"TF_CONFIG is not valid JSON ({e}); fix the environment variable") from e
+    return tf.distribute.MultiWorkerMirroredStrategy()
 
 
 def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribute.Strategy, str]:
-  gpus = tf.config.list_logical_devices("GPU")
-  if name == "auto":
-    if _tpu_reachable(tpu):
-      name = "tpu"
-    elif gpus:
-      name = "gpu"
-    else:
-      name = "cpu"
-  if name == "tpu":
-    return _tpu_strategy(tpu), "tpu"
-  if name == "gpu":
-    if not gpus:
-      raise StrategyError("runtime.strategy=gpu but TensorFlow sees no GPU; install the [gpu] extra "
-                          "(tensorflow[and-cuda]) or use --config.runtime.strategy=cpu")
-    if len(gpus) == 1:
-      return tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu"
-    return tf.distribute.MirroredStrategy([d.name for d in gpus]), "gpu"
-  if name == "multi_worker":
-    return _multi_worker_strategy(), ("gpu" if gpus else "cpu")
-  if name == "cpu":
-    if devices:  # several logical CPUs: used by tests and to rehearse multi-replica runs on a laptop
-      return tf.distribute.MirroredStrategy(devices), "cpu"
-    return tf.distribute.OneDeviceStrategy("/cpu:0"), "cpu"
-  raise StrategyError(f"unknown runtime.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "auto":
+        if _tpu_reachable(tpu):
+            name = "tpu"
+        elif gpus:
+            name = "gpu"
+        else:
+            name = "cpu"
+    if name == "tpu":
+        return _tpu_strategy(tpu), "tpu"
+    if name == "gpu":
+        if not gpus:
+            raise StrategyError(
+                "runtime.strategy=gpu but TensorFlow sees no GPU; install the [gpu] extra "
+                "(tensorflow[and-cuda]) or use --config.runtime.strategy=cpu"
+            )
+        if len(gpus) == 1:
+            return tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu"
+        return tf.distribute.MirroredStrategy([d.name for d in gpus]), "gpu"
+    if name == "multi_worker":
+        return _multi_worker_strategy(), ("gpu" if gpus else "cpu")
+    if name == "cpu":
+        if devices:  # several logical CPUs: used by tests and to rehearse multi-replica runs on a laptop
+            return tf.distribute.MirroredStrategy(devices), "cpu"
+        return tf.distribute.OneDeviceStrategy("/cpu:0"), "cpu"
+    raise StrategyError(f"unknown runtime.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
 def _default_jit(platform: str, requested) -> bool:
-  # Measured (DESIGN.md): XLA under MirroredStrategy over logical CPUs fails and on CPU it made a
-  # WRN ~30% slower; on TPU it is the only path and on GPU it is usually faster.
-  if requested in ("auto", None):
-    return platform in ("tpu", "gpu")
-  if isinstance(requested, str):
-    return requested.lower() in ("1", "true", "yes")
-  return bool(requested)
+    # Measured (DESIGN.md): XLA under MirroredStrategy over logical CPUs fails and on CPU it made a
+    # WRN ~30% slower; on TPU it is the only path and on GPU it is usually faster.
+    if requested in ("auto", None):
+        return platform in ("tpu", "gpu")
+    if isinstance(requested, str):
+        return requested.lower() in ("1", "true", "yes")
+    return bool(requested)
 
 
 def _default_policy(platform: str, requested: str) -> str:
-  if requested in ("auto", None, ""):
-    return "mixed_bfloat16" if platform == "tpu" else "float32"
-  # mixed_float16 would need loss scaling in the custom loop; bfloat16 (TPU, A100/H100) does not.
-  if requested not in ("float32", "mixed_bfloat16"):
-    raise StrategyError(f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or "
-                        "mixed_bfloat16")
-  return requested
+    if requested in ("auto", None, ""):
+        return "mixed_bfloat16" if platform == "tpu" else "float32"
+    # mixed_float16 would need loss scaling in the custom loop; bfloat16 (TPU, A100/H100) does not.
+    if requested not in ("float32", "mixed_bfloat16"):
+        raise StrategyError(
+            f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or " "mixed_bfloat16"
+        )
+    return requested
 
 
 def setup_runtime(runtime_cfg) -> Runtime:
-  """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype policy."""
-  import keras  # after TF: keras picks the TF backend
+    """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype policy."""
+    import keras  # after TF: keras picks the TF backend
 
-  name = runtime_cfg.get("strategy", "auto")
-  devices = list(runtime_cfg.get("devices", None) or [])
-  strategy, platform = _select(name, runtime_cfg.get("tpu", ""), devices)
-  jit = _default_jit(platform, runtime_cfg.get("jit_compile", "auto"))
-  if jit and platform == "cpu" and strategy.num_replicas_in_sync > 1:
-    raise StrategyError("jit_compile=True fails under MirroredStrategy over CPU devices; "
-                        "use --config.runtime.jit_compile=auto")
-  policy = _default_policy(platform, runtime_cfg.get("mixed_precision", "auto"))
-  keras.mixed_precision.set_global_policy(policy)
-  runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
-  logging.info("Runtime: %s; devices: %s", runtime.describe(),
-               ", ".join(d for d in strategy.extended.worker_devices))
-  return runtime
+    name = runtime_cfg.get("strategy", "auto")
+    devices = list(runtime_cfg.get("devices", None) or [])
+    strategy, platform = _select(name, runtime_cfg.get("tpu", ""), devices)
+    jit = _default_jit(platform, runtime_cfg.get("jit_compile", "auto"))
+    if jit and platform == "cpu" and strategy.num_replicas_in_sync > 1:
+        raise StrategyError(
+            "jit_compile=True fails under MirroredStrategy over CPU devices; "
+            "use --config.runtime.jit_compile=auto"
+        )
+    policy = _default_policy(platform, runtime_cfg.get("mixed_precision", "auto"))
+    keras.mixed_precision.set_global_policy(policy)
+    runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
+    logging.info(
+        "Runtime: %s; devices: %s", runtime.describe(), ", ".join(d for d in strategy.extended.worker_devices)
+    )
+    return runtime

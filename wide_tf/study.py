@@ -20,27 +20,35 @@ from wide_tf import workdir as wd
 
 
 class StudyError(ValueError):
-  """The study cannot run as asked; the message says what to change."""
+    """The study cannot run as asked; the message says what to change."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Trial:
-  trial_id: str
-  member: families.Member
-  batch_size: int
-  lr_multiplier: float
-  seed: int
-  config: ml_collections.ConfigDict
+    trial_id: str
+    member: families.Member
+    batch_size: int
+    lr_multiplier: float
+    seed: int
+    config: ml_collections.ConfigDict
 
-  @property
-  def group(self) -> tuple[str, int]:
-    """Trials that share a member and batch size compete for the best learning rate."""
-    return (self.member.name, self.batch_size)
+    @property
+    def group(self) -> tuple[str, int]:
+        """Trials that share a member and batch size compete for the best learning rate."""
+        return (self.member.name, self.batch_size)
 
-  def meta(self) -> dict:
-    return {"trial_id": self.trial_id, "member": self.member.name, "arch": self.member.arch,
-            "depth": self.member.depth, "width": self.member.width, "params": self.member.params,
-            "batch_size": self.batch_size, "lr_multiplier": self.lr_multiplier, "seed": self.seed}
+    def meta(self) -> dict:
+        return {
+            "trial_id": self.trial_id,
+            "member": self.member.name,
+            "arch": self.member.arch,
+            "depth": self.member.depth,
+            "width": self.member.width,
+            "params": self.member.params,
+            "batch_size": self.batch_size,
+            "lr_multiplier": self.lr_multiplier,
+            "seed": self.seed,
+        }
 
 
 # Settings that change how a run is executed, not what it computes: they may differ between the
@@ -49,212 +57,248 @@ _OPERATIONAL = {"runtime": None, "train": ("steps_per_loop", "checkpoint_every_s
 
 
 def _study_part(config) -> dict:
-  """The part of a config that defines the study's results."""
-  d = json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else dict(config)
-  for section, keys in _OPERATIONAL.items():
-    if keys is None:
-      d.pop(section, None)
-    elif isinstance(d.get(section), dict):
-      d[section] = {k: v for k, v in d[section].items() if k not in keys}
-  return d
+    """The part of a config that defines the study's results."""
+    d = json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else dict(config)
+    for section, keys in _OPERATIONAL.items():
+        if keys is None:
+            d.pop(section, None)
+        elif isinstance(d.get(section), dict):
+            d[section] = {k: v for k, v in d[section].items() if k not in keys}
+    return d
 
 
 def resolve_members(config, num_classes: int, input_shape) -> list[families.Member]:
-  f = config.sweep.family
-  common = dict(num_classes=num_classes, input_shape=tuple(input_shape), norm=config.model.norm)
-  arch = config.model.arch
-  if f.kind == "budget":
-    return families.family(arch, f.budget, list(f.depths), tolerance=f.tolerance, **common)
-  if f.kind == "width":
-    return families.width_sweep(arch, f.depth, list(f.widths), **common)
-  if f.kind == "depth":
-    return families.depth_sweep(arch, f.width, list(f.depths), **common)
-  raise StudyError(f"sweep.family.kind={f.kind!r}: choose 'budget', 'width' or 'depth'")
+    f = config.sweep.family
+    common = dict(num_classes=num_classes, input_shape=tuple(input_shape), norm=config.model.norm)
+    arch = config.model.arch
+    if f.kind == "budget":
+        return families.family(arch, f.budget, list(f.depths), tolerance=f.tolerance, **common)
+    if f.kind == "width":
+        return families.width_sweep(arch, f.depth, list(f.widths), **common)
+    if f.kind == "depth":
+        return families.depth_sweep(arch, f.width, list(f.depths), **common)
+    raise StudyError(f"sweep.family.kind={f.kind!r}: choose 'budget', 'width' or 'depth'")
 
 
 def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: int, cfg) -> str:
-  """Readable and stable: the settings in the name, plus a hash of the whole trial config, so two
-  trials with the same name but another protocol never share a folder."""
-  digest = hashlib.sha1(json.dumps(_study_part(cfg), sort_keys=True).encode()).hexdigest()[:8]
-  return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
+    """Readable and stable: the settings in the name, plus a hash of the whole trial config, so two
+    trials with the same name but another protocol never share a folder."""
+    digest = hashlib.sha1(json.dumps(_study_part(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 
 def make_trial(config, member: families.Member, batch: int, lr_multiplier: float, seed: int) -> Trial:
-  cfg = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy
-  cfg.model.arch, cfg.model.depth, cfg.model.width = member.arch, member.depth, member.width
-  cfg.train.global_batch = int(batch)
-  cfg.optim.lr_multiplier = float(lr_multiplier)
-  cfg.train.seed = int(seed)
-  del cfg.sweep
-  return Trial(trial_id(member, batch, lr_multiplier, seed, cfg), member, int(batch),
-               float(lr_multiplier), int(seed), cfg)
+    cfg = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy
+    cfg.model.arch, cfg.model.depth, cfg.model.width = member.arch, member.depth, member.width
+    cfg.train.global_batch = int(batch)
+    cfg.optim.lr_multiplier = float(lr_multiplier)
+    cfg.train.seed = int(seed)
+    del cfg.sweep
+    return Trial(
+        trial_id(member, batch, lr_multiplier, seed, cfg),
+        member,
+        int(batch),
+        float(lr_multiplier),
+        int(seed),
+        cfg,
+    )
 
 
 def expand(config, num_classes: int, input_shape) -> list[Trial]:
-  """Every (member, batch size, learning-rate multiplier, seed) of the sweep's initial grid."""
-  s = config.sweep
-  if not s.batch_sizes:
-    raise StudyError("sweep.batch_sizes is empty; list the batch sizes to study")
-  members = resolve_members(config, num_classes, input_shape)
-  return [make_trial(config, m, b, lr, seed)
-          for m in members for b in s.batch_sizes for lr in s.lr_multipliers for seed in s.seeds]
+    """Every (member, batch size, learning-rate multiplier, seed) of the sweep's initial grid."""
+    s = config.sweep
+    if not s.batch_sizes:
+        raise StudyError("sweep.batch_sizes is empty; list the batch sizes to study")
+    members = resolve_members(config, num_classes, input_shape)
+    return [
+        make_trial(config, m, b, lr, seed)
+        for m in members
+        for b in s.batch_sizes
+        for lr in s.lr_multipliers
+        for seed in s.seeds
+    ]
 
 
 def parse_shard(text: str | None) -> tuple[int, int]:
-  if not text:
-    return 0, 1
-  try:
-    i, n = (int(v) for v in text.split("/"))
-  except ValueError:
-    raise StudyError(f"--shard={text!r} is not of the form i/n (e.g. 0/2)") from None
-  if not 0 <= i < n:
-    raise StudyError(f"--shard={text!r}: need 0 <= i < n")
-  return i, n
+    if not text:
+        return 0, 1
+    try:
+        i, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise StudyError(f"--shard={text!r} is not of the form i/n (e.g. 0/2)") from None
+    if not 0 <= i < n:
+        raise StudyError(f"--shard={text!r}: need 0 <= i < n")
+    return i, n
 
 
 def _stable_index(key: tuple) -> int:
-  return int(hashlib.sha1(repr(key).encode()).hexdigest()[:8], 16)
+    return int(hashlib.sha1(repr(key).encode()).hexdigest()[:8], 16)
 
 
 def check_workdir(config, workdir: str) -> None:
-  """Writes config.json, or refuses a workdir that holds a different study."""
-  path = wd.join(workdir, wd.CONFIG)
-  mine = _study_part(config)
-  if tf.io.gfile.exists(path):
-    theirs = _study_part(wd.read_json(path))
-    if theirs != mine:
-      diff = sorted(_diff_keys(theirs, mine))
-      raise StudyError(
-          f"{workdir} holds a different study (config differs in: {', '.join(diff[:6])}"
-          f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that made it")
-    return
-  tf.io.gfile.makedirs(workdir)
-  wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    """Writes config.json, or refuses a workdir that holds a different study."""
+    path = wd.join(workdir, wd.CONFIG)
+    mine = _study_part(config)
+    if tf.io.gfile.exists(path):
+        theirs = _study_part(wd.read_json(path))
+        if theirs != mine:
+            diff = sorted(_diff_keys(theirs, mine))
+            raise StudyError(
+                f"{workdir} holds a different study (config differs in: {', '.join(diff[:6])}"
+                f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that made it"
+            )
+        return
+    tf.io.gfile.makedirs(workdir)
+    wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
 
 
 def _diff_keys(a, b, prefix=""):
-  if isinstance(a, dict) and isinstance(b, dict):
-    for k in set(a) | set(b):
-      yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-  elif a != b:
-    yield prefix.rstrip(".")
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in set(a) | set(b):
+            yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+    elif a != b:
+        yield prefix.rstrip(".")
 
 
 def _best_multiplier(results: list[dict]) -> float | None:
-  """The multiplier that reached the target in the fewest mean steps (every seed reached)."""
-  by_lr: dict[float, list] = {}
-  for r in results:
-    by_lr.setdefault(r["lr_multiplier"], []).append(r)
-  best, best_steps = None, math.inf
-  for lr, rs in by_lr.items():
-    if all(r["status"] == "reached" for r in rs):
-      steps = sum(r["steps_to_target"] for r in rs) / len(rs)
-      if steps < best_steps:
-        best, best_steps = lr, steps
-  return best
+    """The multiplier that reached the target in the fewest mean steps (every seed reached)."""
+    by_lr: dict[float, list] = {}
+    for r in results:
+        by_lr.setdefault(r["lr_multiplier"], []).append(r)
+    best, best_steps = None, math.inf
+    for lr, rs in by_lr.items():
+        if all(r["status"] == "reached" for r in rs):
+            steps = sum(r["steps_to_target"] for r in rs) / len(rs)
+            if steps < best_steps:
+                best, best_steps = lr, steps
+    return best
 
 
 def grid_extension(config, trials: list[Trial], results: dict[str, dict]) -> list[Trial]:
-  """One more multiplier past the edge of the grid, for each group whose best sits on the edge.
+    """One more multiplier past the edge of the grid, for each group whose best sits on the edge.
 
-  The grid's spacing is kept (its geometric ratio); a group that reached nothing at all is
-  extended downwards, since a too-large learning rate is the usual cause."""
-  s = config.sweep
-  if not s.extend_lr_grid:
-    return []
-  groups: dict[tuple, list[Trial]] = {}
-  for t in trials:
-    groups.setdefault(t.group, []).append(t)
-  new = []
-  for group, ts in groups.items():
-    done = [results[t.trial_id] for t in ts if t.trial_id in results]
-    if len(done) < len(ts):
-      continue
-    lrs = sorted({t.lr_multiplier for t in ts})
-    ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 2.0
-    base_lrs = sorted(set(s.lr_multipliers))
-    extensions = sum(1 for lr in lrs if lr not in base_lrs)
-    if extensions >= s.max_lr_extensions:
-      continue
-    best = _best_multiplier(done)
-    if best is None:
-      nxt = lrs[0] / ratio
-    elif best == lrs[-1] and len(lrs) > 1:
-      nxt = lrs[-1] * ratio
-    elif best == lrs[0] and len(lrs) > 1:
-      nxt = lrs[0] / ratio
-    else:
-      continue
-    nxt = float(f"{nxt:.6g}")
-    for seed in s.seeds:
-      new.append(make_trial(config, ts[0].member, ts[0].batch_size, nxt, seed))
-  return new
+    The grid's spacing is kept (its geometric ratio); a group that reached nothing at all is
+    extended downwards, since a too-large learning rate is the usual cause."""
+    s = config.sweep
+    if not s.extend_lr_grid:
+        return []
+    groups: dict[tuple, list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(t.group, []).append(t)
+    new = []
+    for group, ts in groups.items():
+        done = [results[t.trial_id] for t in ts if t.trial_id in results]
+        if len(done) < len(ts):
+            continue
+        lrs = sorted({t.lr_multiplier for t in ts})
+        ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 2.0
+        base_lrs = sorted(set(s.lr_multipliers))
+        extensions = sum(1 for lr in lrs if lr not in base_lrs)
+        if extensions >= s.max_lr_extensions:
+            continue
+        best = _best_multiplier(done)
+        if best is None:
+            nxt = lrs[0] / ratio
+        elif best == lrs[-1] and len(lrs) > 1:
+            nxt = lrs[-1] * ratio
+        elif best == lrs[0] and len(lrs) > 1:
+            nxt = lrs[0] / ratio
+        else:
+            continue
+        nxt = float(f"{nxt:.6g}")
+        for seed in s.seeds:
+            new.append(make_trial(config, ts[0].member, ts[0].batch_size, nxt, seed))
+    return new
 
 
 def _fmt_time(seconds: float) -> str:
-  seconds = int(seconds)
-  return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else \
-      f"{seconds // 60}m{seconds % 60:02d}s"
+    seconds = int(seconds)
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
-def run_study(config, workdir: str, shard: str | None = None, only_trial: str | None = None,
-              write_report: bool = True) -> list[dict]:
-  """Runs every trial of the study not yet in results.jsonl (this shard's share of them)."""
-  from wide_tf import data as data_lib
-  from wide_tf.strategy import setup_runtime
-  from wide_tf.train import train_and_evaluate
+def run_study(
+    config, workdir: str, shard: str | None = None, only_trial: str | None = None, write_report: bool = True
+) -> list[dict]:
+    """Runs every trial of the study not yet in results.jsonl (this shard's share of them)."""
+    from wide_tf import data as data_lib
+    from wide_tf.strategy import setup_runtime
+    from wide_tf.train import train_and_evaluate
 
-  info = data_lib.dataset_info(config.data)
-  trials = expand(config, info.num_classes, info.input_shape)
-  shard_i, shard_n = parse_shard(shard)
-  if only_trial is not None:
-    picked = [t for i, t in enumerate(trials) if only_trial in (t.trial_id, str(i))]
-    if not picked:
-      raise StudyError(f"--trial={only_trial!r} matches no trial; --list_trials shows them")
-    trials = picked
-  check_workdir(config, workdir)
-  members = sorted({t.member for t in trials}, key=lambda m: m.depth)
-  logging.info("Study: %d trials (%d members x %d batch sizes x %d learning rates x %d seeds)%s",
-               len(trials), len(members), len(config.sweep.batch_sizes),
-               len(config.sweep.lr_multipliers), len(config.sweep.seeds),
-               f", shard {shard_i}/{shard_n}" if shard_n > 1 else "")
-  for line in families.format_table(members).splitlines():
-    logging.info("  %s", line)
+    info = data_lib.dataset_info(config.data)
+    trials = expand(config, info.num_classes, info.input_shape)
+    shard_i, shard_n = parse_shard(shard)
+    if only_trial is not None:
+        picked = [t for i, t in enumerate(trials) if only_trial in (t.trial_id, str(i))]
+        if not picked:
+            raise StudyError(f"--trial={only_trial!r} matches no trial; --list_trials shows them")
+        trials = picked
+    check_workdir(config, workdir)
+    members = sorted({t.member for t in trials}, key=lambda m: m.depth)
+    logging.info(
+        "Study: %d trials (%d members x %d batch sizes x %d learning rates x %d seeds)%s",
+        len(trials),
+        len(members),
+        len(config.sweep.batch_sizes),
+        len(config.sweep.lr_multipliers),
+        len(config.sweep.seeds),
+        f", shard {shard_i}/{shard_n}" if shard_n > 1 else "",
+    )
+    for line in families.format_table(members).splitlines():
+        logging.info("  %s", line)
 
-  runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve every trial
-  mine = lambda t: _stable_index(t.group) % shard_n == shard_i  # noqa: E731  (a group stays on one shard)
-  start, ran = time.time(), 0
-  queue = [t for t in trials if mine(t)]
-  all_trials = list(trials)
-  while queue:
-    results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
-    todo = [t for t in queue if t.trial_id not in results]
-    for k, t in enumerate(todo):
-      remaining = len(todo) - k
-      eta = f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
-      logging.info("=== trial %d/%d of this run: %s (batch %d, lr x%g, seed %d)%s ===",
-                   k + 1, len(todo), t.member.name, t.batch_size, t.lr_multiplier, t.seed, eta)
-      result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
-      wd.append_result(workdir, result)
-      keras.backend.clear_session()  # free the last trial's graphs before the next one
-      ran += 1
-    results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
-    queue = [t for t in grid_extension(config, [t for t in all_trials if mine(t)], results)
-             if only_trial is None]
-    if queue:
-      logging.info("Extending the learning-rate grid past its edge for %d group(s).",
-                   len({t.group for t in queue}))
-      all_trials += queue
-  logging.info("Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start))
-  records = wd.read_jsonl(wd.join(workdir, wd.RESULTS))
-  if write_report:
-    from wide_tf import report
-    path = report.write_report(workdir)
-    logging.info("Report: %s", path)
-  return records
+    runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve every trial
+    mine = lambda t: _stable_index(t.group) % shard_n == shard_i  # noqa: E731  (a group stays on one shard)
+    start, ran = time.time(), 0
+    queue = [t for t in trials if mine(t)]
+    all_trials = list(trials)
+    while queue:
+        results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
+        todo = [t for t in queue if t.trial_id not in results]
+        for k, t in enumerate(todo):
+            remaining = len(todo) - k
+            eta = f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
+            logging.info(
+                "=== trial %d/%d of this run: %s (batch %d, lr x%g, seed %d)%s ===",
+                k + 1,
+                len(todo),
+                t.member.name,
+                t.batch_size,
+                t.lr_multiplier,
+                t.seed,
+                eta,
+            )
+            result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
+            wd.append_result(workdir, result)
+            keras.backend.clear_session()  # free the last trial's graphs before the next one
+            ran += 1
+        results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
+        queue = [
+            t
+            for t in grid_extension(config, [t for t in all_trials if mine(t)], results)
+            if only_trial is None
+        ]
+        if queue:
+            logging.info(
+                "Extending the learning-rate grid past its edge for %d group(s).",
+                len({t.group for t in queue}),
+            )
+            all_trials += queue
+    logging.info("Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start))
+    records = wd.read_jsonl(wd.join(workdir, wd.RESULTS))
+    if write_report:
+        from wide_tf import report
+
+        path = report.write_report(workdir)
+        logging.info("Report: %s", path)
+    return records
 
 
 def list_trials(config) -> list[Trial]:
-  from wide_tf import data as data_lib
-  info = data_lib.dataset_info(config.data)
-  return expand(config, info.num_classes, info.input_shape)
+    from wide_tf import data as data_lib
+
+    info = data_lib.dataset_info(config.data)
+    return expand(config, info.num_classes, info.input_shape)

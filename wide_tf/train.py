@@ -24,283 +24,402 @@ TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
 
 
 class ConfigError(ValueError):
-  """A run's config asks for something that cannot be done; the message says what to change."""
+    """A run's config asks for something that cannot be done; the message says what to change."""
 
 
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
-  got = evaluation[metric]
-  return got <= value if metric.endswith("loss") else got >= value
+    got = evaluation[metric]
+    return got <= value if metric.endswith("loss") else got >= value
 
 
 def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
-  """Steps at which the run evaluates: the first step at or past every multiple of
-  `every_examples` examples, so every batch size is checked at the same points of training."""
-  steps = {total_steps}
-  k = 1
-  while True:
-    s = math.ceil(k * every_examples / batch)
-    if s >= total_steps:
-      return steps
-    steps.add(s)
-    k += 1
+    """Steps at which the run evaluates: the first step at or past every multiple of
+    `every_examples` examples, so every batch size is checked at the same points of training."""
+    steps = {total_steps}
+    k = 1
+    while True:
+        s = math.ceil(k * every_examples / batch)
+        if s >= total_steps:
+            return steps
+        steps.add(s)
+        k += 1
 
 
 def _check(config, info) -> None:
-  t = config.train
-  if t.target_metric not in TARGET_METRICS:
-    raise ConfigError(f"train.target_metric={t.target_metric!r} is not one of {TARGET_METRICS}")
-  if t.global_batch > info.num_train:
-    raise ConfigError(f"train.global_batch={t.global_batch} is larger than the training set "
-                      f"({info.num_train} examples); use at most {info.num_train}")
-  if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
-    raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
+    t = config.train
+    if t.target_metric not in TARGET_METRICS:
+        raise ConfigError(f"train.target_metric={t.target_metric!r} is not one of {TARGET_METRICS}")
+    if t.global_batch > info.num_train:
+        raise ConfigError(
+            f"train.global_batch={t.global_batch} is larger than the training set "
+            f"({info.num_train} examples); use at most {info.num_train}"
+        )
+    if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
+        raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
 
 
 def describe_protocol(config) -> dict:
-  """The settings a reader needs to compare runs; copied into every result.json."""
-  t, o, m, d = config.train, config.optim, config.model, config.data
-  return {
-      "target": f"{t.target_metric} {'<=' if t.target_metric.endswith('loss') else '>='} {t.target_value}",
-      "eval_every_examples": t.eval_every_examples, "max_epochs": t.max_epochs,
-      "max_steps": t.get("max_steps", 0), "optimizer": o.name, "schedule": o.schedule,
-      "warmup": (f"{o.get('warmup_epochs', 0)} epochs" if o.get("warmup_fixed", "epochs") == "epochs"
-                 else f"{o.get('warmup_steps', 0)} steps") + f" (fixed in {o.get('warmup_fixed', 'epochs')})",
-      "scaling": o.scaling, "reference_batch": o.reference_batch, "momentum": o.get("momentum", 0.0),
-      "weight_decay": o.get("weight_decay", 0.0), "norm": m.norm,
-      "ghost_batch_size": m.get("ghost_batch_size", 0) if m.norm == "ghost" else None,
-      "data": d.name, "augment": d.get("augment", False), "shuffle_buffer": d.shuffle_buffer,
-      "max_device_batch": t.get("max_device_batch", 0),
-  }
+    """The settings a reader needs to compare runs; copied into every result.json."""
+    t, o, m, d = config.train, config.optim, config.model, config.data
+    return {
+        "target": f"{t.target_metric} {'<=' if t.target_metric.endswith('loss') else '>='} {t.target_value}",
+        "eval_every_examples": t.eval_every_examples,
+        "max_epochs": t.max_epochs,
+        "max_steps": t.get("max_steps", 0),
+        "optimizer": o.name,
+        "schedule": o.schedule,
+        "warmup": (
+            f"{o.get('warmup_epochs', 0)} epochs"
+            if o.get("warmup_fixed", "epochs") == "epochs"
+            else f"{o.get('warmup_steps', 0)} steps"
+        )
+        + f" (fixed in {o.get('warmup_fixed', 'epochs')})",
+        "scaling": o.scaling,
+        "reference_batch": o.reference_batch,
+        "momentum": o.get("momentum", 0.0),
+        "weight_decay": o.get("weight_decay", 0.0),
+        "norm": m.norm,
+        "ghost_batch_size": m.get("ghost_batch_size", 0) if m.norm == "ghost" else None,
+        "data": d.name,
+        "augment": d.get("augment", False),
+        "shuffle_buffer": d.shuffle_buffer,
+        "max_device_batch": t.get("max_device_batch", 0),
+    }
 
 
 class _GradientProbe:
-  """Exact gradient diversity on a fixed probe set, measured every `every` examples."""
+    """Exact gradient diversity on a fixed probe set, measured every `every` examples."""
 
-  def __init__(self, config, every: int):
-    from wide_tf import measure  # the measurement code is only imported when it is used
-    self.measure = measure
-    self.every = every
-    self.size = config.train.get("probe_size", 512)
-    self.chunk = config.train.get("probe_chunk", 256)
-    self.x, self.y = data_lib.load_arrays(config.data, "train", limit=self.size)
+    def __init__(self, config, every: int):
+        from wide_tf import measure  # the measurement code is only imported when it is used
 
-  def due(self, examples_before: int, examples_now: int) -> bool:
-    return self.every > 0 and examples_now // self.every > examples_before // self.every
+        self.measure = measure
+        self.every = every
+        self.size = config.train.get("probe_size", 512)
+        self.chunk = config.train.get("probe_chunk", 256)
+        self.x, self.y = data_lib.load_arrays(config.data, "train", limit=self.size)
 
-  def __call__(self, model) -> dict:
-    stats = self.measure.gradient_stats(model, self.x, self.y, chunk_size=self.chunk)
-    return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+    def due(self, examples_before: int, examples_now: int) -> bool:
+        return self.every > 0 and examples_now // self.every > examples_before // self.every
+
+    def __call__(self, model) -> dict:
+        stats = self.measure.gradient_stats(model, self.x, self.y, chunk_size=self.chunk)
+        return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
 
-def train_and_evaluate(config, workdir: str, runtime: Runtime | None = None,
-                       trial: dict | None = None) -> dict:
-  """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
-  (and writes) result.json. A finished run is not repeated."""
-  result_path = wd.join(workdir, wd.RESULT)
-  if tf.io.gfile.exists(result_path):
-    logging.info("Run in %s already finished; reading its result.", workdir)
-    return wd.read_json(result_path)
-  tf.io.gfile.makedirs(workdir)
-  runtime = runtime or setup_runtime(config.runtime)
-  strategy = runtime.strategy
-  info = data_lib.dataset_info(config.data)
-  _check(config, info)
-  t = config.train
-  plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
-  n_train, batch = info.num_train, plan.global_batch
-  steps_per_epoch = n_train / batch
-  total_steps = t.max_steps if t.get("max_steps", 0) > 0 else math.ceil(t.max_epochs * n_train / batch)
-  eval_every = t.get("eval_every_examples", 0) or n_train
-  eval_steps = _eval_steps(batch, eval_every, total_steps)
-  name = (trial or {}).get("trial_id", "run")
+def train_and_evaluate(
+    config, workdir: str, runtime: Runtime | None = None, trial: dict | None = None
+) -> dict:
+    """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
+    (and writes) result.json. A finished run is not repeated."""
+    result_path = wd.join(workdir, wd.RESULT)
+    if tf.io.gfile.exists(result_path):
+        logging.info("Run in %s already finished; reading its result.", workdir)
+        return wd.read_json(result_path)
+    tf.io.gfile.makedirs(workdir)
+    runtime = runtime or setup_runtime(config.runtime)
+    strategy = runtime.strategy
+    info = data_lib.dataset_info(config.data)
+    _check(config, info)
+    t = config.train
+    plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
+    n_train, batch = info.num_train, plan.global_batch
+    steps_per_epoch = n_train / batch
+    total_steps = t.max_steps if t.get("max_steps", 0) > 0 else math.ceil(t.max_epochs * n_train / batch)
+    eval_every = t.get("eval_every_examples", 0) or n_train
+    eval_steps = _eval_steps(batch, eval_every, total_steps)
+    name = (trial or {}).get("trial_id", "run")
 
-  keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
-  with strategy.scope():
-    m = config.model
-    model = build_model(m.arch, m.depth, m.width, info.num_classes, info.input_shape,
-                        norm=m.norm, ghost_batch_size=m.get("ghost_batch_size", 32))
-    optimizer = optim_lib.build_optimizer(config.optim, batch, steps_per_epoch, total_steps,
-                                          variables=model.trainable_variables)
-    optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
-    trust_fn = None
-    if isinstance(optimizer, optim_lib.LARS):
-      trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
-    stepper = Stepper(model, optimizer, strategy, plan, jit_compile=runtime.jit_compile,
-                      diverge_loss=t.get("diverge_loss", 1e3), trust_ratio_fn=trust_fn)
-  params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-  peak_lr = float(optim_lib.peak_learning_rate(config.optim, batch))
+    keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+    with strategy.scope():
+        m = config.model
+        model = build_model(
+            m.arch,
+            m.depth,
+            m.width,
+            info.num_classes,
+            info.input_shape,
+            norm=m.norm,
+            ghost_batch_size=m.get("ghost_batch_size", 32),
+        )
+        optimizer = optim_lib.build_optimizer(
+            config.optim, batch, steps_per_epoch, total_steps, variables=model.trainable_variables
+        )
+        optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
+        trust_fn = None
+        if isinstance(optimizer, optim_lib.LARS):
+            trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
+        stepper = Stepper(
+            model,
+            optimizer,
+            strategy,
+            plan,
+            jit_compile=runtime.jit_compile,
+            diverge_loss=t.get("diverge_loss", 1e3),
+            trust_ratio_fn=trust_fn,
+        )
+    params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
+    peak_lr = float(optim_lib.peak_learning_rate(config.optim, batch))
 
-  # Host-side state travels in the checkpoint as a JSON string beside the model and optimizer.
-  with tf.device("/cpu:0"):
-    host_var = tf.Variable("", trainable=False, dtype=tf.string)
-  ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var)
-  manager = tf.train.CheckpointManager(ckpt, wd.join(workdir, wd.CHECKPOINTS), max_to_keep=2)
-  state = {"history": [], "steps_to_target": None, "best_test_accuracy": None, "train_time_s": 0.0,
-           "wall_time_s": 0.0, "gradient": [], "noise": None, "status": None, "train_log": []}
-  if manager.latest_checkpoint:
-    ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
-    state = json.loads(host_var.numpy().decode())
-    logging.info("[%s] resumed from %s at step %d", name, manager.latest_checkpoint,
-                 int(optimizer.iterations.numpy()))
-  step = int(optimizer.iterations.numpy())
-
-  from wide_tf.measure import TwoBatchNoiseScale
-  noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
-  if state["noise"]:
-    noise = TwoBatchNoiseScale.from_dict(state["noise"])
-  probe = _GradientProbe(config, t.get("gradient_every_examples", 0)) \
-      if t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False) else None
-
-  train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
-  eval_batch = t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
-  eval_sets = {
-      "train": data_lib.make_eval_dataset(config.data, "train", eval_batch, strategy,
-                                          limit=t.get("eval_train_limit", 0) or None),
-      "test": data_lib.make_eval_dataset(config.data, "test", eval_batch, strategy),
-  }
-  writers = {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")}
-
-  def evaluate(at_step: int, train_scalars: dict | None) -> dict:
-    tr = stepper.evaluate(eval_sets["train"])
-    te = stepper.evaluate(eval_sets["test"])
-    ev = {"step": at_step, "epoch": at_step * batch / n_train, "examples": at_step * batch,
-          "train_accuracy": tr["accuracy"], "train_loss": tr["loss"],
-          "test_accuracy": te["accuracy"], "test_loss": te["loss"]}
-    if train_scalars:
-      ev.update(train_scalars)
-    with writers["eval"].as_default(step=at_step):
-      for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
-        tf.summary.scalar(k, ev[k])
-    best = state["best_test_accuracy"]
-    state["best_test_accuracy"] = te["accuracy"] if best is None else max(best, te["accuracy"])
-    state["history"].append(ev)
-    return ev
-
-  def measure_gradient(at_step: int) -> None:
-    g = probe(model)
-    g.update(step=at_step, examples=at_step * batch)
-    state["gradient"].append(g)
-    with writers["eval"].as_default(step=at_step):
-      tf.summary.scalar("gradient/diversity", g["diversity"])
-      tf.summary.scalar("gradient/batch_bound", g["batch_bound"])
-      tf.summary.scalar("gradient/noise_scale_exact", g["noise_scale"])
-    logging.info("[%s] step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
-                 name, at_step, g["diversity"], g["batch_bound"], len(probe.y))
-
-  def save_state():
-    host_var.assign(json.dumps(state))
-    manager.save(checkpoint_number=step)
-    wd.write_text_atomic(wd.join(workdir, wd.METRICS),
-                         "".join(wd.dumps_line(r) + "\n" for r in state["history"]))
-
-  logging.info("[%s] %s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
-               "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
-               name, model.name, params, batch, plan.num_replicas, plan.num_micro_batches,
-               plan.micro_batch, peak_lr, total_steps, total_steps / steps_per_epoch, eval_every)
-  start = time.time()
-  if step == 0 and not state["history"]:
-    ev = evaluate(0, None)
-    if probe is not None:
-      measure_gradient(0)
-    if _target_met(t.target_metric, t.target_value, ev):
-      state["steps_to_target"], state["status"] = 0, "reached"
-  ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, total_steps // 10)
-  last_ckpt = step
-  stop_at_target = t.get("stop_at_target", True)
-  while step < total_steps and state["status"] not in ("diverged",) and not (
-      stop_at_target and state["status"] == "reached"):
-    next_eval = min(s for s in eval_steps if s > step)
-    n = min(t.get("steps_per_loop", 100), next_eval - step)
-    t0 = time.time()
-    scalars = stepper.train(train_iter, n)
-    dt = time.time() - t0
-    examples_before = step * batch
-    step = int(optimizer.iterations.numpy())
-    done = max(scalars["steps"], 1.0)
-    lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-    train_scalars = {
-        "batch_loss": scalars["loss_sum"] / max(scalars["examples"], 1.0),
-        "batch_accuracy": scalars["correct"] / max(scalars["examples"], 1.0),
-        "grad_norm": math.sqrt(scalars["grad_norm_sq"]), "param_norm": math.sqrt(scalars["param_norm_sq"]),
-        "update_norm": math.sqrt(scalars["update_norm_sq"]), "learning_rate": lr,
-        "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
+    # Host-side state travels in the checkpoint as a JSON string beside the model and optimizer.
+    with tf.device("/cpu:0"):
+        host_var = tf.Variable("", trainable=False, dtype=tf.string)
+    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var)
+    manager = tf.train.CheckpointManager(ckpt, wd.join(workdir, wd.CHECKPOINTS), max_to_keep=2)
+    state = {
+        "history": [],
+        "steps_to_target": None,
+        "best_test_accuracy": None,
+        "train_time_s": 0.0,
+        "wall_time_s": 0.0,
+        "gradient": [],
+        "noise": None,
+        "status": None,
+        "train_log": [],
     }
-    if trust_fn is not None:
-      train_scalars.update(trust_ratio_min=scalars["trust_min"], trust_ratio_mean=scalars["trust_mean"],
-                           trust_ratio_max=scalars["trust_max"])
-    if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
-      # Averages over the loop's steps: G2 and S are linear in the two squared norms.
-      noise.update(scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done,
-                   plan.micro_batch, batch)
-      state["noise"] = noise.to_dict()
-      if noise.value is not None:
-        train_scalars["noise_scale_two_batch"] = float(noise.value)
-    state["train_time_s"] += dt
-    with writers["train"].as_default(step=step):
-      for k, v in train_scalars.items():
-        if v is not None and math.isfinite(v):
-          tf.summary.scalar(k, v)
-    if stepper.diverged.numpy():
-      state["status"] = "diverged"
-      logging.warning("[%s] diverged at step %d (loss %.4g): recorded as a result, not an error",
-                      name, step, train_scalars["batch_loss"])
-      break
-    if probe is not None and probe.due(examples_before, step * batch):
-      measure_gradient(step)
-    if step in eval_steps:
-      ev = evaluate(step, train_scalars)
-      logging.info(
-          "[%s] step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
-          "lr %.4g  %.0f ex/s", name, step, total_steps, step / steps_per_epoch,
-          train_scalars["batch_loss"], train_scalars["batch_accuracy"], ev["train_accuracy"],
-          ev["test_accuracy"], lr, train_scalars["examples_per_s"])
-      if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
-        state["steps_to_target"], state["status"] = step, "reached"
-        logging.info("[%s] target %s reached at step %d (%.3g epochs)", name,
-                     describe_protocol(config)["target"], step, step / steps_per_epoch)
-    if step - last_ckpt >= ckpt_every:
-      state["wall_time_s"] += time.time() - start
-      start = time.time()
-      save_state()
-      last_ckpt = step
-  state["wall_time_s"] += time.time() - start
-  if state["status"] is None:
-    state["status"] = "reached" if state["steps_to_target"] is not None else "not_reached"
-  if state["status"] != "diverged" and (not state["history"] or state["history"][-1]["step"] != step):
-    evaluate(step, None)
-  save_state()
-  for w in writers.values():
-    w.flush()
+    if manager.latest_checkpoint:
+        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+        state = json.loads(host_var.numpy().decode())
+        logging.info(
+            "[%s] resumed from %s at step %d",
+            name,
+            manager.latest_checkpoint,
+            int(optimizer.iterations.numpy()),
+        )
+    step = int(optimizer.iterations.numpy())
 
-  s_target = state["steps_to_target"] if state["status"] == "reached" else None
-  last = state["history"][-1]
-  result = dict(trial or {})
-  result.update({
-      "trial_id": name, "arch": config.model.arch, "depth": config.model.depth,
-      "width": config.model.width, "params": params, "batch_size": batch,
-      "lr_multiplier": config.optim.get("lr_multiplier", 1.0), "learning_rate": peak_lr,
-      "optimizer": config.optim.name, "seed": t.seed, "num_train": n_train,
-      "status": state["status"],
-      "target": {"metric": t.target_metric, "value": t.target_value},
-      "steps_to_target": s_target,
-      "epochs_to_target": None if s_target is None else s_target * batch / n_train,
-      "examples_to_target": None if s_target is None else s_target * batch,
-      "steps": step, "epochs": step * batch / n_train,
-      "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
-      "best_test_accuracy": state["best_test_accuracy"],
-      "wall_time_s": state["wall_time_s"],
-      "examples_per_s": step * batch / state["train_time_s"] if state["train_time_s"] else None,
-      "gradient": {"history": state["gradient"],
-                   "noise_scale_ema": None if noise.value is None else float(noise.value)},
-      "runtime": runtime.describe(),
-      "protocol": describe_protocol(config),
-  })
-  result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
-  if state["status"] == "diverged":
-    result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
-  wd.write_json(result_path, result)
-  logging.info("[%s] %s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
-               name, state["status"], result["steps_to_target"],
-               None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
-               result["final"]["train_accuracy"], result["final"]["test_accuracy"])
-  return result
+    from wide_tf.measure import TwoBatchNoiseScale
+
+    noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
+    if state["noise"]:
+        noise = TwoBatchNoiseScale.from_dict(state["noise"])
+    probe = (
+        _GradientProbe(config, t.get("gradient_every_examples", 0))
+        if t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
+        else None
+    )
+
+    train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
+    eval_batch = (
+        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
+    )
+    eval_sets = {
+        "train": data_lib.make_eval_dataset(
+            config.data, "train", eval_batch, strategy, limit=t.get("eval_train_limit", 0) or None
+        ),
+        "test": data_lib.make_eval_dataset(config.data, "test", eval_batch, strategy),
+    }
+    writers = {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")}
+
+    def evaluate(at_step: int, train_scalars: dict | None) -> dict:
+        tr = stepper.evaluate(eval_sets["train"])
+        te = stepper.evaluate(eval_sets["test"])
+        ev = {
+            "step": at_step,
+            "epoch": at_step * batch / n_train,
+            "examples": at_step * batch,
+            "train_accuracy": tr["accuracy"],
+            "train_loss": tr["loss"],
+            "test_accuracy": te["accuracy"],
+            "test_loss": te["loss"],
+        }
+        if train_scalars:
+            ev.update(train_scalars)
+        with writers["eval"].as_default(step=at_step):
+            for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
+                tf.summary.scalar(k, ev[k])
+        best = state["best_test_accuracy"]
+        state["best_test_accuracy"] = te["accuracy"] if best is None else max(best, te["accuracy"])
+        state["history"].append(ev)
+        return ev
+
+    def measure_gradient(at_step: int) -> None:
+        g = probe(model)
+        g.update(step=at_step, examples=at_step * batch)
+        state["gradient"].append(g)
+        with writers["eval"].as_default(step=at_step):
+            tf.summary.scalar("gradient/diversity", g["diversity"])
+            tf.summary.scalar("gradient/batch_bound", g["batch_bound"])
+            tf.summary.scalar("gradient/noise_scale_exact", g["noise_scale"])
+        logging.info(
+            "[%s] step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
+            name,
+            at_step,
+            g["diversity"],
+            g["batch_bound"],
+            len(probe.y),
+        )
+
+    def save_state():
+        host_var.assign(json.dumps(state))
+        manager.save(checkpoint_number=step)
+        wd.write_text_atomic(
+            wd.join(workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in state["history"])
+        )
+
+    logging.info(
+        "[%s] %s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
+        "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
+        name,
+        model.name,
+        params,
+        batch,
+        plan.num_replicas,
+        plan.num_micro_batches,
+        plan.micro_batch,
+        peak_lr,
+        total_steps,
+        total_steps / steps_per_epoch,
+        eval_every,
+    )
+    start = time.time()
+    if step == 0 and not state["history"]:
+        ev = evaluate(0, None)
+        if probe is not None:
+            measure_gradient(0)
+        if _target_met(t.target_metric, t.target_value, ev):
+            state["steps_to_target"], state["status"] = 0, "reached"
+    ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, total_steps // 10)
+    last_ckpt = step
+    stop_at_target = t.get("stop_at_target", True)
+    while (
+        step < total_steps
+        and state["status"] not in ("diverged",)
+        and not (stop_at_target and state["status"] == "reached")
+    ):
+        next_eval = min(s for s in eval_steps if s > step)
+        n = min(t.get("steps_per_loop", 100), next_eval - step)
+        t0 = time.time()
+        scalars = stepper.train(train_iter, n)
+        dt = time.time() - t0
+        examples_before = step * batch
+        step = int(optimizer.iterations.numpy())
+        done = max(scalars["steps"], 1.0)
+        lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        train_scalars = {
+            "batch_loss": scalars["loss_sum"] / max(scalars["examples"], 1.0),
+            "batch_accuracy": scalars["correct"] / max(scalars["examples"], 1.0),
+            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
+            "param_norm": math.sqrt(scalars["param_norm_sq"]),
+            "update_norm": math.sqrt(scalars["update_norm_sq"]),
+            "learning_rate": lr,
+            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
+        }
+        if trust_fn is not None:
+            train_scalars.update(
+                trust_ratio_min=scalars["trust_min"],
+                trust_ratio_mean=scalars["trust_mean"],
+                trust_ratio_max=scalars["trust_max"],
+            )
+        if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
+            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
+            noise.update(
+                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, batch
+            )
+            state["noise"] = noise.to_dict()
+            if noise.value is not None:
+                train_scalars["noise_scale_two_batch"] = float(noise.value)
+        state["train_time_s"] += dt
+        with writers["train"].as_default(step=step):
+            for k, v in train_scalars.items():
+                if v is not None and math.isfinite(v):
+                    tf.summary.scalar(k, v)
+        if stepper.diverged.numpy():
+            state["status"] = "diverged"
+            logging.warning(
+                "[%s] diverged at step %d (loss %.4g): recorded as a result, not an error",
+                name,
+                step,
+                train_scalars["batch_loss"],
+            )
+            break
+        if probe is not None and probe.due(examples_before, step * batch):
+            measure_gradient(step)
+        if step in eval_steps:
+            ev = evaluate(step, train_scalars)
+            logging.info(
+                "[%s] step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
+                "lr %.4g  %.0f ex/s",
+                name,
+                step,
+                total_steps,
+                step / steps_per_epoch,
+                train_scalars["batch_loss"],
+                train_scalars["batch_accuracy"],
+                ev["train_accuracy"],
+                ev["test_accuracy"],
+                lr,
+                train_scalars["examples_per_s"],
+            )
+            if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
+                state["steps_to_target"], state["status"] = step, "reached"
+                logging.info(
+                    "[%s] target %s reached at step %d (%.3g epochs)",
+                    name,
+                    describe_protocol(config)["target"],
+                    step,
+                    step / steps_per_epoch,
+                )
+        if step - last_ckpt >= ckpt_every:
+            state["wall_time_s"] += time.time() - start
+            start = time.time()
+            save_state()
+            last_ckpt = step
+    state["wall_time_s"] += time.time() - start
+    if state["status"] is None:
+        state["status"] = "reached" if state["steps_to_target"] is not None else "not_reached"
+    if state["status"] != "diverged" and (not state["history"] or state["history"][-1]["step"] != step):
+        evaluate(step, None)
+    save_state()
+    for w in writers.values():
+        w.flush()
+
+    s_target = state["steps_to_target"] if state["status"] == "reached" else None
+    last = state["history"][-1]
+    result = dict(trial or {})
+    result.update(
+        {
+            "trial_id": name,
+            "arch": config.model.arch,
+            "depth": config.model.depth,
+            "width": config.model.width,
+            "params": params,
+            "batch_size": batch,
+            "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
+            "learning_rate": peak_lr,
+            "optimizer": config.optim.name,
+            "seed": t.seed,
+            "num_train": n_train,
+            "status": state["status"],
+            "target": {"metric": t.target_metric, "value": t.target_value},
+            "steps_to_target": s_target,
+            "epochs_to_target": None if s_target is None else s_target * batch / n_train,
+            "examples_to_target": None if s_target is None else s_target * batch,
+            "steps": step,
+            "epochs": step * batch / n_train,
+            "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
+            "best_test_accuracy": state["best_test_accuracy"],
+            "wall_time_s": state["wall_time_s"],
+            "examples_per_s": step * batch / state["train_time_s"] if state["train_time_s"] else None,
+            "gradient": {
+                "history": state["gradient"],
+                "noise_scale_ema": None if noise.value is None else float(noise.value),
+            },
+            "runtime": runtime.describe(),
+            "protocol": describe_protocol(config),
+        }
+    )
+    result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
+    if state["status"] == "diverged":
+        result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
+    wd.write_json(result_path, result)
+    logging.info(
+        "[%s] %s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
+        name,
+        state["status"],
+        result["steps_to_target"],
+        None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
+        result["final"]["train_accuracy"],
+        result["final"]["test_accuracy"],
+    )
+    return result

@@ -16,7 +16,10 @@ def build_model(arch: str, depth: int, width: float, num_classes: int, input_sha
                 name: str | None = None) -> keras.Model:
     """A functional Keras model with float32 logits: arch 'mlp' (width = units) or 'wrn' (width = k)."""
     if arch == "mlp":
-        return build_mlp(depth, width, num_classes, input_shape, norm, ghost_batch_size, name)
+        if float(width) != int(width):
+            raise ValueError(f"an MLP's width is a number of units; got {width}")
+        # Configs hold one width field for both architectures, so it may arrive as a float.
+        return build_mlp(depth, int(width), num_classes, input_shape, norm, ghost_batch_size, name)
     if arch == "wrn":
         return build_wrn(depth, width, num_classes, input_shape, norm, ghost_batch_size, name)
     raise ValueError(f"arch must be 'mlp' or 'wrn', got {arch!r}")

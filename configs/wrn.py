@@ -1,0 +1,85 @@
+"""Wide ResNets at a fixed parameter budget on CIFAR-10: are the wide, shallow members trainable
+with larger batches than the deep, narrow ones? (Chen et al. 2018, residual-network experiments.)
+
+  python -m wide_tf.main --config=configs/wrn.py --workdir=gs://BUCKET/wrn        # on a TPU VM
+  ./launch_tpu.sh --name=wide-v4 --config=configs/wrn.py --workdir=gs://BUCKET/wrn
+
+Variants (after the colon):
+  (none)  the full study for an accelerator: CIFAR-10 (TFDS; prepare it first, see README), WRN-10,
+          -16, -22, -28 and -40 at 1.5M parameters, batches 128 to 16,384, LARS with a 5-epoch
+          warm-up (held fixed in epochs) and polynomial decay, ghost batch norm with a virtual batch
+          of 128, target 99% training accuracy within 100 epochs. It should show steps-to-target
+          flattening at a larger batch for the wide members if the paper's claim holds.
+  local   small WRNs on the embedded 8x8 digits (1,438 training images), WRN-10/16/22 at 50k
+          parameters, batches 16 to 1,024: the same protocol at CPU scale, about 15 minutes on 2
+          CPU cores (it is a rehearsal of the pipeline; 8x8 digits are not CIFAR).
+  single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
+  smoke   seconds; for the tests.
+"""
+
+from wide_tf import defaults
+
+
+def get_config(arg=None):
+    variant = arg or "paper"
+    config = defaults.base_config("wrn", "cifar10")
+    config.model.norm = "ghost"
+    config.model.ghost_batch_size = 128
+    config.data.augment = False  # the outcome is convergence on the training set (SCIENCE.md)
+    config.optim.name = "lars"
+    config.optim.base_lr = 2.0  # LARS global lr at batch 256 with eta = 0.001
+    config.optim.lars_eta = 0.001
+    config.optim.weight_decay = 5e-4
+    config.optim.scaling = "sqrt"
+    config.optim.schedule = "polynomial"
+    config.optim.poly_power = 2.0
+    config.optim.warmup_epochs = 5.0
+    config.optim.warmup_fixed = "epochs"
+    config.train.target_metric = "train_accuracy"
+    config.train.target_value = 0.99
+    s = config.sweep
+    s.family.kind = "budget"
+    if variant == "paper":
+        s.family.budget = 1.5e6
+        s.family.depths = [10, 16, 22, 28, 40]
+        s.batch_sizes = [128, 512, 2048, 4096, 8192, 16384]
+        s.lr_multipliers = [0.5, 1.0, 2.0]
+        config.train.max_epochs = 100.0
+        config.train.eval_every_examples = 25_000
+        config.train.eval_train_limit = 10_000  # training accuracy on a fixed 10k subset: cheap, same for all
+        config.train.steps_per_loop = 50
+        config.train.gradient_every_examples = 500_000
+        config.train.probe_size = 1024
+    elif variant in ("local", "single", "smoke"):
+        config.data.name = "digits_embedded"
+        config.model.ghost_batch_size = 16
+        config.optim.name = "momentum"
+        config.optim.base_lr = 0.1
+        config.optim.weight_decay = 0.0
+        config.optim.schedule = "constant"
+        config.optim.warmup_epochs = 0.0
+        config.train.eval_every_examples = 360
+        s.family.budget = 5.0e4
+        s.family.depths = [10, 16, 22]
+        s.batch_sizes = [16, 64, 256, 1024]
+        s.lr_multipliers = [0.5, 1.0, 2.0]
+        config.train.max_epochs = 40.0
+        config.train.gradient_at_init = True
+        config.train.probe_size = 512
+        if variant == "single":
+            config.sweep = None
+            config.model.depth, config.model.width = 16, 0.53
+            config.train.global_batch = 64
+        elif variant == "smoke":
+            s.family.budget = 1.0e4
+            s.family.depths = [10, 16]
+            s.batch_sizes = [32, 128]
+            s.lr_multipliers = [1.0]
+            s.extend_lr_grid = False
+            config.train.max_epochs = 2.0
+            config.train.target_value = 0.5
+    else:
+        raise ValueError(
+            f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, single or smoke"
+        )
+    return config
