@@ -23,7 +23,7 @@ def get_config(arg=None):
     config.model.norm = "none"
     config.optim.name = "momentum"
     config.optim.momentum = 0.9
-    config.optim.base_lr = 0.05
+    config.optim.base_lr = 0.07
     config.optim.scaling = "sqrt"
     config.optim.reference_batch = 256
     config.train.target_metric = "train_accuracy"
@@ -35,8 +35,11 @@ def get_config(arg=None):
         s.family.depths = [1, 2, 4]
         s.batch_sizes = [16, 64, 256, 1024, 2000, 4000]
         s.lr_multipliers = [0.5, 1.0, 2.0]
-        config.train.max_epochs = 40.0
-        config.train.eval_every_examples = 4000
+        config.train.max_epochs = 50.0
+        # A quarter epoch: epochs-to-target is resolved to 0.25 epochs at every batch size.
+        config.train.eval_every_examples = 1000
+        config.train.gradient_at_init = True
+        config.train.gradient_every_examples = 20_000
     elif variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 2, 120

@@ -4,6 +4,7 @@ accumulation), the multi-step host loop around `strategy.run`, and evaluation.""
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import keras
 import tensorflow as tf
@@ -127,8 +128,12 @@ class Stepper:
                     tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)), tf.float32
                 )
             )
-            # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator.
-            small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
+            # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
+            # only when there is a batch smaller than the global one to compare with.
+            if plan.num_replicas * plan.num_micro_batches > 1:
+                small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
+            else:
+                small_sq = tf.constant(0.0)
             return tf.reduce_sum(per_example), correct, grads, small_sq
 
         if plan.num_micro_batches == 1:
@@ -145,14 +150,15 @@ class Stepper:
             grads = [a + b for a, b in zip(grads, g_i)]
         return loss_sum, correct, grads, small_sq / m
 
-    def _replica_step(self, x, y):
+    def _replica_step(self, x, y, diagnostics: bool):
+        """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
+        update norms and the LARS trust ratios; the loop asks for them on its last step only,
+        since the update norm needs a copy of every weight."""
         ctx = tf.distribute.get_replica_context()
         variables = self.model.trainable_variables
         loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        loss_sum, correct, small_sq = ctx.all_reduce(
-            tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
-        )
+        loss_sum, correct, small_sq = ctx.all_reduce(tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq])
         small_sq = small_sq / self.plan.num_replicas
         big_sq = _sq_norm(grads)
         loss = loss_sum / self.plan.global_batch
@@ -160,40 +166,42 @@ class Stepper:
             tf.logical_not(tf.math.is_finite(loss)), tf.logical_not(tf.math.is_finite(big_sq))
         )
         bad = tf.logical_or(bad, loss > self.diverge_loss)
-        if self.trust_ratio_fn is not None:
-            ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
-        else:
-            ratios = tf.ones([1])
-        before = [tf.identity(v) for v in variables]
-        self.optimizer.apply_gradients(zip(grads, variables))
-        update_sq = _sq_norm([v - b for v, b in zip(variables, before)])
         acc = self.acc
+        if diagnostics:
+            if self.trust_ratio_fn is not None:
+                ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
+                acc["trust_min"].assign(tf.reduce_min(ratios))
+                acc["trust_mean"].assign(tf.reduce_mean(ratios))
+                acc["trust_max"].assign(tf.reduce_max(ratios))
+            before = [tf.identity(v) for v in variables]
+        self.optimizer.apply_gradients(zip(grads, variables))
+        if diagnostics:
+            acc["update_norm_sq"].assign(_sq_norm([v - b for v, b in zip(variables, before)]))
+            acc["param_norm_sq"].assign(_sq_norm(variables))
+            acc["grad_norm_sq"].assign(big_sq)
         acc["loss_sum"].assign_add(loss_sum)
         acc["correct"].assign_add(correct)
         acc["examples"].assign_add(float(self.plan.global_batch))
-        acc["grad_norm_sq"].assign(big_sq)
         acc["small_grad_sq"].assign_add(small_sq)
         acc["big_grad_sq"].assign_add(big_sq)
-        acc["update_norm_sq"].assign(update_sq)
-        acc["param_norm_sq"].assign(_sq_norm(variables))
-        acc["trust_min"].assign(tf.reduce_min(ratios))
-        acc["trust_mean"].assign(tf.reduce_mean(ratios))
-        acc["trust_max"].assign(tf.reduce_max(ratios))
         acc["steps"].assign_add(1.0)
         self.diverged.assign(tf.logical_or(self.diverged, bad))
 
     def _build_train_fn(self):
-        step = self._replica_step
+        lean = functools.partial(self._replica_step, diagnostics=False)
+        full = functools.partial(self._replica_step, diagnostics=True)
         if self.jit_compile:
-            step = tf.function(step, jit_compile=True)
+            lean, full = tf.function(lean, jit_compile=True), tf.function(full, jit_compile=True)
 
         @tf.function
         def train_loop(iterator, num_steps):
             # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
-            for _ in tf.range(num_steps):
+            for _ in tf.range(num_steps - 1):
                 if self.diverged:
                     break
-                self.strategy.run(step, args=next(iterator))
+                self.strategy.run(lean, args=next(iterator))
+            if not self.diverged:
+                self.strategy.run(full, args=next(iterator))
 
         return train_loop
 
