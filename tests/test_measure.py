@@ -224,3 +224,16 @@ def test_two_batch_bias_correction_and_ratio_of_averages():
     assert est.value == pytest.approx((w @ [s, sb]) / (w @ [g2, g2b]))
     with pytest.raises(ValueError):
         est.update(1.0, 1.0, 8, 8)
+
+
+def test_package_models_wrn_and_ghost_mlp():
+    """The package's own builders (pre-activation WRN with BN, MLP with ghost BN) against the reference."""
+    from wide_tf.models import build_model
+    keras.utils.set_random_seed(0)
+    rng = np.random.default_rng(0)
+    for args in [("wrn", 10, 0.5, 4, (8, 8, 3), "batch", 4), ("mlp", 2, 16, 4, (6, 6, 1), "ghost", 4)]:
+        model = build_model(*args)
+        _randomise_bn(model, rng)
+        x, y = _data(args[4], n=6, classes=4)
+        np.testing.assert_allclose(per_example.per_example_grad_sq_norms(model, x, y, chunk_size=4),
+                                   per_example.per_example_grad_sq_norms_reference(model, x, y), rtol=RTOL)

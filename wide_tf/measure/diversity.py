@@ -58,7 +58,8 @@ def gradient_stats(model, x, y, chunk_size: int = 256, jit_compile: bool = False
     last chunk is padded with weight-0 examples so the compiled function is traced once per model).
     Batch norm is in inference mode. Returns the keys listed in the module docstring plus
     ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``, ``per_example_sq_norms``
-    (float64 array). Call it outside ``strategy.run`` (it is a host-side measurement).
+    (float64 array). Computed in float32 whatever the mixed-precision policy (sums in float64 on the
+    host). Call it outside ``strategy.run`` (it is a host-side measurement).
     """
     sq, losses, sum_grads = per_example.run_chunks(model, x, y, chunk_size, jit_compile)
     q = float(sum(np.sum(g * g) for g in sum_grads))

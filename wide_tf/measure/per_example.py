@@ -3,8 +3,9 @@
 The fast path replays the model's functional graph itself. Every Dense, Conv2D and batch-norm layer is
 re-computed from its own variables (in float32, whatever the mixed-precision policy), and the replay
 keeps each such layer's input and its (pre-activation) output. One backward pass of the summed loss
-then gives the gradient d of the loss with respect to every recorded output, and each example's
-squared gradient norm follows in closed form (SCIENCE.md, "Per-example gradient norms"):
+then gives the gradient d of the loss with respect to every recorded output (only those: the weight
+gradients summed over the batch are formed from the same x and d, so none is computed twice), and
+each example's squared gradient norm follows in closed form (SCIENCE.md, "Per-example gradient norms"):
 
 * Dense on rank-2 inputs: grad_W = x d^T, so |grad_W|^2 = |x|^2 |d|^2 and |grad_b|^2 = |d|^2.
 * Conv2D (and Dense on inputs with extra position axes): grad_W = sum_t x_t d_t^T over positions t,
@@ -163,44 +164,70 @@ def _conv_patches(layer, x):
     return tf.reshape(patches, [shape[0], -1, patches.shape[-1]])
 
 
-def _positions_sq_norm(xs, ds):
-    """Per-example |sum_t x_t d_t^T|^2 for xs (B, T, K), ds (B, T, C); cheaper of Gram and direct."""
+def _positions_sq_norm(xs, ds, want_sum=False):
+    """Per-example |sum_t x_t d_t^T|^2 for xs (B, T, K), ds (B, T, C); cheaper of Gram and direct.
+
+    With ``want_sum`` also returns the batch-summed weight gradient sum_b sum_t x_t d_t^T (K, C).
+    """
     t, k, c = xs.shape[1], xs.shape[2], ds.shape[2]
     if t is not None and t * (k + c) < k * c:
         # Ghost norm: sum_{t,s} (x_t.x_s)(d_t.d_s); T^2 (K + C) flops per example instead of T K C.
         gx = tf.matmul(xs, xs, transpose_b=True)
         gd = tf.matmul(ds, ds, transpose_b=True)
-        return tf.reduce_sum(gx * gd, axis=[1, 2])
+        sq = tf.reduce_sum(gx * gd, axis=[1, 2])
+        if not want_sum:
+            return sq
+        return sq, tf.matmul(tf.reshape(xs, [-1, k]), tf.reshape(ds, [-1, c]), transpose_a=True)
     grad = tf.matmul(xs, ds, transpose_a=True)  # (B, K, C): the per-example weight gradient
-    return tf.reduce_sum(tf.square(grad), axis=[1, 2])
+    sq = tf.reduce_sum(tf.square(grad), axis=[1, 2])
+    return (sq, tf.reduce_sum(grad, axis=0)) if want_sum else sq
 
 
-def _record_sq_norm(rec: _Record, d):
-    """Per-example squared norm of the gradient of this layer's trainable weights, given d = dL/dz."""
+def _record_stats(rec: _Record, d):
+    """Per-example squared gradient norm of this layer's trainable weights given d = dL/dz, and the
+    batch-summed gradient of each of them as [(variable, gradient)].
+
+    The summed gradients come from the same inputs and output gradients (for the direct conv branch,
+    as the sum of the per-example gradients already formed), so the backward pass differentiates only
+    with respect to the recorded outputs and no weight gradient is computed twice.
+    """
+    layer = rec.layer
     batch = tf.shape(d)[0]
     out = tf.zeros([batch], tf.float32)
+    sums = []
     if rec.kind == "bn":
         c = d.shape[-1]
         xhat = tf.reshape(rec.x, [batch, -1, c])
         d3 = tf.reshape(d, [batch, -1, c])
         if rec.has_kernel:  # gamma
-            out += tf.reduce_sum(tf.square(tf.reduce_sum(xhat * d3, axis=1)), axis=1)
+            g = tf.reduce_sum(xhat * d3, axis=1)
+            out += tf.reduce_sum(tf.square(g), axis=1)
+            sums.append((layer.gamma, tf.reduce_sum(g, axis=0)))
         if rec.has_bias:    # beta
-            out += tf.reduce_sum(tf.square(tf.reduce_sum(d3, axis=1)), axis=1)
-        return out
+            g = tf.reduce_sum(d3, axis=1)
+            out += tf.reduce_sum(tf.square(g), axis=1)
+            sums.append((layer.beta, tf.reduce_sum(g, axis=0)))
+        return out, sums
     if rec.kind == "conv2d":
-        xs = _conv_patches(rec.layer, rec.x)
+        xs = _conv_patches(layer, rec.x)
     else:
         xs = tf.reshape(rec.x, [batch, -1, rec.x.shape[-1]])
     ds = tf.reshape(d, [batch, -1, d.shape[-1]])
     if rec.has_kernel:
         if xs.shape[1] == 1:  # one position (Dense on rank-2 input): |x|^2 |d|^2
-            out += tf.reduce_sum(tf.square(xs), axis=[1, 2]) * tf.reduce_sum(tf.square(ds), axis=[1, 2])
+            x2, d2 = xs[:, 0, :], ds[:, 0, :]
+            out += tf.reduce_sum(tf.square(x2), axis=1) * tf.reduce_sum(tf.square(d2), axis=1)
+            kernel_sum = tf.matmul(x2, d2, transpose_a=True)
         else:
-            out += _positions_sq_norm(xs, ds)
+            sq, kernel_sum = _positions_sq_norm(xs, ds, want_sum=True)
+            out += sq
+        # im2col patches are ordered (kh, kw, cin), the kernel's own row-major layout.
+        sums.append((layer.kernel, tf.reshape(kernel_sum, layer.kernel.shape)))
     if rec.has_bias:
-        out += tf.reduce_sum(tf.square(tf.reduce_sum(ds, axis=1)), axis=1)
-    return out
+        g = tf.reduce_sum(ds, axis=1)
+        out += tf.reduce_sum(tf.square(g), axis=1)
+        sums.append((layer.bias, tf.reduce_sum(g, axis=0)))
+    return out, sums
 
 
 class PerExampleGradients:
@@ -268,17 +295,19 @@ class PerExampleGradients:
 
     def _chunk_impl(self, x, y, weights):
         with tf.GradientTape(watch_accessed_variables=False) as tape:
-            tape.watch([v.value for v in self.variables])
             logits, records = self._forward(tf.cast(x, tf.float32), tape)
             losses = per_example_loss(y, logits) * weights
             total = tf.reduce_sum(losses)
-        grads = tape.gradient(total, [r.z for r in records] + [v.value for v in self.variables])
+        grads = tape.gradient(total, [r.z for r in records])
         sq = tf.zeros_like(losses)
-        for rec, d in zip(records, grads[:len(records)]):
-            if d is not None:
-                sq += _record_sq_norm(rec, d)
-        sum_grads = [tf.zeros(v.shape, tf.float32) if g is None else tf.cast(g, tf.float32)
-                     for v, g in zip(self.variables, grads[len(records):])]
+        by_var = {}
+        for rec, d in zip(records, grads):
+            if d is None:  # output not connected to the loss: zero gradient
+                continue
+            rec_sq, sums = _record_stats(rec, d)
+            sq += rec_sq
+            by_var.update({id(v): g for v, g in sums})
+        sum_grads = [by_var.get(id(v), tf.zeros(v.shape, tf.float32)) for v in self.variables]
         return sq, losses, sum_grads
 
     def chunk(self, x, y, weights):
