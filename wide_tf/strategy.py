@@ -62,6 +62,11 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
 
 
 def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribute.Strategy, str]:
+    if name == "multi_worker":
+        # First: listing devices initialises the runtime, after which collective ops can no
+        # longer be configured ("Collective ops must be configured at program startup").
+        strategy = _multi_worker_strategy()
+        return strategy, ("gpu" if tf.config.list_logical_devices("GPU") else "cpu")
     gpus = tf.config.list_logical_devices("GPU")
     if name == "auto":
         if _tpu_reachable(tpu):
@@ -81,8 +86,6 @@ def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribu
         if len(gpus) == 1:
             return tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu"
         return tf.distribute.MirroredStrategy([d.name for d in gpus]), "gpu"
-    if name == "multi_worker":
-        return _multi_worker_strategy(), ("gpu" if gpus else "cpu")
     if name == "cpu":
         if devices:  # several logical CPUs: used by tests and to rehearse multi-replica runs on a laptop
             return tf.distribute.MirroredStrategy(devices), "cpu"

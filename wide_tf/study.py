@@ -272,7 +272,8 @@ def run_study(
                 eta,
             )
             result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
-            wd.append_result(workdir, result)
+            if runtime.strategy.extended.should_checkpoint:  # the chief records; other workers only help
+                wd.append_result(workdir, result)
             keras.backend.clear_session()  # free the last trial's graphs before the next one
             ran += 1
         results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}

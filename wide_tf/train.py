@@ -165,7 +165,15 @@ def train_and_evaluate(
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)
     ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var)
-    manager = tf.train.CheckpointManager(ckpt, wd.join(workdir, wd.CHECKPOINTS), max_to_keep=2)
+    # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a save
+    # may run collectives), but only the chief writes into the workdir; the others save into a
+    # scratch folder that they delete, and write no summaries, metrics or result.
+    chief = strategy.extended.should_checkpoint
+    scratch = None if chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
+    chief_dir = wd.join(workdir, wd.CHECKPOINTS)
+    manager = tf.train.CheckpointManager(
+        ckpt, chief_dir if chief else wd.join(scratch, wd.CHECKPOINTS), max_to_keep=2)
+    latest = tf.train.latest_checkpoint(chief_dir)
     state = {
         "history": [],
         "steps_to_target": None,
@@ -177,13 +185,13 @@ def train_and_evaluate(
         "status": None,
         "train_log": [],
     }
-    if manager.latest_checkpoint:
-        ckpt.restore(manager.latest_checkpoint).assert_existing_objects_matched()
+    if latest:
+        ckpt.restore(latest).assert_existing_objects_matched()
         state = json.loads(host_var.numpy().decode())
         logging.info(
             "[%s] resumed from %s at step %d",
             name,
-            manager.latest_checkpoint,
+            latest,
             int(optimizer.iterations.numpy()),
         )
     step = int(optimizer.iterations.numpy())
@@ -209,7 +217,10 @@ def train_and_evaluate(
         ),
         "test": data_lib.make_eval_dataset(config.data, "test", eval_batch, strategy),
     }
-    writers = {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")}
+    writers = {
+        k: tf.summary.create_file_writer(wd.join(workdir, k)) if chief else tf.summary.create_noop_writer()
+        for k in ("train", "eval")
+    }
 
     def evaluate(at_step: int, train_scalars: dict | None) -> dict:
         tr = stepper.evaluate(eval_sets["train"])
@@ -253,6 +264,8 @@ def train_and_evaluate(
     def save_state():
         host_var.assign(json.dumps(state))
         manager.save(checkpoint_number=step)
+        if not chief:
+            return
         wd.write_text_atomic(
             wd.join(workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in state["history"])
         )
@@ -412,7 +425,10 @@ def train_and_evaluate(
     result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
     if state["status"] == "diverged":
         result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
-    wd.write_json(result_path, result)
+    if chief:
+        wd.write_json(result_path, result)
+    elif tf.io.gfile.exists(scratch):
+        tf.io.gfile.rmtree(scratch)
     logging.info(
         "[%s] %s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
         name,
