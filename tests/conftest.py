@@ -15,3 +15,18 @@ try:
     tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
 except RuntimeError:  # already initialised by a plugin; multi-replica tests will skip
     pass
+
+
+class _TestMirroredStrategy(tf.distribute.MirroredStrategy):
+    """MirroredStrategy that reduces through one device unless told otherwise.
+
+    Many tests in one process each create a MirroredStrategy over the two logical CPUs. With the
+    default collective all-reduce, their collective instance keys collide ("Shape mismatch in the
+    collective instance 100 ... expected shape [6] but another member ... [932]"), a test-only
+    artefact: a real run creates one strategy per process. Plain reductions avoid it."""
+
+    def __init__(self, devices=None, cross_device_ops=None):
+        super().__init__(devices, cross_device_ops or tf.distribute.ReductionToOneDevice())
+
+
+tf.distribute.MirroredStrategy = _TestMirroredStrategy
