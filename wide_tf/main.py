@@ -6,6 +6,7 @@ a single run or the theory check.
 
 from __future__ import annotations
 
+import logging as std_logging
 import os
 import sys
 
@@ -33,6 +34,11 @@ _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and ex
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
 
 
+class _DropCheckpointChatter(std_logging.Filter):
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Sharding callback duration")
+
+
 def _fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
@@ -42,6 +48,8 @@ def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config = _CONFIG.value
+    # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress lines.
+    logging.get_absl_handler().addFilter(_DropCheckpointChatter())
     from wide_tf import data as data_lib
     from wide_tf import families, study, train
     from wide_tf.steps import BatchSplitError

@@ -172,7 +172,8 @@ def train_and_evaluate(
     scratch = None if chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
     chief_dir = wd.join(workdir, wd.CHECKPOINTS)
     manager = tf.train.CheckpointManager(
-        ckpt, chief_dir if chief else wd.join(scratch, wd.CHECKPOINTS), max_to_keep=2)
+        ckpt, chief_dir if chief else wd.join(scratch, wd.CHECKPOINTS), max_to_keep=2
+    )
     latest = tf.train.latest_checkpoint(chief_dir)
     state = {
         "history": [],
@@ -435,7 +436,9 @@ def train_and_evaluate(
         state["status"],
         result["steps_to_target"],
         None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
-        result["final"]["train_accuracy"],
-        result["final"]["test_accuracy"],
+        *(
+            None if v is None else round(v, 4)
+            for v in (result["final"]["train_accuracy"], result["final"]["test_accuracy"])
+        ),
     )
     return result
