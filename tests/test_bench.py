@@ -82,6 +82,9 @@ def test_table_lists_every_row(rows):
     for r in rows[1:]:
         assert r["name"] in table
     assert "loop at least as fast" in table or "loop SLOWER" in table
+    tie = dict(rows[0], kind="ratio", name="loop_over_x/m", ratio=0.98, ratio_min=0.9, ratio_max=1.1,
+               ratio_best=1.0, at_least_as_fast=False)
+    assert "loop SLOWER (within noise)" in bench.format_table([tie])
 
 
 def test_bad_options_are_refused():

@@ -348,6 +348,8 @@ def format_table(rows: list[dict]) -> str:
             stp = f"{r['step_s']:.4f}" if "step_s" in r else ""
             if "at_least_as_fast" in r:
                 note = "loop at least as fast" if r["at_least_as_fast"] else "loop SLOWER"
+                if r["ratio_min"] <= 1.0 <= r["ratio_max"]:  # rounds disagree on the winner
+                    note += " (within noise)"
             elif "meets_target" in r:
                 note = f"target <= {r['target']:g}: " + ("met" if r["meets_target"] else "MISSED")
             elif r.get("scaled"):
