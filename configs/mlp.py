@@ -35,7 +35,7 @@ def get_config(arg=None):
         s.family.depths = [1, 2, 4]
         s.batch_sizes = [16, 64, 256, 1024, 2000, 4000]
         s.lr_multipliers = [0.5, 1.0, 2.0]
-        config.train.max_epochs = 50.0
+        config.train.max_epochs = 40.0
         # A quarter epoch: epochs-to-target is resolved to 0.25 epochs at every batch size.
         config.train.eval_every_examples = 1000
         config.train.gradient_at_init = True

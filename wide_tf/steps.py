@@ -233,22 +233,22 @@ class Stepper:
             replica_eval = tf.function(replica_eval, jit_compile=True)
 
         @tf.function
-        def eval_batch(batch):
-            out = self.strategy.run(replica_eval, args=batch)
-            return [self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
+        def eval_all(dataset):
+            # The whole pass in one graph: evaluation runs on a cadence inside every training
+            # run, and a Python loop over batches cost more than the forward passes themselves.
+            sums = tf.zeros([3], tf.float32)
+            for batch in dataset:
+                out = self.strategy.run(replica_eval, args=batch)
+                sums += tf.stack([self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out])
+            return sums
 
-        return eval_batch
+        return eval_all
 
     def evaluate(self, dataset) -> dict:
         """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight)."""
         if self._eval_fn is None:
             self._eval_fn = self._build_eval_fn()
-        loss = hits = count = 0.0
-        for batch in dataset:
-            l, h, c = self._eval_fn(batch)
-            loss += float(l)
-            hits += float(h)
-            count += float(c)
+        loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
         if count == 0:
             raise ValueError("the evaluation set is empty")
         return {"loss": loss / count, "accuracy": hits / count, "examples": count}
