@@ -38,7 +38,12 @@ def test_expansion_and_trial_ids_are_stable_and_distinct():
 def _result(t, status, steps=None):
     return {
         "trial_id": t.trial_id,
+        "member": t.member.name,
+        "batch_size": t.batch_size,
+        "seed": t.seed,
         "lr_multiplier": t.lr_multiplier,
+        "learning_rate": 0.1 * t.lr_multiplier,
+        "num_train": 1438,
         "status": status,
         "steps_to_target": steps,
     }

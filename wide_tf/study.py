@@ -161,17 +161,12 @@ def _diff_keys(a, b, prefix=""):
 
 
 def _best_multiplier(results: list[dict]) -> float | None:
-    """The multiplier that reached the target in the fewest mean steps (every seed reached)."""
-    by_lr: dict[float, list] = {}
-    for r in results:
-        by_lr.setdefault(r["lr_multiplier"], []).append(r)
-    best, best_steps = None, math.inf
-    for lr, rs in by_lr.items():
-        if all(r["status"] == "reached" for r in rs):
-            steps = sum(r["steps_to_target"] for r in rs) / len(rs)
-            if steps < best_steps:
-                best, best_steps = lr, steps
-    return best
+    """The multiplier the report will call best for one (member, batch size) group: the same rule
+    (every seed reached, fewest mean steps, ties to the smaller rate), from the same code."""
+    from wide_tf import analysis
+
+    cells = analysis.select_best(analysis.aggregate_settings(results))
+    return cells[0].lr_multiplier if len(cells) == 1 and cells[0].best is not None else None
 
 
 def grid_extension(config, trials: list[Trial], results: dict[str, dict]) -> list[Trial]:
