@@ -141,13 +141,15 @@ class Stepper:
         m = plan.num_micro_batches
         xs = tf.reshape(x, [m, plan.micro_batch] + x.shape[1:].as_list())
         ys = tf.reshape(y, [m, plan.micro_batch])
-        loss_sum, correct, grads, small_sq = one(xs[0], ys[0])
-        for i in tf.range(1, m):  # accumulate; the update is the full-batch update
+        first = one(xs[0], ys[0])
+
+        def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
             l_i, c_i, g_i, s_i = one(xs[i], ys[i])
-            loss_sum += l_i
-            correct += c_i
-            small_sq += s_i
-            grads = [a + b for a, b in zip(grads, g_i)]
+            loss_sum, correct, grads, small_sq = totals
+            return i + 1, (loss_sum + l_i, correct + c_i, [a + b for a, b in zip(grads, g_i)], small_sq + s_i)
+
+        _, (loss_sum, correct, grads, small_sq) = tf.while_loop(
+            lambda i, _: i < m, accumulate, (tf.constant(1), first))
         return loss_sum, correct, grads, small_sq / m
 
     def _replica_step(self, x, y, diagnostics: bool):
@@ -193,15 +195,27 @@ class Stepper:
         if self.jit_compile:
             lean, full = tf.function(lean, jit_compile=True), tf.function(full, jit_compile=True)
 
-        @tf.function
+        # autograph=False, with the loops written out: autograph would convert the model, the
+        # optimizer and Keras internals on every trace, seconds per run of a study.
+        @tf.function(autograph=False)
         def train_loop(iterator, num_steps):
             # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
-            for _ in tf.range(num_steps - 1):
-                if self.diverged:
-                    break
-                self.strategy.run(lean, args=next(iterator))
-            if not self.diverged:
-                self.strategy.run(full, args=next(iterator))
+            def lean_step(i):
+                self.strategy.run(lean, args=iterator.get_next())
+                return i + 1
+
+            def more(i):
+                return tf.logical_and(i < num_steps - 1, tf.logical_not(self.diverged.read_value()))
+
+            done = tf.while_loop(more, lean_step, [tf.constant(0)])
+            with tf.control_dependencies([done]):
+                healthy = tf.logical_not(self.diverged.read_value())
+
+            def full_step():
+                self.strategy.run(full, args=iterator.get_next())
+                return tf.constant(True)
+
+            tf.cond(healthy, full_step, lambda: tf.constant(False))
 
         return train_loop
 
@@ -232,14 +246,24 @@ class Stepper:
         if self.jit_compile:
             replica_eval = tf.function(replica_eval, jit_compile=True)
 
-        @tf.function
+        @tf.function(autograph=False)
         def eval_all(dataset):
             # The whole pass in one graph: evaluation runs on a cadence inside every training
             # run, and a Python loop over batches cost more than the forward passes themselves.
-            sums = tf.zeros([3], tf.float32)
-            for batch in dataset:
-                out = self.strategy.run(replica_eval, args=batch)
-                sums += tf.stack([self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out])
+            iterator = iter(dataset)
+
+            def add_batch(more, sums):
+                batch = iterator.get_next_as_optional()
+
+                def add():
+                    out = self.strategy.run(replica_eval, args=batch.get_value())
+                    return sums + tf.stack(
+                        [self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out])
+
+                return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
+
+            _, sums = tf.while_loop(
+                lambda more, _: more, add_batch, [tf.constant(True), tf.zeros([3], tf.float32)])
             return sums
 
         return eval_all
