@@ -80,6 +80,10 @@ def test_bad_config_is_a_clear_error(tmp_path):
     config = _single(global_batch=10_000)
     with pytest.raises(train.ConfigError, match="larger than the training set"):
         train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=48)
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    with pytest.raises(train.ConfigError, match="does not divide"):
+        train.train_and_evaluate(config, str(tmp_path))
     config = _single(target_metric="accuracy")
     with pytest.raises(train.ConfigError, match="target_metric"):
         train.train_and_evaluate(config, str(tmp_path))

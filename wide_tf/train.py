@@ -17,7 +17,7 @@ from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
 from wide_tf import workdir as wd
 from wide_tf.models import build_model
-from wide_tf.steps import BatchPlan, Stepper
+from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.strategy import Runtime, setup_runtime
 
 TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
@@ -123,6 +123,13 @@ def train_and_evaluate(
     _check(config, info)
     t = config.train
     plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
+    ghost = config.model.get("ghost_batch_size", 0)
+    if config.model.norm == "ghost" and plan.micro_batch > ghost and plan.micro_batch % ghost:
+        raise ConfigError(
+            f"ghost batch norm splits each (micro-)batch of {plan.micro_batch} into virtual batches of "
+            f"{ghost}, which does not divide it; use a batch that is a multiple of {ghost} per replica, "
+            "or another model.ghost_batch_size"
+        )
     n_train, batch = info.num_train, plan.global_batch
     steps_per_epoch = n_train / batch
     total_steps = t.max_steps if t.get("max_steps", 0) > 0 else math.ceil(t.max_epochs * n_train / batch)
@@ -212,11 +219,17 @@ def train_and_evaluate(
     eval_batch = (
         t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
     )
+
+    def eval_set(split: str, limit: int | None):
+        n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
+        if runtime.num_replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
+            x, y = data_lib.load_arrays(config.data, split, limit=limit)
+            return InMemoryEvalSet(x, y, eval_batch)
+        return data_lib.make_eval_dataset(config.data, split, eval_batch, strategy, limit=limit)
+
     eval_sets = {
-        "train": data_lib.make_eval_dataset(
-            config.data, "train", eval_batch, strategy, limit=t.get("eval_train_limit", 0) or None
-        ),
-        "test": data_lib.make_eval_dataset(config.data, "test", eval_batch, strategy),
+        "train": eval_set("train", t.get("eval_train_limit", 0) or None),
+        "test": eval_set("test", None),
     }
     writers = {
         k: tf.summary.create_file_writer(wd.join(workdir, k)) if chief else tf.summary.create_noop_writer()
