@@ -11,7 +11,7 @@ Variants (after the colon):
           of 128, target 99% training accuracy within 100 epochs. It should show steps-to-target
           flattening at a larger batch for the wide members if the paper's claim holds.
   local   small WRNs on the embedded 8x8 digits (1,438 training images), WRN-10/16/22 at 50k
-          parameters, batches 16 to 1,024: the same protocol at CPU scale, about 15 minutes on 2
+          parameters, batches 16 to 1,024: the same protocol at CPU scale, about 8 minutes on 2
           CPU cores (it is a rehearsal of the pipeline; 8x8 digits are not CIFAR).
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
