@@ -145,3 +145,44 @@ def test_divergence_stops_the_loop_and_is_flagged():
     out = stepper.train(iter(_dist_dataset(one, x, y, 16)), 50)
     assert bool(stepper.diverged.numpy())
     assert out["steps"] < 50  # stopped early, on the device
+
+
+def test_xla_step_gives_the_same_weights_as_the_plain_step():
+    """The accelerator path (jit_compile=True) on the CPU, against the CPU default."""
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    x, y = _data()
+    weights = []
+    for jit in (False, True):
+        keras.utils.set_random_seed(3)
+        with one.scope():
+            model = build_model("mlp", 2, 16, 4, (6, 6, 1))
+            opt = keras.optimizers.SGD(0.1, momentum=0.9)
+            opt.build(model.trainable_variables)
+            stepper = Stepper(model, opt, one, BatchPlan.make(16, 1, max_device_batch=8), jit_compile=jit)
+        stepper.train(iter(_dist_dataset(one, x, y, 16)), 3)
+        weights.append([v.numpy() for v in model.trainable_variables])
+    for a, b in zip(*weights):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_mixed_bfloat16_trains_with_float32_logits_and_loss():
+    """The TPU precision policy on the CPU: variables and logits stay float32, the loss goes down."""
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    x, y = _data()
+    keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    try:
+        keras.utils.set_random_seed(3)
+        with one.scope():
+            model = build_model("mlp", 2, 32, 4, (6, 6, 1))
+            opt = keras.optimizers.SGD(0.1, momentum=0.9)
+            opt.build(model.trainable_variables)
+            stepper = Stepper(model, opt, one, BatchPlan.make(16, 1))
+        assert model(x[:2]).dtype == "float32"
+        assert all(v.dtype == "float32" for v in model.trainable_variables)
+        it = iter(_dist_dataset(one, x, y, 16))
+        first = stepper.train(it, 4)
+        for _ in range(5):
+            last = stepper.train(it, 4)
+    finally:
+        keras.mixed_precision.set_global_policy("float32")
+    assert last["loss_sum"] / last["examples"] < first["loss_sum"] / first["examples"]

@@ -96,6 +96,8 @@ class Stepper:
         self.jit_compile = jit_compile
         self.diverge_loss = float(diverge_loss)
         self.trust_ratio_fn = trust_ratio_fn
+        # The two-batch noise-scale estimator needs a batch smaller than the global one.
+        self._two_batch = plan.num_replicas * plan.num_micro_batches > 1
         # Gradients arrive here already summed over replicas (see the class docstring).
         optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
         only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
@@ -131,7 +133,7 @@ class Stepper:
             )
             # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
             # only when there is a batch smaller than the global one to compare with.
-            if plan.num_replicas * plan.num_micro_batches > 1:
+            if self._two_batch:
                 small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
             else:
                 small_sq = tf.constant(0.0)
@@ -166,12 +168,16 @@ class Stepper:
             tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
         )
         small_sq = small_sq / self.plan.num_replicas
-        big_sq = _sq_norm(grads)
         loss = loss_sum / self.plan.global_batch
-        bad = tf.logical_or(
-            tf.logical_not(tf.math.is_finite(loss)), tf.logical_not(tf.math.is_finite(big_sq))
-        )
-        bad = tf.logical_or(bad, loss > self.diverge_loss)
+        bad = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)), loss > self.diverge_loss)
+        # |G_big|^2 every step only when the two-batch estimator needs it; otherwise on the
+        # diagnostic step (a non-finite gradient with a finite loss shows up there, or in the loss
+        # of the step after).
+        if self._two_batch or diagnostics:
+            big_sq = _sq_norm(grads)
+            bad = tf.logical_or(bad, tf.logical_not(tf.math.is_finite(big_sq)))
+        else:
+            big_sq = tf.constant(0.0)
         acc = self.acc
         if diagnostics:
             if self.trust_ratio_fn is not None:
