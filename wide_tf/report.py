@@ -322,6 +322,24 @@ def _save(fig, path: str) -> bytes:
     return data
 
 
+def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y):
+    """The common end of the plots against batch size: log2 batch axis (or a note saying why the
+    panel is empty), labels, grid, legend; saves the figure and returns its (file, caption, path)."""
+    if nothing is None:
+        _log2_axis(ax)
+        if log_y:
+            ax.set_yscale("log")
+    else:
+        _no_data(ax, nothing)
+    ax.set_xlabel("batch size B (examples per step)")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return filename, caption, _save(fig, os.path.join(outdir, filename))
+
+
 def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list[tuple[str, str, bytes]]:
     """Writes the PNGs; returns (file name, caption, png bytes) for each."""
     plots = []
@@ -348,18 +366,10 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", label="perfect scaling S ~ 1/B (from smallest batch)")
     ax.plot([], [], "k--", alpha=0.45, label="fit S_min (1 + B_crit / B)")
-    if any_reached:
-        _log2_axis(ax)
-        ax.set_yscale("log")
-    else:
-        _no_data(ax, nothing)
-    ax.set_xlabel("batch size B (examples per step)")
-    ax.set_ylabel("steps to target (optimizer steps)")
-    ax.set_title(f"Steps to reach {target} vs batch size (best LR per batch)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    plots.append(("steps_vs_batch.png", "Steps to target vs batch size (log-log)",
-                  _save(fig, os.path.join(outdir, "steps_vs_batch.png"))))
+    plots.append(_finish_batch_plot(
+        fig, ax, outdir, "steps_vs_batch.png", "Steps to target vs batch size (log-log)",
+        "steps to target (optimizer steps)", f"Steps to reach {target} vs batch size (best LR per batch)",
+        nothing=None if any_reached else nothing, log_y=True))
 
     # Epochs to target vs batch with the (1 + eps) threshold.
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -377,18 +387,10 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x epochs at smallest batch, eps = {eps:g}")
     ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps)")
-    if any_reached:
-        _log2_axis(ax)
-        ax.set_yscale("log")
-    else:
-        _no_data(ax, nothing)
-    ax.set_xlabel("batch size B (examples per step)")
-    ax.set_ylabel("epochs to target (passes over the training set)")
-    ax.set_title("Epochs to target vs batch size (flat = perfect scaling)")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    plots.append(("epochs_vs_batch.png", "Epochs to target vs batch size",
-                  _save(fig, os.path.join(outdir, "epochs_vs_batch.png"))))
+    plots.append(_finish_batch_plot(
+        fig, ax, outdir, "epochs_vs_batch.png", "Epochs to target vs batch size",
+        "epochs to target (passes over the training set)", "Epochs to target vs batch size (flat = perfect scaling)",
+        nothing=None if any_reached else nothing, log_y=True))
 
     # max_batch(eps) and B_crit vs width.
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
@@ -437,18 +439,12 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
         pts = [(c.batch_size, c.best_test_accuracy_any_lr) for c in s.cells if c.best_test_accuracy_any_lr is not None]
         if pts:
             ax.plot(*zip(*pts), "o-", color=col, label=_label(s))
-    if any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells):
-        _log2_axis(ax)
-    else:
-        _no_data(ax, "no test accuracy recorded")
-    ax.set_xlabel("batch size B (examples per step)")
-    ax.set_ylabel("best test accuracy (fraction, best LR of the grid)")
-    ax.set_title("Best test accuracy vs batch size (seed mean, max over learning rates)")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    plots.append(("test_accuracy_vs_batch.png", "Best test accuracy vs batch size",
-                  _save(fig, os.path.join(outdir, "test_accuracy_vs_batch.png"))))
+    has_accuracy = any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells)
+    plots.append(_finish_batch_plot(
+        fig, ax, outdir, "test_accuracy_vs_batch.png", "Best test accuracy vs batch size",
+        "best test accuracy (fraction, best LR of the grid)",
+        "Best test accuracy vs batch size (seed mean, max over learning rates)",
+        nothing=None if has_accuracy else "no test accuracy recorded", log_y=False))
 
     # Chosen learning rate vs batch, with grid-edge cells ringed.
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -463,19 +459,10 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
                 ax.plot(*zip(*eb), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
                         label=None if edge_labelled else "at the edge of the LR grid")
                 edge_labelled = True
-    if any_reached:
-        _log2_axis(ax)
-        ax.set_yscale("log")
-    else:
-        _no_data(ax, nothing)
-    ax.set_xlabel("batch size B (examples per step)")
-    ax.set_ylabel("chosen peak learning rate")
-    ax.set_title("Learning rate that reaches the target in the fewest steps")
-    ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
-    plots.append(("learning_rate_vs_batch.png", "Chosen learning rate vs batch size",
-                  _save(fig, os.path.join(outdir, "learning_rate_vs_batch.png"))))
+    plots.append(_finish_batch_plot(
+        fig, ax, outdir, "learning_rate_vs_batch.png", "Chosen learning rate vs batch size",
+        "chosen peak learning rate", "Learning rate that reaches the target in the fewest steps",
+        nothing=None if any_reached else nothing, log_y=True))
 
     # Gradient statistics, when the trials measured them.
     with_bb = [s for s in summaries if s.batch_bound_init is not None]
