@@ -257,9 +257,10 @@ def run_study(
             remaining = len(todo) - k
             eta = f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
             logging.info(
-                "=== trial %d/%d of this run: %s (batch %d, lr x%g, seed %d)%s ===",
-                k + 1,
-                len(todo),
+                "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s ===",
+                len(queue) - len(todo) + k + 1,
+                len(queue),
+                f" ({len(queue) - len(todo)} done before)" if len(todo) < len(queue) else "",
                 t.member.name,
                 t.batch_size,
                 t.lr_multiplier,
