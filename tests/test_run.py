@@ -7,9 +7,8 @@ import math
 import pytest
 import tensorflow as tf
 
-from helpers import comparable, kill_when, run_main, start_main, REPO
+from helpers import comparable, kill_when, run_main, start_main
 from wide_tf import defaults, train
-from wide_tf.strategy import setup_runtime
 
 
 def _single(data="mnist_embedded", **train_overrides):

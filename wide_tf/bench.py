@@ -257,9 +257,8 @@ def bench_diversity(case: Case, batch: int, repeats: int, chunk_size: int, naive
     """Time of one exact `gradient_stats` on `batch` examples over one training step on them, for the
     fast path and the naive per-example loop.
 
-    The step is the one wide_tf.measure.time_measurement_vs_step defines (forward in training mode,
-    backward, optimizer update), here with the run's momentum SGD at lr 0; step and measurement are
-    interleaved round by round instead of timed one after the other."""
+    The step is forward in training mode, backward and an update of the run's momentum SGD at lr 0;
+    step and measurement are interleaved round by round, not timed one after the other."""
     keras.utils.set_random_seed(seed)
     model = case.build()
     x, y = _arrays(case, batch, seed + 1)

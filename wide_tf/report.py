@@ -18,6 +18,7 @@ import sys
 import numpy as np
 
 from wide_tf import analysis
+from wide_tf import workdir as wd
 
 # The report writes files only; an interactive backend would need a display (absent on TPU VMs).
 import matplotlib  # noqa: E402
@@ -30,7 +31,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
-REPORT_DIR = "report"
+REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/workdir.py
 TRIAL_COLUMNS = ["trial_id", "member", "arch", "depth", "width", "params", "batch_size", "lr_multiplier",
                  "learning_rate", "optimizer", "seed", "num_train", "status", "steps_to_target",
                  "epochs_to_target", "examples_to_target", "steps", "epochs", "final_train_accuracy",
@@ -58,8 +59,8 @@ def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, records, number of unparseable result lines)."""
     if not tf.io.gfile.isdir(workdir):
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
-    cfg_path = os.path.join(workdir, "config.json")
-    res_path = os.path.join(workdir, "results.jsonl")
+    cfg_path = wd.join(workdir, wd.CONFIG)
+    res_path = wd.join(workdir, wd.RESULTS)
     has_cfg, has_res = tf.io.gfile.exists(cfg_path), tf.io.gfile.exists(res_path)
     if not has_cfg and not has_res:
         raise ReportError(f"{workdir!r} holds neither config.json nor results.jsonl: not a study workdir")

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 import time
 
 from absl import logging
@@ -219,12 +218,10 @@ def run_study(
     config, workdir: str, shard: str | None = None, only_trial: str | None = None, write_report: bool = True
 ) -> list[dict]:
     """Runs every trial of the study not yet in results.jsonl (this shard's share of them)."""
-    from wide_tf import data as data_lib
     from wide_tf.strategy import setup_runtime
     from wide_tf.train import train_and_evaluate
 
-    info = data_lib.dataset_info(config.data)
-    trials = expand(config, info.num_classes, info.input_shape)
+    trials = list_trials(config)
     shard_i, shard_n = parse_shard(shard)
     if only_trial is not None:
         picked = [t for i, t in enumerate(trials) if only_trial in (t.trial_id, str(i))]

@@ -113,19 +113,3 @@ class _Lock:
             fcntl.flock(self.fd, fcntl.LOCK_UN)
             os.close(self.fd)
         return False
-
-
-def try_claim(path: str) -> bool:
-    """Creates `path` exclusively; True if this process now owns it (local disks only)."""
-    if "://" in path:
-        if tf.io.gfile.exists(path):
-            return False
-        write_text_atomic(path, str(os.getpid()))
-        return True
-    try:
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-    except FileExistsError:
-        return False
-    os.write(fd, str(os.getpid()).encode())
-    os.close(fd)
-    return True

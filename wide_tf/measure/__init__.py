@@ -1,6 +1,6 @@
 """Gradient measurements: per-example gradient norms, diversity, batch bound and the noise scale."""
 
-from wide_tf.measure.diversity import gradient_stats, stats_from_norms, time_measurement_vs_step
+from wide_tf.measure.diversity import gradient_stats, stats_from_norms
 from wide_tf.measure.noise_scale import TwoBatchNoiseScale, global_sq_norm, two_batch_estimates
 from wide_tf.measure.per_example import (
     UnsupportedModelError,
@@ -14,6 +14,6 @@ from wide_tf.measure.per_example import (
 __all__ = [
     "TwoBatchNoiseScale", "UnsupportedModelError", "global_sq_norm", "gradient_stats",
     "per_example_grad_sq_norms", "per_example_grad_sq_norms_naive", "per_example_grad_sq_norms_reference",
-    "per_example_gradients_reference", "per_example_loss", "stats_from_norms", "time_measurement_vs_step",
+    "per_example_gradients_reference", "per_example_loss", "stats_from_norms",
     "two_batch_estimates",
 ]

@@ -1,4 +1,4 @@
-"""Exact gradient diversity, batch bound and noise scale on a probe set, and their cost versus a train step.
+"""Exact gradient diversity, batch bound and noise scale on a probe set (their cost: wide_tf/bench.py).
 
 Definitions (SCIENCE.md, "Quantities"), with f_i the per-example cross-entropy, g_i = grad f_i and n the
 probe-set size:
@@ -21,7 +21,6 @@ Batch normalization is measured in inference mode (moving statistics): see per_e
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 
@@ -87,47 +86,3 @@ def stats_from_per_example_gradients(grads) -> dict:
         "noise_scale": trace_cov / float(mean @ mean), "mean_grad_sq_norm": float(mean @ mean),
         "trace_cov": trace_cov,
     }
-
-
-def time_measurement_vs_step(model, x, y, repeats: int = 3, chunk_size: int | None = None) -> dict:
-    """Wall time of one exact ``gradient_stats`` on (x, y) over that of one SGD training step on it.
-
-    The training step is forward (``training=True``) + backward + an SGD update, compiled with
-    tf.function; the learning rate is 0 and all weights (including batch-norm moving statistics) are
-    restored afterwards, so the model is left unchanged. Both are warmed up once (tracing excluded);
-    the best of ``repeats`` timings is kept. ``chunk_size`` defaults to the whole batch.
-    """
-    import keras
-    import tensorflow as tf
-
-    x = np.asarray(x, np.float32)
-    y = np.asarray(y, np.int32).reshape(-1)
-    chunk_size = len(x) if chunk_size is None else chunk_size
-    saved = model.get_weights()
-    optimizer = keras.optimizers.SGD(learning_rate=0.0)
-    optimizer.build(model.trainable_variables)
-    xt, yt = tf.constant(x), tf.constant(y)
-
-    @tf.function
-    def train_step(xb, yb):
-        with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(per_example.per_example_loss(yb, model(xb, training=True)))
-        grads = tape.gradient(loss, model.trainable_variables)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables))
-        return loss
-
-    def best(fn):
-        fn()  # warm-up: tracing and first-run allocations are not part of the steady-state cost
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
-        return min(times)
-
-    try:
-        step_s = best(lambda: float(train_step(xt, yt)))
-        measure_s = best(lambda: gradient_stats(model, x, y, chunk_size=chunk_size))
-    finally:
-        model.set_weights(saved)
-    return {"batch": len(x), "step_s": step_s, "measure_s": measure_s, "ratio": measure_s / step_s}
