@@ -1,47 +1,54 @@
-"""Tests of wide_tf.analysis on hand-made result tables whose answers are computed by hand."""
+"""Tests of the analysis (cells, the censored fit, max_batch, intervals, the verdict) on hand-made
+tables whose answers are computed by hand, and of the verdict's calibration on simulated studies
+with a known answer. NumPy only: seconds, no TensorFlow."""
 
 import json
+import math
 
 import numpy as np
 import pytest
 
 from wide_tf import analysis as A
+from wide_tf import critical_batch as cb
+from wide_tf import lr_grid
+from wide_tf import simulate
 
 
-def rec(member="m", batch=32, lr=0.1, mult=1.0, seed=0, status="reached", steps=None, n_train=1000,
-        width=64, depth=2, params=10000, arch="mlp", tid=None, **extra):
-    r = {"trial_id": tid or f"{member}-{batch}-{lr}-{seed}", "member": member, "arch": arch, "depth": depth,
-         "width": width, "params": params, "batch_size": batch, "lr_multiplier": mult, "learning_rate": lr,
-         "optimizer": "sgd", "seed": seed, "num_train": n_train, "status": status,
+def rec(member="m", batch=32, mult=1.0, seed=0, status="reached", steps=None, n_train=1000,
+        width=64, depth=2, params=10000, arch="mlp", tid=None, role="tune", budget=1000, **extra):
+    r = {"trial_id": tid or f"{member}-{batch}-{mult}-{seed}", "member": member, "arch": arch,
+         "depth": depth, "width": width, "params": params, "batch_size": batch,
+         "lr_multiplier": mult, "learning_rate": 0.1 * mult, "seed": seed, "role": role,
+         "num_train": n_train, "status": status,
          "steps_to_target": steps if status == "reached" else None,
-         "epochs_to_target": steps * batch / n_train if status == "reached" else None,
-         "best_test_accuracy": 0.9, "final": {"train_accuracy": 0.99, "test_accuracy": 0.9}}
+         "steps": steps if status == "reached" else budget,
+         "best_test_accuracy": 0.9}
     r.update(extra)
     return r
 
 
-def member_records(member, width, depth, steps_by_batch, *, params=10000, n_train=1000, seeds=(0,),
-                   best_mult=1.0, arch="mlp"):
-    """A 3-point LR grid per batch: best_mult reaches in S steps, the other reached LR in 2S, the
-    largest LR diverges. steps None: every LR fails to reach the target."""
+def curve_records(member, width, depth, s_min, b_crit, batches, *, noise=0.0, rng=None,
+                  n_train=1000, confirm=(1, 2), budget_epochs=None):
+    """A 3-point grid whose middle rate wins (the others take 1.5x longer), confirmed on `confirm`
+    seeds; steps follow S_min (1 + B_crit / B) times log-normal noise."""
     out = []
-    mults = (0.5, 1.0, 2.0, 4.0) if best_mult == 2.0 else (0.5, 1.0, 2.0)
-    for b, s in steps_by_batch.items():
-        for m in mults:
-            for seed in seeds:
-                if s is None:
-                    st, status = None, "not_reached"
-                elif m == max(mults):
-                    st, status = None, "diverged"
-                elif m == best_mult:
-                    st, status = s, "reached"
-                else:
-                    st, status = 2 * s, "reached"
-                out.append(rec(member, b, 0.1 * m, m, seed, status, st, n_train, width, depth, params, arch))
+    for b in batches:
+        s_true = s_min * (1 + b_crit / b)
+        budget = None if budget_epochs is None else math.ceil(budget_epochs * n_train / b)
+        for mult, seed, role, factor in [(0.5, 0, "tune", 1.5), (1.0, 0, "tune", 1.0), (2.0, 0, "tune", 1.5)] + [
+                (1.0, s, "confirm", 1.0) for s in confirm]:
+            s = s_true * factor * (math.exp(noise * rng.standard_normal()) if noise else 1.0)
+            if budget is not None and s > budget:
+                out.append(rec(member, b, mult, seed, "not_reached", n_train=n_train, width=width,
+                               depth=depth, role=role, budget=budget, tid=f"{member}-{b}-{mult}-{seed}"))
+            else:
+                out.append(rec(member, b, mult, seed, "reached", s, n_train=n_train, width=width,
+                               depth=depth, role=role, tid=f"{member}-{b}-{mult}-{seed}"))
     return out
 
 
 # ---------------------------------------------------------------- parsing
+
 
 def test_parse_results_skips_torn_lines_and_dedupes():
     a = rec(tid="t1", steps=10)
@@ -52,253 +59,248 @@ def test_parse_results_skips_torn_lines_and_dedupes():
     assert len(records) == 1 and records[0]["steps_to_target"] == 12  # last line of a trial wins
 
 
-# ---------------------------------------------------------------- seeds and best LR
-
-def test_aggregation_requires_every_seed_and_means_steps():
-    recs = [rec(seed=0, steps=100), rec(seed=1, steps=140), rec(seed=2, steps=120)]
-    (s,) = A.aggregate_settings(recs)
-    assert s.reached and s.n_seeds == 3
-    assert s.steps_to_target == pytest.approx(120.0)
-    assert s.steps_std == pytest.approx(np.std([100, 140, 120]))
-    assert s.epochs_to_target == pytest.approx(120 * 32 / 1000)
-    recs[1] = rec(seed=1, status="not_reached")
-    (s,) = A.aggregate_settings(recs)
-    assert not s.reached and s.steps_to_target is None and s.n_reached == 2 and s.n_not_reached == 1
+# ---------------------------------------------------------------- cells
 
 
-def test_best_lr_selection_with_failures_and_grid_edges():
-    recs = [
-        rec(lr=0.01, mult=0.1, seed=0, status="not_reached"), rec(lr=0.01, mult=0.1, seed=1, status="not_reached"),
-        rec(lr=0.03, mult=0.3, seed=0, steps=200), rec(lr=0.03, mult=0.3, seed=1, steps=220),
-        # fewest steps on seed 0, but seed 1 fails: not a reached setting
-        rec(lr=0.1, mult=1.0, seed=0, steps=100), rec(lr=0.1, mult=1.0, seed=1, status="not_reached"),
-        rec(lr=0.3, mult=3.0, seed=0, status="diverged"), rec(lr=0.3, mult=3.0, seed=1, status="diverged"),
-    ]
-    (cell,) = A.select_best(A.aggregate_settings(recs))
-    assert cell.learning_rate == pytest.approx(0.03) and cell.lr_multiplier == pytest.approx(0.3)
-    assert cell.steps_to_target == pytest.approx(210.0)
+def test_best_rate_on_tuning_seed_then_median_over_confirmation_seeds():
+    recs = [rec(mult=0.5, steps=300), rec(mult=1.0, steps=100), rec(mult=2.0, status="diverged"),
+            rec(mult=1.0, seed=1, role="confirm", steps=140),
+            rec(mult=1.0, seed=2, role="confirm", steps=120),
+            # a confirmation seed of another rate never decides the choice
+            rec(mult=0.5, seed=1, role="confirm", steps=10)]
+    (cell,) = A.cells_of(recs)
+    assert cell.best_multiplier == 1.0 and cell.learning_rate == pytest.approx(0.1)
+    assert cell.seed_steps == (100, 120, 140) and cell.median_steps == 120
+    assert cell.epochs_to_target == pytest.approx(120 * 32 / 1000)
     assert not cell.lr_at_grid_edge
-    assert (cell.n_trials, cell.n_reached, cell.n_not_reached, cell.n_diverged) == (8, 3, 3, 2)
-    assert cell.grid_lrs == pytest.approx((0.01, 0.03, 0.1, 0.3))
-
-    # Best at the largest LR tried -> edge; at the smallest -> edge.
-    (cell,) = A.select_best(A.aggregate_settings([rec(lr=0.1, steps=50), rec(lr=0.05, steps=80)]))
-    assert cell.learning_rate == pytest.approx(0.1) and cell.lr_at_grid_edge
-    (cell,) = A.select_best(A.aggregate_settings(
-        [rec(lr=0.05, steps=50), rec(lr=0.1, steps=80), rec(lr=0.2, status="diverged")]))
-    assert cell.learning_rate == pytest.approx(0.05) and cell.lr_at_grid_edge
-    # A diverged larger LR brackets the optimum: not an edge.
-    (cell,) = A.select_best(A.aggregate_settings(
-        [rec(lr=0.05, steps=80), rec(lr=0.1, steps=50), rec(lr=0.2, status="diverged")]))
-    assert cell.learning_rate == pytest.approx(0.1) and not cell.lr_at_grid_edge
-    # Ties go to the smaller learning rate.
-    (cell,) = A.select_best(A.aggregate_settings(
-        [rec(lr=0.01, steps=90), rec(lr=0.05, steps=60), rec(lr=0.1, steps=60), rec(lr=0.2, steps=70)]))
-    assert cell.learning_rate == pytest.approx(0.05)
-    # Nothing reached: no best, no edge, counts kept.
-    (cell,) = A.select_best(A.aggregate_settings(
-        [rec(lr=0.05, status="not_reached"), rec(lr=0.1, status="diverged")]))
-    assert cell.best is None and cell.steps_to_target is None and not cell.lr_at_grid_edge
-    assert (cell.n_not_reached, cell.n_diverged) == (1, 1)
+    assert (cell.n_trials, cell.n_reached, cell.n_diverged) == (6, 5, 1)
 
 
-# ---------------------------------------------------------------- max_batch
-
-def cells_for(steps_by_batch, n_train=1000):
-    return A.select_best(A.aggregate_settings(
-        [rec(batch=b, status="reached" if s else "not_reached", steps=s, n_train=n_train)
-         for b, s in steps_by_batch.items()]))
-
-
-def test_max_batch_hand_table():
-    # epochs = S * B / 1000: B=10 -> 1.0, 20 -> 1.1, 40 -> 1.2, 80 -> 1.6, 160 -> 2.24
-    cells = cells_for({10: 100, 20: 55, 40: 30, 80: 20, 160: 14})
-    mb = A.max_batch(cells, 0.25)  # threshold 1.25: 10, 20, 40 pass, 80 fails
-    assert mb.value == 40 and mb.reference_batch == 10
-    assert mb.reference_epochs == pytest.approx(1.0) and mb.threshold == pytest.approx(1.25)
-    assert not mb.at_ceiling and mb.largest_batch == 160 and mb.gaps == ()
-    assert A.max_batch(cells, 0.1).value == 20    # 1.1 <= 1.1 exactly: within
-    assert A.max_batch(cells, 0.0).value == 10
-    assert A.max_batch(cells, 0.6).value == 80
-    top = A.max_batch(cells, 2.0)
-    assert top.value == 160 and top.at_ceiling
+def test_interpolated_steps_are_preferred_and_ties_go_to_the_smaller_rate():
+    recs = [rec(mult=0.5, steps=100, steps_to_target_interp=91.5), rec(mult=1.0, steps=100,
+            steps_to_target_interp=91.5), rec(mult=2.0, steps=150)]
+    (cell,) = A.cells_of(recs)
+    assert cell.best_multiplier == 0.5 and cell.median_steps == 91.5 and cell.lr_at_grid_edge
 
 
-def test_max_batch_undefined_and_gaps():
-    mb = A.max_batch(cells_for({10: None, 20: 55, 40: 30}), 0.25)
-    assert mb.value is None and "B=10" in mb.reason and "never reached" in mb.reason
-    # B=20 never reached but B=40 is within the threshold: the literal definition gives 40.
-    mb = A.max_batch(cells_for({10: 100, 20: None, 40: 30, 80: 30}), 0.25)
-    assert mb.value == 40 and mb.gaps == (20,)
-    assert A.max_batch([], 0.25).value is None
+def test_censored_and_diverged_seeds():
+    # Median of 100, >400 (censored) and a diverged seed (excluded, counted): even count, so the
+    # median is the mean of 100 and +inf -> censored at the budget.
+    recs = [rec(mult=1.0, steps=100), rec(mult=1.0, seed=1, role="confirm", status="not_reached", budget=400),
+            rec(mult=1.0, seed=2, role="confirm", status="diverged")]
+    (cell,) = A.cells_of(recs)
+    assert cell.median_steps is None and cell.censored_bound == 400
+    assert cell.n_diverged_excluded == 1 and cell.n_seeds == 2
+    # Two finished and one censored: the median is the larger finished one.
+    recs[2] = rec(mult=1.0, seed=2, role="confirm", steps=150)
+    (cell,) = A.cells_of(recs)
+    assert cell.median_steps == 150 and cell.censored_budgets == (400.0,)
 
 
-# ---------------------------------------------------------------- critical batch size
-
-def test_fit_exact_curve():
-    b = 2.0 ** np.arange(4, 12)
-    fit = A.fit_critical_batch(b, 1000 * (1 + 300 / b))
-    assert fit.reason is None
-    assert fit.b_crit == pytest.approx(300, rel=1e-9) and fit.s_min == pytest.approx(1000, rel=1e-9)
-    assert fit.r2_log == pytest.approx(1.0) and fit.rel_rms < 1e-9
-
-
-def test_fit_recovers_b_crit_under_multiplicative_noise():
-    rng = np.random.default_rng(0)
-    b = 2.0 ** np.arange(4, 14)  # 16 .. 8192 around B_crit = 300
-    errs = []
-    for _ in range(20):
-        s = 1000 * (1 + 300 / b) * np.exp(rng.normal(0, 0.05, b.size))
-        fit = A.fit_critical_batch(b, s)
-        assert fit.reason is None and fit.r2_log > 0.99
-        errs.append(fit.b_crit / 300 - 1)
-        assert fit.s_min == pytest.approx(1000, rel=0.1)
-    assert np.max(np.abs(errs)) < 0.25 and abs(np.mean(errs)) < 0.08
+def test_a_cell_where_nothing_reached_is_censored_at_its_budget():
+    recs = [rec(mult=0.5, status="not_reached", budget=500), rec(mult=1.0, status="not_reached", budget=500),
+            rec(mult=2.0, status="diverged")]
+    (cell,) = A.cells_of(recs)
+    assert cell.best_multiplier is None and cell.censored_bound == 500
+    obs = A.observations([cell])
+    assert obs.censored.tolist() == [True] and np.exp(obs.log_steps[0]) == pytest.approx(500)
 
 
-def test_fit_relative_weighting_beats_unweighted_on_small_batches():
-    # An outlier-free curve with a 10% error at the smallest batch only: an unweighted fit in S
-    # lets that one point dominate; the relative fit stays close.
-    b = 2.0 ** np.arange(4, 12)
-    s = 1000 * (1 + 300 / b)
-    s[0] *= 1.10
-    fit = A.fit_critical_batch(b, s)
-    x = 1 / b
-    a, slope = np.polyfit(x, s, 1)[::-1]
-    assert abs(fit.b_crit / 300 - 1) < abs(slope / a / 300 - 1)
+def test_lr_grid_next_runs_rules():
+    g = [rec(mult=m, steps=s) for m, s in ((0.5, 90), (1.0, 60), (2.0, 40))]
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(4.0, 0, "tune")]
+    g = [rec(mult=m, steps=s) for m, s in ((0.5, 30), (1.0, 60), (2.0, 40))]
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(0.25, 0, "tune")]
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2, extend=False) == [(0.5, 1, "confirm")]
+    # Two extensions already: final.
+    g = [rec(mult=m, steps=s) for m, s in ((0.5, 90), (1.0, 60), (2.0, 40), (4.0, 30), (8.0, 20))]
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [], 2) == []
 
 
-def test_fit_rejections():
-    assert A.fit_critical_batch([32, 64], [100, 60]).b_crit is None
-    r = A.fit_critical_batch([32, 64], [100, 60]).reason
-    assert "3" in r
-    rising = A.fit_critical_batch([32, 64, 128, 256], [100, 110, 120, 130])
-    assert rising.b_crit is None and "B_crit" in rising.reason
-    falling_faster = A.fit_critical_batch([32, 64, 128, 256], [100, 40, 15, 5])
-    assert falling_faster.b_crit is None and "S_min" in falling_faster.reason
+# ---------------------------------------------------------------- the fit
 
 
-# ---------------------------------------------------------------- verdict
-
-BATCHES = (32, 64, 128, 256, 512)
-N = 4096
-
-
-def steps_for(b_crit, s_min=400.0, batches=BATCHES):
-    return {b: s_min * (1 + b_crit / b) for b in batches}
+def test_fit_recovers_an_exact_curve():
+    b = np.array([16, 32, 64, 128, 256, 512, 1024.0])
+    obs = cb.Observations.make(b, 500 * (1 + 200 / b), np.zeros(7, bool), 1000)
+    f = cb.fit(obs)
+    assert f.b_crit == pytest.approx(200, rel=0.01) and f.s_min == pytest.approx(500, rel=0.01)
+    assert f.r2_log_epochs > 0.999 and f.rms_log < 0.01
 
 
-def three_members(b_crits, **kw):
-    # Fixed-budget family: wider = shallower. max_batch(0.25) with batches from 32 is the largest B
-    # with B + Bc <= 1.25 (32 + Bc), i.e. B <= 40 + Bc / 4.
-    spec = [("mlp-d8-w128", 128, 8), ("mlp-d4-w181", 181, 4), ("mlp-d2-w256", 256, 2)]
+def test_censoring_keeps_the_slow_large_batches_in_the_fit():
+    # Truth B_crit = 100. The two largest batches ran out of budget at 60% of the steps they needed:
+    # dropping them pretends the curve flattens less than it does.
+    b = np.array([16, 32, 64, 128, 256, 512, 1024.0])
+    s = 500 * (1 + 100 / b)
+    cens = b >= 512
+    s_obs = np.where(cens, 0.6 * s, s)
+    with_c = cb.fit(cb.Observations.make(b, s_obs, cens, 1000))
+    assert with_c.b_crit == pytest.approx(100, rel=0.02) and with_c.n_censored == 2
+    # Treated as if they had reached at their budget, the same runs bias B_crit upwards.
+    naive = cb.fit(cb.Observations.make(b, s_obs, np.zeros(7, bool), 1000))
+    assert naive.b_crit > 1.3 * with_c.b_crit
+
+
+def test_a_power_law_without_a_knee_gives_a_bound_and_a_fit_quality_that_can_fail():
+    b = np.array([16, 32, 64, 128, 256, 512, 1024, 2048, 4096.0])
+    s = 1e5 * b**-0.9
+    obs = cb.Observations.make(np.repeat(b, 3), np.repeat(s, 3), np.zeros(27, bool), 4000)
+    est = cb.estimate(obs, 0.25, n_boot=50)
+    assert est.b_crit.above_range  # past the largest batch: a bound, never a number
+    assert A.fmt_interval(est.b_crit).startswith("> 4,096")
+    # R^2 of log S would be ~1 for this curve; R^2 of log epochs is far from it.
+    log_s, pred = obs.log_steps, cb.predict_log_steps(est.fit.log_s_min, est.fit.log_b_crit, obs.batch)
+    r2_log_s = 1 - np.sum((log_s - pred) ** 2) / np.sum((log_s - log_s.mean()) ** 2)
+    assert r2_log_s > 0.99 and est.fit.r2_log_epochs < 0.9
+
+
+def test_bootstrap_interval_covers_the_truth():
+    rng = np.random.default_rng(3)
+    b = np.repeat([16, 32, 64, 128, 256, 512, 1024.0], 3)
+    covered = 0
+    for _ in range(60):
+        s = 400 * (1 + 150 / b) * np.exp(0.1 * rng.standard_normal(b.size))
+        est = cb.estimate(cb.Observations.make(b, s, np.zeros(b.size, bool), 1438), 0.25, n_boot=200)
+        covered += est.b_crit.low <= 150 <= est.b_crit.high
+    assert covered >= 51  # 95% nominal; >= 85% of 60
+
+
+# ---------------------------------------------------------------- max_batch(eps)
+
+
+def test_max_batch_is_the_first_crossing_interpolated_in_log_log():
+    bs = np.array([16, 32, 64, 128])
+    e = np.log([[10.0, 11.0, 14.0, 20.0]])
+    val, st = cb.first_crossing(bs, e, np.zeros_like(e, bool), 0.25)
+    frac = (math.log(12.5) - math.log(11)) / (math.log(14) - math.log(11))
+    assert st[0] == 0 and math.exp(val[0]) == pytest.approx(32 * 2**frac)
+    # A later dip below the threshold does not matter: the first crossing counts.
+    e2 = np.log([[10.0, 13.0, 11.0, 12.0]])
+    val, st = cb.first_crossing(bs, e2, np.zeros_like(e2, bool), 0.25)
+    assert st[0] == 0 and 16 < math.exp(val[0]) < 32
+    # No crossing: a lower bound at the largest batch. Smallest batch censored: undefined.
+    e3 = np.log([[10.0, 10.5, 11.0, 12.0]])
+    val, st = cb.first_crossing(bs, e3, np.zeros_like(e3, bool), 0.25)
+    assert st[0] == 1 and math.exp(val[0]) == pytest.approx(128)
+    _, st = cb.first_crossing(bs, e3, np.array([[True, False, False, False]]), 0.25)
+    assert st[0] == 2
+
+
+def test_member_estimate_of_a_known_curve():
+    recs = curve_records("m", 64, 2, 500, 200, [16, 32, 64, 128, 256, 512, 1024])
+    (s,) = A.summarize_members(recs, 0.25, n_boot=50)
+    # E(B) = S_min (B + B_crit) / n: the crossing of 1.25 E(16) lies near 1.25*16 + 0.25*200 = 70.
+    assert 55 < s.curve.max_batch.value < 75
+    assert s.curve.b_crit.value == pytest.approx(200, rel=0.02)
+    assert s.curve.reference_epochs == pytest.approx(500 * (1 + 200 / 16) * 16 / 1000)
+
+
+# ---------------------------------------------------------------- slopes and the verdict
+
+
+def family(alpha, noise, rng, widths=(100, 200, 400), budget_epochs=None):
     recs = []
-    for (name, w, d), bc in zip(spec, b_crits):
-        recs += member_records(name, w, d, steps_for(bc) if isinstance(bc, (int, float)) else bc,
-                               n_train=N, **kw)
+    for w, d in zip(widths, (4, 2, 1)):
+        recs += curve_records(f"m{d}", w, d, 300, 100 * (w / widths[0]) ** alpha,
+                              [16, 32, 64, 128, 256, 512, 1024], noise=noise, rng=rng,
+                              budget_epochs=budget_epochs)
     return recs
 
 
-def run_verdict(recs, eps=0.25, **kw):
-    return A.verdict(A.summarize_members(recs, eps), eps, **kw)
+def test_slope_of_exact_power_law_members():
+    recs = family(0.5, 0.0, None)
+    d = A.decide(A.summarize_members(recs, n_boot=50))
+    assert d.b_crit_slope.value == pytest.approx(0.5, abs=0.02)
 
 
-def test_verdict_supported():
-    recs = three_members([32, 128, 512])  # bounds 48, 72, 168 -> max_batch 32, 64, 128
-    sums = A.summarize_members(recs, 0.25)
-    assert [s.info.name for s in sums] == ["mlp-d8-w128", "mlp-d4-w181", "mlp-d2-w256"]
-    assert [s.max_batch.value for s in sums] == [32, 64, 128]
-    assert [s.crit.b_crit for s in sums] == pytest.approx([32, 128, 512], rel=1e-6)
-    v = A.verdict(sums, 0.25)
-    assert v.outcome == A.SUPPORTED and v.reasons == ()
-    for s in ("SUPPORTED", "eps = 0.25", "max_batch 32", "max_batch 64", "max_batch 128",
-              "B_crit 32", "B_crit 512", "B_crit is increasing"):
-        assert s in v.text, s
-
-
-def test_verdict_not_supported():
-    v = run_verdict(three_members([512, 128, 32]))
-    assert v.outcome == A.NOT_SUPPORTED and "NOT SUPPORTED" in v.text
-    assert "decreasing" in v.text
-
-
-def test_verdict_inconclusive_equal():
-    v = run_verdict(three_members([128, 128, 128]))  # all max_batch 64
-    assert v.outcome == A.INCONCLUSIVE and any("same max_batch (64)" in r for r in v.reasons)
-
-
-def test_verdict_inconclusive_mixed_trend():
-    v = run_verdict(three_members([32, 512, 128]))  # 32, 128, 64
-    assert v.outcome == A.INCONCLUSIVE and any("not monotone" in r for r in v.reasons)
-
-
-def test_verdict_inconclusive_ceiling():
-    # Perfect scaling everywhere: every member keeps epochs flat to the largest batch.
-    v = run_verdict(three_members([1e6, 1e6, 1e6]))
-    assert v.outcome == A.INCONCLUSIVE and any("ceiling" in r for r in v.reasons)
-    assert "512+" in v.text
-
-
-def test_verdict_ceiling_of_the_widest_only_still_decides():
-    v = run_verdict(three_members([32, 128, 1e6]))
+def test_verdicts_supported_contradicted_and_no_effect():
+    rng = np.random.default_rng(0)
+    v = A.analyze(family(1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.SUPPORTED
+    assert "slope +1.0" in v.text or "slope +0.9" in v.text or "slope +1.1" in v.text
+    assert "95% CI" in v.text and "detects a slope of" in v.text
+    v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
+    assert v.outcome == A.CONTRADICTED
+    v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
+    assert v.outcome in (A.NO_EFFECT, A.SUPPORTED, A.CONTRADICTED)
+    assert v.decision.b_crit_slope.low < 0.4 and v.decision.b_crit_slope.high > -0.4
 
 
-def test_verdict_inconclusive_missing_member_data():
-    missing = steps_for(32)
-    missing[32] = None  # the smallest batch never reached
-    v = run_verdict(three_members([missing, 128, 512]))
-    assert v.outcome == A.INCONCLUSIVE
-    assert any("mlp-d8-w128 has no max_batch" in r for r in v.reasons)
+def test_verdict_inconclusive_cases():
+    rng = np.random.default_rng(1)
+    assert A.verdict([]).outcome == A.INCONCLUSIVE
+    one = A.summarize_members(curve_records("m", 64, 2, 500, 200, [16, 64, 256]), n_boot=20)
+    v = A.verdict(one)
+    assert v.outcome == A.INCONCLUSIVE and "only one member" in v.text
+    same = family(0.0, 0.05, rng, widths=(100, 100, 100))
+    assert A.analyze(same, n_boot=20)["verdicts"]["mlp"].outcome == A.INCONCLUSIVE
+    # Every member still scales perfectly up to the largest batch: a ceiling, not "no effect".
+    ceiling = family(0.0, 0.02, rng, widths=(100, 200, 400))
+    for r in ceiling:
+        b = r["batch_size"]
+        if r["status"] == "reached":
+            r["steps_to_target"] = 1e6 / b * (1.5 if r["lr_multiplier"] != 1.0 else 1.0)
+    v = A.analyze(ceiling, n_boot=20)["verdicts"]["mlp"]
+    assert v.outcome == A.INCONCLUSIVE and "above the largest batch" in v.text
+    # A member with finished runs at fewer than 3 batches has no fit.
+    short = family(0.0, 0.05, rng)
+    short = [r for r in short if not (r["member"] == "m1" and r["batch_size"] > 32)]
+    v = A.analyze(short, n_boot=20)["verdicts"]["mlp"]
+    assert v.outcome == A.INCONCLUSIVE and "m1 has no B_crit fit" in v.text
 
 
-def test_verdict_inconclusive_grid_edge_unless_ignored():
-    recs = three_members([32, 128, 512])
-    # Make the largest LR at B=64 of the widest member reach in fewer steps: best at the grid edge.
-    for r in recs:
-        if r["member"] == "mlp-d2-w256" and r["batch_size"] == 64 and r["lr_multiplier"] == 2.0:
-            r.update(status="reached", steps_to_target=10.0, epochs_to_target=10.0 * 64 / N)
-    v = run_verdict(recs)
-    assert v.outcome == A.INCONCLUSIVE and any("mlp-d2-w256 B=64" in r for r in v.reasons)
-    v2 = run_verdict(recs, ignore_grid_edges=True)
-    assert v2.outcome == A.SUPPORTED and any("edge" in c for c in v2.caveats)
-
-
-def test_verdict_single_member_and_empty():
-    v = run_verdict(member_records("mlp-d2-w256", 256, 2, steps_for(128), n_train=N))
-    assert v.outcome == A.INCONCLUSIVE and any("only one member" in r for r in v.reasons)
-    v = A.verdict([], 0.25)
-    assert v.outcome == A.INCONCLUSIVE and "no trial" in v.text
-
-
-def test_verdict_equal_width_members():
-    recs = (member_records("a", 64, 2, steps_for(32), n_train=N)
-            + member_records("b", 64, 4, steps_for(512), n_train=N))
-    v = run_verdict(recs)
-    assert v.outcome == A.INCONCLUSIVE and any("do not differ in width" in r for r in v.reasons)
-
-
-def test_verdict_notes_unequal_budgets():
-    recs = []
-    for (name, w, d, p), bc in zip([("n", 64, 2, 10_000), ("w", 256, 2, 100_000)], [32, 512]):
-        recs += member_records(name, w, d, steps_for(bc), n_train=N, params=p)
-    v = run_verdict(recs)
-    assert v.outcome == A.SUPPORTED and any("parameter budget" in c for c in v.caveats)
-
-
-def test_analyze_groups_by_arch_and_handles_empty():
-    out = A.analyze([], 0.25)
-    assert out["summaries"] == [] and out["verdicts"][""].outcome == A.INCONCLUSIVE
-    out = A.analyze(three_members([32, 128, 512]), 0.25)
-    assert list(out["verdicts"]) == ["mlp"] and out["verdicts"]["mlp"].outcome == A.SUPPORTED
+def test_budget_censoring_does_not_invent_an_effect():
+    # Identical members, a budget that censors the largest batches of every member.
+    rng = np.random.default_rng(5)
+    recs = family(0.0, 0.05, rng, budget_epochs=60)
+    assert any(r["status"] == "not_reached" for r in recs)
+    v = A.analyze(recs, n_boot=200)["verdicts"]["mlp"]
+    assert v.outcome != A.CONTRADICTED and v.outcome != A.SUPPORTED
 
 
 def test_batch_bound_at_init():
     recs = [rec(steps=10, gradient={"history": [{"step": 10, "examples": 320, "batch_bound": 5.0},
-                                      {"step": 0, "examples": 0, "batch_bound": 40.0}]}),
+                                                {"step": 0, "examples": 0, "batch_bound": 40.0}]}),
             rec(tid="x", steps=10, gradient={"history": [{"step": 0, "examples": 0, "batch_bound": 60.0}],
-                                   "noise_scale_ema": 12.0}),
+                                             "noise_scale_ema": 12.0}),
             rec(tid="y", steps=10)]
     assert A.batch_bound_at_init(recs) == [40.0, 60.0]
-    (s,) = A.summarize_members(recs)
+    (s,) = A.summarize_members(recs, n_boot=20)
     assert s.batch_bound_init == pytest.approx(50.0) and s.noise_scale_ema == pytest.approx(12.0)
+
+
+# ---------------------------------------------------------------- calibration on simulated studies
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.1, 0.2])
+def test_calibration_null_is_rarely_decisive(noise):
+    """Identical members: a decisive verdict in at most 10% of 200 simulated studies."""
+    cal = simulate.calibrate(simulate.four_x_design(), simulate.Truth(alpha=0.0, noise=noise), 200,
+                             seed=11, n_boot=100)
+    assert cal.decisive_rate <= 0.10, cal
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.1])
+def test_calibration_finds_a_real_effect(noise):
+    """B_crit ~ width^0.5 over a 4x width range: 'supported' in at least 80% of 200 studies at the
+    seed noise measured on the local studies (5-10%; the README's table shows 20% too, where the
+    power is lower and the report says so through its minimum detectable slope)."""
+    cal = simulate.calibrate(simulate.four_x_design(), simulate.Truth(alpha=0.5, noise=noise), 200,
+                             seed=12, n_boot=100)
+    assert cal.supported_rate >= 0.80, cal
+    assert cal.contradicted == 0
+
+
+def test_simulated_study_follows_the_protocol():
+    rng = np.random.default_rng(0)
+    recs = simulate.simulate_study(rng, simulate.Design(), simulate.Truth(noise=0.1))
+    cells = A.cells_of(recs)
+    assert len(cells) == 4 * 7
+    statuses = {r["status"] for r in recs}
+    assert "reached" in statuses
+    confirmed = [c for c in cells if c.best_multiplier is not None]
+    assert all(sum(1 for r in recs if r["member"] == c.member and r["batch_size"] == c.batch_size
+                   and r["role"] == "confirm") == 2 for c in confirmed)
+    # The interpolated crossing never lies after the evaluation that saw it.
+    assert all(r["steps_to_target_interp"] <= r["steps_to_target"] for r in recs if r["status"] == "reached")

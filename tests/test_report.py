@@ -13,25 +13,29 @@ from wide_tf import analysis, report
 
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
-# Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): max_batch(0.25) is the largest
-# B <= 40 + Bc / 4, i.e. 32, 64, 128 (see test_analysis).
+# Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): E(B) is proportional to B + Bc,
+# so max_batch(0.25) crosses near 1.25 * 32 + Bc / 4 = 48, 72 and 168.
 MEMBERS = [("mlp-d8-w128", 8, 128, 32), ("mlp-d4-w181", 4, 181, 128), ("mlp-d2-w256", 2, 256, 512)]
 
 
-def make_records(members=MEMBERS, seeds=(0, 1), batches=BATCHES, history=True):
+def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
+    """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:
             s = 400.0 * (1 + bc / b)
             for mult, factor, status in ((0.5, 2.0, "reached"), (1.0, 1.0, "reached"), (2.0, None, "diverged")):
                 for seed in seeds:
-                    # seeds differ by +-10 steps: the mean is exactly s
-                    st = None if factor is None else round(s * factor) + (10 if seed else -10) * (len(seeds) > 1)
+                    if seed and mult != 1.0:
+                        continue
+                    # confirmation seeds differ by +-10 steps: the median is exactly s
+                    st = None if factor is None else round(s * factor) + (0, 10, -10)[seed % 3]
                     tid = f"{name}-b{b}-m{mult}-s{seed}"
                     r = {"trial_id": tid, "member": name, "arch": "mlp", "depth": depth, "width": width,
                          "params": 100_000 + depth, "batch_size": b, "lr_multiplier": mult,
                          "learning_rate": 0.05 * mult * (b / 256) ** 0.5, "optimizer": "momentum",
-                         "seed": seed, "num_train": N_TRAIN, "status": status,
+                         "seed": seed, "role": "confirm" if seed else "tune",
+                         "num_train": N_TRAIN, "status": status,
                          "target": {"metric": "train_accuracy", "value": 0.99},
                          "steps_to_target": st, "epochs_to_target": None if st is None else st * b / N_TRAIN,
                          "examples_to_target": None if st is None else st * b,
@@ -61,7 +65,7 @@ CONFIG = {
     "train": {"max_epochs": 40.0, "max_steps": 0, "eval_every_examples": 4000, "target_metric": "train_accuracy",
               "target_value": 0.99, "diverge_loss": 1000.0},
     "sweep": {"family": {"kind": "budget", "budget": 1e5, "depths": [2, 4, 8]}, "batch_sizes": list(BATCHES),
-              "lr_multipliers": [0.5, 1.0, 2.0], "seeds": [0, 1], "eps": 0.25},
+              "lr_multipliers": [0.5, 1.0, 2.0], "seeds": [0], "confirm_seeds": [1, 2], "eps": 0.25},
 }
 
 
@@ -100,7 +104,7 @@ def test_report_files_and_tables(full_report):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
     trials = read_csv(os.path.join(out, "all_trials.csv"))
-    assert len(trials) == 3 * 5 * 3 * 2
+    assert len(trials) == 3 * 5 * (3 + 2)  # 3 members x 5 batches x (grid of 3 + 2 confirmations)
     assert {t["status"] for t in trials} == {"reached", "diverged"}
 
     best = read_csv(os.path.join(out, "best_per_batch.csv"))
@@ -108,19 +112,22 @@ def test_report_files_and_tables(full_report):
     for row in best:
         bc = {m[0]: m[3] for m in MEMBERS}[row["member"]]
         b = int(row["batch_size"])
-        expected_steps = round(400.0 * (1 + bc / b))  # mean of +-10 around the rounded curve
+        expected_steps = round(400.0 * (1 + bc / b))  # median of -10, 0, +10 around the curve
         assert float(row["steps_to_target"]) == pytest.approx(expected_steps)
-        assert float(row["steps_std"]) == pytest.approx(10.0)
+        assert float(row["steps_max"]) - float(row["steps_min"]) == pytest.approx(20.0)
+        assert row["n_seeds"] == "3"
         assert float(row["epochs_to_target"]) == pytest.approx(expected_steps * b / N_TRAIN)
         assert float(row["best_lr_multiplier"]) == 1.0
         assert float(row["best_learning_rate"]) == pytest.approx(0.05 * (b / 256) ** 0.5, rel=1e-5)
         assert row["lr_at_grid_edge"] == "False"
-        assert (row["n_trials"], row["n_reached"], row["n_not_reached"], row["n_diverged"]) == ("6", "4", "0", "2")
+        assert (row["n_trials"], row["n_reached"], row["n_not_reached"], row["n_diverged"]) == ("5", "4", "0", "1")
 
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
-    assert [members[m[0]]["max_batch"] for m in MEMBERS] == ["32", "64", "128"]
-    for name, _, _, bc in MEMBERS:
+    for (name, _, _, bc), mb in zip(MEMBERS, (48, 72, 168)):
+        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.1)
+        assert float(members[name]["max_batch_low"]) <= float(members[name]["max_batch"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
+        assert float(members[name]["b_crit_low"]) < bc < float(members[name]["b_crit_high"])
         assert float(members[name]["batch_bound_init"]) == pytest.approx(
             {m[0]: m[2] for m in MEMBERS}[name])
 
@@ -130,14 +137,18 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     md = open(path).read()
     v = analysis.analyze(make_records(), 0.25)["verdicts"]["mlp"]
     assert v.outcome == analysis.SUPPORTED
+    assert v.decision.b_crit_slope.value == pytest.approx(4.0, rel=0.05)  # log 16 / log 2
     assert v.text in md and "Verdict: SUPPORTED" in md
     for s in ("train_accuracy >= 0.99", "40.0 epochs", "every 4000 examples", "momentum", "cosine",
-              "held fixed in epochs", "ghost", "virtual batch 32", "mnist_embedded", "[0, 1]", "eps (max_batch) | 0.25",
+              "held fixed in epochs", "ghost", "virtual batch 32", "mnist_embedded", "tuning [0]", "[1, 2]", "eps (max_batch) | 0.25",
               "mlp-d8-w128", "mlp-d2-w256", "100,008", "(steps_vs_batch.png)", "How to read this report",
-              "Grid-edge warnings", "None: every best learning rate"):
+              "Grid-edge warnings", "None: every chosen learning rate", "95% CI", "slope +4"):
         assert s in md, s
-    # the max_batch table row of the widest member
-    assert any(line.startswith("| mlp-d2-w256 | 256 | 128 |") for line in md.splitlines())
+    # the members table row of the widest member, and a cell with its seed range
+    # (its B_crit = 512 is the largest batch tried: the fit lands on the edge and reads as a bound)
+    row = next(line for line in md.splitlines() if line.startswith("| mlp-d2-w256 | 2 | 256 | 100,002 | "))
+    assert "(95% CI" in row and "(0 censored)" in row
+    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 800.0 (790-810) | 6.25 (6.17-6.33) |" in md
 
 
 def _events(dirpath):
@@ -164,7 +175,7 @@ def test_report_tensorboard_hparams_and_images(full_report):
                                                       "final_train_accuracy", "final_test_accuracy"}
     runs = sorted(os.listdir(hdir))
     runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
-    assert len(runs) == 90
+    assert len(runs) == 75
     tid = "mlp-d4-w181-b64-m1.0-s1"
     events = _events(os.path.join(hdir, tid))
     hp_vals = [v for e in events for v in e.summary.value if v.metadata.plugin_data.plugin_name == "hparams"]
@@ -178,7 +189,7 @@ def test_report_tensorboard_hparams_and_images(full_report):
     assert scalars["steps_to_target"] == round(400 * (1 + 128 / 64)) + 10
     assert scalars["status_code"] == 1.0
     # a diverged trial: status -1 and no steps_to_target
-    events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s1"))
+    events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s0"))
     tags = {v.tag: v for e in events for v in e.summary.value}
     assert "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
     images = {v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value}
@@ -212,24 +223,24 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     recs = make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64), history=False)
     for r in recs:
         if r["status"] == "reached":
-            r.update(status="not_reached", steps_to_target=None, epochs_to_target=None)
+            r.update(status="not_reached", steps_to_target=None, epochs_to_target=None, steps=700)
     wd = make_workdir(tmp_path / "failed", recs)
     md = open(report.write_report(wd)).read()
-    assert "INCONCLUSIVE" in md and "never reached the target" in md
+    assert "INCONCLUSIVE" in md and "has no B_crit fit" in md
     best = read_csv(os.path.join(wd, "report", "best_per_batch.csv"))
     assert [r["steps_to_target"] for r in best] == ["", ""]
+    assert [float(r["censored_above"]) for r in best] == [700, 700]  # censored at the budget, never a value
     assert [(r["n_not_reached"], r["n_diverged"]) for r in best] == [("2", "1"), ("2", "1")]
+    assert "> 700 (censored)" in md
 
-    # Two members where the best LR is the smallest tried: grid-edge warnings and inconclusive.
-    recs = make_records(MEMBERS[:2], seeds=(0,), history=False)
+    # Two members where the chosen LR is the smallest tried: grid-edge warnings, and a caveat in
+    # the verdict (the numbers still decide).
+    recs = make_records(MEMBERS[:2], history=False)
     recs = [r for r in recs if r["lr_multiplier"] != 0.5]
     wd = make_workdir(tmp_path / "edge", recs)
     md = open(report.write_report(wd)).read()
-    assert "- mlp-d8-w128, B=32: best learning rate" in md and "edge" in md
-    assert "Verdict: INCONCLUSIVE" in md
-    # The CLI flag lets the numbers decide.
-    md = open(report.write_report(wd, ignore_grid_edges=True)).read()
-    assert "Verdict: SUPPORTED" in md
+    assert "- mlp-d8-w128, B=32: chosen multiplier x1 is at the edge" in md
+    assert "Verdict: SUPPORTED" in md and "edge of its grid" in md
 
 
 def test_report_without_config_uses_protocol_records(tmp_path):

@@ -46,28 +46,46 @@ def _result(t, status, steps=None):
         "num_train": 1438,
         "status": status,
         "steps_to_target": steps,
+        "steps": steps or 100,
+        "role": t.role,
     }
 
 
-def test_grid_extension_moves_past_the_winning_edge():
+def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
     config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32], extend_lr_grid=True)
     config.sweep.family.depths = [1]
+    config.sweep.confirm_seeds = [1, 2]
     trials = study.expand(config, 10, (8, 8, 1))
+    assert {t.seed for t in trials} == {0}  # the grid runs on the tuning seed only
     by_lr = {t.lr_multiplier: t for t in trials}
     # Largest learning rate wins: extend upwards, keeping the grid's ratio.
     results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr]) for lr, t in by_lr.items()}
-    new = study.grid_extension(config, trials, results)
-    assert [t.lr_multiplier for t in new] == [4.0]
-    # An interior winner: nothing to add.
+    new = study.next_trials(config, trials, results)
+    assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [(4.0, 0, "tune")]
+    # An interior winner: the grid is final, so the chosen rate runs on the confirmation seeds,
+    # as ordinary trials with their own ids.
     results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr]) for lr, t in by_lr.items()}
-    assert study.grid_extension(config, trials, results) == []
-    # Nothing reached (diverged at the top): extend downwards.
+    new = study.next_trials(config, trials, results)
+    assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [(1.0, 1, "confirm"), (1.0, 2, "confirm")]
+    assert len({t.trial_id for t in new} | set(results)) == len(new) + len(results)
+    assert all(t.meta()["role"] == "confirm" for t in new)
+    # Once confirmed, the cell is complete.
+    done = dict(results, **{t.trial_id: _result(t, "reached", 33) for t in new})
+    assert study.next_trials(config, trials + new, done) == []
+    # Nothing reached because every rate diverged: go down.
+    results = {t.trial_id: _result(t, "diverged") for lr, t in by_lr.items()}
+    assert [t.lr_multiplier for t in study.next_trials(config, trials, results)] == [0.25]
+    # Nothing reached because the budget ran out (no divergence): go up, where runs are faster.
+    results = {t.trial_id: _result(t, "not_reached") for lr, t in by_lr.items()}
+    assert [t.lr_multiplier for t in study.next_trials(config, trials, results)] == [4.0]
+    # Too slow at small rates and diverging at large ones: no extension, nothing to confirm.
     results = {t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached") for lr, t in by_lr.items()}
-    assert [t.lr_multiplier for t in study.grid_extension(config, trials, results)] == [0.25]
+    assert study.next_trials(config, trials, results) == []
     # Unfinished groups wait; the extension budget is respected.
-    assert study.grid_extension(config, trials, {}) == []
+    assert study.next_trials(config, trials, {}) == []
     config.sweep.max_lr_extensions = 0
-    assert study.grid_extension(config, trials, results) == []
+    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    assert [t.role for t in study.next_trials(config, trials, results)] == ["confirm", "confirm"]
 
 
 def test_shard_parsing():

@@ -65,6 +65,7 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             max_device_batch=0,  # >0: accumulate micro-batches of at most this many per replica
             max_epochs=50.0,
             max_steps=0,
+            min_steps=0,  # budget floor in steps: large batches are not censored by max_epochs alone
             steps_per_loop=100,  # optimizer steps per tf.function call
             eval_every_examples=0,  # 0: once per epoch; the same points of training for every batch
             eval_batch=1024,
@@ -112,7 +113,8 @@ def sweep_config() -> ml_collections.ConfigDict:
             lr_multipliers=[1.0],  # log grid around the scaling rule's guess, per batch size
             extend_lr_grid=True,  # add one grid point past an edge that won
             max_lr_extensions=2,
-            seeds=[0],
+            seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
+            confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
             eps=0.25,  # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's
         )
     )

@@ -38,14 +38,16 @@ TRIAL_COLUMNS = ["trial_id", "member", "arch", "depth", "width", "params", "batc
                  "final_train_loss", "final_test_accuracy", "final_test_loss", "best_test_accuracy",
                  "wall_time_s", "examples_per_s"]
 BEST_COLUMNS = ["member", "arch", "depth", "width", "params", "batch_size", "best_learning_rate",
-                "best_lr_multiplier", "steps_to_target", "steps_std", "epochs_to_target", "n_seeds",
-                "lr_grid", "lr_at_grid_edge", "n_trials", "n_reached", "n_not_reached", "n_diverged",
-                "test_accuracy_at_best_lr", "best_test_accuracy_any_lr"]
-MEMBER_COLUMNS = ["member", "arch", "depth", "width", "params", "eps", "max_batch", "max_batch_at_ceiling",
-                  "max_batch_reason", "reference_batch", "reference_epochs", "s_min", "b_crit", "fit_r2_log",
-                  "fit_rel_rms", "fit_points", "fit_reason", "batch_bound_init", "batch_bound_init_std",
-                  "noise_scale_ema", "n_edge_cells"]
-
+                "best_lr_multiplier", "n_seeds", "steps_to_target", "steps_min", "steps_max",
+                "censored_above", "epochs_to_target", "epochs_min", "epochs_max", "n_censored_seeds",
+                "n_diverged_excluded", "lr_grid", "lr_at_grid_edge", "n_trials", "n_reached",
+                "n_not_reached", "n_diverged", "best_test_accuracy_any_lr"]
+MEMBER_COLUMNS = ["member", "arch", "depth", "width", "params", "eps", "b_crit", "b_crit_low",
+                  "b_crit_high", "b_crit_beyond_range", "s_min", "s_min_low", "s_min_high",
+                  "fit_r2_log_epochs", "fit_rms_log_steps", "fit_observations", "fit_censored",
+                  "fit_reason", "max_batch", "max_batch_low", "max_batch_high", "max_batch_status",
+                  "reference_epochs", "threshold_epochs", "batch_bound_init", "batch_bound_init_std",
+                  "noise_scale_ema", "n_edge_cells", "n_diverged_excluded"]
 
 class ReportError(RuntimeError):
     """The workdir cannot be reported on (missing, or holds no study)."""
@@ -115,9 +117,12 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
     value = _get(config, "train.target_value")
     if metric:
         op = "<=" if "loss" in str(metric) else ">="
-        add("Target", f"{metric} {op} {value}", "(first time reached at an evaluation)")
+        add("Target", f"{metric} {op} {value}",
+            "(first seen at an evaluation; the crossing interpolated between it and the one before)")
     add("Budget", f"{_get(config, 'train.max_epochs')} epochs" if _get(config, "train.max_epochs") else None,
-        f"/ {_get(config, 'train.max_steps')} steps" if _get(config, "train.max_steps") else None)
+        f"/ {_get(config, 'train.max_steps')} steps" if _get(config, "train.max_steps") else None,
+        f"(at least {_get(config, 'train.min_steps')} steps at every batch size)"
+        if _get(config, "train.min_steps") else None)
     every = _get(config, "train.eval_every_examples")
     limit = _get(config, "train.eval_train_limit")
     if every is not None:
@@ -165,7 +170,8 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
             f"(n_train in the trials: {', '.join(map(str, n_seen))})" if n_seen else None,
             f"augment={d.get('augment')}", f"shuffle buffer {d.get('shuffle_buffer')} (fixed)")
     add("Batch sizes", _get(config, "sweep.batch_sizes"))
-    add("Seeds", _get(config, "sweep.seeds"))
+    add("Seeds", f"tuning {_get(config, 'sweep.seeds')}, confirmation of the chosen rate "
+        f"{_get(config, 'sweep.confirm_seeds') or 'none'} (a cell is the median over its seeds)")
     if _get(config, "train.max_device_batch"):
         add("Gradient accumulation", f"micro-batches of at most {_get(config, 'train.max_device_batch')}")
     if _get(config, "train.gradient_every_examples"):
@@ -173,7 +179,8 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
             f"set of {_get(config, 'train.probe_size')}")
     add("Precision", _get(config, "runtime.mixed_precision"))
     sweep = _get(config, "sweep", {}) or {}
-    fam = {k: v for k, v in sweep.items() if k not in ("batch_sizes", "seeds", "lr_multipliers")}
+    fam = {k: v for k, v in sweep.items()
+           if k not in ("batch_sizes", "seeds", "confirm_seeds", "lr_multipliers")}
     if fam:
         add("Family / sweep", json.dumps(fam, sort_keys=True))
     rows.append(("eps (max_batch)", f"{eps:g}"))
@@ -205,37 +212,58 @@ def trial_rows(records: list[dict]) -> list[dict]:
 
 
 def best_rows(summaries) -> list[dict]:
+    """One row per (member, batch size): the chosen learning rate and its seeds."""
     rows = []
     for s in summaries:
         for c in s.cells:
-            b = c.best
+            rng = c.steps_range
             rows.append({k: _cell(v) for k, v in {
-                "member": s.info.name, "arch": s.info.arch, "depth": s.info.depth, "width": s.info.width,
-                "params": s.info.params, "batch_size": c.batch_size,
-                "best_learning_rate": c.learning_rate, "best_lr_multiplier": c.lr_multiplier,
-                "steps_to_target": c.steps_to_target, "steps_std": b.steps_std if b else None,
-                "epochs_to_target": c.epochs_to_target, "n_seeds": b.n_seeds if b else None,
-                "lr_grid": " ".join(f"{lr:g}" for lr in c.grid_lrs if lr is not None),
-                "lr_at_grid_edge": c.lr_at_grid_edge, "n_trials": c.n_trials, "n_reached": c.n_reached,
-                "n_not_reached": c.n_not_reached, "n_diverged": c.n_diverged,
-                "test_accuracy_at_best_lr": b.best_test_accuracy if b else None,
+                "member": s.info.name, "arch": s.info.arch, "depth": s.info.depth,
+                "width": s.info.width, "params": s.info.params, "batch_size": c.batch_size,
+                "best_learning_rate": c.learning_rate, "best_lr_multiplier": c.best_multiplier,
+                "n_seeds": c.n_seeds, "steps_to_target": c.median_steps,
+                "steps_min": rng[0] if rng else None, "steps_max": rng[1] if rng else None,
+                "censored_above": c.censored_bound, "epochs_to_target": c.epochs_to_target,
+                "epochs_min": c.epochs(rng[0]) if rng else None,
+                "epochs_max": c.epochs(rng[1]) if rng else None,
+                "n_censored_seeds": len(c.censored_budgets),
+                "n_diverged_excluded": c.n_diverged_excluded,
+                "lr_grid": " ".join(f"{p.multiplier:g}" for p in c.grid),
+                "lr_at_grid_edge": c.lr_at_grid_edge, "n_trials": c.n_trials,
+                "n_reached": c.n_reached, "n_not_reached": c.n_not_reached,
+                "n_diverged": c.n_diverged,
                 "best_test_accuracy_any_lr": c.best_test_accuracy_any_lr}.items()})
     return rows
 
 
+def _iv(iv):
+    return (None, None, None) if iv is None else (iv.value, iv.low, iv.high)
+
+
 def member_rows(summaries, eps: float) -> list[dict]:
+    """One row per member: B_crit, S_min and max_batch(eps) with their 95% intervals."""
     rows = []
     for s in summaries:
-        mb, cf = s.max_batch, s.crit
+        cv = s.curve
+        f = cv.fit if cv else None
+        bc, sm, mb = (_iv(cv.b_crit), _iv(cv.s_min), _iv(cv.max_batch)) if cv else ((None,) * 3,) * 3
+        beyond = ("above" if cv.b_crit.above_range else "below" if cv.b_crit.below_range else "") \
+            if cv and cv.b_crit else ""
         rows.append({k: _cell(v) for k, v in {
             "member": s.info.name, "arch": s.info.arch, "depth": s.info.depth, "width": s.info.width,
-            "params": s.info.params, "eps": eps, "max_batch": mb.value, "max_batch_at_ceiling": mb.at_ceiling,
-            "max_batch_reason": mb.reason, "reference_batch": mb.reference_batch,
-            "reference_epochs": mb.reference_epochs, "s_min": cf.s_min, "b_crit": cf.b_crit,
-            "fit_r2_log": cf.r2_log, "fit_rel_rms": cf.rel_rms, "fit_points": cf.n_points,
-            "fit_reason": cf.reason, "batch_bound_init": s.batch_bound_init,
-            "batch_bound_init_std": s.batch_bound_init_std, "noise_scale_ema": s.noise_scale_ema,
-            "n_edge_cells": len(s.edge_cells)}.items()})
+            "params": s.info.params, "eps": eps, "b_crit": bc[0], "b_crit_low": bc[1],
+            "b_crit_high": bc[2], "b_crit_beyond_range": beyond, "s_min": sm[0], "s_min_low": sm[1],
+            "s_min_high": sm[2], "fit_r2_log_epochs": f.r2_log_epochs if f else None,
+            "fit_rms_log_steps": f.rms_log if f else None, "fit_observations": f.n_obs if f else None,
+            "fit_censored": f.n_censored if f else None,
+            "fit_reason": cv.fit_reason if cv else "no run finished",
+            "max_batch": mb[0], "max_batch_low": mb[1], "max_batch_high": mb[2],
+            "max_batch_status": cv.max_batch_reason if cv else None,
+            "reference_epochs": cv.reference_epochs if cv else None,
+            "threshold_epochs": cv.threshold_epochs if cv else None,
+            "batch_bound_init": s.batch_bound_init, "batch_bound_init_std": s.batch_bound_init_std,
+            "noise_scale_ema": s.noise_scale_ema, "n_edge_cells": len(s.edge_cells),
+            "n_diverged_excluded": s.n_diverged_excluded}.items()})
     return rows
 
 
@@ -285,13 +313,159 @@ def _width_ticks(ax, summaries) -> None:
 
 
 def _mark_unreached(ax, s, color, labelled: list):
-    # Batches where no learning rate reached the target have no value: mark them on the x axis.
-    xs = [c.batch_size for c in s.cells if c.steps_to_target is None]
+    # Batches whose median seed did not reach the target within its budget are censored: draw an
+    # upward triangle at the budget (S is larger than that). Cells where every run diverged have
+    # no value at all: mark them on the x axis.
+    cens = [(c.batch_size, c.censored_bound) for c in s.cells if c.censored_bound is not None]
+    if cens:
+        label = None if "cens" in labelled else "censored: did not reach within budget (S > marker)"
+        labelled.append("cens")
+        ax.plot(*zip(*cens), linestyle="none", marker="^", markersize=8, markerfacecolor="none",
+                color=color, label=label)
+    xs = [c.batch_size for c in s.cells if c.median_steps is None and c.censored_bound is None]
     if xs:
-        label = None if labelled else "no LR reached the target"
-        labelled.append(True)
+        label = None if "none" in labelled else "no value (every run diverged)"
+        labelled.append("none")
         ax.plot(xs, [0.03] * len(xs), linestyle="none", marker="x", markersize=8, color=color,
                 transform=ax.get_xaxis_transform(), clip_on=False, label=label)
+
+
+def _seed_points(s, epochs: bool):
+    """(batch, median, low, high) of the cells with a median; low/high span the seeds."""
+    out = []
+    for c in s.cells:
+        if c.median_steps is None:
+            continue
+        lo, hi = c.steps_range
+        conv = c.epochs if epochs else (lambda v: v)
+        out.append((c.batch_size, conv(c.median_steps), conv(lo), conv(hi)))
+    return out
+
+
+def _draw_medians(ax, s, col, epochs: bool) -> None:
+    pts = _seed_points(s, epochs)
+    if not pts:
+        return
+    b, m, lo, hi = map(np.array, zip(*pts))
+    ax.errorbar(b, m, yerr=[m - lo, hi - m], fmt="o", color=col, capsize=3, label=_label(s))
+
+
+def plot_steps(summaries, colors, outdir, target, nothing):
+    """Steps to target vs batch: seed medians and ranges, the fitted curve with its 95% band, and
+    the perfect-scaling line from the smallest batch."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    marked: list = []
+    for s, col in zip(summaries, colors):
+        _draw_medians(ax, s, col, epochs=False)
+        cv = s.curve
+        if cv is not None and cv.fit is not None:
+            g = cv.band_batches
+            ax.plot(g, cv.fit.s_min * (1 + cv.fit.b_crit / g), "-", color=col, alpha=0.8, linewidth=1)
+            ax.fill_between(g, cv.band_low, cv.band_high, color=col, alpha=0.15, linewidth=0)
+        pts = _seed_points(s, epochs=False)
+        if pts:
+            bb = np.array([c.batch_size for c in s.cells], dtype=float)
+            ax.plot(bb, pts[0][1] * pts[0][0] / bb, ":", color=col, alpha=0.6)
+        _mark_unreached(ax, s, col, marked)
+    ax.plot([], [], "k-", alpha=0.8, linewidth=1, label="fit S_min (1 + B_crit / B), 95% band")
+    ax.plot([], [], "k:", alpha=0.6, label="perfect scaling S ~ 1/B")
+    return _finish_batch_plot(
+        fig, ax, outdir, "steps_vs_batch.png", "Steps to target vs batch size (log-log)",
+        "steps to target (median over seeds; bars: seed range)",
+        f"Steps to reach {target} vs batch size (best LR per batch)", nothing=nothing, log_y=True)
+
+
+def plot_epochs(summaries, colors, outdir, eps, nothing):
+    """Epochs to target vs batch: flat while scaling is perfect; max_batch(eps) marked with its
+    interval on each member's (1 + eps) threshold."""
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    marked: list = []
+    for s, col in zip(summaries, colors):
+        _draw_medians(ax, s, col, epochs=True)
+        cv = s.curve
+        if cv is not None and cv.fit is not None and s.cells and s.cells[0].num_train:
+            g = cv.band_batches
+            n = s.cells[0].num_train
+            ax.plot(g, cv.fit.s_min * (g + cv.fit.b_crit) / n, "-", color=col, alpha=0.8, linewidth=1)
+            ax.fill_between(g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15,
+                            linewidth=0)
+        if cv is not None and cv.threshold_epochs is not None:
+            ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
+            mb = cv.max_batch
+            if mb is not None and mb.low is not None:
+                ax.errorbar([mb.value], [cv.threshold_epochs],
+                            xerr=[[mb.value - mb.low], [mb.high - mb.value]], fmt="*",
+                            markersize=13, color=col, capsize=4)
+            elif mb is not None:
+                ax.plot([mb.value], [cv.threshold_epochs], "*", markersize=13, color=col)
+        _mark_unreached(ax, s, col, marked)
+    ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
+    ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps), 95% interval")
+    return _finish_batch_plot(
+        fig, ax, outdir, "epochs_vs_batch.png", "Epochs to target vs batch size",
+        "epochs to target (median over seeds; bars: seed range)",
+        "Epochs to target vs batch size (flat = perfect scaling)", nothing=nothing, log_y=True)
+
+
+def _plain_log_axis(ax, axis: str) -> None:
+    # Plain-number ticks on a log axis of any range (a narrow range has no decade tick to label).
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    a.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    a.set_major_formatter(fmt)
+    a.set_minor_formatter(matplotlib.ticker.NullFormatter())
+
+
+def plot_batch_vs_width(summaries, outdir, eps, verdicts):
+    """B_crit and max_batch(eps) against width with 95% intervals; values beyond the batches
+    tried are drawn as arrows at the range edge; the slope across members in the title."""
+    fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.6))
+    panels = (("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
+              ("max_batch", f"max_batch(eps={eps:g}) (examples per step)",
+               f"Largest batch without slow-down (eps={eps:g})", "max_batch_slope"))
+    for ax, (field, ylabel, title, slope_name) in zip(axes, panels):
+        drawn = False
+        for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
+            mine = [s for s in summaries if s.info.arch == arch and isinstance(s.info.width, (int, float))
+                    and s.curve is not None and getattr(s.curve, field) is not None]
+            for s in mine:
+                iv = getattr(s.curve, field)
+                w = float(s.info.width)
+                col = f"C{i}"
+                v = min(max(iv.value, iv.range_lo), iv.range_hi)
+                if iv.is_bound:
+                    ax.plot([w], [v], "^" if iv.above_range else "v", color=col, markersize=10)
+                else:
+                    lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
+                    hi = min(iv.high, iv.range_hi * 2) if iv.high is not None else v
+                    ax.errorbar([w], [v], yerr=[[v - lo], [hi - v]], fmt="o", color=col, capsize=4)
+                ax.annotate(f"depth {s.info.depth}", (w, v), fontsize=7, textcoords="offset points",
+                            xytext=(5, 4))
+                drawn = True
+            sl = getattr(verdicts.get(arch).decision, slope_name) if verdicts.get(arch) else None
+            if sl is not None and mine:
+                ws = np.array([float(s.info.width) for s in mine])
+                pts = np.log([min(max(getattr(s.curve, field).value, getattr(s.curve, field).range_lo),
+                                  getattr(s.curve, field).range_hi) for s in mine])
+                c0 = pts.mean() - sl.value * np.log(ws).mean()
+                g = np.geomspace(ws.min(), ws.max(), 20)
+                ax.plot(g, np.exp(c0 + sl.value * np.log(g)), "--", color=f"C{i}", alpha=0.6,
+                        label=f"{arch}: slope {sl.value:+.2f} [{sl.low:+.2f}, {sl.high:+.2f}]")
+        if drawn:
+            _plain_log_axis(ax, "x")
+            _plain_log_axis(ax, "y")
+            _width_ticks(ax, summaries)
+        else:
+            _no_data(ax, "undefined for every member (see the tables)")
+        ax.set_xlabel("width (units per layer; WRN: widening factor k)")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.plot([], [], "k^", label="beyond the batches tried (bound)")
+        ax.legend(fontsize=7)
+    return ("batch_vs_width.png", "B_crit and max_batch(eps) vs width, with 95% intervals",
+            _save(fig, os.path.join(outdir, "batch_vs_width.png")))
 
 
 def _plain_log_y(ax) -> None:
@@ -341,98 +515,20 @@ def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, not
     return filename, caption, _save(fig, os.path.join(outdir, filename))
 
 
-def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list[tuple[str, str, bytes]]:
+def make_plots(summaries, records, eps: float, target: str, outdir: str,
+               verdicts: dict | None = None) -> list[tuple[str, str, bytes]]:
     """Writes the PNGs; returns (file name, caption, png bytes) for each."""
     plots = []
     if not summaries:
         return plots
     colors = _colors(len(summaries))
-    any_reached = any(c.steps_to_target is not None for s in summaries for c in s.cells)
+    verdicts = verdicts or {}
+    any_reached = any(c.median_steps is not None for s in summaries for c in s.cells)
     nothing = "no learning rate reached the target at any batch size"
 
-    # Steps to target vs batch, log-log, with the perfect-scaling line per member.
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    marked: list = []
-    for s, col in zip(summaries, colors):
-        pts = [(c.batch_size, c.steps_to_target) for c in s.cells if c.steps_to_target is not None]
-        if pts:
-            b, st = map(np.array, zip(*pts))
-            ax.plot(b, st, "o-", color=col, label=_label(s))
-            bb = np.array([c.batch_size for c in s.cells], dtype=float)
-            ax.plot(bb, st[0] * b[0] / bb, ":", color=col, alpha=0.7)
-            if s.crit.b_crit is not None:
-                grid = np.geomspace(bb.min(), bb.max(), 100)
-                ax.plot(grid, s.crit.s_min * (1 + s.crit.b_crit / grid), "--", color=col, alpha=0.45,
-                        linewidth=1)
-        _mark_unreached(ax, s, col, marked)
-    ax.plot([], [], "k:", label="perfect scaling S ~ 1/B (from smallest batch)")
-    ax.plot([], [], "k--", alpha=0.45, label="fit S_min (1 + B_crit / B)")
-    plots.append(_finish_batch_plot(
-        fig, ax, outdir, "steps_vs_batch.png", "Steps to target vs batch size (log-log)",
-        "steps to target (optimizer steps)", f"Steps to reach {target} vs batch size (best LR per batch)",
-        nothing=None if any_reached else nothing, log_y=True))
-
-    # Epochs to target vs batch with the (1 + eps) threshold.
-    fig, ax = plt.subplots(figsize=(7.5, 5))
-    marked = []
-    for s, col in zip(summaries, colors):
-        pts = [(c.batch_size, c.epochs_to_target) for c in s.cells if c.epochs_to_target is not None]
-        if pts:
-            b, e = zip(*pts)
-            ax.plot(b, e, "o-", color=col, label=_label(s))
-        if s.max_batch.threshold is not None:
-            ax.axhline(s.max_batch.threshold, color=col, linestyle=":", alpha=0.6, linewidth=1)
-        if s.max_batch.value is not None:
-            mbe = next(c.epochs_to_target for c in s.cells if c.batch_size == s.max_batch.value)
-            ax.plot([s.max_batch.value], [mbe], marker="*", markersize=14, color=col, linestyle="none")
-        _mark_unreached(ax, s, col, marked)
-    ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x epochs at smallest batch, eps = {eps:g}")
-    ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps)")
-    plots.append(_finish_batch_plot(
-        fig, ax, outdir, "epochs_vs_batch.png", "Epochs to target vs batch size",
-        "epochs to target (passes over the training set)", "Epochs to target vs batch size (flat = perfect scaling)",
-        nothing=None if any_reached else nothing, log_y=True))
-
-    # max_batch(eps) and B_crit vs width.
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
-    drawn = [False, False]
-    for arch in sorted({s.info.arch for s in summaries}):
-        mine = [s for s in summaries if s.info.arch == arch and isinstance(s.info.width, (int, float))]
-        mw = [(s.info.width, s.max_batch.value, s.max_batch.at_ceiling) for s in mine
-              if s.max_batch.value is not None]
-        if mw:
-            w, v, ceil = zip(*mw)
-            drawn[0] = True
-            axes[0].plot(w, v, "-", color="C0", alpha=0.5)
-            for wi, vi, ci in mw:
-                axes[0].plot([wi], [vi], "^" if ci else "o", color="C3" if ci else "C0", markersize=8)
-        cw = [(s.info.width, s.crit.b_crit) for s in mine if s.crit.b_crit is not None]
-        if cw:
-            drawn[1] = True
-            axes[1].plot(*zip(*cw), "o-", color="C1", label=f"{arch}" if arch else None)
-        for s in mine:  # depth next to each point: in a fixed-budget family width and depth move together
-            if s.max_batch.value is not None:
-                axes[0].annotate(f"depth {s.info.depth}", (s.info.width, s.max_batch.value), fontsize=7,
-                                 textcoords="offset points", xytext=(4, 4))
-    axes[0].plot([], [], "o", color="C0", label=f"max_batch(eps={eps:g})")
-    axes[0].plot([], [], "^", color="C3", label="= largest batch tried (lower bound)")
-    for ax, ok, ylabel, title in (
-            (axes[0], drawn[0], "max_batch (examples per step)", f"Largest batch without slow-down (eps={eps:g})"),
-            (axes[1], drawn[1], "B_crit (examples per step)", "Critical batch size from S = S_min(1 + B_crit/B)")):
-        if ok:
-            _log2_axis(ax, "x")
-            _log2_axis(ax, "y")
-            _width_ticks(ax, summaries)
-        else:
-            _no_data(ax, "undefined for every member (see the tables)")
-        ax.set_xlabel("width (units per layer; WRN: widening factor k)")
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, fontsize=10)
-        ax.grid(True, which="both", alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    plots.append(("batch_vs_width.png", "max_batch(eps) and B_crit vs width",
-                  _save(fig, os.path.join(outdir, "batch_vs_width.png"))))
+    plots.append(plot_steps(summaries, colors, outdir, target, None if any_reached else nothing))
+    plots.append(plot_epochs(summaries, colors, outdir, eps, None if any_reached else nothing))
+    plots.append(plot_batch_vs_width(summaries, outdir, eps, verdicts))
 
     # Best test accuracy vs batch.
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -444,7 +540,7 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
     plots.append(_finish_batch_plot(
         fig, ax, outdir, "test_accuracy_vs_batch.png", "Best test accuracy vs batch size",
         "best test accuracy (fraction, best LR of the grid)",
-        "Best test accuracy vs batch size (seed mean, max over learning rates)",
+        "Best test accuracy vs batch size (max over learning rates and seeds)",
         nothing=None if has_accuracy else "no test accuracy recorded", log_y=False))
 
     # Chosen learning rate vs batch, with grid-edge cells ringed.
@@ -511,16 +607,15 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str) -> list
 
 
 def _representative_trial(s, records):
-    """The member's trial of the best setting at its smallest batch (first seed), else any with history."""
-    ids = set()
-    for c in s.cells:
-        if c.best is not None:
-            ids = set(c.best.trial_ids)
-            break
+    """The member's chosen-rate trial at its smallest batch (first seed), else any with history."""
     mine = [r for r in records if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))]
-    chosen = sorted([r for r in mine if str(r.get("trial_id", "")) in ids], key=lambda r: r.get("seed") or 0)
-    if chosen:
-        return chosen[0]
+    for c in s.cells:
+        if c.best_multiplier is None:
+            continue
+        chosen = [r for r in mine if r["batch_size"] == c.batch_size
+                  and float(f"{float(r.get('lr_multiplier', 1.0)):.6g}") == c.best_multiplier]
+        if chosen:
+            return min(chosen, key=lambda r: r.get("seed") or 0)
     return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
 
 
@@ -610,24 +705,102 @@ def _md_table(header: list[str], rows: list[list]) -> list[str]:
 HOW_TO_READ = """\
 ## How to read this report
 
-- Each (member, batch size) tried a grid of learning rates; the table keeps the one that reaches the
-  target in the fewest steps. A learning rate counts as reaching the target only if **every seed**
-  reached it; its steps are the **mean over seeds**. Runs that diverged or did not reach the target
-  within the budget are counted, never given a value. "-" means no learning rate reached the target.
-- **Perfect scaling** is steps-to-target proportional to 1/B (flat epochs-to-target): the dotted lines
-  in the steps plot. Where the measured curve bends above it, larger batches stop paying off.
-- **max_batch(eps)** is the largest batch whose epochs-to-target is at most (1 + eps) times the
-  epochs at the member's smallest batch (the paper's headline quantity). A "+" means it equals the
-  largest batch tried, so the true value may be larger.
-- **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) to the best steps per batch (relative
-  least squares, linear in 1/B); S_min is the fewest steps any batch can need. A low R^2 or a large
-  relative RMS means the curve does not have that shape, and B_crit is then a rough summary only.
-- **Grid-edge warnings**: when the best learning rate is the smallest or largest one tried, the
-  optimum may lie outside the grid, and the steps shown are an upper bound. Extend the grid.
-- The verdict compares max_batch across width, narrowest member first; B_crit is secondary evidence.
-  It is "inconclusive" whenever the data cannot decide (missing values, grid edges, ceiling effect,
-  equal or non-monotone values), and says why.
+- **Cells.** Each (member, batch size) tried a grid of learning rates on the tuning seed; the
+  rate that reached the target in the fewest steps was kept (the grid was extended past an edge
+  that won, upwards when runs ran out of budget, downwards when they diverged) and re-run on the
+  confirmation seeds. A cell's steps-to-target is the **median over its seeds** (the crossing of
+  the target interpolated between the two evaluations around it); the range spans the seeds. A run
+  that ran out of budget is **censored** (S > its budget: a triangle in the plots), never given the
+  budget as a value; a diverged run is excluded and counted.
+- **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) in log space to every seed, censored
+  runs included one-sidedly. Its 95% interval is a two-level bootstrap (cell effects and seeds
+  within cells). A B_crit outside the batches tried is a bound ("> 1,024"), not a number. The fit
+  quality is R^2 of log *epochs*-to-target, which has no trivial trend and fails (low or negative)
+  when the curve does not have the knee shape.
+- **max_batch(eps)** is where the median epochs-to-target curve, interpolated in log-log, first
+  rises above (1 + eps) x E_ref (E_ref: the smallest batch's epochs), with its bootstrap interval;
+  "> B" means no crossing up to the largest batch tried.
+- **The verdict** is the slope of log B_crit against log width across the members, with a 95%
+  bootstrap interval: *supported* when it lies above 0, *contradicted* below, *no detectable effect*
+  when it holds 0. The minimum detectable slope (2.8 standard errors) says how large an effect this
+  study could have seen. Values beyond the batches tried count at the range edge, which can only
+  shrink a slope. On simulated studies with a known answer the rule is decisive in at most 10% of
+  studies without an effect (`python -m wide_tf.simulate`; the README has the table).
 """
+
+
+def _cell_steps(c) -> str:
+    if c.median_steps is not None:
+        rng = c.steps_range
+        spread = f" ({rng[0]:.0f}-{rng[1]:.0f})" if rng and c.n_seeds > 1 else ""
+        return f"{c.median_steps:.1f}{spread}"
+    if c.censored_bound is not None:
+        return f"> {c.censored_bound:.0f} (censored)"
+    return "-"
+
+
+def _cell_epochs(c) -> str:
+    if c.median_steps is not None:
+        rng = c.steps_range
+        spread = f" ({c.epochs(rng[0]):.3g}-{c.epochs(rng[1]):.3g})" if rng and c.n_seeds > 1 else ""
+        return f"{c.epochs_to_target:.3g}{spread}"
+    if c.censored_bound is not None and c.num_train:
+        return f"> {c.epochs(c.censored_bound):.3g}"
+    return "-"
+
+
+def md_members(summaries, eps: float) -> list[str]:
+    lines = [f"## Members: critical batch size and largest batch without slow-down (eps = {eps:g})", ""]
+    rows = []
+    for s in summaries:
+        cv = s.curve
+        f = cv.fit if cv else None
+        rows.append([
+            s.info.name, _f(s.info.depth), _f(s.info.width),
+            f"{s.info.params:,}" if s.info.params else "-",
+            analysis.fmt_interval(cv.b_crit) if cv and cv.b_crit else f"- ({cv.fit_reason if cv else 'no data'})",
+            analysis.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
+            _f(f.r2_log_epochs, "{:.2f}") if f else "-",
+            analysis.fmt_interval(cv.max_batch) if cv and cv.max_batch else
+            f"- ({cv.max_batch_reason if cv else 'no data'})",
+            _f(cv.reference_epochs, "{:.3g}") if cv else "-",
+            (f"{f.n_obs} ({f.n_censored} censored)" if f else "-"),
+            _f(s.batch_bound_init), _f(s.noise_scale_ema)])
+    lines += _md_table(["member", "depth", "width", "params", "B_crit (95% CI)", "S_min steps (95% CI)",
+                        "fit R^2 (log E)", f"max_batch({eps:g}) (95% CI)", "E_ref epochs",
+                        "runs fitted", "batch bound at init", "noise scale (EMA)"], rows)
+    return lines + [""]
+
+
+def md_cells(summaries) -> list[str]:
+    lines = ["## Best learning rate and seeds per batch size", ""]
+    for s in summaries:
+        lines += [f"### {s.info.name}", ""]
+        rows = []
+        for c in s.cells:
+            lr = "-" if c.learning_rate is None else f"{_f(c.learning_rate)} (x{c.best_multiplier:g})"
+            rows.append([c.batch_size, lr + (" (edge)" if c.lr_at_grid_edge else ""),
+                         " ".join(f"{p.multiplier:g}" for p in c.grid), c.n_seeds, _cell_steps(c),
+                         _cell_epochs(c), f"{c.n_reached} / {c.n_not_reached} / {c.n_diverged}",
+                         _f(c.best_test_accuracy_any_lr, "{:.4f}")])
+        lines += _md_table(["batch", "chosen LR (multiplier)", "multipliers tried", "seeds",
+                            "steps to target: median (seed range)", "epochs to target",
+                            "trials reached / not reached / diverged", "best test acc."], rows)
+        lines.append("")
+    return lines
+
+
+def md_edges(summaries) -> list[str]:
+    edges = [(s.info.name, c) for s in summaries for c in s.edge_cells]
+    lines = ["## Grid-edge warnings", ""]
+    if edges:
+        for m, c in edges:
+            lines.append(f"- {m}, B={c.batch_size}: chosen multiplier x{c.best_multiplier:g} is at the "
+                         f"edge of the grid tried ({', '.join(f'x{p.multiplier:g}' for p in c.grid)}), "
+                         "after extension: its steps are an upper bound.")
+    else:
+        lines.append("None: every chosen learning rate has a tried learning rate on each side.")
+    return lines + [""]
 
 
 def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> str:
@@ -639,12 +812,11 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
     counts = {s: sum(1 for r in records if r.get("status") == s) for s in analysis.STATUSES}
     lines.append(f"Finished trials: {len(records)} ({counts['reached']} reached the target, "
                  f"{counts['not_reached']} not reached, {counts['diverged']} diverged)."
-                 + (f" {n_bad} unreadable line(s) in results.jsonl were skipped." if n_bad else ""))
+                 + (f" {n_bad} unreadable result record(s) were skipped." if n_bad else ""))
     lines.append("")
     lines += ["## Verdict", ""]
     if not records:
-        lines += ["No trials finished yet: results.jsonl is empty or missing. Re-run the report when trials "
-                  "have finished.", ""]
+        lines += ["No trials finished yet. Re-run the report when trials have finished.", ""]
     else:
         for arch, v in verdicts.items():
             if len(verdicts) > 1:
@@ -657,61 +829,16 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
     if not records:
         lines += [HOW_TO_READ]
         return "\n".join(lines)
-
-    lines += ["## Members", ""]
-    lines += _md_table(["member", "arch", "depth", "width", "params"],
-                       [[s.info.name, s.info.arch, _f(s.info.depth), _f(s.info.width),
-                         f"{s.info.params:,}" if s.info.params else "-"] for s in summaries])
-    lines.append("")
-
-    lines += [f"## Largest batch without slow-down and critical batch size (eps = {eps:g})", ""]
-    rows = []
-    for s in summaries:
-        mb, cf = s.max_batch, s.crit
-        rows.append([s.info.name, _f(s.info.width),
-                     (_f(mb.value) + ("+" if mb.at_ceiling else "")) if mb.value is not None else f"- ({mb.reason})",
-                     _f(mb.reference_epochs), _f(cf.b_crit) if cf.b_crit is not None else f"- ({cf.reason})",
-                     _f(cf.s_min), _f(cf.r2_log, "{:.3f}"), _f(cf.rel_rms, "{:.3f}"), cf.n_points,
-                     _f(s.batch_bound_init), _f(s.noise_scale_ema)])
-    lines += _md_table(["member", "width", "max_batch", "epochs at smallest B", "B_crit", "S_min", "fit R^2 (log S)",
-                        "fit rel. RMS", "fit points", "batch bound at init", "noise scale (EMA)"], rows)
-    lines.append("")
-
-    edges = [(s.info.name, c) for s in summaries for c in s.edge_cells]
-    lines += ["## Grid-edge warnings", ""]
-    if edges:
-        for m, c in edges:
-            lines.append(f"- {m}, B={c.batch_size}: best learning rate {_f(c.learning_rate)} is at the edge of the "
-                         f"grid tried ({', '.join(_f(x) for x in c.grid_lrs)}).")
-    else:
-        lines.append("None: every best learning rate has a tried learning rate on each side.")
-    lines.append("")
-
-    lines += ["## Best learning rate per batch size", ""]
-    for s in summaries:
-        lines += [f"### {s.info.name}", ""]
-        rows = []
-        for c in s.cells:
-            b = c.best
-            steps = "-" if b is None else (f"{b.steps_to_target:.1f}" + (f" +- {b.steps_std:.1f}" if b.n_seeds > 1 else ""))
-            lr = "-" if b is None else f"{_f(b.learning_rate)}" + (f" (x{b.lr_multiplier:g})" if b.lr_multiplier is not None else "")
-            rows.append([c.batch_size, lr + (" (edge)" if c.lr_at_grid_edge else ""), steps,
-                         _f(c.epochs_to_target), b.n_seeds if b else "-",
-                         f"{c.n_reached} / {c.n_not_reached} / {c.n_diverged}", len(c.grid),
-                         _f(b.best_test_accuracy if b else None, "{:.4f}"),
-                         _f(c.best_test_accuracy_any_lr, "{:.4f}")])
-        lines += _md_table(["batch", "best LR (multiplier)", "steps to target (mean +- std)", "epochs to target",
-                            "seeds", "trials reached / not reached / diverged", "LRs tried",
-                            "best test acc. at best LR", "best test acc. any LR"], rows)
-        lines.append("")
-
+    lines += md_members(summaries, eps)
+    lines += md_edges(summaries)
+    lines += md_cells(summaries)
     lines += ["## Plots", ""]
     for fname, caption, _ in plots:
         lines += [f"- [{caption}]({fname})", "", f"![{caption}]({fname})", ""]
     lines += ["## Tables and TensorBoard", "",
-              "- [best_per_batch.csv](best_per_batch.csv): the tuned result per (member, batch)",
+              "- [best_per_batch.csv](best_per_batch.csv): the chosen learning rate and seeds per (member, batch)",
               "- [all_trials.csv](all_trials.csv): every finished trial",
-              "- [members.csv](members.csv): max_batch, B_crit and gradient statistics per member"]
+              "- [members.csv](members.csv): B_crit, S_min, max_batch with 95% intervals, gradient statistics"]
     if tb_written:
         lines.append("- TensorBoard: `tensorboard --logdir=report/tb` (HParams tab: one row per trial; "
                      "Images tab: these plots)")
@@ -725,20 +852,20 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
 # Entry points
 # ----------------------------------------------------------------------------------------------
 
-def write_report(workdir: str, eps: float | None = None, *, ignore_grid_edges: bool = False) -> str:
+def write_report(workdir: str, eps: float | None = None) -> str:
     """Writes WORKDIR/report/ and returns the path of report.md. Raises ReportError on a bad workdir."""
     config, records, n_bad = read_workdir(workdir)
     eps = eps_from_config(config) if eps is None else float(eps)
     outdir = os.path.join(workdir, REPORT_DIR)
     tf.io.gfile.makedirs(outdir)
-    result = analysis.analyze(records, eps, ignore_grid_edges=ignore_grid_edges)
+    result = analysis.analyze(records, eps)
     summaries = result["summaries"]
     _write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
     _write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     _write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     target = (f"{_get(config, 'train.target_metric')} {_get(config, 'train.target_value')}"
               if _get(config, "train.target_metric") else "the target")
-    plots = make_plots(summaries, records, eps, target, outdir)
+    plots = make_plots(summaries, records, eps, target, outdir, result["verdicts"])
     tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written)
     path = os.path.join(outdir, "report.md")
@@ -752,7 +879,6 @@ def main(argv=None) -> int:
 
     flags.DEFINE_string("workdir", None, "Study workdir (local path or gs://...).")
     flags.DEFINE_float("eps", None, "Tolerance of max_batch(eps); default: config's, else 0.25.")
-    flags.DEFINE_bool("ignore_grid_edges", False, "Let the verdict decide although best LRs sit at grid edges.")
     FLAGS = flags.FLAGS
 
     def _run(_argv):
@@ -760,7 +886,7 @@ def main(argv=None) -> int:
             sys.stderr.write("report: --workdir is required\n")
             return 2
         try:
-            path = write_report(FLAGS.workdir, FLAGS.eps, ignore_grid_edges=FLAGS.ignore_grid_edges)
+            path = write_report(FLAGS.workdir, FLAGS.eps)
         except (ReportError, tf.errors.OpError) as e:
             sys.stderr.write(f"report: {str(e).splitlines()[0] if str(e) else type(e).__name__}\n")
             return 1

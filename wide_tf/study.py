@@ -15,6 +15,7 @@ import ml_collections
 import tensorflow as tf
 
 from wide_tf import families
+from wide_tf import lr_grid
 from wide_tf import workdir as wd
 
 
@@ -30,6 +31,7 @@ class Trial:
     lr_multiplier: float
     seed: int
     config: ml_collections.ConfigDict
+    role: str = lr_grid.TUNE  # 'tune' (the learning-rate grid) or 'confirm' (the chosen rate, more seeds)
 
     @property
     def group(self) -> tuple[str, int]:
@@ -47,6 +49,7 @@ class Trial:
             "batch_size": self.batch_size,
             "lr_multiplier": self.lr_multiplier,
             "seed": self.seed,
+            "role": self.role,
         }
 
 
@@ -86,7 +89,8 @@ def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: in
     return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 
-def make_trial(config, member: families.Member, batch: int, lr_multiplier: float, seed: int) -> Trial:
+def make_trial(config, member: families.Member, batch: int, lr_multiplier: float, seed: int,
+               role: str = lr_grid.TUNE) -> Trial:
     cfg = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy
     cfg.model.arch, cfg.model.depth, cfg.model.width = member.arch, member.depth, member.width
     cfg.train.global_batch = int(batch)
@@ -100,11 +104,12 @@ def make_trial(config, member: families.Member, batch: int, lr_multiplier: float
         float(lr_multiplier),
         int(seed),
         cfg,
+        role,
     )
 
 
 def expand(config, num_classes: int, input_shape) -> list[Trial]:
-    """Every (member, batch size, learning-rate multiplier, seed) of the sweep's initial grid."""
+    """Every (member, batch size, learning-rate multiplier, tuning seed) of the initial grid."""
     s = config.sweep
     if not s.batch_sizes:
         raise StudyError("sweep.batch_sizes is empty; list the batch sizes to study")
@@ -159,49 +164,24 @@ def _diff_keys(a, b, prefix=""):
         yield prefix.rstrip(".")
 
 
-def _best_multiplier(results: list[dict]) -> float | None:
-    """The multiplier the report will call best for one (member, batch size) group: the same rule
-    (every seed reached, fewest mean steps, ties to the smaller rate), from the same code."""
-    from wide_tf import analysis
-
-    cells = analysis.select_best(analysis.aggregate_settings(results))
-    return cells[0].lr_multiplier if len(cells) == 1 and cells[0].best is not None else None
-
-
-def grid_extension(config, trials: list[Trial], results: dict[str, dict]) -> list[Trial]:
-    """One more multiplier past the edge of the grid, for each group whose best sits on the edge.
-
-    The grid's spacing is kept (its geometric ratio); a group that reached nothing at all is
-    extended downwards, since a too-large learning rate is the usual cause."""
+def next_trials(config, trials: list[Trial], results: dict[str, dict]) -> list[Trial]:
+    """The trials each (member, batch size) group needs next once all of its trials have finished:
+    one more learning rate past the edge of the grid, or the chosen rate on the confirmation
+    seeds (`wide_tf.lr_grid` decides, from the same code the simulator calibrates)."""
     s = config.sweep
-    if not s.extend_lr_grid:
-        return []
     groups: dict[tuple, list[Trial]] = {}
     for t in trials:
         groups.setdefault(t.group, []).append(t)
     new = []
-    for group, ts in groups.items():
-        done = [results[t.trial_id] for t in ts if t.trial_id in results]
-        if len(done) < len(ts):
+    for ts in groups.values():
+        if any(t.trial_id not in results for t in ts):
             continue
-        lrs = sorted({t.lr_multiplier for t in ts})
-        ratio = lrs[1] / lrs[0] if len(lrs) > 1 else 2.0
-        base_lrs = sorted(set(s.lr_multipliers))
-        extensions = sum(1 for lr in lrs if lr not in base_lrs)
-        if extensions >= s.max_lr_extensions:
-            continue
-        best = _best_multiplier(done)
-        if best is None:
-            nxt = lrs[0] / ratio
-        elif best == lrs[-1] and len(lrs) > 1:
-            nxt = lrs[-1] * ratio
-        elif best == lrs[0] and len(lrs) > 1:
-            nxt = lrs[0] / ratio
-        else:
-            continue
-        nxt = float(f"{nxt:.6g}")
-        for seed in s.seeds:
-            new.append(make_trial(config, ts[0].member, ts[0].batch_size, nxt, seed))
+        done = [results[t.trial_id] for t in ts]
+        for mult, seed, role in lr_grid.next_runs(
+            done, s.lr_multipliers, s.seeds, s.get("confirm_seeds", []), s.max_lr_extensions,
+            extend=s.extend_lr_grid,
+        ):
+            new.append(make_trial(config, ts[0].member, ts[0].batch_size, mult, seed, role))
     return new
 
 
@@ -272,12 +252,15 @@ def run_study(
         results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
         queue = [
             t
-            for t in grid_extension(config, [t for t in all_trials if mine(t)], results)
+            for t in next_trials(config, [t for t in all_trials if mine(t)], results)
             if only_trial is None
         ]
         if queue:
+            n_conf = sum(t.role == lr_grid.CONFIRM for t in queue)
             logging.info(
-                "Extending the learning-rate grid past its edge for %d group(s).",
+                "Next: %d learning-rate grid extension(s) and %d confirmation run(s) in %d group(s).",
+                len(queue) - n_conf,
+                n_conf,
                 len({t.group for t in queue}),
             )
             all_trials += queue

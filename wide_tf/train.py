@@ -32,6 +32,18 @@ def _target_met(metric: str, value: float, evaluation: dict) -> bool:
     return got <= value if metric.endswith("loss") else got >= value
 
 
+def interpolated_crossing(prev: dict | None, now: dict, metric: str, target: float) -> float:
+    """The step at which `metric` crossed `target`, interpolated linearly between the evaluation
+    before (`prev`, where it had not) and `now` (where it first had). Without this, steps-to-target
+    is rounded up to the evaluation cadence, which at large batches is a large fraction of S."""
+    if prev is None or prev.get(metric) is None or now["step"] <= prev["step"]:
+        return float(now["step"])
+    v0, v1 = float(prev[metric]), float(now[metric])
+    frac = (target - v0) / (v1 - v0) if v1 != v0 else 1.0
+    frac = min(max(frac, 0.0), 1.0)
+    return float(prev["step"] + frac * (now["step"] - prev["step"]))
+
+
 def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
     """Steps at which the run evaluates: the first step at or past every multiple of
     `every_examples` examples, so every batch size is checked at the same points of training."""
@@ -66,6 +78,7 @@ def describe_protocol(config) -> dict:
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
         "max_steps": t.get("max_steps", 0),
+        "min_steps": t.get("min_steps", 0),
         "optimizer": o.name,
         "schedule": o.schedule,
         "warmup": (
@@ -132,7 +145,11 @@ def train_and_evaluate(
         )
     n_train, batch = info.num_train, plan.global_batch
     steps_per_epoch = n_train / batch
-    total_steps = t.max_steps if t.get("max_steps", 0) > 0 else math.ceil(t.max_epochs * n_train / batch)
+    total_steps = (
+        t.max_steps
+        if t.get("max_steps", 0) > 0
+        else max(math.ceil(t.max_epochs * n_train / batch), t.get("min_steps", 0))
+    )
     eval_every = t.get("eval_every_examples", 0) or n_train
     eval_steps = _eval_steps(batch, eval_every, total_steps)
     name = (trial or {}).get("trial_id", "run")
@@ -380,6 +397,10 @@ def train_and_evaluate(
             )
             if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
                 state["steps_to_target"], state["status"] = step, "reached"
+                prev = state["history"][-2] if len(state["history"]) >= 2 else None
+                state["steps_to_target_interp"] = interpolated_crossing(
+                    prev, ev, t.target_metric, t.target_value
+                )
                 logging.info(
                     "[%s] target %s reached at step %d (%.3g epochs)",
                     name,
@@ -420,6 +441,8 @@ def train_and_evaluate(
             "status": state["status"],
             "target": {"metric": t.target_metric, "value": t.target_value},
             "steps_to_target": s_target,
+            # The crossing interpolated between the two evaluations around it (analysis uses it).
+            "steps_to_target_interp": None if s_target is None else state.get("steps_to_target_interp", s_target),
             "epochs_to_target": None if s_target is None else s_target * batch / n_train,
             "examples_to_target": None if s_target is None else s_target * batch,
             "steps": step,

@@ -1,0 +1,422 @@
+"""Owns the numbers of one family member's batch-size curve: the censored fit of
+S(B) = S_min (1 + B_crit / B), the first crossing max_batch(eps), and their bootstrap intervals.
+
+NumPy only (no TensorFlow, no SciPy needed at run time), vectorised over bootstrap replicates so a
+whole simulated study is analysed in milliseconds; that is what lets `wide_tf.simulate` calibrate
+the verdict on thousands of studies in a test.
+
+The model, in log space (y = log steps-to-target, one observation per seed):
+
+    y = a + log(1 + B_crit / B) + noise,    a = log S_min.
+
+* **Censoring.** A run that did not reach the target within its budget of c steps says only
+  S > c. It enters the loss one-sidedly: (log c - prediction)^2 when the fit predicts fewer steps
+  than the run was given, 0 otherwise (the zero-noise limit of a Tobit likelihood). Dropping such
+  runs instead would bias S downwards at exactly the batches where scaling breaks down.
+* **Fitting.** For each B_crit on a log grid spanning 100x beyond the batches tried, the best `a`
+  solves a convex piecewise-quadratic problem (a few exact Newton steps); the grid minimum is then
+  refined by a parabola through its neighbours. No local minima, no starting values to tune.
+* **Bounds.** A B_crit outside the batches tried is not measured: the curve is flat (B_crit below
+  the smallest batch) or still falling as 1/B (above the largest) over the whole range. It is
+  reported as a bound ("> 4,000"), never as a number, and clipped to the range when slopes across
+  members are computed (which can only shrink a real difference, never create one).
+* **Fit quality that can fail.** R^2 of log *epochs*-to-target (E = S B / n). log S always falls
+  with B, so its R^2 is near 1 for almost any curve; log E has no trivial trend, so a curve without
+  the knee shape gets a low or negative R^2.
+* **Bootstrap** (two levels, as the data have them): residuals of the fit are split into a cell
+  effect u_b (the mean residual of batch b's seeds: learning-rate choice, curve misfit) and seed
+  deviations w_bj within the cell. A replicate is prediction + u* + w*, with u* resampled across
+  cells (inflated by sqrt(n / (n - 2)) for the two fitted parameters) and w* resampled within its
+  cell (from all cells' deviations when a cell has one seed; inflated by sqrt(k / (k - 1))). A
+  replicate that lands above a run's budget is censored there, as the run would have been.
+* **max_batch(eps)**: on the cell medians of epochs-to-target (median over seeds, censored seeds
+  counting as larger than any finished one), the first batch at which the curve, interpolated
+  linearly in (log B, log E), rises above (1 + eps) x E_ref, with E_ref the smallest batch's value.
+  No crossing within the batches tried is a bound ("> largest batch").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+# The B_crit grid reaches this factor beyond the smallest and largest batch tried.
+GRID_MARGIN = 100.0
+GRID_POINTS = 61
+NEWTON_STEPS = 8
+Z_975 = 1.959964
+Z_80 = 0.841621
+
+
+@dataclasses.dataclass(frozen=True)
+class Observations:
+    """The seed-level data of one member at its chosen learning rates."""
+
+    batch: np.ndarray  # (n,) batch size of each observation
+    log_steps: np.ndarray  # (n,) log steps-to-target, or log of the budget when censored
+    censored: np.ndarray  # (n,) bool: did not reach the target within log_steps
+    num_train: int
+
+    @property
+    def batches(self) -> np.ndarray:
+        return np.unique(self.batch)
+
+    @classmethod
+    def make(cls, batch, steps, censored, num_train) -> "Observations":
+        b = np.asarray(batch, dtype=float)
+        s = np.asarray(steps, dtype=float)
+        c = np.asarray(censored, dtype=bool)
+        if not (b.shape == s.shape == c.shape):
+            raise ValueError("batch, steps and censored must have one entry per observation")
+        if np.any(s <= 0) or np.any(b <= 0):
+            raise ValueError("steps and batch sizes must be positive")
+        order = np.argsort(b, kind="stable")
+        return cls(b[order], np.log(s[order]), c[order], int(num_train))
+
+
+@dataclasses.dataclass(frozen=True)
+class Fit:
+    log_s_min: float
+    log_b_crit: float
+    r2_log_epochs: float | None  # None: fewer than 3 finished observations or no spread in log E
+    rms_log: float | None  # RMS residual of the finished observations in log steps
+    n_obs: int
+    n_censored: int
+
+    @property
+    def s_min(self) -> float:
+        return float(np.exp(self.log_s_min))
+
+    @property
+    def b_crit(self) -> float:
+        return float(np.exp(self.log_b_crit))
+
+
+def _grid(batch: np.ndarray) -> np.ndarray:
+    lo, hi = np.log(batch.min() / GRID_MARGIN), np.log(batch.max() * GRID_MARGIN)
+    return np.linspace(lo, hi, GRID_POINTS)
+
+
+def _profile(log_bc: np.ndarray, batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
+    """Best a and loss for every B_crit on a grid and every replicate.
+
+    log_bc: (K,); batch: (n,); y, cens: (R, n). Returns a, loss of shape (R, K)."""
+    f = np.log1p(np.exp(log_bc)[:, None] / batch[None, :])  # (K, n)
+    d = y[:, None, :] - f[None, :, :]  # (R, K, n): y - f; residual = d - a
+    fin = ~cens[:, None, :]
+    n_fin = fin.sum(-1)
+    # Start from the fit to finished runs only; censored ones can only push `a` up.
+    a = np.where(n_fin > 0, np.where(fin, d, 0.0).sum(-1) / np.maximum(n_fin, 1), d.max(-1))
+    for _ in range(NEWTON_STEPS):  # exact on a convex piecewise quadratic once the active set is right
+        r = d - a[..., None]
+        active = fin | (r > 0)  # censored runs count only when the prediction lies below their budget
+        num = np.where(active, r, 0.0).sum(-1)
+        a = a + num / np.maximum(active.sum(-1), 1)
+    r = d - a[..., None]
+    loss = np.where(fin, r**2, np.where(r > 0, r**2, 0.0)).sum(-1)
+    return a, loss
+
+
+def fit_many(batch: np.ndarray, y: np.ndarray, cens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log S_min, log B_crit) for each replicate row of y: arrays of shape (R,)."""
+    y = np.atleast_2d(y)
+    cens = np.broadcast_to(cens, y.shape)
+    grid = _grid(batch)
+    a, loss = _profile(grid, batch, y, cens)
+    k = np.argmin(loss, axis=1)
+    # Parabolic refinement through the grid minimum and its neighbours (interior minima only).
+    step = grid[1] - grid[0]
+    kc = np.clip(k, 1, len(grid) - 2)
+    rows = np.arange(len(k))
+    l0, l1, l2 = loss[rows, kc - 1], loss[rows, kc], loss[rows, kc + 1]
+    denom = l0 - 2 * l1 + l2
+    shift = np.where(denom > 0, 0.5 * (l0 - l2) / np.where(denom > 0, denom, 1.0), 0.0)
+    shift = np.clip(shift, -1.0, 1.0)
+    interior = (k > 0) & (k < len(grid) - 1)
+    log_bc = np.where(interior, grid[kc] + shift * step, grid[k])
+    a_ref, _ = _profile_at(log_bc, batch, y, cens)
+    return a_ref, log_bc
+
+
+def _profile_at(log_bc: np.ndarray, batch, y, cens):
+    """Best a at one B_crit per replicate (log_bc: (R,))."""
+    f = np.log1p(np.exp(log_bc)[:, None] / batch[None, :])  # (R, n)
+    d = y - f
+    fin = ~cens
+    n_fin = fin.sum(-1)
+    a = np.where(n_fin > 0, np.where(fin, d, 0.0).sum(-1) / np.maximum(n_fin, 1), d.max(-1))
+    for _ in range(NEWTON_STEPS):
+        r = d - a[:, None]
+        active = fin | (r > 0)
+        a = a + np.where(active, r, 0.0).sum(-1) / np.maximum(active.sum(-1), 1)
+    r = d - a[:, None]
+    return a, r
+
+
+def predict_log_steps(log_s_min, log_b_crit, batch) -> np.ndarray:
+    return np.asarray(log_s_min)[..., None] + np.log1p(
+        np.exp(np.asarray(log_b_crit))[..., None] / np.asarray(batch, dtype=float)
+    )
+
+
+def fit(obs: Observations) -> Fit | None:
+    """The point fit; None when fewer than 3 batch sizes have a finished run."""
+    fin = ~obs.censored
+    if np.unique(obs.batch[fin]).size < 3:
+        return None
+    a, lbc = fit_many(obs.batch, obs.log_steps[None, :], obs.censored[None, :])
+    a, lbc = float(a[0]), float(lbc[0])
+    res = obs.log_steps - predict_log_steps(a, lbc, obs.batch)
+    rf = res[fin]
+    log_e = obs.log_steps[fin] + np.log(obs.batch[fin])
+    sst = float(np.sum((log_e - log_e.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(rf**2)) / sst if rf.size >= 3 and sst > 1e-12 else None
+    return Fit(a, lbc, r2, float(np.sqrt(np.mean(rf**2))), int(obs.batch.size), int(obs.censored.sum()))
+
+
+# ----------------------------------------------------------------------------------------------
+# Cell medians and max_batch(eps)
+# ----------------------------------------------------------------------------------------------
+
+
+def cell_medians(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
+    """Median log steps per batch cell, per replicate. Censored seeds count as +inf (they are
+    larger than every finished seed); a median that lands on one is censored at the smallest
+    censored bound of the cell. Returns (batches (m,), value (R, m), censored (R, m))."""
+    y = np.atleast_2d(y)
+    cens = np.broadcast_to(cens, y.shape)
+    bs = np.unique(batch)
+    vals, flags = [], []
+    for b in bs:
+        cols = batch == b
+        yy = np.where(cens[:, cols], np.inf, y[:, cols])
+        k = yy.shape[1]
+        srt = np.sort(yy, axis=1)
+        med = srt[:, (k - 1) // 2] if k % 2 else 0.5 * (srt[:, k // 2 - 1] + srt[:, k // 2])
+        bound = np.where(cens[:, cols], y[:, cols], np.inf).min(axis=1)
+        is_c = ~np.isfinite(med)
+        vals.append(np.where(is_c, bound, med))
+        flags.append(is_c)
+    return bs, np.stack(vals, axis=1), np.stack(flags, axis=1)
+
+
+def first_crossing(batches: np.ndarray, log_e: np.ndarray, cens: np.ndarray, eps: float):
+    """log max_batch(eps) per replicate on (log B, log E) cell curves.
+
+    log_e, cens: (R, m) over ascending batches. Returns (log_value (R,), status (R,)) with status
+    0 = crossing found, 1 = no crossing up to the largest batch (a lower bound: the largest batch),
+    2 = undefined (the smallest batch never reached the target). A censored cell whose bound is
+    already above the threshold crosses there; its bound stands for its value (so the crossing
+    is, if anything, placed late)."""
+    log_e = np.atleast_2d(log_e)
+    cens = np.broadcast_to(cens, log_e.shape)
+    lb = np.log(batches.astype(float))
+    thr = log_e[:, 0] + np.log1p(eps)
+    above = log_e > thr[:, None] + 1e-12
+    above[:, 0] = False
+    has = above.any(axis=1)
+    j = np.argmax(above, axis=1)  # first index above the threshold
+    jm = np.maximum(j - 1, 0)
+    rows = np.arange(log_e.shape[0])
+    e0, e1 = log_e[rows, jm], log_e[rows, j]
+    frac = np.where(e1 > e0, (thr - e0) / np.where(e1 > e0, e1 - e0, 1.0), 1.0)
+    frac = np.clip(frac, 0.0, 1.0)
+    value = np.where(has, lb[jm] + frac * (lb[j] - lb[jm]), lb[-1])
+    status = np.where(cens[:, 0], 2, np.where(has, 0, 1))
+    return value, status
+
+
+# ----------------------------------------------------------------------------------------------
+# Bootstrap
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Interval:
+    """A point estimate with a 95% interval; each end may be a bound beyond the batches tried."""
+
+    value: float | None
+    low: float | None
+    high: float | None
+    below_range: bool = False  # the point estimate is below the smallest batch tried
+    above_range: bool = False  # ... above the largest batch tried
+    low_open: bool = False  # the interval's low end is below the range (reads "< smallest")
+    high_open: bool = False  # the interval's high end is above the range (reads "> largest")
+    range_lo: float | None = None
+    range_hi: float | None = None
+
+    @property
+    def is_bound(self) -> bool:
+        return self.below_range or self.above_range
+
+
+def _interval(point: float, reps: np.ndarray, lo: float, hi: float) -> Interval:
+    """Interval in natural units from log-space point and replicates, marked against [lo, hi]."""
+    q = np.percentile(reps, [2.5, 97.5]) if reps.size else np.array([np.nan, np.nan])
+    tol = 1e-9
+    return Interval(
+        value=float(np.exp(point)),
+        low=float(np.exp(q[0])) if np.isfinite(q[0]) else None,
+        high=float(np.exp(q[1])) if np.isfinite(q[1]) else None,
+        below_range=bool(point < np.log(lo) - tol),
+        above_range=bool(point > np.log(hi) + tol),
+        low_open=bool(np.isfinite(q[0]) and q[0] < np.log(lo) - tol),
+        high_open=bool(np.isfinite(q[1]) and q[1] > np.log(hi) + tol),
+        range_lo=float(lo),
+        range_hi=float(hi),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class CurveEstimate:
+    """Everything measured about one member's curve, with bootstrap replicates for the verdict."""
+
+    fit: Fit | None
+    fit_reason: str | None  # why there is no fit
+    b_crit: Interval | None
+    s_min: Interval | None
+    max_batch: Interval | None
+    max_batch_status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
+    max_batch_reason: str
+    reference_epochs: float | None  # E_ref: the smallest batch's median epochs-to-target
+    threshold_epochs: float | None
+    # Replicates in log space, clipped to the batches tried (used for slopes across members).
+    log_b_crit_reps: np.ndarray | None
+    log_max_batch_reps: np.ndarray | None
+    log_b_crit_clipped: float | None
+    log_max_batch_clipped: float | None
+    band_batches: np.ndarray | None = None  # batches at which the fitted curve's band is given
+    band_low: np.ndarray | None = None  # 2.5% / 97.5% of the fitted steps over replicates
+    band_high: np.ndarray | None = None
+
+
+def bootstrap_replicates(obs: Observations, fit_: Fit, n_boot: int, rng: np.random.Generator):
+    """Replicate log steps (n_boot, n) and their censoring flags, by the two-level scheme above."""
+    pred = predict_log_steps(fit_.log_s_min, fit_.log_b_crit, obs.batch)
+    fin = ~obs.censored
+    res = obs.log_steps - pred
+    bs = np.unique(obs.batch)
+    cell_of = np.searchsorted(bs, obs.batch)
+    u = np.full(bs.size, np.nan)
+    for i in range(bs.size):
+        m = (cell_of == i) & fin
+        if m.any():
+            u[i] = res[m].mean()
+    u_pool = u[np.isfinite(u)]
+    n_c = u_pool.size
+    u_pool = (u_pool - u_pool.mean()) * (np.sqrt(n_c / (n_c - 2)) if n_c > 2 else 1.0)
+    w = np.where(fin, res - u[cell_of], np.nan)
+    w_pool_all = w[np.isfinite(w)]
+    n = obs.batch.size
+    y = np.empty((n_boot, n))
+    u_star = rng.choice(u_pool, size=(n_boot, bs.size)) if n_c else np.zeros((n_boot, bs.size))
+    y[:] = pred[None, :] + u_star[:, cell_of]
+    for i in range(bs.size):
+        cols = np.flatnonzero(cell_of == i)
+        own = w[cols][np.isfinite(w[cols])]
+        pool = own if own.size >= 2 else w_pool_all
+        k = own.size if own.size >= 2 else max(int(np.median(np.bincount(cell_of[fin]))), 1)
+        if pool.size >= 2 and k >= 2:
+            draw = rng.choice(pool, size=(n_boot, cols.size)) * np.sqrt(k / (k - 1))
+            y[:, cols] += draw
+    bound = np.where(obs.censored, obs.log_steps, np.inf)
+    # A run given c steps that would need more is censored at c, in a replicate as in the data.
+    # Finished runs' budgets are not recorded here; they could only have censored runs that the
+    # data show finishing, so they stay uncensored.
+    cens = y > bound[None, :]
+    y = np.where(cens, bound[None, :], y)
+    return y, cens
+
+
+def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
+    """Point estimates and bootstrap intervals of B_crit and max_batch(eps) for one member."""
+    rng = np.random.default_rng(seed)
+    lo, hi = float(obs.batch.min()), float(obs.batch.max())
+    log_n = np.log(obs.num_train)
+    bs, med, med_c = cell_medians(obs.batch, obs.log_steps, obs.censored)
+    log_e = med + np.log(bs)[None, :] - log_n
+    mb_point, mb_status = first_crossing(bs, log_e, med_c, eps)
+    e_ref = None if med_c[0, 0] else float(np.exp(log_e[0, 0]))
+    thr = None if e_ref is None else e_ref * (1.0 + eps)
+    fit_ = fit(obs)
+    reason = None
+    if fit_ is None:
+        reason = (
+            f"needs finished runs at >= 3 batch sizes, has "
+            f"{np.unique(obs.batch[~obs.censored]).size}"
+        )
+    status = int(mb_status[0])
+    mb_reason = {
+        0: "first crossing of (1+eps) x E_ref",
+        1: "no crossing up to the largest batch tried (a lower bound)",
+        2: f"the smallest batch B={int(bs[0])} did not reach the target",
+    }[status]
+    if fit_ is None:
+        mb = None if status == 2 else _interval(float(mb_point[0]), np.array([]), lo, hi)
+        return CurveEstimate(None, reason, None, None, mb, status, mb_reason, e_ref, thr,
+                             None, None, None,
+                             None if status == 2 else float(np.clip(mb_point[0], np.log(lo), np.log(hi))))
+    y, c = bootstrap_replicates(obs, fit_, n_boot, rng)
+    a_r, lbc_r = fit_many(obs.batch, y, c)
+    _, med_r, medc_r = cell_medians(obs.batch, y, c)
+    mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
+    mb_r = mb_r[st_r != 2]
+    b_crit = _interval(fit_.log_b_crit, lbc_r, lo, hi)
+    s_min = _interval(fit_.log_s_min, a_r, 1e-300, np.inf)
+    s_min = dataclasses.replace(s_min, below_range=False, above_range=False, low_open=False,
+                                high_open=False, range_lo=None, range_hi=None)
+    mb = None if status == 2 else _interval(float(mb_point[0]), mb_r, lo, hi)
+    grid_b = np.exp(np.linspace(np.log(lo), np.log(hi), 40))
+    curves = predict_log_steps(a_r, lbc_r, grid_b)
+    band_lo, band_hi = np.exp(np.percentile(curves, [2.5, 97.5], axis=0))
+    clip = lambda v: np.clip(v, np.log(lo), np.log(hi))  # noqa: E731
+    return CurveEstimate(
+        fit=fit_, fit_reason=None, b_crit=b_crit, s_min=s_min, max_batch=mb,
+        max_batch_status=status, max_batch_reason=mb_reason, reference_epochs=e_ref,
+        threshold_epochs=thr, log_b_crit_reps=clip(lbc_r),
+        log_max_batch_reps=None if status == 2 else clip(mb_r),
+        log_b_crit_clipped=float(clip(fit_.log_b_crit)),
+        log_max_batch_clipped=None if status == 2 else float(clip(mb_point[0])),
+        band_batches=grid_b, band_low=band_lo, band_high=band_hi,
+    )
+
+
+# ----------------------------------------------------------------------------------------------
+# Slopes across members
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Slope:
+    """OLS slope of a log quantity against log width across members, with a bootstrap interval."""
+
+    value: float
+    low: float
+    high: float
+    se: float
+    min_detectable: float  # (z_0.975 + z_0.80) x SE: the slope this design finds 80% of the time
+    n_members: int
+
+    @property
+    def decision(self) -> int:
+        return 1 if self.low > 0 else -1 if self.high < 0 else 0
+
+
+def slope(log_width: np.ndarray, point: np.ndarray, reps: list[np.ndarray]) -> Slope | None:
+    """Slope of `point` (one per member) on log width, with replicates (one array per member,
+    resampled independently, since members are independent runs). None with < 2 distinct widths."""
+    x = np.asarray(log_width, dtype=float)
+    if x.size < 2 or np.ptp(x) <= 0:
+        return None
+    xc = x - x.mean()
+    sxx = float(np.sum(xc**2))
+    value = float(np.sum(xc * (np.asarray(point) - np.mean(point))) / sxx)
+    n_boot = min(r.size for r in reps)
+    rng = np.random.default_rng(12345)
+    # Replicates of different members are paired at random (they are independent).
+    mat = np.stack([rng.permutation(r)[:n_boot] for r in reps], axis=1)  # (R, m)
+    sl = (mat - mat.mean(axis=1, keepdims=True)) @ xc / sxx
+    lo, hi = np.percentile(sl, [2.5, 97.5])
+    se = float(np.std(sl, ddof=1))
+    return Slope(value, float(lo), float(hi), se, (Z_975 + Z_80) * se, int(x.size))
