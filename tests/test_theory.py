@@ -84,15 +84,21 @@ def test_batch_bound_draw_identical_examples_gives_one():
     assert 5 * sq.sum() / total == pytest.approx(1.0)
 
 
-def test_trend_classification():
+def test_trend_slopes_with_intervals():
     # n = 1 and q = 1: the per-draw batch bound is s1 itself.
     mk = lambda vals: theory.Point("width", "linear", 2, 1, 1, 1, np.asarray(vals, float), np.ones(len(vals)))
     up = [mk([1.0, 1.1, 0.9]), mk([2.0, 2.1, 1.9]), mk([4.0, 4.1, 3.9])]
-    assert theory.trend([1, 2, 4], up) == "grows"
-    assert theory.trend([1, 2, 4], up[::-1]) == "falls"
-    noisy = [mk([1.0, 3.0, 0.5]), mk([1.5, 0.2, 3.0])]
-    assert theory.trend([1, 2], noisy) == "no clear trend"
-    assert theory.trend([1, 2, 4], up, "ratio") == "grows"
+    t = theory.trend([1, 2, 4], up)
+    assert t.slope == pytest.approx(1.0, abs=0.01) and t.word == "grows" and t.low > 0.8
+    assert t.fold == pytest.approx(4.0, rel=0.02) and t.x_range == 4
+    assert theory.trend([1, 2, 4], up[::-1]).word == "falls"
+    noisy = [mk([1.0, 3.0, 0.5, 2.0]), mk([1.5, 0.2, 3.0, 1.0])]
+    assert theory.trend([1, 2], noisy).word == "no detectable trend"
+    assert theory.trend([1, 2, 4], up, "ratio").word == "grows"
+    assert theory.trend([1, 2, 4], up, "mean").slope == pytest.approx(1.0, abs=0.01)
+    # A heavy tail moves the mean, not the median.
+    tail = [mk([1.0, 1.0, 1.0, 1.0]), mk([1.0, 1.0, 1.0, 400.0])]
+    assert theory.trend([1, 2], tail, "mean").slope > 4 and theory.trend([1, 2], tail, "median").slope == 0
     p = theory.Point("width", "linear", 2, 1, 1, 4, np.array([1.0, 3.0]), np.array([2.0, 6.0]))
     assert p.mean == pytest.approx(2.0) and p.ratio == pytest.approx(4 * 2.0 / 4.0)
 
@@ -105,13 +111,25 @@ def test_smoke_study_writes_report(tmp_path):
     md = (report / "theory.md").read_text()
     rows = list(csv.DictReader(io.StringIO((report / "theory.csv").read_text())))
     assert (report / "theory.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    n_points = 3 * len(config.theory.widths) + 2 * 2 * len(config.theory.depths)
+    n_points = (3 * len(config.theory.widths) + 2 * 2 * len(config.theory.depths)
+                + 2 * len(config.theory.input_dims))
     assert len(rows) == n_points == len(out["points"])
-    assert out["verdict"] in md and "## Fixed parameter budget" in md
+    assert out["verdict"] in md and "## Fixed parameter budget" in md and "## Input-dimension sweep" in md
+    # Every scored curve has a slope with an interval, the 2-layer ReLU case included.
+    assert set(out["summary"]["width"]) == {"2-layer linear", "2-layer ReLU", "3-layer linear"}
+    for by_label in out["summary"].values():
+        for stats in by_label.values():
+            for t in stats.values():
+                assert t.low <= t.slope <= t.high
+    assert "slope" in out["verdict"] and "x over a" in out["verdict"] and "input dimension" in out["verdict"]
+    dims = sorted({int(r["input_dim"]) for r in rows if r["sweep"] == "input_dim"})
+    assert dims == [3, 6, 12]
+    for r in rows:
+        assert float(r["median_ci95_low"]) <= float(r["batch_bound_median"]) <= float(r["median_ci95_high"])
     for r in rows:
         assert float(r["ci95_low"]) <= float(r["batch_bound_mean"]) <= float(r["ci95_high"])
         assert float(r["batch_bound_mean"]) >= 1.0  # batch bound >= 1 always (Cauchy-Schwarz)
-        assert int(r["params"]) == theory.param_count(config.theory.input_dim, int(r["depth"]), int(r["width"]))
+        assert int(r["params"]) == theory.param_count(int(r["input_dim"]), int(r["depth"]), int(r["width"]))
     budget = [r for r in rows if r["sweep"] == "budget"]
     assert all(abs(int(r["params"]) - config.theory.budget) < 0.25 * config.theory.budget for r in budget)
     # Deterministic given the seed.
