@@ -268,8 +268,9 @@ if ((DRY_RUN)); then
   ARCHIVE="/tmp/wide_tf_checkout.tar.gz"
   echo "# (cd $REPO_DIR && git ls-files -z | tar --null -T - -czf $ARCHIVE)"
 else
-  ARCHIVE="$(mktemp "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"
-  trap 'rm -f "$ARCHIVE"' EXIT
+  ARCHIVE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"
+  trap 'rm -rf "$ARCHIVE_DIR"' EXIT
+  ARCHIVE="$ARCHIVE_DIR/wide_tf.tar.gz"
   (cd "$REPO_DIR" && git ls-files -z | tar --null -T - -czf "$ARCHIVE")
 fi
 run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
