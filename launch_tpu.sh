@@ -53,7 +53,7 @@ usage() {
   cat <<EOF
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
          [--zone=us-central2-b] [--accelerator=v4-8] [--version=IMAGE] [--tf_tpu=2.20.0]
-         [--python=3.11] [--pjrt=auto|on|off] [--spot] [--project=PROJECT] [--dry_run]
+         [--libtpu=VERSION] [--python=3.11] [--pjrt=auto|on|off] [--spot] [--project=PROJECT] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
        $PROG --name=TPU_NAME [--zone=...] [--project=...] --status | --logs [--lines=N] [--follow] | --delete
        $PROG --workdir=gs://BUCKET/PATH --report
@@ -72,7 +72,7 @@ refuse() {  # the arguments are fine but the VM is not in a state to launch onto
 }
 
 NAME="" CONFIG="" WORKDIR="" ZONE="us-central2-b" ACCELERATOR="v4-8" VERSION="" TF_TPU="2.20.0"
-PYTHON_VERSION="3.11" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT=0 ACTION="launch" LINES=100 FOLLOW=0
+PYTHON_VERSION="3.11" LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT=0 ACTION="launch" LINES=100 FOLLOW=0
 EXTRA=()
 while (($#)); do
   case "$1" in
@@ -85,6 +85,7 @@ while (($#)); do
     --tf_tpu=*) TF_TPU="${1#*=}" ;;
     --python=*) PYTHON_VERSION="${1#*=}" ;;
     --pjrt=*) PJRT="${1#*=}" ;;
+    --libtpu=*) LIBTPU="${1#*=}" ;;
     --project=*) PROJECT="${1#*=}" ;;
     --lines=*) LINES="${1#*=}" ;;
     --spot) SPOT=1 ;;
@@ -194,6 +195,7 @@ check_workdir
   || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. 2.20.0)"
 [[ "$PYTHON_VERSION" =~ ^3\.(1[1-9])$ ]] \
   || die "--python=$PYTHON_VERSION: Keras 3.15 needs Python 3.11 or newer (e.g. --python=3.11)"
+[[ -z "$LIBTPU" || "$LIBTPU" =~ ^[0-9][0-9.a-z]*$ ]] || die "--libtpu=$LIBTPU: give a libtpu version (e.g. 0.0.14)"
 [[ "$PJRT" =~ ^(auto|on|off)$ ]] || die "--pjrt=$PJRT: choose auto, on or off"
 [[ "$ACCELERATOR" =~ ^(v2|v3|v4|v5litepod|v5p|v6e)-([0-9]+)$ ]] \
   || die "--accelerator=$ACCELERATOR: expected TYPE-SIZE with TYPE one of v2, v3, v4, v5litepod, v5p, v6e (e.g. v4-8)"
@@ -285,7 +287,12 @@ for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
 INSTALL="set -e; rm -rf $R_CHECKOUT; mkdir -p $R_CHECKOUT; tar -xzf /tmp/wide_tf.tar.gz -C $R_CHECKOUT"
 INSTALL+="; if [ ! -x $R_VENV/bin/python ]; then python3 -m pip install -q --user uv"
 INSTALL+="; ~/.local/bin/uv venv --seed --python $PYTHON_VERSION $R_VENV; fi"
-INSTALL+="; $PIP \"tensorflow-tpu==$TF_TPU\" -f $LIBTPU_INDEX; $PIP ${DEPS% }"
+# One pip call for TensorFlow's TPU build and everything else: in two calls, the second one could
+# move a package under the first (cloud-tpu-client's newest google-api-core 1.x wants protobuf < 4,
+# which breaks TensorFlow; resolved together, pip picks google-api-core 1.31.5 and keeps protobuf).
+TPU_REQ="\"tensorflow-tpu==$TF_TPU\" "
+[[ -n "$LIBTPU" ]] && TPU_REQ+="\"libtpu==$LIBTPU\" "
+INSTALL+="; $PIP $TPU_REQ${DEPS% } -f $LIBTPU_INDEX"
 INSTALL+="; cd $R_CHECKOUT; $PIP --no-deps -e ."
 INSTALL+="; echo '# written by launch_tpu.sh' > $R_ENV"
 if [[ "$PJRT" == on ]]; then
