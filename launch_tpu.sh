@@ -227,6 +227,20 @@ if [[ "$PJRT" == auto ]]; then
   if ((!MULTI_HOST)) && [[ "$FAMILY" =~ ^(v5litepod|v5p|v6e)$ ]]; then PJRT=on; else PJRT=off; fi
 fi
 
+# TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (README, "Cloud TPU"):
+# a fresh VM has none, and on a slice every worker reads its share, so data_dir must be gs:// there.
+DATA_DIR=""
+for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
+  [[ "$a" == --config.data.data_dir=* ]] && DATA_DIR="${a#*=}"
+done
+if [[ -z "$DATA_DIR" ]]; then
+  echo "$PROG: note: no --config.data.data_dir after '--': a TFDS data set (CIFAR-10 in configs/wrn.py)" \
+    "must then be in the VM's default folder, which a new VM does not have; pass" \
+    "-- --config.data.data_dir=gs://BUCKET/tfds (the embedded data sets need none)" >&2
+elif [[ "$DATA_DIR" != gs://* ]] && ((MULTI_HOST)); then
+  die "--config.data.data_dir=$DATA_DIR: on a multi-host slice every worker reads the data; give a gs:// path"
+fi
+
 CREATE=("${GCLOUD[@]}" create "$NAME" "${WHERE[@]}" "--accelerator-type=$ACCELERATOR" "--version=$VERSION")
 ((SPOT)) && CREATE+=(--spot)
 

@@ -130,6 +130,12 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert log.startswith("~/wide_tf_logs/2") and log.endswith(".log")
     assert f"ln -sfn {log} ~/wide_tf_logs/latest.log" in st
     assert "--logs --follow" in p.stdout
+    assert "no --config.data.data_dir" not in p.stderr
+
+
+def test_a_launch_without_data_dir_says_where_the_data_must_be(fake):
+    p, _ = fake(*REQUIRED)
+    assert p.returncode == 0 and "no --config.data.data_dir after '--'" in p.stderr
 
 
 def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
@@ -260,6 +266,7 @@ def test_a_missing_flag_is_a_one_line_error(missing):
     ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
     ([*REQUIRED, "--status", "--delete"], "give one of"),
     ([*REQUIRED, "--bogus=1"], "unknown argument '--bogus=1'"),
+    ([*REQUIRED, "--accelerator=v4-32", "--", "--config.data.data_dir=/data/tfds"], "give a gs:// path"),
 ])
 def test_bad_arguments_are_refused(args, needle):
     p = _launch(*args, "--dry_run")
