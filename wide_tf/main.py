@@ -51,7 +51,7 @@ def main(argv) -> None:
     # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress lines.
     logging.get_absl_handler().addFilter(_DropCheckpointChatter())
     from wide_tf import data as data_lib
-    from wide_tf import families, study, train
+    from wide_tf import families, preemption, study, train
     from wide_tf.steps import BatchSplitError
     from wide_tf.strategy import StrategyError
 
@@ -63,6 +63,7 @@ def main(argv) -> None:
         BatchSplitError,
         StrategyError,
     )
+    preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
         if _LIST.value:
             for i, t in enumerate(study.list_trials(config)):
@@ -87,6 +88,9 @@ def main(argv) -> None:
             train.train_and_evaluate(config, _WORKDIR.value)
         else:
             _fail(f"config.kind={kind!r}: choose 'study' or 'theory'")
+    except preemption.Preempted as e:
+        logging.warning("%s", e)
+        sys.exit(preemption.EXIT_CODE)
     except expected as e:
         logging.error("%s", e)
         _fail(str(e))

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
+from wide_tf import preemption
 from wide_tf import workdir as wd
 from wide_tf.models import build_model
 from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
@@ -413,6 +414,11 @@ def train_and_evaluate(
             start = time.time()
             save_state()
             last_ckpt = step
+        if preemption.requested():  # SIGTERM: checkpoint now and stop (wide_tf/preemption.py)
+            if last_ckpt != step:
+                state["wall_time_s"] += time.time() - start
+                save_state()
+            raise preemption.Preempted(name, step)
     state["wall_time_s"] += time.time() - start
     if state["status"] is None:
         state["status"] = "reached" if state["steps_to_target"] is not None else "not_reached"
