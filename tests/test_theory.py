@@ -93,7 +93,7 @@ def test_trend_slopes_with_intervals():
     assert t.fold == pytest.approx(4.0, rel=0.02) and t.x_range == 4
     assert theory.trend([1, 2, 4], up[::-1]).word == "falls"
     noisy = [mk([1.0, 3.0, 0.5, 2.0]), mk([1.5, 0.2, 3.0, 1.0])]
-    assert theory.trend([1, 2], noisy).word == "no detectable trend"
+    assert theory.trend([1, 2], noisy).word == "shows no detectable trend"
     assert theory.trend([1, 2, 4], up, "ratio").word == "grows"
     assert theory.trend([1, 2, 4], up, "mean").slope == pytest.approx(1.0, abs=0.01)
     # A heavy tail moves the mean, not the median.

@@ -267,7 +267,7 @@ class Trend:
 
     @property
     def word(self) -> str:
-        return "grows" if self.low > 0 else "falls" if self.high < 0 else "no detectable trend"
+        return "grows" if self.low > 0 else "falls" if self.high < 0 else "shows no detectable trend"
 
     def describe(self) -> str:
         return (f"{self.word} (slope {self.slope:+.2f}, 95% CI {self.low:+.2f} to {self.high:+.2f}; "
@@ -362,9 +362,14 @@ def verdict(summary: dict, cfg) -> str:
         m, agree = got
         axis = {"width": "width", "depth": "depth", "budget": "depth at a fixed budget",
                 "input_dim": "input dimension"}[sweep]
-        parts.append(f"{label}: with {axis} it {m.describe()}"
-                     + (f", and the {' and the '.join(STAT_NAMES[s] for s in agree)} agree" if agree
-                        else ", the mean and the ratio of expectations disagree") + ";")
+        others = [s for s in ("mean", "ratio") if s not in agree]
+        if not others:
+            note = "the mean and the ratio of expectations agree"
+        elif not agree:
+            note = "the mean and the ratio of expectations do not"
+        else:
+            note = f"the {STAT_NAMES[agree[0]]} agrees, the {STAT_NAMES[others[0]]} does not"
+        parts.append(f"{label}: with {axis} it {m.describe()}; {note}.")
         if sweep == "width":
             width_words[label] = m
     lin = [m for label, m in width_words.items() if "linear" in label]
@@ -379,8 +384,8 @@ def verdict(summary: dict, cfg) -> str:
     else:
         parts.append("For linear networks the paper's theory is not confirmed at this sample size.")
     if relu:
-        parts.append(f"For the 2-layer ReLU network (the paper's non-linear case) the width effect "
-                     f"{relu[0].word}.")
+        parts.append(f"For the 2-layer ReLU network (the paper's non-linear case) the median bound "
+                     f"{relu[0].word} with width.")
     if lin and dim_lin is not None:
         biggest = max(lin, key=lambda m: abs(math.log(m.fold)))
         parts.append(f"Magnitude: width changes the linear networks' bound by at most {biggest.fold:.2f}x "
