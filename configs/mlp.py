@@ -61,7 +61,9 @@ def get_config(arg=None):
         s.family.depths = [1, 2, 4, 6, 8]
         s.batch_sizes = [32, 128, 512, 2048, 8192, 16384]
         s.lr_multipliers = [0.25, 0.5, 1.0, 2.0, 4.0]
+        s.confirm_seeds = [1, 2]
         config.train.max_epochs = 100.0
+        config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 367 steps
         config.train.eval_every_examples = 30_000
         config.train.eval_train_limit = 10_000
     elif variant == "smoke":

@@ -45,7 +45,9 @@ def get_config(arg=None):
         s.family.depths = [10, 16, 22, 28, 40]
         s.batch_sizes = [128, 512, 2048, 4096, 8192, 16384]
         s.lr_multipliers = [0.5, 1.0, 2.0]
+        s.confirm_seeds = [1, 2]
         config.train.max_epochs = 100.0
+        config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 306 steps
         config.train.eval_every_examples = 25_000
         config.train.eval_train_limit = 10_000  # training accuracy on a fixed 10k subset: cheap, same for all
         config.train.steps_per_loop = 50
