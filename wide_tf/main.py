@@ -173,6 +173,22 @@ def _tf_error_line(e) -> str:
     return line
 
 
+def _damaged_checkpoint(e) -> str | None:
+    """The path of the checkpoint that `e` was raised reading, or '' if unknown; None when `e` did
+    not come from reading a checkpoint (a truncated file raises anything from IndexError to
+    DataLossError there)."""
+    tb, found, path = e.__traceback__, False, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/checkpoint/" in name or "checkpoint_reader" in name or "checkpoint_management" in name:
+            found = True
+            save_path = tb.tb_frame.f_locals.get("save_path")
+            if isinstance(save_path, (str, bytes)) and not path:
+                path = save_path.decode() if isinstance(save_path, bytes) else save_path
+        tb = tb.tb_next
+    return path if found else None
+
+
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
     validate.check_shard(_SHARD.value)
@@ -236,6 +252,15 @@ def main(argv) -> None:
     except Exception as e:  # noqa: BLE001  every error is one line unless --verbose
         if verbose:
             raise
+        damaged = _damaged_checkpoint(e)
+        if damaged is not None:
+            folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
+            _fail(
+                f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): it is damaged "
+                f"(truncated or partly copied); delete {folder} to run that trial from the start, or "
+                f"restore the files",
+                1,
+            )
         if isinstance(e, usage_errors):
             _fail(_one_line(e), 2)
         if isinstance(e, runtime_errors):

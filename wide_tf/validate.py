@@ -541,7 +541,7 @@ def _writable(path: str) -> None:
             break
         probe = parent
     if not os.path.isdir(probe):
-        raise RuntimeProblem(
+        raise UsageError(
             f"cannot create --workdir={path}: {probe} is a file, not a folder; choose another --workdir"
         )
     try:
