@@ -23,7 +23,7 @@ def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
     assert all(r["status"] == "reached" for r in records if r["lr_multiplier"] == 1.0)
     report = (tmp_path / "report" / "report.md").read_text()
     assert f"{len(diverged)} diverged" in report
-    assert not re.search(r"\b(nan|inf)\b", report, re.I)
+    assert not re.search(r"\b(nan|inf)\b", report, re.IGNORECASE)
     for name in ("all_trials.csv", "best_per_batch.csv"):
         with open(tmp_path / "report" / name) as f:
             for row in csv.DictReader(f):

@@ -21,10 +21,10 @@ import tempfile
 # Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
 _USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import app, flags, logging
+from ml_collections import config_flags
 
-from wide_tf import configs_loader, validate  # noqa: E402  (neither imports TensorFlow)
+from wide_tf import configs_loader, validate  # neither imports TensorFlow
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -102,7 +102,7 @@ def _parse_flags(argv):
         if verbose:
             raise
         _fail(str(e), e.exit_code)
-    except Exception as e:  # noqa: BLE001  flags.Error, and ml_collections' override errors
+    except Exception as e:  # flags.Error, and ml_collections' errors while applying an override
         if verbose:
             raise
         message = _one_line(e)
@@ -133,7 +133,7 @@ def _import_tensorflow(verbose: bool) -> None:
     The lines TensorFlow writes at import before its logging starts ignore the level; they are
     caught on file descriptor 2 during the import and only the ones the level keeps are shown."""
     if "tensorflow" in sys.modules or verbose:
-        import tensorflow  # noqa: F401
+        import tensorflow
         return
     if _USER_TF_LOG_LEVEL is None:
         gpu = any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/dxg", "/dev/kfd"))
@@ -143,7 +143,7 @@ def _import_tensorflow(verbose: bool) -> None:
     except ValueError:
         level = 0
     if level <= 0:
-        import tensorflow  # noqa: F401
+        import tensorflow
         return
     sys.stderr.flush()
     saved = os.dup(2)
@@ -165,7 +165,8 @@ def _import_tensorflow(verbose: bool) -> None:
 def _tf_error_line(e) -> str:
     message = _one_line(getattr(e, "message", e))
     line = f"TensorFlow {type(e).__name__}: {message}"
-    if re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.I) or type(e).__name__ == "DataLossError":
+    damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
+    if damaged or type(e).__name__ == "DataLossError":
         line += ("; a checkpoint in the workdir is damaged (truncated or partly copied): delete that run's "
                  "checkpoints/ folder to run it from the start, or restore the files")
     elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
@@ -249,7 +250,7 @@ def main(argv) -> None:
         if verbose:
             raise
         _fail("interrupted; run the same command again to resume where it stopped", 130)
-    except Exception as e:  # noqa: BLE001  every error is one line unless --verbose
+    except Exception as e:  # every error is one line unless --verbose
         if verbose:
             raise
         damaged = _damaged_checkpoint(e)

@@ -134,7 +134,7 @@ def _is_dict(x) -> bool:
 
 def _all_paths(config, prefix="") -> list[str]:
     out = []
-    for k in config.keys():
+    for k in config.keys():  # noqa: SIM118  (a ConfigDict)
         v = config[k]
         out.append(prefix + k)
         if _is_dict(v):
@@ -153,7 +153,7 @@ def check_override_path(config, path: str) -> None:
                 f"--config.{path}: {'.'.join(done)} is a value, not a section; "
                 f"override it as --config.{'.'.join(done)}=..."
             )
-        if part not in node.keys():
+        if part not in node.keys():  # noqa: SIM118  (a ConfigDict)
             where = ".".join(done) or "the config"
             keys = sorted(node.keys())
             hint = suggest(part, keys)
@@ -226,7 +226,7 @@ def _ints(where: str, values, *, low=1, nonempty=True, fix="") -> list:
 def _dataset(config):
     name = config.data.name
     _choice("data.name", name, tuple(DATASETS))
-    num_train, num_test, classes, shape, tfds_name = DATASETS[name]
+    num_train, _, classes, shape, tfds_name = DATASETS[name]
     n = int(config.data.get("num_train", 0) or 0)
     return (min(num_train, n) if n else num_train), classes, shape, tfds_name
 
@@ -387,7 +387,7 @@ def _check_sweep(config, num_train, classes, shape) -> None:
         _ints("sweep.confirm_seeds", s.confirm_seeds, low=0, nonempty=False)
     _num("sweep.eps", s.get("eps", 0.25), low=0, low_open=True)
     _num("sweep.max_lr_extensions", s.get("max_lr_extensions", 2), low=0, integer=True)
-    common = dict(num_classes=classes, input_shape=shape, norm=config.model.norm)
+    common = {"num_classes": classes, "input_shape": shape, "norm": config.model.norm}
     arch = config.model.arch
     try:
         if f.kind == "budget":
