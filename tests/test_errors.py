@@ -100,6 +100,7 @@ CASES = [
     ("workdir_holds_study_not_run", [SINGLE, "--workdir={wd}"], 2, ["holds a study"]),
     ("workdir_is_a_file", [SMOKE, "--workdir={wd}/config.json"], 2, ["is a file"]),
     ("workdir_under_a_file", [SMOKE, "--workdir={wd}/config.json/sub"], 2, ["is a file"]),
+    ("workdir_unwritable", [SMOKE, "--workdir=/proc/wide_tf_test/wd"], 1, ["cannot write in /proc"]),
     ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
 ]
@@ -225,7 +226,6 @@ def test_sweep_lists_are_checked():
     for field, value, words in [
         ("batch_sizes", [32, 0], ">= 1"),
         ("batch_sizes", [32, 99999], "larger than the training set"),
-        ("batch_sizes", [], "empty"),
         ("lr_multipliers", [1.0, float("nan")], "sweep.lr_multipliers"),
         ("lr_multipliers", [0.0], "0 or negative"),
         ("seeds", [0, 0], "repeats"),

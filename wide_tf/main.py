@@ -236,7 +236,7 @@ def main(argv) -> None:
             from wide_tf import theory
 
             theory.run_theory(config, _WORKDIR.value)
-        elif config.get("sweep") is not None and config.sweep.batch_sizes:
+        elif validate.is_sweep(config):
             study.run_study(
                 config,
                 _WORKDIR.value,

@@ -173,10 +173,17 @@ def check_override_path(config, path: str) -> None:
         node = node[part]
 
 
+def is_sweep(config) -> bool:
+    """A study of many trials (else one run in the workdir itself), as main.py dispatches it: a
+    sweep with batch sizes. `config.sweep = None` (the :single variants) is one run."""
+    sweep = config.get("sweep") if config.get("kind", "study") == "study" else None
+    return sweep is not None and bool(list(sweep.get("batch_sizes") or []))
+
+
 def check_overrides(config, paths) -> None:
     for path in paths:
         check_override_path(config, path)
-    if config.get("kind", "study") == "study" and config.get("sweep") is not None:
+    if is_sweep(config):
         for path in paths:
             if path in SWEEP_SETS:
                 raise UsageError(
@@ -277,7 +284,7 @@ def _check_model(config, classes, shape) -> None:
     _choice("model.norm", m.norm, families.NORMS)
     if m.norm == "ghost":
         _num("model.ghost_batch_size", m.get("ghost_batch_size", 0), low=1, integer=True)
-    if config.get("sweep") is None:
+    if not is_sweep(config):
         try:
             families.param_count(m.arch, m.depth, m.width, classes, shape, norm=m.norm)
         except (ValueError, TypeError) as e:
@@ -372,7 +379,7 @@ def _check_sweep(config, num_train, classes, shape) -> None:
     s = config.sweep
     f = s.family
     _choice("sweep.family.kind", f.kind, FAMILY_KINDS)
-    for b in _ints("sweep.batch_sizes", s.batch_sizes):
+    for b in _ints("sweep.batch_sizes", s.batch_sizes):  # not empty: see is_sweep
         _check_batch("sweep.batch_sizes", b, config, num_train)
     lrs = list(s.lr_multipliers or [])
     if not lrs:
@@ -490,7 +497,7 @@ def check_config(config, overrides=()) -> None:
     _check_optim(config)
     _check_train(config, num_train)
     _check_runtime(config)
-    if config.get("sweep") is not None:
+    if is_sweep(config):
         _check_sweep(config, num_train, classes, shape)
     else:
         _check_batch("train.global_batch", config.train.global_batch, config, num_train)
@@ -570,7 +577,7 @@ def check_workdir(config, workdir: str) -> list[str]:
     if not os.path.isdir(workdir):
         return []
     warnings = []
-    is_study = config.get("kind", "study") == "study" and config.get("sweep") is not None
+    is_study = is_sweep(config)
     cfg_path = os.path.join(workdir, "config.json")
     has_study = os.path.exists(cfg_path) or os.path.isdir(os.path.join(workdir, "trials"))
     has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
