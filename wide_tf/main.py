@@ -87,6 +87,7 @@ def _parse_flags(argv):
     """absl's flag parsing, with every error as one line (exit 2): the config file and variant,
     and the override paths, are checked first, with the closest valid name suggested."""
     verbose = _verbose_in(argv)
+    config = None
     try:
         spec = _config_spec(argv)
         if spec is None and not any(a in _HELP for a in argv):
@@ -111,7 +112,25 @@ def _parse_flags(argv):
             name = field.group(1) if field else "that field"
             message = (f"--config.{name}: a list cannot be set on the command line; change it in the "
                        f"config file (or add a variant)")
-        _fail(message.replace("FATAL Flags parsing error: ", ""), 2)
+        _fail(_type_hint(message.replace("FATAL Flags parsing error: ", ""), config), 2)
+
+
+def _type_hint(message: str, config) -> str:
+    """Adds the type a --config.<field> value must have to ml_collections' parse error."""
+    m = re.match(r"flag --config\.([\w.]+)=", message)
+    if not m or config is None:
+        return message
+    value = config
+    for part in m.group(1).split("."):
+        try:
+            value = value[part]
+        except (KeyError, TypeError):
+            return message
+    kinds = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    kind = kinds.get(type(value))
+    if kind is None:
+        return message
+    return f"{message}; --config.{m.group(1)} takes {kind}, e.g. --config.{m.group(1)}={value}"
 
 
 def _tf_noise(line: str, level: int) -> bool:
