@@ -308,3 +308,14 @@ def test_every_shipped_config_passes():
         config = _config(spec)
         config.data.download = True
         validate.check_config(config)
+
+
+def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path):
+    """--trial that matches no trial is only known once the study is expanded (TensorFlow runs):
+    still one line, exit 2, nothing written."""
+    wd = tmp_path / "study"
+    proc = _main([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], _env(False, tmp_path), timeout=300)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines() == [
+        "error: --trial='no_such_trial' matches no trial; --list_trials shows them"]
+    assert not wd.exists()
