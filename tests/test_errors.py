@@ -319,3 +319,11 @@ def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path):
     assert proc.stderr.strip().splitlines() == [
         "error: --trial='no_such_trial' matches no trial; --list_trials shows them"]
     assert not wd.exists()
+
+
+def test_a_named_tpu_that_cannot_be_reached_is_one_line(tmp_path):
+    proc = _main([SINGLE, "--config.runtime.strategy=tpu", "--config.runtime.tpu=no-such-tpu",
+                  f"--workdir={tmp_path / 'run'}"], _env(False, tmp_path), timeout=300)
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 1 and last.startswith("error: cannot reach the TPU"), proc.stderr[-3000:]
+    assert "--config.runtime.tpu" in last and "Traceback" not in proc.stderr

@@ -209,6 +209,17 @@ def _damaged_checkpoint(e) -> str | None:
     return path if found else None
 
 
+def _raised_in(e, *parts) -> bool:
+    """True when a frame of `e`'s traceback is in a file whose path holds one of `parts`."""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if any(p in name for p in parts):
+            return True
+        tb = tb.tb_next
+    return False
+
+
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
     validate.check_shard(_SHARD.value)
@@ -279,6 +290,13 @@ def main(argv) -> None:
                 f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): it is damaged "
                 f"(truncated or partly copied); delete {folder} to run that trial from the start, or "
                 f"restore the files",
+                1,
+            )
+        if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+            _fail(
+                f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; {type(e).__name__}: "
+                f"{_one_line(e)}); check --config.runtime.tpu (the TPU's name, or 'local' on a TPU VM) and "
+                f"that this machine may reach it, or use --config.runtime.strategy=auto",
                 1,
             )
         if isinstance(e, usage_errors):
