@@ -2,18 +2,29 @@
 a single run or the theory check.
 
   python -m wide_tf.main --config=configs/mlp.py:local --workdir=runs/mlp_local
+
+Bad input ends in one line on stderr, `error: <the problem>; <the fix>`, with exit status 2 for a
+usage error (the command or the config) and 1 for a runtime error (the machine, the data, the
+workdir); `--verbose` shows the traceback instead. The config, the overrides and the workdir are
+checked (wide_tf/validate.py) before TensorFlow is imported, and TensorFlow's C++ start-up lines
+are kept out of the output unless TF_CPP_MIN_LOG_LEVEL is set to show them.
 """
 
 from __future__ import annotations
 
 import logging as std_logging
 import os
+import re
 import sys
+import tempfile
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # keep TensorFlow's C++ start-up chatter out
+# Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
+_USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 
-from absl import app, flags, logging  # noqa: E402
-from ml_collections import config_flags  # noqa: E402
+from absl import app, flags, logging
+from ml_collections import config_flags
+
+from wide_tf import configs_loader, validate  # neither imports TensorFlow
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -32,6 +43,11 @@ _SHARD = flags.DEFINE_string(
 _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (its id or its index in --list_trials).")
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
+_VERBOSE = flags.DEFINE_bool(
+    "verbose", False, "On an error, show the Python traceback; also show TensorFlow's start-up lines."
+)
+
+_HELP = ("-h", "--help", "-help", "--helpshort", "--helpfull", "--helpxml", "-?")
 
 
 class _DropCheckpointChatter(std_logging.Filter):
@@ -39,15 +55,198 @@ class _DropCheckpointChatter(std_logging.Filter):
         return not str(record.msg).startswith("Sharding callback duration")
 
 
-def _fail(message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    sys.exit(2)
+def _one_line(text) -> str:
+    """The message of an exception as one line (ml_collections and TensorFlow write several)."""
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("Traceback", "File ", "Pass --help"))]
+    return re.sub(r"\s+", " ", " ".join(lines[:3])).strip()[:600]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _verbose_in(argv) -> bool:
+    return any(a in ("--verbose", "-verbose", "--verbose=true", "--verbose=True", "--verbose=1") for a in argv)
+
+
+def _config_spec(argv) -> str | None:
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        for prefix in ("--config=", "-config="):
+            if arg.startswith(prefix):
+                return arg[len(prefix):]
+        if arg in ("--config", "-config") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _parse_flags(argv):
+    """absl's flag parsing, with every error as one line (exit 2): the config file and variant,
+    and the override paths, are checked first, with the closest valid name suggested."""
+    verbose = _verbose_in(argv)
+    config = None
+    try:
+        spec = _config_spec(argv)
+        if spec is None and not any(a in _HELP for a in argv):
+            raise validate.UsageError(
+                "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, configs/wrn.py, "
+                "configs/theory.py; the variant follows the colon)"
+            )
+        if spec is not None:
+            config = configs_loader.load_config(spec)
+            validate.check_overrides(config, validate.override_paths(argv))
+        return flags.FLAGS(argv)
+    except validate.Problem as e:
+        if verbose:
+            raise
+        _fail(str(e), e.exit_code)
+    except Exception as e:  # flags.Error, and ml_collections' errors while applying an override
+        if verbose:
+            raise
+        message = _one_line(e)
+        if "is not supported for overriding" in message:
+            field = re.search(r"field config\.(\S+) is", message)
+            name = field.group(1) if field else "that field"
+            message = (f"--config.{name}: a list cannot be set on the command line; change it in the "
+                       f"config file (or add a variant)")
+        _fail(_type_hint(message.replace("FATAL Flags parsing error: ", ""), config), 2)
+
+
+def _type_hint(message: str, config) -> str:
+    """Adds the type a --config.<field> value must have to ml_collections' parse error."""
+    m = re.match(r"flag --config\.([\w.]+)=", message)
+    if not m or config is None:
+        return message
+    value = config
+    for part in m.group(1).split("."):
+        try:
+            value = value[part]
+        except (KeyError, TypeError):
+            return message
+    kinds = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    kind = kinds.get(type(value))
+    if kind is None:
+        return message
+    return f"{message}; --config.{m.group(1)} takes {kind}, e.g. --config.{m.group(1)}={value}"
+
+
+def _tf_noise(line: str, level: int) -> bool:
+    """True for a C++ start-up line that TF_CPP_MIN_LOG_LEVEL=level means to hide but that
+    TensorFlow writes before its logging honours it (oneDNN, cudart stub, CPU feature guard)."""
+    m = re.match(r"^([IWEF])\d{4} [\d:.]+\s+\d+\s+\S+:\d+\]", line)
+    if m:
+        return "IWEF".index(m.group(1)) < level
+    if line.startswith("WARNING: All log messages before absl::InitializeLog()"):
+        return level >= 1
+    return line.startswith("To enable the following instructions:") and level >= 1
+
+
+def _import_tensorflow(verbose: bool) -> None:
+    """Imports TensorFlow once, keeping its C++ start-up lines out of the output.
+
+    If the user set TF_CPP_MIN_LOG_LEVEL it is kept. Otherwise it becomes 3 on a machine without a
+    GPU (CUDA's 'failed call to cuInit' is an ERROR line there, and means nothing) and 2 elsewhere.
+    The lines TensorFlow writes at import before its logging starts ignore the level; they are
+    caught on file descriptor 2 during the import and only the ones the level keeps are shown."""
+    if "tensorflow" in sys.modules or verbose:
+        import tensorflow
+        return
+    if _USER_TF_LOG_LEVEL is None:
+        gpu = any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/dxg", "/dev/kfd"))
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if gpu else "3"
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    if level <= 0:
+        import tensorflow
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", "replace")
+            kept = [ln for ln in text.splitlines() if not _tf_noise(ln, level)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+def _tf_error_line(e) -> str:
+    message = _one_line(getattr(e, "message", e))
+    line = f"TensorFlow {type(e).__name__}: {message}"
+    damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
+    if damaged or type(e).__name__ == "DataLossError":
+        line += ("; a checkpoint in the workdir is damaged (truncated or partly copied): delete that run's "
+                 "checkpoints/ folder to run it from the start, or restore the files")
+    elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+        line += "; check that this machine may write to --workdir (and read data.data_dir)"
+    return line
+
+
+def _damaged_checkpoint(e) -> str | None:
+    """The path of the checkpoint that `e` was raised reading, or '' if unknown; None when `e` did
+    not come from reading a checkpoint (a truncated file raises anything from IndexError to
+    DataLossError there)."""
+    tb, found, path = e.__traceback__, False, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/checkpoint/" in name or "checkpoint_reader" in name or "checkpoint_management" in name:
+            found = True
+            save_path = tb.tb_frame.f_locals.get("save_path")
+            if isinstance(save_path, (str, bytes)) and not path:
+                path = save_path.decode() if isinstance(save_path, bytes) else save_path
+        tb = tb.tb_next
+    return path if found else None
+
+
+def _raised_in(e, *parts) -> bool:
+    """True when a frame of `e`'s traceback is in a file whose path holds one of `parts`."""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if any(p in name for p in parts):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _checks(config) -> list[str]:
+    """Everything that can be checked before TensorFlow starts; returns warning lines."""
+    validate.check_shard(_SHARD.value)
+    validate.check_config(config, validate.override_paths(sys.argv))
+    if not _LIST.value and not _WORKDIR.value:
+        raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
+    if _LIST.value:
+        return []
+    return validate.check_workdir(config, _WORKDIR.value)
 
 
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config = _CONFIG.value
+    verbose = _VERBOSE.value
+    try:
+        warnings = _checks(config)
+    except validate.Problem as e:
+        if verbose:
+            raise
+        _fail(str(e), e.exit_code)
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr, flush=True)
+    _import_tensorflow(verbose)
+    import tensorflow as tf
+
     # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress lines.
     logging.get_absl_handler().addFilter(_DropCheckpointChatter())
     from wide_tf import data as data_lib
@@ -55,28 +254,20 @@ def main(argv) -> None:
     from wide_tf.steps import BatchSplitError
     from wide_tf.strategy import StrategyError
 
-    expected = (
-        data_lib.DataUnavailableError,
-        families.FamilyError,
-        study.StudyError,
-        train.ConfigError,
-        BatchSplitError,
-        StrategyError,
-    )
+    usage_errors = (families.FamilyError, study.StudyError, train.ConfigError, BatchSplitError, validate.UsageError)
+    runtime_errors = (data_lib.DataUnavailableError, StrategyError, validate.RuntimeProblem)
     preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
         if _LIST.value:
             for i, t in enumerate(study.list_trials(config)):
                 print(f"{i:4d}  {t.trial_id}")
             return
-        if not _WORKDIR.value:
-            _fail("--workdir is required (a local folder or gs://bucket/path)")
         kind = config.get("kind", "study")
         if kind == "theory":
             from wide_tf import theory
 
             theory.run_theory(config, _WORKDIR.value)
-        elif kind == "study" and config.get("sweep") is not None and config.sweep.batch_sizes:
+        elif validate.is_sweep(config):
             study.run_study(
                 config,
                 _WORKDIR.value,
@@ -84,21 +275,51 @@ def main(argv) -> None:
                 only_trial=_TRIAL.value,
                 write_report=not _NO_REPORT.value,
             )
-        elif kind == "study":  # no sweep: one run in the workdir itself
+        else:  # no sweep: one run in the workdir itself
             train.train_and_evaluate(config, _WORKDIR.value)
-        else:
-            _fail(f"config.kind={kind!r}: choose 'study' or 'theory'")
     except preemption.Preempted as e:
         logging.warning("%s", e)
         sys.exit(preemption.EXIT_CODE)
-    except expected as e:
-        logging.error("%s", e)
-        _fail(str(e))
+    except KeyboardInterrupt:
+        if verbose:
+            raise
+        _fail("interrupted; run the same command again to resume where it stopped", 130)
+    except Exception as e:  # every error is one line unless --verbose
+        if verbose:
+            raise
+        damaged = _damaged_checkpoint(e)
+        if damaged is not None:
+            folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
+            _fail(
+                f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): it is damaged "
+                f"(truncated or partly copied); delete {folder} to run that trial from the start, or "
+                f"restore the files",
+                1,
+            )
+        if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+            _fail(
+                f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; {type(e).__name__}: "
+                f"{_one_line(e)}); check --config.runtime.tpu (the TPU's name, or 'local' on a TPU VM) and "
+                f"that this machine may reach it, or use --config.runtime.strategy=auto",
+                1,
+            )
+        if isinstance(e, usage_errors):
+            _fail(_one_line(e), 2)
+        if isinstance(e, runtime_errors):
+            _fail(_one_line(e), 1)
+        if isinstance(e, tf.errors.OpError):
+            _fail(_tf_error_line(e), 1)
+        if isinstance(e, OSError):
+            _fail(f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1)
+        _fail(
+            f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
+            f"for the traceback, and report it)",
+            1,
+        )
 
 
 def run() -> None:
-    flags.mark_flag_as_required("config")
-    app.run(main)
+    app.run(main, flags_parser=_parse_flags)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,64 @@
+"""A local study SIGKILLed at five different points (inside a trial, inside a checkpoint save,
+while a result is recorded, between trials, inside the report) and run again after each: it
+completes with every trial recorded exactly once and the same results as an uninterrupted run."""
+
+import json
+import subprocess
+import sys
+
+from helpers import REPO, env, run_main
+
+TIMINGS = ("wall_time_s", "examples_per_s")
+SMOKE = ["--config=configs/mlp.py:smoke", "--config.train.checkpoint_every_steps=2"]
+POINTS = ["trial:2", "checkpoint:1", "record:1", "between:2", "report:2"]
+
+
+def _exact(result):
+    """Everything of a result but its timings."""
+    if isinstance(result, dict):
+        return {k: _exact(v) for k, v in result.items() if k not in TIMINGS}
+    if isinstance(result, list):
+        return [_exact(v) for v in result]
+    return result
+
+
+def _records(workdir):
+    """{trial_id: [every record of it]} from the results as stored (one file per trial, or the
+    lines of results.jsonl); an unreadable record is not data and is left out."""
+    out = {}
+    folder = workdir / "results"
+    if folder.is_dir():
+        texts = [p.read_text() for p in folder.glob("*.json")]
+    else:
+        path = workdir / "results.jsonl"
+        texts = path.read_text().splitlines() if path.exists() else []
+    for text in texts:
+        try:
+            rec = json.loads(text)
+        except ValueError:
+            continue
+        out.setdefault(rec["trial_id"], []).append(rec)
+    return out
+
+
+def test_killed_at_five_points_completes_once_with_the_same_results(tmp_path):
+    ref = tmp_path / "ref"
+    run_main(*SMOKE, f"--workdir={ref}")
+    expected = {k: _exact(v[0]) for k, v in _records(ref).items()}
+    assert len(expected) == 4
+
+    work = tmp_path / "killed"
+    for point in POINTS:
+        e = env()
+        e["WIDE_TF_KILL_AT"] = point
+        proc = subprocess.run([sys.executable, str(REPO / "tests" / "kill_hooks.py"), *SMOKE, f"--workdir={work}"],
+                              cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
+        assert proc.returncode == -9, f"not killed at {point} ({proc.returncode}):\n{proc.stderr[-3000:]}"
+    assert not (work / "report" / "report.md").exists()
+    assert list(work.rglob("*.tmp-killed"))  # the torn record is there, and must not be read as data
+    run_main(*SMOKE, f"--workdir={work}")
+
+    got = _records(work)
+    assert {k: len(v) for k, v in got.items()} == {k: 1 for k in expected}  # every trial exactly once
+    assert {k: _exact(v[0]) for k, v in got.items()} == expected
+    assert "Finished trials: 4" in (work / "report" / "report.md").read_text()
