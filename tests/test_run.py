@@ -81,10 +81,29 @@ def test_bad_config_is_a_clear_error(tmp_path):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(global_batch=48)
     config.model.norm, config.model.ghost_batch_size = "ghost", 32
-    with pytest.raises(train.ConfigError, match="does not divide"):
+    with pytest.raises(train.ConfigError, match="multiple of model.ghost_batch_size=32"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=16)  # smaller than the ghost size: never shrunk, an error
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    with pytest.raises(train.ConfigError, match="lower model.ghost_batch_size .* or raise the batch"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=16, max_device_batch=8)  # micro-batches count, too
+    config.model.norm, config.model.ghost_batch_size = "ghost", 16
+    with pytest.raises(train.ConfigError, match="it is 8"):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(target_metric="accuracy")
     with pytest.raises(train.ConfigError, match="target_metric"):
+        train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_ghost_size_is_not_shrunk_on_more_replicas(tmp_path):
+    """The same config that runs on one replica is refused on two (per-replica batch 16 < 32)."""
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (tests/conftest.py)")
+    config = _single(global_batch=32)
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    config.runtime.devices = ["/cpu:0", "/cpu:1"]
+    with pytest.raises(train.ConfigError, match="it is 16 .*over 2 replica"):
         train.train_and_evaluate(config, str(tmp_path))
 
 

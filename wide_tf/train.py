@@ -124,11 +124,15 @@ def train_and_evaluate(
     t = config.train
     plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
     ghost = config.model.get("ghost_batch_size", 0)
-    if config.model.norm == "ghost" and plan.micro_batch > ghost and plan.micro_batch % ghost:
+    if config.model.norm == "ghost" and plan.micro_batch % ghost:
+        # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
+        # its statistics would then depend on the number of replicas (and micro-batches).
         raise ConfigError(
-            f"ghost batch norm splits each (micro-)batch of {plan.micro_batch} into virtual batches of "
-            f"{ghost}, which does not divide it; use a batch that is a multiple of {ghost} per replica, "
-            "or another model.ghost_batch_size"
+            f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
+            f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
+            f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
+            f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
+            f"or raise the batch"
         )
     n_train, batch = info.num_train, plan.global_batch
     steps_per_epoch = n_train / batch
