@@ -128,6 +128,38 @@ def test_two_shards_recording_together_lose_no_result(tmp_path, store):
     assert {r["trial_id"] for r in records} == {f"t{k}_{i:02d}" for k in range(2) for i in range(40)}
 
 
+def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
+    """clear_session() between trials resets Keras's global dtype policy; trial 2 used to run in
+    float32 while its result said mixed_bfloat16."""
+    import keras
+
+    config = _smoke(batch_sizes=[32, 256])
+    config.sweep.family.depths = [1]
+    config.train.max_epochs = 1.0
+    config.runtime.strategy = "cpu"
+    config.runtime.mixed_precision = "mixed_bfloat16"
+    built = []
+    from wide_tf import train as train_lib
+
+    real_build = train_lib.build_model
+
+    def spy(*args, **kwargs):
+        model = real_build(*args, **kwargs)
+        built.append(model)
+        return model
+
+    try:
+        train_lib.build_model = spy
+        records = study.run_study(config, str(tmp_path), write_report=False)
+    finally:
+        train_lib.build_model = real_build
+        keras.mixed_precision.set_global_policy("float32")
+    assert len(records) == 2 and len(built) == 2
+    for model in built:
+        assert model.get_layer("dense_1").compute_dtype == "bfloat16"
+    assert all(r["dtype_policy"] == "mixed_bfloat16" for r in records)
+
+
 def test_read_results_skips_partial_files_and_reads_a_legacy_jsonl(tmp_path):
     wd.record_result(str(tmp_path), {"trial_id": "a", "status": "reached"})
     (tmp_path / "results" / "torn.json").write_text('{"trial_id": "torn", "sta')  # a crash mid-copy

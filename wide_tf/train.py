@@ -58,6 +58,12 @@ def _check(config, info) -> None:
         raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
 
 
+def _model_policy(model) -> str:
+    """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
+    layer = next((l for l in model.layers if l.weights), None)
+    return (layer or model).dtype_policy.name
+
+
 def describe_protocol(config) -> dict:
     """The settings a reader needs to compare runs; copied into every result.json."""
     t, o, m, d = config.train, config.optim, config.model, config.data
@@ -142,6 +148,7 @@ def train_and_evaluate(
     name = (trial or {}).get("trial_id", "run")
 
     keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+    runtime.apply_policy()  # again for every run: a study's clear_session() between runs resets it
     with strategy.scope():
         m = config.model
         model = build_model(
@@ -437,6 +444,8 @@ def train_and_evaluate(
                 "noise_scale_ema": None if noise.value is None else float(noise.value),
             },
             "runtime": runtime.describe(),
+            # The policy the model was really built with (not only the one asked for).
+            "dtype_policy": _model_policy(model),
             "protocol": describe_protocol(config),
         }
     )
