@@ -107,6 +107,17 @@ def test_ghost_size_is_not_shrunk_on_more_replicas(tmp_path):
         train.train_and_evaluate(config, str(tmp_path))
 
 
+def test_budget_has_a_floor_in_steps():
+    t = _single(global_batch=1000, max_epochs=2.0).train
+    assert train._budget_steps(t, 4000, 1000) == 8
+    t.min_steps = 20
+    assert train._budget_steps(t, 4000, 1000) == 20  # the floor wins at a large batch
+    assert train._budget_steps(t, 4000, 16) == 500  # and not at a small one
+    t.max_steps = 5
+    assert train._budget_steps(t, 4000, 1000) == 5  # an explicit max_steps is the budget
+    assert train.describe_protocol(_single(min_steps=20))["min_steps"] == 20
+
+
 def test_eval_steps_are_at_the_same_examples_for_every_batch():
     assert train._eval_steps(64, 1000, 100) == {16, 32, 47, 63, 79, 94, 100}
     assert train._eval_steps(4000, 1000, 5) == {1, 2, 3, 4, 5}

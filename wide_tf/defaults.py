@@ -65,6 +65,7 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             max_device_batch=0,  # >0: accumulate micro-batches of at most this many per replica
             max_epochs=50.0,
             max_steps=0,
+            min_steps=0,  # with max_steps=0: a floor in steps on the epoch budget (large batches)
             steps_per_loop=100,  # optimizer steps per tf.function call
             eval_every_examples=0,  # 0: once per epoch; the same points of training for every batch
             eval_batch=1024,

@@ -45,6 +45,14 @@ def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
         k += 1
 
 
+def _budget_steps(t, n_train: int, batch: int) -> int:
+    """The run's budget in steps: train.max_steps if set, else max_epochs' worth of steps but at
+    least train.min_steps (a floor, so the largest batches get enough updates)."""
+    if t.get("max_steps", 0) > 0:
+        return int(t.max_steps)
+    return max(math.ceil(t.max_epochs * n_train / batch), int(t.get("min_steps", 0)))
+
+
 def _check(config, info) -> None:
     t = config.train
     if t.target_metric not in TARGET_METRICS:
@@ -72,6 +80,7 @@ def describe_protocol(config) -> dict:
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
         "max_steps": t.get("max_steps", 0),
+        "min_steps": t.get("min_steps", 0),
         "optimizer": o.name,
         "schedule": o.schedule,
         "warmup": (
@@ -142,7 +151,7 @@ def train_and_evaluate(
         )
     n_train, batch = info.num_train, plan.global_batch
     steps_per_epoch = n_train / batch
-    total_steps = t.max_steps if t.get("max_steps", 0) > 0 else math.ceil(t.max_epochs * n_train / batch)
+    total_steps = _budget_steps(t, n_train, batch)
     eval_every = t.get("eval_every_examples", 0) or n_train
     eval_steps = _eval_steps(batch, eval_every, total_steps)
     name = (trial or {}).get("trial_id", "run")
