@@ -166,3 +166,31 @@ def test_main_reports_bad_input_in_one_line(tmp_path):
         "--config=configs/mlp.py:single", f"--workdir={tmp_path}", "--config.train.global_bach=3", check=False
     )
     assert proc.returncode != 0 and "global_bach" in proc.stderr
+
+
+def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_path):
+    """Runs that differ only in learning rate, seed or divergence threshold reuse one model,
+    optimizer and traced step (reset, not rebuilt); the result is that of a fresh build."""
+
+    def config(lr_multiplier, seed):
+        c = _single("digits_embedded", global_batch=64, max_epochs=2.0, eval_every_examples=500,
+                    gradient_at_init=True, gradient_every_examples=1000, seed=seed)
+        c.optim.lr_multiplier = lr_multiplier
+        c.optim.schedule, c.optim.warmup_epochs = "cosine", 0.5
+        return c
+
+    from wide_tf.strategy import setup_runtime
+
+    runtime = setup_runtime(config(1.0, 0).runtime)  # one per process, as in a study
+    train.clear_cache()
+    train.train_and_evaluate(config(1.0, 0), str(tmp_path / "a"), runtime)
+    (built,) = train._BUILT.values()
+    traces = built.stepper._train_fn.experimental_get_tracing_count()
+    reused = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "b"), runtime)
+    assert list(train._BUILT.values()) == [built]
+    assert built.stepper._train_fn.experimental_get_tracing_count() == traces  # no retrace
+    train.clear_cache()
+    fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
+    assert comparable(reused) == comparable(fresh)
+    assert reused["gradient"]["history"] == pytest.approx(fresh["gradient"]["history"])
+    train.clear_cache()

@@ -10,7 +10,6 @@ import json
 import time
 
 from absl import logging
-import keras
 import ml_collections
 import tensorflow as tf
 
@@ -267,7 +266,9 @@ def run_study(
             result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
             if runtime.strategy.extended.should_checkpoint:  # the chief records; other workers only help
                 wd.record_result(workdir, result)
-            keras.backend.clear_session()  # free the last trial's graphs before the next one
+            # No clear_session() here: the next trial of the same member and batch size reuses this
+            # one's model and traced step; train.py drops them (and clears the session) when the
+            # next trial needs another model.
             ran += 1
         results = {r["trial_id"]: r for r in wd.read_results(workdir)}
         queue = [

@@ -4,6 +4,7 @@ Reads no flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -103,23 +104,202 @@ def describe_protocol(config) -> dict:
 
 
 class _GradientProbe:
-    """Exact gradient diversity on a fixed probe set, measured every `every` examples."""
+    """Exact gradient diversity on a fixed probe set, measured every `every` examples.
 
-    def __init__(self, config, every: int):
-        from wide_tf import measure  # the measurement code is only imported when it is used
+    Compiled once per model (a tf.function over the probe's fixed chunks) and run through
+    `strategy.run` on the devices, where the weights are: the probe set lives in variables there,
+    every replica computes the same three sums (per-example squared norms, squared norm of the
+    summed gradient, loss), and one packed tensor of three numbers comes back per measurement."""
 
-        self.measure = measure
-        self.every = every
-        self.size = config.train.get("probe_size", 512)
-        self.chunk = config.train.get("probe_chunk", 256)
-        self.x, self.y = data_lib.load_arrays(config.data, "train", limit=self.size)
+    def __init__(self, config, model, strategy):
+        from wide_tf.measure import diversity, per_example  # imported only when measuring
+
+        self.stats_from_norms = diversity.stats_from_norms
+        self.every = config.train.get("gradient_every_examples", 0)
+        size = config.train.get("probe_size", 512)
+        chunk = config.train.get("probe_chunk", 256)
+        x, y = data_lib.load_arrays(config.data, "train", limit=size)
+        self.n = len(y)
+        engine = per_example.PerExampleGradients.for_model(model)
+        with strategy.scope():
+            chunks = [
+                tuple(tf.Variable(a, trainable=False) for a in (xb, yb, w))
+                for xb, yb, w, _ in per_example._chunks(np.asarray(x, np.float32), np.asarray(y, np.int32), chunk)
+            ]
+
+        def replica_sums():
+            s1 = loss = 0.0
+            summed = None
+            for xb, yb, wb in chunks:
+                sq, losses, grads = engine._chunk_impl(xb.read_value(), yb.read_value(), wb.read_value())
+                s1 += tf.reduce_sum(sq)
+                loss += tf.reduce_sum(losses)
+                summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            q = tf.add_n([tf.reduce_sum(tf.square(g)) for g in summed])
+            return tf.stack([s1, q, loss])
+
+        @tf.function(autograph=False)
+        def sums():
+            # Every replica holds the same weights and probe set: their mean is any one's value.
+            return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None)
+
+        self._sums = sums
 
     def due(self, examples_before: int, examples_now: int) -> bool:
         return self.every > 0 and examples_now // self.every > examples_before // self.every
 
-    def __call__(self, model) -> dict:
-        stats = self.measure.gradient_stats(model, self.x, self.y, chunk_size=self.chunk)
+    def __call__(self, model=None) -> dict:
+        s1, q, _ = (float(v) for v in self._sums().numpy())
+        stats = self.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+
+# Settings of config.optim that are numbers in the schedule's variables: runs that differ only in
+# these reuse one model, optimizer and traced step (see _build).
+_SCHEDULE_NUMBERS = ("base_lr", "lr_multiplier", "scaling", "reference_batch", "warmup_epochs",
+                     "warmup_steps", "warmup_fixed", "decay_epochs", "decay_factor", "poly_power",
+                     "end_lr_fraction", "warmup_init_fraction")
+
+
+def _build_key(config, runtime, info, plan) -> str:
+    """Everything a run's model, optimizer, traced functions and evaluation sets depend on, except
+    the numbers held in variables (initial weights, learning-rate schedule, divergence threshold)."""
+    optim = {k: v for k, v in config.optim.to_dict().items() if k not in _SCHEDULE_NUMBERS}
+    optim["decay_boundaries"] = len(config.optim.get("decay_epochs", ()) or ())
+    t = config.train
+    return json.dumps(
+        {
+            "strategy": id(runtime.strategy),
+            "policy": runtime.mixed_precision,
+            "jit": runtime.jit_compile,
+            "model": config.model.to_dict(),
+            "optim": optim,
+            "plan": dataclasses.astuple(plan),
+            "info": [info.num_classes, list(info.input_shape)],
+            "data": config.data.to_dict(),
+            "eval": [t.get("eval_batch", 1024), t.get("eval_train_limit", 0)],
+            "probe": [t.get("probe_size", 512), t.get("probe_chunk", 256)],
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+@dataclasses.dataclass
+class _Built:
+    """A run's model, optimizer, compiled step, evaluation sets and probe, kept for the next run
+    with the same key (the next learning rate or seed of the same member and batch size in a
+    study): the traced functions are reused, only variables are reset."""
+
+    key: str
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    stepper: Stepper
+    trust_fn: object
+    eval_sets: dict
+    optimizer_init: list  # the optimizer's variables right after build (iterations 0, zero slots)
+    init_weights: dict  # seed -> the model's initial weights
+    _probe: "_GradientProbe | None" = None
+
+    def probe(self, config) -> "_GradientProbe":
+        if self._probe is None:
+            self._probe = _GradientProbe(config, self.model, self.stepper.strategy)
+        self._probe.every = config.train.get("gradient_every_examples", 0)
+        return self._probe
+
+
+_BUILT: dict[str, _Built] = {}  # at most one entry: the last run's
+
+
+def clear_cache() -> None:
+    """Drops the kept model and functions (and Keras's global state with them)."""
+    if _BUILT:
+        _BUILT.clear()
+        keras.backend.clear_session()
+
+
+def _initial_weights(built: _Built, config, info, seed: int) -> list:
+    """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
+    if seed not in built.init_weights:
+        keras.utils.set_random_seed(seed)
+        m = config.model
+        fresh = build_model(m.arch, m.depth, m.width, info.num_classes, info.input_shape, norm=m.norm,
+                            ghost_batch_size=m.get("ghost_batch_size", 32))
+        built.init_weights[seed] = [w.numpy() for w in fresh.weights]
+    return built.init_weights[seed]
+
+
+def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int) -> _Built:
+    """A model, optimizer and Stepper for this run: the kept ones, reset, when the key matches
+    (no retrace, no rebuild), else new ones (and the old ones are dropped)."""
+    t, strategy = config.train, runtime.strategy
+    key = _build_key(config, runtime, info, plan)
+    built = _BUILT.get(key)
+    schedule = optim_lib.build_schedule(config.optim, plan.global_batch, steps_per_epoch, total_steps)
+    if built is not None:
+        built.model.set_weights(_initial_weights(built, config, info, t.seed))
+        for v, value in zip(built.optimizer.variables, built.optimizer_init):
+            v.assign(value)
+        built.optimizer._learning_rate.assign_from(schedule)
+        built.stepper.reset(t.get("diverge_loss", 1e3))
+        keras.utils.set_random_seed(t.seed)
+        return built
+    clear_cache()  # the previous run's graphs go (a study used to do this after every run)
+    keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+    runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
+    with strategy.scope():
+        m = config.model
+        model = build_model(
+            m.arch,
+            m.depth,
+            m.width,
+            info.num_classes,
+            info.input_shape,
+            norm=m.norm,
+            ghost_batch_size=m.get("ghost_batch_size", 32),
+        )
+        optimizer = optim_lib.build_optimizer(
+            config.optim, plan.global_batch, steps_per_epoch, total_steps, variables=model.trainable_variables
+        )
+        optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
+        trust_fn = None
+        if isinstance(optimizer, optim_lib.LARS):
+            trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
+        stepper = Stepper(
+            model,
+            optimizer,
+            strategy,
+            plan,
+            jit_compile=runtime.jit_compile,
+            diverge_loss=t.get("diverge_loss", 1e3),
+            trust_ratio_fn=trust_fn,
+        )
+    eval_batch = (
+        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
+    )
+
+    def eval_set(split: str, limit: int | None):
+        n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
+        if runtime.num_replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
+            x, y = data_lib.load_arrays(config.data, split, limit=limit)
+            return InMemoryEvalSet(x, y, eval_batch)
+        return data_lib.make_eval_dataset(config.data, split, eval_batch, strategy, limit=limit)
+
+    built = _Built(
+        key=key,
+        model=model,
+        optimizer=optimizer,
+        stepper=stepper,
+        trust_fn=trust_fn,
+        eval_sets={
+            "train": eval_set("train", t.get("eval_train_limit", 0) or None),
+            "test": eval_set("test", None),
+        },
+        optimizer_init=[v.numpy() for v in optimizer.variables],
+        init_weights={t.seed: [w.numpy() for w in model.weights]},
+    )
+    _BUILT[key] = built
+    return built
 
 
 def train_and_evaluate(
@@ -156,35 +336,8 @@ def train_and_evaluate(
     eval_steps = _eval_steps(batch, eval_every, total_steps)
     name = (trial or {}).get("trial_id", "run")
 
-    keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
-    runtime.apply_policy()  # again for every run: a study's clear_session() between runs resets it
-    with strategy.scope():
-        m = config.model
-        model = build_model(
-            m.arch,
-            m.depth,
-            m.width,
-            info.num_classes,
-            info.input_shape,
-            norm=m.norm,
-            ghost_batch_size=m.get("ghost_batch_size", 32),
-        )
-        optimizer = optim_lib.build_optimizer(
-            config.optim, batch, steps_per_epoch, total_steps, variables=model.trainable_variables
-        )
-        optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
-        trust_fn = None
-        if isinstance(optimizer, optim_lib.LARS):
-            trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
-        stepper = Stepper(
-            model,
-            optimizer,
-            strategy,
-            plan,
-            jit_compile=runtime.jit_compile,
-            diverge_loss=t.get("diverge_loss", 1e3),
-            trust_ratio_fn=trust_fn,
-        )
+    built = _build(config, runtime, info, plan, steps_per_epoch, total_steps)
+    model, optimizer, stepper, trust_fn = built.model, built.optimizer, built.stepper, built.trust_fn
     params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
     peak_lr = float(optim_lib.peak_learning_rate(config.optim, batch))
 
@@ -222,7 +375,9 @@ def train_and_evaluate(
             latest,
             int(optimizer.iterations.numpy()),
         )
-    step = int(optimizer.iterations.numpy())
+    # A diverged run's optimizer may have run past the step it diverged at (see Stepper): the
+    # host state's step is the one that counts.
+    step = int(state.get("step", optimizer.iterations.numpy()))
 
     from wide_tf.measure import TwoBatchNoiseScale
 
@@ -230,27 +385,13 @@ def train_and_evaluate(
     if state["noise"]:
         noise = TwoBatchNoiseScale.from_dict(state["noise"])
     probe = (
-        _GradientProbe(config, t.get("gradient_every_examples", 0))
+        built.probe(config)
         if t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
         else None
     )
 
     train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
-    eval_batch = (
-        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
-    )
-
-    def eval_set(split: str, limit: int | None):
-        n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
-        if runtime.num_replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
-            x, y = data_lib.load_arrays(config.data, split, limit=limit)
-            return InMemoryEvalSet(x, y, eval_batch)
-        return data_lib.make_eval_dataset(config.data, split, eval_batch, strategy, limit=limit)
-
-    eval_sets = {
-        "train": eval_set("train", t.get("eval_train_limit", 0) or None),
-        "test": eval_set("test", None),
-    }
+    eval_sets = built.eval_sets
     writers = {
         k: tf.summary.create_file_writer(wd.join(workdir, k)) if chief else tf.summary.create_noop_writer()
         for k in ("train", "eval")
@@ -292,7 +433,7 @@ def train_and_evaluate(
             at_step,
             g["diversity"],
             g["batch_bound"],
-            len(probe.y),
+            probe.n,
         )
 
     def save_state():
@@ -340,9 +481,12 @@ def train_and_evaluate(
         scalars = stepper.train(train_iter, n)
         dt = time.time() - t0
         examples_before = step * batch
-        step = int(optimizer.iterations.numpy())
+        # One packed read per loop (Stepper.train): the steps that counted (all of them, or up to
+        # the first diverged one), the learning rate of the next step and the divergence flag.
+        step += int(scalars["steps"])
+        state["step"] = step
         done = max(scalars["steps"], 1.0)
-        lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+        lr = scalars["learning_rate"]
         train_scalars = {
             "batch_loss": scalars["loss_sum"] / max(scalars["examples"], 1.0),
             "batch_accuracy": scalars["correct"] / max(scalars["examples"], 1.0),
@@ -371,7 +515,7 @@ def train_and_evaluate(
             for k, v in train_scalars.items():
                 if v is not None and math.isfinite(v):
                     tf.summary.scalar(k, v)
-        if stepper.diverged.numpy():
+        if scalars["diverged"]:
             state["status"] = "diverged"
             logging.warning(
                 "[%s] diverged at step %d (loss %.4g): recorded as a result, not an error",
