@@ -226,7 +226,10 @@ class _Counters:
     """Counts, while active, device-to-host reads (every EagerTensor -> NumPy/Python conversion:
     .numpy(), float(), bool(), np.asarray) and model calls made while tracing a graph (each traced
     function that runs the model calls it at least once, so this counts traces that build a model
-    graph: training step, evaluation, probe)."""
+    graph: training step, evaluation, probe).
+
+    Not counted: the reads that eager `tf.summary` calls make of their own recording condition, a
+    constant on the host (never a transfer from an accelerator)."""
 
     def __init__(self):
         from tensorflow.python.framework import ops
@@ -250,13 +253,25 @@ class _Counters:
                 counters.traced_model_calls += 1
             return real_call(model, *args, **kwargs)
 
+        self._scalar = tf.summary.scalar
+        real_scalar = tf.summary.scalar
+
+        def scalar(*args, **kwargs):
+            before = counters.reads
+            try:
+                return real_scalar(*args, **kwargs)
+            finally:
+                counters.reads = before
+
         cls._numpy = numpy
         keras.Model.__call__ = call
+        tf.summary.scalar = scalar
         return self
 
     def __exit__(self, *exc):
         self._ops._EagerTensorBase._numpy = self._numpy
         keras.Model.__call__ = self._call
+        tf.summary.scalar = self._scalar
         return False
 
 
