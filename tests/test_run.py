@@ -194,3 +194,20 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     assert comparable(reused) == comparable(fresh)
     assert reused["gradient"]["history"] == pytest.approx(fresh["gradient"]["history"])
     train.clear_cache()
+
+
+def test_metrics_writer_writes_only_on_the_chief(tmp_path):
+    chief, other = tmp_path / "chief", tmp_path / "other"
+    for path, is_chief in ((chief, True), (other, False)):
+        w = train.MetricsWriter(str(path), is_chief, "run")
+        w.scalars("train", 3, {"loss": 0.5, "bad": float("nan"), "none": None})
+        w.history([{"step": 3, "train_accuracy": 0.9}])
+        w.log("step %d", 3)
+        w.flush()
+    assert not other.exists()
+    assert json.loads((chief / "metrics.jsonl").read_text()) == {"step": 3, "train_accuracy": 0.9}
+    tags = set()
+    for f in tf.io.gfile.glob(str(chief / "train" / "events*")):
+        for ev in tf.compat.v1.train.summary_iterator(f):
+            tags |= {v.tag for v in ev.summary.value}
+    assert tags == {"loss"}  # non-finite and missing values are skipped

@@ -156,6 +156,38 @@ class _GradientProbe:
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
 
+class MetricsWriter:
+    """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (the run's
+    train/ or eval/ events; non-finite values are skipped), `history` rewrites metrics.jsonl (one
+    line per evaluation, atomically) and `log` writes the log line. Only the chief writes files;
+    every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`."""
+
+    def __init__(self, workdir: str, chief: bool, name: str):
+        self.workdir, self.chief, self.name = workdir, chief, name
+        self._writers = (
+            {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")} if chief else {}
+        )
+
+    def scalars(self, kind: str, step: int, values: dict) -> None:
+        if not self.chief:
+            return
+        with self._writers[kind].as_default(step=step):
+            for k, v in values.items():
+                if v is not None and math.isfinite(v):
+                    tf.summary.scalar(k, v)
+
+    def history(self, records: list) -> None:
+        if self.chief:
+            wd.write_text_atomic(wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records))
+
+    def log(self, message: str, *args, warning: bool = False) -> None:
+        (logging.warning if warning else logging.info)("[%s] " + message, self.name, *args)
+
+    def flush(self) -> None:
+        for w in self._writers.values():
+            w.flush()
+
+
 # Settings of config.optim that are numbers in the schedule's variables: runs that differ only in
 # these reuse one model, optimizer and traced step (see _build).
 _SCHEDULE_NUMBERS = ("base_lr", "lr_multiplier", "scaling", "reference_batch", "warmup_epochs",
@@ -405,10 +437,7 @@ def train_and_evaluate(
     else:
         train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
     eval_sets = built.eval_sets
-    writers = {
-        k: tf.summary.create_file_writer(wd.join(workdir, k)) if chief else tf.summary.create_noop_writer()
-        for k in ("train", "eval")
-    }
+    metrics = MetricsWriter(workdir, chief, name)
 
     def evaluate(at_step: int, train_scalars: dict | None) -> dict:
         tr = stepper.evaluate(eval_sets["train"])
@@ -424,9 +453,7 @@ def train_and_evaluate(
         }
         if train_scalars:
             ev.update(train_scalars)
-        with writers["eval"].as_default(step=at_step):
-            for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
-                tf.summary.scalar(k, ev[k])
+        metrics.scalars("eval", at_step, {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")})
         best = state["best_test_accuracy"]
         state["best_test_accuracy"] = te["accuracy"] if best is None else max(best, te["accuracy"])
         state["history"].append(ev)
@@ -436,13 +463,17 @@ def train_and_evaluate(
         g = probe(model)
         g.update(step=at_step, examples=at_step * batch)
         state["gradient"].append(g)
-        with writers["eval"].as_default(step=at_step):
-            tf.summary.scalar("gradient/diversity", g["diversity"])
-            tf.summary.scalar("gradient/batch_bound", g["batch_bound"])
-            tf.summary.scalar("gradient/noise_scale_exact", g["noise_scale"])
-        logging.info(
-            "[%s] step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
-            name,
+        metrics.scalars(
+            "eval",
+            at_step,
+            {
+                "gradient/diversity": g["diversity"],
+                "gradient/batch_bound": g["batch_bound"],
+                "gradient/noise_scale_exact": g["noise_scale"],
+            },
+        )
+        metrics.log(
+            "step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
             at_step,
             g["diversity"],
             g["batch_bound"],
@@ -452,16 +483,11 @@ def train_and_evaluate(
     def save_state():
         host_var.assign(json.dumps(state))
         manager.save(checkpoint_number=step)
-        if not chief:
-            return
-        wd.write_text_atomic(
-            wd.join(workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in state["history"])
-        )
+        metrics.history(state["history"])
 
-    logging.info(
-        "[%s] %s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
+    metrics.log(
+        "%s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
         "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
-        name,
         model.name,
         params,
         batch,
@@ -528,27 +554,23 @@ def train_and_evaluate(
             if noise.value is not None:
                 train_scalars["noise_scale_two_batch"] = float(noise.value)
         state["train_time_s"] += dt
-        with writers["train"].as_default(step=step):
-            for k, v in train_scalars.items():
-                if v is not None and math.isfinite(v):
-                    tf.summary.scalar(k, v)
+        metrics.scalars("train", step, train_scalars)
         if scalars["diverged"]:
             state["status"] = "diverged"
-            logging.warning(
-                "[%s] diverged at step %d (loss %.4g): recorded as a result, not an error",
-                name,
+            metrics.log(
+                "diverged at step %d (loss %.4g): recorded as a result, not an error",
                 step,
                 train_scalars["batch_loss"],
+                warning=True,
             )
             break
         if probe is not None and probe.due(examples_before, step * batch):
             measure_gradient(step)
         if step in eval_steps:
             ev = evaluate(step, train_scalars)
-            logging.info(
-                "[%s] step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
+            metrics.log(
+                "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
                 "lr %.4g  %.0f ex/s",
-                name,
                 step,
                 total_steps,
                 step / steps_per_epoch,
@@ -561,9 +583,8 @@ def train_and_evaluate(
             )
             if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
                 state["steps_to_target"], state["status"] = step, "reached"
-                logging.info(
-                    "[%s] target %s reached at step %d (%.3g epochs)",
-                    name,
+                metrics.log(
+                    "target %s reached at step %d (%.3g epochs)",
                     describe_protocol(config)["target"],
                     step,
                     step / steps_per_epoch,
@@ -579,8 +600,7 @@ def train_and_evaluate(
     if state["status"] != "diverged" and (not state["history"] or state["history"][-1]["step"] != step):
         evaluate(step, None)
     save_state()
-    for w in writers.values():
-        w.flush()
+    metrics.flush()
 
     s_target = state["steps_to_target"] if state["status"] == "reached" else None
     last = state["history"][-1]
@@ -626,9 +646,8 @@ def train_and_evaluate(
         wd.write_json(result_path, result)
     elif tf.io.gfile.exists(scratch):
         tf.io.gfile.rmtree(scratch)
-    logging.info(
-        "[%s] %s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
-        name,
+    metrics.log(
+        "%s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
         state["status"],
         result["steps_to_target"],
         None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
