@@ -342,6 +342,374 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
     return built
 
 
+@dataclasses.dataclass
+class RunState:
+    """Everything a run carries from one host loop to the next, and into its checkpoints (as a
+    JSON string beside the model and optimizer), besides the weights and optimizer state."""
+
+    step: int = 0
+    status: str | None = None  # None while running; then 'reached', 'not_reached' or 'diverged'
+    steps_to_target: int | None = None
+    best_test_accuracy: float | None = None
+    history: list = dataclasses.field(default_factory=list)  # one dict per evaluation
+    gradient: list = dataclasses.field(default_factory=list)  # one dict per probe measurement
+    noise: dict | None = None  # the two-batch noise-scale estimator's state
+    train_time_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str, step: int) -> "RunState":
+        """From a checkpoint's JSON; `step` (the optimizer's) where the checkpoint predates the
+        field. Unknown keys (from older versions) are ignored."""
+        d = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        d.setdefault("step", step)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class Run:
+    """One training run: `restore`, then `train_until` the next evaluation, `evaluate`, `measure`
+    the gradient, `save`, and finally `result`; `run` is the loop that ties them together.
+
+    Set-up (data sizes, the batch plan, the budget and evaluation steps, the model, optimizer and
+    compiled step, kept from the last run when they can be: see `_build`) happens here, in
+    __init__."""
+
+    def __init__(self, config, workdir: str, runtime: Runtime, trial: dict | None = None):
+        self.config, self.workdir, self.runtime, self.trial = config, workdir, runtime, trial or {}
+        t, strategy = config.train, runtime.strategy
+        self.info = info = data_lib.dataset_info(config.data)
+        _check(config, info)
+        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
+        ghost = config.model.get("ghost_batch_size", 0)
+        if config.model.norm == "ghost" and plan.micro_batch % ghost:
+            # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
+            # its statistics would then depend on the number of replicas (and micro-batches).
+            raise ConfigError(
+                f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
+                f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
+                f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
+                f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
+                f"or raise the batch"
+            )
+        self.batch = batch = plan.global_batch
+        self.steps_per_epoch = info.num_train / batch
+        self.total_steps = _budget_steps(t, info.num_train, batch)
+        self.eval_every = t.get("eval_every_examples", 0) or info.num_train
+        self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
+        self.name = self.trial.get("trial_id", "run")
+
+        self.built = built = _build(config, runtime, info, plan, self.steps_per_epoch, self.total_steps)
+        self.model, self.optimizer, self.stepper = built.model, built.optimizer, built.stepper
+        # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a
+        # save may run collectives), but only the chief writes into the workdir; the others save
+        # into a scratch folder that they delete, and write no summaries, metrics or result.
+        self.chief = strategy.extended.should_checkpoint
+        self.scratch = None if self.chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
+        self.checkpoint_dir = wd.join(workdir, wd.CHECKPOINTS)
+        built.host_var.assign("")
+        self.manager = tf.train.CheckpointManager(
+            built.checkpoint,
+            self.checkpoint_dir if self.chief else wd.join(self.scratch, wd.CHECKPOINTS),
+            max_to_keep=2,
+        )
+        self.metrics = MetricsWriter(workdir, self.chief, self.name)
+        want_probe = t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
+        self.probe = built.probe(config) if want_probe else None
+        self.state = RunState()
+        self.noise = None
+        self.train_iter = None
+        self._clock = time.time()
+
+    # ---- the pieces ------------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Continues from the chief's last checkpoint, if any; opens the data stream at the step."""
+        from wide_tf.measure import TwoBatchNoiseScale
+
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
+        if latest:
+            self.built.checkpoint.restore(latest).assert_existing_objects_matched()
+            # A diverged run's optimizer may have run past the step it diverged at (see
+            # Stepper): the state's step is the one that counts.
+            self.state = RunState.from_json(
+                self.built.host_var.numpy().decode(), int(self.optimizer.iterations.numpy())
+            )
+            self.metrics.log("resumed from %s at step %d", latest, self.state.step)
+        t = self.config.train
+        self.noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
+        if self.state.noise:
+            self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
+        data, strategy, step = self.config.data, self.runtime.strategy, self.state.step
+        if isinstance(strategy, tf.distribute.OneDeviceStrategy) and self.runtime.platform == "cpu":
+            # One CPU device: the plain iterator of the same per-replica stream (a distributed
+            # iterator's multi-device prefetch cost ~0.15 s to create per run, for nothing here).
+            self.train_iter = iter(data_lib.train_input_fn(data, self.batch, t.seed, start_step=step)(None))
+        else:
+            self.train_iter = iter(data_lib.make_train_dataset(data, self.batch, strategy, t.seed, start_step=step))
+
+    def train_until(self, target_step: int) -> dict:
+        """One host call of at most train.steps_per_loop steps towards `target_step`; returns the
+        loop's training scalars (also sent to TensorBoard). One device-to-host read."""
+        st, plan = self.state, self.plan
+        n = min(self.config.train.get("steps_per_loop", 100), target_step - st.step)
+        t0 = time.time()
+        scalars = self.stepper.train(self.train_iter, n)
+        dt = time.time() - t0
+        st.step += int(scalars["steps"])  # all n, or up to the first diverged step
+        st.train_time_s += dt
+        examples = max(scalars["examples"], 1.0)
+        out = {
+            "batch_loss": scalars["loss_sum"] / examples,
+            "batch_accuracy": scalars["correct"] / examples,
+            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
+            "param_norm": math.sqrt(scalars["param_norm_sq"]),
+            "update_norm": math.sqrt(scalars["update_norm_sq"]),
+            "learning_rate": scalars["learning_rate"],  # of the next step
+            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
+        }
+        if self.built.trust_fn is not None:
+            out.update(
+                trust_ratio_min=scalars["trust_min"],
+                trust_ratio_mean=scalars["trust_mean"],
+                trust_ratio_max=scalars["trust_max"],
+            )
+        if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
+            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
+            done = max(scalars["steps"], 1.0)
+            self.noise.update(
+                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, self.batch
+            )
+            st.noise = self.noise.to_dict()
+            if self.noise.value is not None:
+                out["noise_scale_two_batch"] = float(self.noise.value)
+        self.metrics.scalars("train", st.step, out)
+        if scalars["diverged"]:
+            st.status = "diverged"
+            self.metrics.log(
+                "diverged at step %d (loss %.4g): recorded as a result, not an error",
+                st.step,
+                out["batch_loss"],
+                warning=True,
+            )
+        return out
+
+    def evaluate(self, train_scalars: dict | None = None, check_target: bool = True) -> dict:
+        """Training and test accuracy and loss at the current step, into the history; with
+        `check_target`, whether the target is met (the first time: the run has reached it)."""
+        st, t = self.state, self.config.train
+        tr = self.stepper.evaluate(self.built.eval_sets["train"])
+        te = self.stepper.evaluate(self.built.eval_sets["test"])
+        ev = {
+            "step": st.step,
+            "epoch": st.step * self.batch / self.info.num_train,
+            "examples": st.step * self.batch,
+            "train_accuracy": tr["accuracy"],
+            "train_loss": tr["loss"],
+            "test_accuracy": te["accuracy"],
+            "test_loss": te["loss"],
+        }
+        if train_scalars:
+            ev.update(train_scalars)
+        self.metrics.scalars("eval", st.step, {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")})
+        best = st.best_test_accuracy
+        st.best_test_accuracy = te["accuracy"] if best is None else max(best, te["accuracy"])
+        st.history.append(ev)
+        if check_target and st.steps_to_target is None and _target_met(t.target_metric, t.target_value, ev):
+            st.steps_to_target, st.status = st.step, "reached"
+            if st.step > 0:
+                self.metrics.log(
+                    "target %s reached at step %d (%.3g epochs)",
+                    describe_protocol(self.config)["target"],
+                    st.step,
+                    st.step / self.steps_per_epoch,
+                )
+        return ev
+
+    def measure(self) -> None:
+        """Exact gradient diversity on the probe set at the current step."""
+        st = self.state
+        g = self.probe(self.model)
+        g.update(step=st.step, examples=st.step * self.batch)
+        st.gradient.append(g)
+        self.metrics.scalars(
+            "eval",
+            st.step,
+            {
+                "gradient/diversity": g["diversity"],
+                "gradient/batch_bound": g["batch_bound"],
+                "gradient/noise_scale_exact": g["noise_scale"],
+            },
+        )
+        self.metrics.log(
+            "step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
+            st.step,
+            g["diversity"],
+            g["batch_bound"],
+            self.probe.n,
+        )
+
+    def save(self) -> None:
+        """A checkpoint (model, optimizer, state) and metrics.jsonl."""
+        now = time.time()
+        self.state.wall_time_s += now - self._clock
+        self._clock = now
+        self.built.host_var.assign(self.state.to_json())
+        self.manager.save(checkpoint_number=self.state.step)
+        self.metrics.history(self.state.history)
+
+    def running(self) -> bool:
+        st = self.state
+        stop_at_target = self.config.train.get("stop_at_target", True)
+        return (
+            st.step < self.total_steps
+            and st.status != "diverged"
+            and not (stop_at_target and st.status == "reached")
+        )
+
+    # ---- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> dict:
+        t = self.config.train
+        self.restore()
+        st = self.state
+        self.log_start()
+        self._clock = time.time()
+        if st.step == 0 and not st.history:
+            self.evaluate()
+            if self.probe is not None:
+                self.measure()
+        ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, self.total_steps // 10)
+        # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between saves: a
+        # run of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms here). Resume is
+        # exact from any checkpoint, so this only changes how much work a kill can lose.
+        ckpt_min_s = 0.0 if t.get("checkpoint_every_steps", 0) else DEFAULT_CHECKPOINT_MIN_S
+        last_ckpt, last_ckpt_time = st.step, time.time()
+        while self.running():
+            examples_before = st.step * self.batch
+            scalars = self.train_until(min(s for s in self.eval_steps if s > st.step))
+            if st.status == "diverged":
+                break
+            if self.probe is not None and self.probe.due(examples_before, st.step * self.batch):
+                self.measure()
+            if st.step in self.eval_steps:
+                ev = self.evaluate(scalars)
+                self.log_progress(scalars, ev)
+            if st.step - last_ckpt >= ckpt_every and time.time() - last_ckpt_time >= ckpt_min_s:
+                self.save()
+                last_ckpt, last_ckpt_time = st.step, time.time()
+        if st.status is None:
+            st.status = "reached" if st.steps_to_target is not None else "not_reached"
+        if st.status != "diverged" and (not st.history or st.history[-1]["step"] != st.step):
+            self.evaluate(check_target=False)  # the final numbers; the target counts on the cadence only
+        self.save()
+        self.metrics.flush()
+        return self.result()
+
+    def log_start(self) -> None:
+        plan = self.plan
+        self.metrics.log(
+            "%s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
+            "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
+            self.model.name,
+            self.params,
+            self.batch,
+            plan.num_replicas,
+            plan.num_micro_batches,
+            plan.micro_batch,
+            self.peak_lr,
+            self.total_steps,
+            self.total_steps / self.steps_per_epoch,
+            self.eval_every,
+        )
+
+    def log_progress(self, scalars: dict, ev: dict) -> None:
+        st = self.state
+        self.metrics.log(
+            "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
+            "lr %.4g  %.0f ex/s",
+            st.step,
+            self.total_steps,
+            st.step / self.steps_per_epoch,
+            scalars["batch_loss"],
+            scalars["batch_accuracy"],
+            ev["train_accuracy"],
+            ev["test_accuracy"],
+            scalars["learning_rate"],
+            scalars["examples_per_s"],
+        )
+
+    @property
+    def params(self) -> int:
+        return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
+
+    @property
+    def peak_lr(self) -> float:
+        return float(optim_lib.peak_learning_rate(self.config.optim, self.batch))
+
+    def result(self) -> dict:
+        """result.json (written by the chief; the other workers delete their scratch folder)."""
+        config, t, st, batch, n_train = self.config, self.config.train, self.state, self.batch, self.info.num_train
+        s_target = st.steps_to_target if st.status == "reached" else None
+        last = st.history[-1]
+        result = dict(self.trial)
+        result.update(
+            {
+                "trial_id": self.name,
+                "arch": config.model.arch,
+                "depth": config.model.depth,
+                "width": config.model.width,
+                "params": self.params,
+                "batch_size": batch,
+                "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
+                "learning_rate": self.peak_lr,
+                "optimizer": config.optim.name,
+                "seed": t.seed,
+                "num_train": n_train,
+                "status": st.status,
+                "target": {"metric": t.target_metric, "value": t.target_value},
+                "steps_to_target": s_target,
+                "epochs_to_target": None if s_target is None else s_target * batch / n_train,
+                "examples_to_target": None if s_target is None else s_target * batch,
+                "steps": st.step,
+                "epochs": st.step * batch / n_train,
+                "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
+                "best_test_accuracy": st.best_test_accuracy,
+                "wall_time_s": st.wall_time_s,
+                "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
+                "gradient": {
+                    "history": st.gradient,
+                    "noise_scale_ema": None if self.noise.value is None else float(self.noise.value),
+                },
+                "runtime": self.runtime.describe(),
+                # The policy the model was really built with (not only the one asked for).
+                "dtype_policy": _model_policy(self.model),
+                "protocol": describe_protocol(config),
+            }
+        )
+        result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
+        if st.status == "diverged":
+            result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
+        if self.chief:
+            wd.write_json(wd.join(self.workdir, wd.RESULT), result)
+        elif tf.io.gfile.exists(self.scratch):
+            tf.io.gfile.rmtree(self.scratch)
+        self.metrics.log(
+            "%s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
+            st.status,
+            result["steps_to_target"],
+            None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
+            *(
+                None if v is None else round(v, 4)
+                for v in (result["final"]["train_accuracy"], result["final"]["test_accuracy"])
+            ),
+        )
+        return result
+
+
 def train_and_evaluate(
     config, workdir: str, runtime: Runtime | None = None, trial: dict | None = None
 ) -> dict:
@@ -352,308 +720,4 @@ def train_and_evaluate(
         logging.info("Run in %s already finished; reading its result.", workdir)
         return wd.read_json(result_path)
     tf.io.gfile.makedirs(workdir)
-    runtime = runtime or setup_runtime(config.runtime)
-    strategy = runtime.strategy
-    info = data_lib.dataset_info(config.data)
-    _check(config, info)
-    t = config.train
-    plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
-    ghost = config.model.get("ghost_batch_size", 0)
-    if config.model.norm == "ghost" and plan.micro_batch % ghost:
-        # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
-        # its statistics would then depend on the number of replicas (and micro-batches).
-        raise ConfigError(
-            f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
-            f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
-            f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
-            f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
-            f"or raise the batch"
-        )
-    n_train, batch = info.num_train, plan.global_batch
-    steps_per_epoch = n_train / batch
-    total_steps = _budget_steps(t, n_train, batch)
-    eval_every = t.get("eval_every_examples", 0) or n_train
-    eval_steps = _eval_steps(batch, eval_every, total_steps)
-    name = (trial or {}).get("trial_id", "run")
-
-    built = _build(config, runtime, info, plan, steps_per_epoch, total_steps)
-    model, optimizer, stepper, trust_fn = built.model, built.optimizer, built.stepper, built.trust_fn
-    params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-    peak_lr = float(optim_lib.peak_learning_rate(config.optim, batch))
-
-    # Host-side state travels in the checkpoint as a JSON string beside the model and optimizer.
-    # The Checkpoint object is kept with the model (its saver caches its traced save functions).
-    host_var, ckpt = built.host_var, built.checkpoint
-    host_var.assign("")
-    # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a save
-    # may run collectives), but only the chief writes into the workdir; the others save into a
-    # scratch folder that they delete, and write no summaries, metrics or result.
-    chief = strategy.extended.should_checkpoint
-    scratch = None if chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
-    chief_dir = wd.join(workdir, wd.CHECKPOINTS)
-    manager = tf.train.CheckpointManager(
-        ckpt, chief_dir if chief else wd.join(scratch, wd.CHECKPOINTS), max_to_keep=2
-    )
-    latest = tf.train.latest_checkpoint(chief_dir)
-    state = {
-        "history": [],
-        "steps_to_target": None,
-        "best_test_accuracy": None,
-        "train_time_s": 0.0,
-        "wall_time_s": 0.0,
-        "gradient": [],
-        "noise": None,
-        "status": None,
-        "train_log": [],
-    }
-    if latest:
-        ckpt.restore(latest).assert_existing_objects_matched()
-        state = json.loads(host_var.numpy().decode())
-        logging.info(
-            "[%s] resumed from %s at step %d",
-            name,
-            latest,
-            int(optimizer.iterations.numpy()),
-        )
-    # A diverged run's optimizer may have run past the step it diverged at (see Stepper): the
-    # host state's step is the one that counts.
-    step = int(state.get("step", optimizer.iterations.numpy()))
-
-    from wide_tf.measure import TwoBatchNoiseScale
-
-    noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
-    if state["noise"]:
-        noise = TwoBatchNoiseScale.from_dict(state["noise"])
-    probe = (
-        built.probe(config)
-        if t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
-        else None
-    )
-
-    if isinstance(strategy, tf.distribute.OneDeviceStrategy) and runtime.platform == "cpu":
-        # One CPU device: the plain iterator of the same per-replica stream (a distributed
-        # iterator's multi-device prefetch cost ~0.15 s to create per run, for nothing here).
-        train_iter = iter(data_lib.train_input_fn(config.data, batch, t.seed, start_step=step)(None))
-    else:
-        train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
-    eval_sets = built.eval_sets
-    metrics = MetricsWriter(workdir, chief, name)
-
-    def evaluate(at_step: int, train_scalars: dict | None) -> dict:
-        tr = stepper.evaluate(eval_sets["train"])
-        te = stepper.evaluate(eval_sets["test"])
-        ev = {
-            "step": at_step,
-            "epoch": at_step * batch / n_train,
-            "examples": at_step * batch,
-            "train_accuracy": tr["accuracy"],
-            "train_loss": tr["loss"],
-            "test_accuracy": te["accuracy"],
-            "test_loss": te["loss"],
-        }
-        if train_scalars:
-            ev.update(train_scalars)
-        metrics.scalars("eval", at_step, {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")})
-        best = state["best_test_accuracy"]
-        state["best_test_accuracy"] = te["accuracy"] if best is None else max(best, te["accuracy"])
-        state["history"].append(ev)
-        return ev
-
-    def measure_gradient(at_step: int) -> None:
-        g = probe(model)
-        g.update(step=at_step, examples=at_step * batch)
-        state["gradient"].append(g)
-        metrics.scalars(
-            "eval",
-            at_step,
-            {
-                "gradient/diversity": g["diversity"],
-                "gradient/batch_bound": g["batch_bound"],
-                "gradient/noise_scale_exact": g["noise_scale"],
-            },
-        )
-        metrics.log(
-            "step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
-            at_step,
-            g["diversity"],
-            g["batch_bound"],
-            probe.n,
-        )
-
-    def save_state():
-        host_var.assign(json.dumps(state))
-        manager.save(checkpoint_number=step)
-        metrics.history(state["history"])
-
-    metrics.log(
-        "%s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
-        "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
-        model.name,
-        params,
-        batch,
-        plan.num_replicas,
-        plan.num_micro_batches,
-        plan.micro_batch,
-        peak_lr,
-        total_steps,
-        total_steps / steps_per_epoch,
-        eval_every,
-    )
-    start = time.time()
-    if step == 0 and not state["history"]:
-        ev = evaluate(0, None)
-        if probe is not None:
-            measure_gradient(0)
-        if _target_met(t.target_metric, t.target_value, ev):
-            state["steps_to_target"], state["status"] = 0, "reached"
-    ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, total_steps // 10)
-    # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between saves: a run
-    # of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms here). Resume is exact
-    # from any checkpoint, so this only changes how much work a kill can lose.
-    ckpt_min_s = 0.0 if t.get("checkpoint_every_steps", 0) else DEFAULT_CHECKPOINT_MIN_S
-    last_ckpt, last_ckpt_time = step, time.time()
-    stop_at_target = t.get("stop_at_target", True)
-    while (
-        step < total_steps
-        and state["status"] not in ("diverged",)
-        and not (stop_at_target and state["status"] == "reached")
-    ):
-        next_eval = min(s for s in eval_steps if s > step)
-        n = min(t.get("steps_per_loop", 100), next_eval - step)
-        t0 = time.time()
-        scalars = stepper.train(train_iter, n)
-        dt = time.time() - t0
-        examples_before = step * batch
-        # One packed read per loop (Stepper.train): the steps that counted (all of them, or up to
-        # the first diverged one), the learning rate of the next step and the divergence flag.
-        step += int(scalars["steps"])
-        state["step"] = step
-        done = max(scalars["steps"], 1.0)
-        lr = scalars["learning_rate"]
-        train_scalars = {
-            "batch_loss": scalars["loss_sum"] / max(scalars["examples"], 1.0),
-            "batch_accuracy": scalars["correct"] / max(scalars["examples"], 1.0),
-            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
-            "param_norm": math.sqrt(scalars["param_norm_sq"]),
-            "update_norm": math.sqrt(scalars["update_norm_sq"]),
-            "learning_rate": lr,
-            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
-        }
-        if trust_fn is not None:
-            train_scalars.update(
-                trust_ratio_min=scalars["trust_min"],
-                trust_ratio_mean=scalars["trust_mean"],
-                trust_ratio_max=scalars["trust_max"],
-            )
-        if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
-            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
-            noise.update(
-                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, batch
-            )
-            state["noise"] = noise.to_dict()
-            if noise.value is not None:
-                train_scalars["noise_scale_two_batch"] = float(noise.value)
-        state["train_time_s"] += dt
-        metrics.scalars("train", step, train_scalars)
-        if scalars["diverged"]:
-            state["status"] = "diverged"
-            metrics.log(
-                "diverged at step %d (loss %.4g): recorded as a result, not an error",
-                step,
-                train_scalars["batch_loss"],
-                warning=True,
-            )
-            break
-        if probe is not None and probe.due(examples_before, step * batch):
-            measure_gradient(step)
-        if step in eval_steps:
-            ev = evaluate(step, train_scalars)
-            metrics.log(
-                "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
-                "lr %.4g  %.0f ex/s",
-                step,
-                total_steps,
-                step / steps_per_epoch,
-                train_scalars["batch_loss"],
-                train_scalars["batch_accuracy"],
-                ev["train_accuracy"],
-                ev["test_accuracy"],
-                lr,
-                train_scalars["examples_per_s"],
-            )
-            if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
-                state["steps_to_target"], state["status"] = step, "reached"
-                metrics.log(
-                    "target %s reached at step %d (%.3g epochs)",
-                    describe_protocol(config)["target"],
-                    step,
-                    step / steps_per_epoch,
-                )
-        if step - last_ckpt >= ckpt_every and time.time() - last_ckpt_time >= ckpt_min_s:
-            state["wall_time_s"] += time.time() - start
-            start = time.time()
-            save_state()
-            last_ckpt, last_ckpt_time = step, time.time()
-    state["wall_time_s"] += time.time() - start
-    if state["status"] is None:
-        state["status"] = "reached" if state["steps_to_target"] is not None else "not_reached"
-    if state["status"] != "diverged" and (not state["history"] or state["history"][-1]["step"] != step):
-        evaluate(step, None)
-    save_state()
-    metrics.flush()
-
-    s_target = state["steps_to_target"] if state["status"] == "reached" else None
-    last = state["history"][-1]
-    result = dict(trial or {})
-    result.update(
-        {
-            "trial_id": name,
-            "arch": config.model.arch,
-            "depth": config.model.depth,
-            "width": config.model.width,
-            "params": params,
-            "batch_size": batch,
-            "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
-            "learning_rate": peak_lr,
-            "optimizer": config.optim.name,
-            "seed": t.seed,
-            "num_train": n_train,
-            "status": state["status"],
-            "target": {"metric": t.target_metric, "value": t.target_value},
-            "steps_to_target": s_target,
-            "epochs_to_target": None if s_target is None else s_target * batch / n_train,
-            "examples_to_target": None if s_target is None else s_target * batch,
-            "steps": step,
-            "epochs": step * batch / n_train,
-            "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
-            "best_test_accuracy": state["best_test_accuracy"],
-            "wall_time_s": state["wall_time_s"],
-            "examples_per_s": step * batch / state["train_time_s"] if state["train_time_s"] else None,
-            "gradient": {
-                "history": state["gradient"],
-                "noise_scale_ema": None if noise.value is None else float(noise.value),
-            },
-            "runtime": runtime.describe(),
-            # The policy the model was really built with (not only the one asked for).
-            "dtype_policy": _model_policy(model),
-            "protocol": describe_protocol(config),
-        }
-    )
-    result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
-    if state["status"] == "diverged":
-        result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
-    if chief:
-        wd.write_json(result_path, result)
-    elif tf.io.gfile.exists(scratch):
-        tf.io.gfile.rmtree(scratch)
-    metrics.log(
-        "%s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
-        state["status"],
-        result["steps_to_target"],
-        None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
-        *(
-            None if v is None else round(v, 4)
-            for v in (result["final"]["train_accuracy"], result["final"]["test_accuracy"])
-        ),
-    )
-    return result
+    return Run(config, workdir, runtime or setup_runtime(config.runtime), trial).run()
