@@ -211,3 +211,44 @@ def test_metrics_writer_writes_only_on_the_chief(tmp_path):
         for ev in tf.compat.v1.train.summary_iterator(f):
             tags |= {v.tag for v in ev.summary.value}
     assert tags == {"loss"}  # non-finite and missing values are skipped
+
+
+def test_run_state_round_trips_and_reads_older_checkpoints():
+    st = train.RunState(step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1})
+    assert train.RunState.from_json(st.to_json(), step=0) == st
+    old = json.dumps({"history": [], "status": None, "train_log": [], "train_time_s": 1.0})
+    assert train.RunState.from_json(old, step=40) == train.RunState(step=40, train_time_s=1.0)
+
+
+def test_probe_on_two_replicas_matches_one(tmp_path):
+    """The compiled probe runs through strategy.run; on two replicas it measures what one does."""
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (tests/conftest.py)")
+    results = []
+    for devices in ([], ["/cpu:0", "/cpu:1"]):
+        config = _single("digits_embedded", global_batch=64, max_steps=2, gradient_at_init=True, probe_size=300,
+                         probe_chunk=128)
+        config.runtime.devices = devices
+        results.append(train.train_and_evaluate(config, str(tmp_path / str(len(devices)))))
+    one, two = (r["gradient"]["history"][0] for r in results)
+    assert one["step"] == two["step"] == 0
+    for k in ("diversity", "batch_bound", "noise_scale"):
+        assert two[k] == pytest.approx(one[k], rel=1e-4)
+    train.clear_cache()
+
+
+def test_compiled_probe_matches_the_host_measurement():
+    from wide_tf import data as data_lib
+    from wide_tf import measure
+    from wide_tf.models import build_model
+
+    config = _single("digits_embedded", probe_size=300, probe_chunk=128)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
+    probe = train._GradientProbe(config, model, strategy)
+    x, y = data_lib.load_arrays(config.data, "train", limit=300)
+    ref = measure.gradient_stats(model, x, y, chunk_size=128)
+    got = probe(model)
+    for k in ("diversity", "batch_bound", "noise_scale"):
+        assert got[k] == pytest.approx(float(ref[k]), rel=1e-4)
