@@ -395,6 +395,7 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
         inside = [e for e in events if e[0] in ("train", "eval") and starts[k] <= e[1] < starts[k + 1]]
         steady = sum(min(e[2], e[3] * per_step if e[0] == "train" else per_eval[e[3]]) for e in inside)
         fixed.append(starts[k + 1] - starts[k] - steady)
+    spans = [starts[k + 1] - starts[k] for k in range(len(starts) - 1)]
     later = fixed[1:] or fixed
     return [{
         "kind": "cost", "name": "trial_fixed_cost/mlp_local_grid",
@@ -402,6 +403,9 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
                  f"{len(fixed)} trials of one learning-rate grid of configs/mlp.py:local "
                  f"(depth 2, batch 256, {steps} steps each) in one run_study"),
         "fixed_s_first": fixed[0], "fixed_s_later": _median(later), "fixed_s": fixed,
+        # Whole trials (fixed cost, steps, evaluations), for a comparison that moves nothing
+        # between the two: a pause between loops (a checkpoint) lets the input pipeline run ahead.
+        "trial_s": spans, "trial_s_later": _median(spans[1:] or spans),
         "per_step_s": per_step, "per_eval_s": sum(per_eval.values()) / max(len(per_eval), 1),
         "traces_first_trial": trial_traces[0], "retraces_later_trials": sum(trial_traces[1:]),
         "target": "fixed_s_later <= 0.5, retraces_later_trials == 0",
@@ -537,7 +541,8 @@ def format_table(rows: list[dict]) -> str:
             lines += ["", f"{r['name']}: fixed cost {r['fixed_s_later']:.3f} s per trial after the first "
                           f"(first {r['fixed_s_first']:.3f} s; all: "
                           + ", ".join(f"{v:.3f}" for v in r["fixed_s"])
-                          + f"); traced model calls {r['traces_first_trial']} in the first trial, "
+                          + f"); whole trial {r['trial_s_later']:.3f} s after the first"
+                          + f"; traced model calls {r['traces_first_trial']} in the first trial, "
                           f"{r['retraces_later_trials']} in the later ones; steady step "
                           f"{r['per_step_s'] * 1e3:.2f} ms, evaluation {r['per_eval_s'] * 1e3:.1f} ms"]
     ratios = [r for r in rows if r["kind"] == "ratio"]
