@@ -97,9 +97,10 @@ class Stepper:
         self.optimizer = optimizer
         self.strategy = strategy
         self.plan = plan
-        # XLA only around the forward and backward pass, and never under TPUStrategy, which
-        # compiles the whole replica function itself (a nested jit_compile function there is
-        # redundant, and one holding the optimizer's synchronisation fails under tf.distribute).
+        # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
+        # compiles the whole replica function itself, and a jit_compile function nested inside
+        # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
+        # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         self.trust_ratio_fn = trust_ratio_fn
         # The two-batch noise-scale estimator needs a batch smaller than the global one.
@@ -150,8 +151,6 @@ class Stepper:
                 small_sq = tf.constant(0.0)
             return tf.reduce_sum(per_example), correct, grads, small_sq
 
-        if self.jit_compile:  # no synchronisation inside: safe to nest in strategy.run
-            one = tf.function(one, jit_compile=True, autograph=False)
         if plan.num_micro_batches == 1:
             return one(x, y)
         m = plan.num_micro_batches
@@ -254,6 +253,9 @@ class Stepper:
     def _build_train_fn(self):
         lean = functools.partial(self._replica_step, diagnostics=False)
         full = functools.partial(self._replica_step, diagnostics=True)
+        if self.jit_compile:
+            lean = tf.function(lean, jit_compile=True, autograph=False)
+            full = tf.function(full, jit_compile=True, autograph=False)
 
         # autograph=False, with the loops written out: autograph would convert the model, the
         # optimizer and Keras internals on every trace, seconds per run of a study.
