@@ -28,7 +28,7 @@ def _finite_positive(v):
 
 def test_every_line_is_a_named_row(rows):
     assert rows[0]["kind"] == "meta" and rows[0]["name"] == "environment"
-    assert {r["kind"] for r in rows} == {"meta", "speed", "ratio"}
+    assert {r["kind"] for r in rows} == {"meta", "speed", "ratio", "count", "cost"}
     names = [r["name"] for r in rows]
     assert len(names) == len(set(names)), "row names are unique"
 
@@ -57,6 +57,20 @@ def test_loop_over_fit_ratios_are_per_round_medians(rows):
         assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
         assert r["ratio_best"] == pytest.approx(min(r["other_seconds"]) / min(r["loop_seconds"]))
         assert r["at_least_as_fast"] == (r["ratio"] >= 1.0)
+
+
+def test_transfer_and_trace_counts_per_host_loop(rows):
+    (r,) = [r for r in rows if r["kind"] == "count"]
+    assert r["reads_per_loop"] == (r["reads"][1] - r["reads"][0]) / 8  # runs of 4 and 12 loops
+    assert r["reads_per_loop"] <= 2  # one packed read per loop (plus at most a stray one)
+    assert r["traces_per_loop"] == 0
+
+
+def test_trial_fixed_cost_row_and_no_retrace_over_a_learning_rate_grid(rows):
+    (r,) = [r for r in rows if r["kind"] == "cost"]
+    assert len(r["fixed_s"]) == 3 and all(math.isfinite(v) for v in r["fixed_s"])
+    assert r["fixed_s_later"] == pytest.approx(statistics.median(r["fixed_s"][1:]))
+    assert r["traces_first_trial"] > 0 and r["retraces_later_trials"] == 0
 
 
 def test_diversity_rows_for_fast_and_naive_paths(rows):

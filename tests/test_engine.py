@@ -186,3 +186,68 @@ def test_mixed_bfloat16_trains_with_float32_logits_and_loss():
     finally:
         keras.mixed_precision.set_global_policy("float32")
     assert last["loss_sum"] / last["examples"] < first["loss_sum"] / first["examples"]
+
+
+def _diverging_stepper():
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    x, y = _data()
+    x = x * 1e3
+    keras.utils.set_random_seed(0)
+    with one.scope():
+        model = build_model("mlp", 2, 16, 4, (6, 6, 1))
+        opt = keras.optimizers.SGD(1e4)
+        opt.build(model.trainable_variables)
+        stepper = Stepper(model, opt, one, BatchPlan.make(16, 1), diverge_loss=50.0)
+    return stepper, iter(_dist_dataset(one, x, y, 16))
+
+
+def test_divergence_counts_up_to_the_first_diverged_step_only():
+    """The loop checks divergence on the device (no read per step): a call of 50 steps reports the
+    same step count, scalars and flag as calls of one step stopped at the first diverged one."""
+    stepper, it = _diverging_stepper()
+    first = None
+    for k in range(1, 51):
+        out = stepper.train(it, 1)
+        if out["diverged"]:
+            first = (k, out)
+            break
+    assert first is not None and first[0] < 50
+    stepper, it = _diverging_stepper()
+    out = stepper.train(it, 50)
+    assert out["diverged"] and out["steps"] == first[0]
+    assert out["examples"] == 16 * first[0]
+    # The step-by-step calls' losses, summed, are the long call's (later steps added nothing).
+    stepper2, it2 = _diverging_stepper()
+    total = sum(stepper2.train(it2, 1)["loss_sum"] for _ in range(first[0]))
+    assert out["loss_sum"] == pytest.approx(total, rel=1e-5)
+
+
+def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
+    """Stepper.train reads one packed tensor; a new learning rate (schedule variables) and a new
+    divergence threshold reuse the traced loop."""
+    from wide_tf import bench, optim
+
+    one = tf.distribute.OneDeviceStrategy("/cpu:0")
+    x, y = _data()
+    from wide_tf import defaults
+
+    cfg = defaults.optim_config("momentum", base_lr=0.1)
+    keras.utils.set_random_seed(0)
+    with one.scope():
+        model = build_model("mlp", 1, 8, 4, (6, 6, 1))
+        opt = optim.build_optimizer(cfg, 16, steps_per_epoch=4, total_steps=100)
+        opt.build(model.trainable_variables)
+        stepper = Stepper(model, opt, one, BatchPlan.make(16, 1))
+    it = iter(_dist_dataset(one, x, y, 16))
+    stepper.train(it, 3)  # traces
+    with bench._Counters() as c:
+        out = stepper.train(it, 5)
+    assert c.reads == 1 and out["steps"] == 5 and out["iteration"] == 8
+    assert out["learning_rate"] == pytest.approx(0.1 * (16 / 256) ** 0.5)
+    traces = stepper._train_fn.experimental_get_tracing_count()
+    cfg.lr_multiplier = 4.0
+    opt._learning_rate.assign_from(optim.build_schedule(cfg, 16, 4, 100))
+    stepper.reset(diverge_loss=123.0)
+    out = stepper.train(it, 2)
+    assert out["learning_rate"] == pytest.approx(0.4 * (16 / 256) ** 0.5)
+    assert stepper._train_fn.experimental_get_tracing_count() == traces

@@ -155,7 +155,7 @@ def _ghost_layer(shape, ghost, seed=0):
     return layer
 
 
-@pytest.mark.parametrize("shape,batch,ghost", [((5,), 12, 4), ((3, 3, 4), 8, 2), ((2, 2, 3), 3, 8)])
+@pytest.mark.parametrize("shape,batch,ghost", [((5,), 12, 4), ((3, 3, 4), 8, 2), ((2, 2, 3), 8, 8)])
 def test_ghost_bn_matches_numpy(shape, batch, ghost):
     rng = np.random.default_rng(2)
     # Groups with very different offsets and scales, so whole-batch statistics would be far off.
@@ -165,7 +165,7 @@ def test_ghost_bn_matches_numpy(shape, batch, ghost):
     layer = _ghost_layer(shape, ghost)
     gamma, beta = layer.gamma.numpy(), layer.beta.numpy()
     y = layer(x, training=True).numpy()
-    ref, mean, var = _ghost_reference(x, min(ghost, batch), gamma, beta, 1e-5)
+    ref, mean, var = _ghost_reference(x, ghost, gamma, beta, 1e-5)
     np.testing.assert_allclose(y, ref, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(layer.moving_mean.numpy(), 0.1 * mean, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 + 0.1 * var, rtol=1e-4)
@@ -178,7 +178,7 @@ def test_ghost_bn_matches_numpy(shape, batch, ghost):
 
 def test_ghost_bn_equals_bn_when_batch_fits_one_group():
     x = np.random.default_rng(3).normal(size=(6, 4, 4, 3)).astype(np.float32) * 3 + 1
-    ghost = make_norm_layer("ghost", ghost_batch_size=8, name="g")
+    ghost = make_norm_layer("ghost", ghost_batch_size=6, name="g")
     bn = make_norm_layer("batch", name="b")
     for layer in (ghost, bn):
         layer.build(x.shape)
@@ -215,6 +215,22 @@ def test_ghost_bn_rejects_indivisible_batch():
     run(tf.zeros((8, 3)))
     with pytest.raises(tf.errors.InvalidArgumentError, match="ghost_batch_size=4"):
         run(tf.zeros((6, 3)))
+
+
+def test_ghost_bn_never_shrinks_the_virtual_batch():
+    # A batch smaller than the ghost size used to become one smaller group (so the statistics
+    # depended on the replica count); now it is an error, statically and in the graph.
+    layer = _ghost_layer((3,), ghost=4)
+    with pytest.raises(ValueError, match="not a multiple of ghost_batch_size=4"):
+        layer(np.zeros((2, 3), np.float32), training=True)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32)])
+    def run(x):
+        return layer(x, training=True)
+
+    with pytest.raises(tf.errors.InvalidArgumentError, match="ghost_batch_size=4"):
+        run(tf.zeros((2, 3)))
+    layer(np.zeros((2, 3), np.float32), training=False)  # inference has no groups: fine
 
 
 def test_ghost_bn_under_mirrored_strategy():

@@ -81,11 +81,41 @@ def test_bad_config_is_a_clear_error(tmp_path):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(global_batch=48)
     config.model.norm, config.model.ghost_batch_size = "ghost", 32
-    with pytest.raises(train.ConfigError, match="does not divide"):
+    with pytest.raises(train.ConfigError, match="multiple of model.ghost_batch_size=32"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=16)  # smaller than the ghost size: never shrunk, an error
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    with pytest.raises(train.ConfigError, match="lower model.ghost_batch_size .* or raise the batch"):
+        train.train_and_evaluate(config, str(tmp_path))
+    config = _single(global_batch=16, max_device_batch=8)  # micro-batches count, too
+    config.model.norm, config.model.ghost_batch_size = "ghost", 16
+    with pytest.raises(train.ConfigError, match="it is 8"):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(target_metric="accuracy")
     with pytest.raises(train.ConfigError, match="target_metric"):
         train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_ghost_size_is_not_shrunk_on_more_replicas(tmp_path):
+    """The same config that runs on one replica is refused on two (per-replica batch 16 < 32)."""
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (tests/conftest.py)")
+    config = _single(global_batch=32)
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    config.runtime.devices = ["/cpu:0", "/cpu:1"]
+    with pytest.raises(train.ConfigError, match="it is 16 .*over 2 replica"):
+        train.train_and_evaluate(config, str(tmp_path))
+
+
+def test_budget_has_a_floor_in_steps():
+    t = _single(global_batch=1000, max_epochs=2.0).train
+    assert train._budget_steps(t, 4000, 1000) == 8
+    t.min_steps = 20
+    assert train._budget_steps(t, 4000, 1000) == 20  # the floor wins at a large batch
+    assert train._budget_steps(t, 4000, 16) == 500  # and not at a small one
+    t.max_steps = 5
+    assert train._budget_steps(t, 4000, 1000) == 5  # an explicit max_steps is the budget
+    assert train.describe_protocol(_single(min_steps=20))["min_steps"] == 20
 
 
 def test_eval_steps_are_at_the_same_examples_for_every_batch():
@@ -136,3 +166,89 @@ def test_main_reports_bad_input_in_one_line(tmp_path):
         "--config=configs/mlp.py:single", f"--workdir={tmp_path}", "--config.train.global_bach=3", check=False
     )
     assert proc.returncode != 0 and "global_bach" in proc.stderr
+
+
+def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_path):
+    """Runs that differ only in learning rate, seed or divergence threshold reuse one model,
+    optimizer and traced step (reset, not rebuilt); the result is that of a fresh build."""
+
+    def config(lr_multiplier, seed):
+        c = _single("digits_embedded", global_batch=64, max_epochs=2.0, eval_every_examples=500,
+                    gradient_at_init=True, gradient_every_examples=1000, seed=seed)
+        c.optim.lr_multiplier = lr_multiplier
+        c.optim.schedule, c.optim.warmup_epochs = "cosine", 0.5
+        return c
+
+    from wide_tf.strategy import setup_runtime
+
+    runtime = setup_runtime(config(1.0, 0).runtime)  # one per process, as in a study
+    train.clear_cache()
+    train.train_and_evaluate(config(1.0, 0), str(tmp_path / "a"), runtime)
+    (built,) = train._BUILT.values()
+    traces = built.stepper._train_fn.experimental_get_tracing_count()
+    reused = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "b"), runtime)
+    assert list(train._BUILT.values()) == [built]
+    assert built.stepper._train_fn.experimental_get_tracing_count() == traces  # no retrace
+    train.clear_cache()
+    fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
+    assert comparable(reused) == comparable(fresh)
+    assert reused["gradient"]["history"] == pytest.approx(fresh["gradient"]["history"])
+    train.clear_cache()
+
+
+def test_metrics_writer_writes_only_on_the_chief(tmp_path):
+    chief, other = tmp_path / "chief", tmp_path / "other"
+    for path, is_chief in ((chief, True), (other, False)):
+        w = train.MetricsWriter(str(path), is_chief, "run")
+        w.scalars("train", 3, {"loss": 0.5, "bad": float("nan"), "none": None})
+        w.history([{"step": 3, "train_accuracy": 0.9}])
+        w.log("step %d", 3)
+        w.flush()
+    assert not other.exists()
+    assert json.loads((chief / "metrics.jsonl").read_text()) == {"step": 3, "train_accuracy": 0.9}
+    tags = set()
+    for f in tf.io.gfile.glob(str(chief / "train" / "events*")):
+        for ev in tf.compat.v1.train.summary_iterator(f):
+            tags |= {v.tag for v in ev.summary.value}
+    assert tags == {"loss"}  # non-finite and missing values are skipped
+
+
+def test_run_state_round_trips_and_reads_older_checkpoints():
+    st = train.RunState(step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1})
+    assert train.RunState.from_json(st.to_json(), step=0) == st
+    old = json.dumps({"history": [], "status": None, "train_log": [], "train_time_s": 1.0})
+    assert train.RunState.from_json(old, step=40) == train.RunState(step=40, train_time_s=1.0)
+
+
+def test_probe_on_two_replicas_matches_one(tmp_path):
+    """The compiled probe runs through strategy.run; on two replicas it measures what one does."""
+    if len(tf.config.list_logical_devices("CPU")) < 2:
+        pytest.skip("needs two logical CPU devices (tests/conftest.py)")
+    results = []
+    for devices in ([], ["/cpu:0", "/cpu:1"]):
+        config = _single("digits_embedded", global_batch=64, max_steps=2, gradient_at_init=True, probe_size=300,
+                         probe_chunk=128)
+        config.runtime.devices = devices
+        results.append(train.train_and_evaluate(config, str(tmp_path / str(len(devices)))))
+    one, two = (r["gradient"]["history"][0] for r in results)
+    assert one["step"] == two["step"] == 0
+    for k in ("diversity", "batch_bound", "noise_scale"):
+        assert two[k] == pytest.approx(one[k], rel=1e-4)
+    train.clear_cache()
+
+
+def test_compiled_probe_matches_the_host_measurement():
+    from wide_tf import data as data_lib
+    from wide_tf import measure
+    from wide_tf.models import build_model
+
+    config = _single("digits_embedded", probe_size=300, probe_chunk=128)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
+    probe = train._GradientProbe(config, model, strategy)
+    x, y = data_lib.load_arrays(config.data, "train", limit=300)
+    ref = measure.gradient_stats(model, x, y, chunk_size=128)
+    got = probe(model)
+    for k in ("diversity", "batch_bound", "noise_scale"):
+        assert got[k] == pytest.approx(float(ref[k]), rel=1e-4)

@@ -71,7 +71,13 @@ def default_cases(quick: bool) -> list[Case]:
     # WRN-16-2 (CIFAR's weights) on 16x16 inputs: on 32x32 a batch of 128 takes ~0.5 s on 2 idle CPU
     # cores (9 s per 10-step call under load), too slow for a bench of a few minutes.
     return [Case("mlp", 2, 1024, (28, 28, 1), batch=128, steps_per_loop=50),
-            Case("wrn", 16, 2, (16, 16, 3), batch=128, steps_per_loop=10, norm="batch")]
+            Case("wrn", 16, 2, (16, 16, 3), batch=128, steps_per_loop=10, norm="batch"),
+            # Overhead-bound: a step of this tiny MLP at batch 16 costs less than the host's work
+            # around it, so the row compares what the loop does besides computing.
+            OVERHEAD_CASE]
+
+
+OVERHEAD_CASE = Case("mlp", 1, 32, (8, 8, 1), batch=16, steps_per_loop=20)
 
 
 def _arrays(case: Case, n: int, seed: int):
@@ -214,7 +220,199 @@ def bench_loop(case: Case, repeats: int, seed: int = 0, strategy=None) -> list[d
     return rows
 
 
-# ---- 2. the cost of a diversity measurement -----------------------------------------------------
+# ---- 2. host work: transfers and traces per loop, a trial's fixed cost ---------------------------
+
+class _Counters:
+    """Counts, while active, device-to-host reads (every EagerTensor -> NumPy/Python conversion:
+    .numpy(), float(), bool(), np.asarray) and model calls made while tracing a graph (each traced
+    function that runs the model calls it at least once, so this counts traces that build a model
+    graph: training step, evaluation, probe).
+
+    Not counted: the reads that eager `tf.summary` calls make of their own recording condition, a
+    constant on the host (never a transfer from an accelerator)."""
+
+    def __init__(self):
+        from tensorflow.python.framework import ops
+
+        self._ops = ops
+        self.reads = 0
+        self.traced_model_calls = 0
+
+    def __enter__(self):
+        cls = self._ops._EagerTensorBase
+        self._numpy = cls._numpy
+        self._call = keras.Model.__call__
+        counters, real_numpy, real_call = self, cls._numpy, keras.Model.__call__
+
+        def numpy(tensor):
+            counters.reads += 1
+            return real_numpy(tensor)
+
+        def call(model, *args, **kwargs):
+            if tf.inside_function():
+                counters.traced_model_calls += 1
+            return real_call(model, *args, **kwargs)
+
+        self._scalar = tf.summary.scalar
+        real_scalar = tf.summary.scalar
+
+        def scalar(*args, **kwargs):
+            before = counters.reads
+            try:
+                return real_scalar(*args, **kwargs)
+            finally:
+                counters.reads = before
+
+        cls._numpy = numpy
+        keras.Model.__call__ = call
+        tf.summary.scalar = scalar
+        return self
+
+    def __exit__(self, *exc):
+        self._ops._EagerTensorBase._numpy = self._numpy
+        keras.Model.__call__ = self._call
+        tf.summary.scalar = self._scalar
+        return False
+
+
+def _tiny_run_config(steps: int, steps_per_loop: int):
+    """One run of a tiny MLP on the embedded digits, evaluated at step 0 and at the end only."""
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width = 1, 16
+    config.optim.name, config.optim.base_lr = "momentum", 0.05
+    config.runtime.strategy = "cpu"
+    t = config.train
+    t.global_batch, t.max_steps, t.steps_per_loop = 32, steps, steps_per_loop
+    t.eval_every_examples = 10 ** 9
+    t.checkpoint_every_steps = 10 ** 9
+    return config
+
+
+def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
+    """Device-to-host reads and traces per host loop, from two runs that differ only in their
+    number of host loops (set-up, first and last evaluation and the final save cancel)."""
+    import tempfile
+
+    from wide_tf import train as train_lib
+    from wide_tf.strategy import setup_runtime
+
+    runtime = setup_runtime(_tiny_run_config(1, 1).runtime)
+    counts = []
+    for n_loops in loops:
+        with tempfile.TemporaryDirectory() as tmp, _Counters() as c:
+            train_lib.train_and_evaluate(_tiny_run_config(n_loops * steps_per_loop, steps_per_loop), tmp, runtime)
+        counts.append(c)
+        # Both runs start from nothing (a kept model would spare the second run its traces).
+        getattr(train_lib, "clear_cache", keras.backend.clear_session)()
+        keras.backend.clear_session()
+    d_loops = loops[1] - loops[0]
+    reads = (counts[1].reads - counts[0].reads) / d_loops
+    traces = (counts[1].traced_model_calls - counts[0].traced_model_calls) / d_loops
+    return [{
+        "kind": "count", "name": "host_loop/transfers_and_traces",
+        "what": (f"device-to-host reads and traced model calls per host loop of {steps_per_loop} steps "
+                 f"(runs of {loops[0]} and {loops[1]} loops, difference)"),
+        "reads_per_loop": reads, "traces_per_loop": traces,
+        "reads": [c.reads for c in counts], "traced_model_calls": [c.traced_model_calls for c in counts],
+        "target": "reads O(1) per loop, 0 traces per loop",
+    }]
+
+
+def _grid_study_config(quick: bool, steps: int):
+    """configs/mlp.py:local cut to one member and one batch size, with its learning-rate grid of 3:
+    the trials that should share one traced step."""
+    from wide_tf.configs_loader import load_config
+
+    config = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                      "configs", "mlp.py") + ":local")
+    s = config.sweep
+    s.family.depths = [2]
+    s.batch_sizes = [256]
+    s.extend_lr_grid = False
+    config.train.max_steps = steps
+    config.train.target_value = 1.01  # never stops early: every trial runs the same steps
+    config.runtime.strategy = "cpu"
+    if quick:
+        s.family.budget = 2e4
+    return config
+
+
+def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
+    """A trial's fixed cost in a study: its share of the study's wall time minus its training steps
+    and evaluations at their steady-state cost, for the trials of one learning-rate grid (same
+    member and batch) run by `run_study` in one process, as `python -m wide_tf.main` does. Also
+    counts the traced model calls of every trial after the first (target: 0 retraces)."""
+    import tempfile
+
+    from wide_tf import steps as steps_lib
+    from wide_tf import study as study_lib
+    from wide_tf import train as train_lib
+
+    config = _grid_study_config(quick, steps)
+    events = []  # (kind, start, seconds, steps)
+    real_train, real_eval, real_run = (steps_lib.Stepper.train, steps_lib.Stepper.evaluate,
+                                       train_lib.train_and_evaluate)
+
+    def timed_train(self, iterator, num_steps):
+        start = time.perf_counter()
+        out = real_train(self, iterator, num_steps)
+        events.append(("train", start, time.perf_counter() - start, out["steps"]))
+        return out
+
+    def timed_eval(self, dataset):
+        start = time.perf_counter()
+        out = real_eval(self, dataset)
+        events.append(("eval", start, time.perf_counter() - start, int(out["examples"])))
+        return out
+
+    trial_traces = []
+
+    def timed_run(*args, **kwargs):
+        events.append(("trial", time.perf_counter(), 0.0, 0))
+        before = counters.traced_model_calls
+        out = real_run(*args, **kwargs)
+        trial_traces.append(counters.traced_model_calls - before)
+        return out
+
+    steps_lib.Stepper.train, steps_lib.Stepper.evaluate = timed_train, timed_eval
+    train_lib.train_and_evaluate = timed_run
+    try:
+        with tempfile.TemporaryDirectory() as tmp, _Counters() as counters:
+            study_lib.run_study(config, tmp, write_report=False)
+            end = time.perf_counter()
+    finally:
+        steps_lib.Stepper.train, steps_lib.Stepper.evaluate = real_train, real_eval
+        train_lib.train_and_evaluate = real_run
+    trains = [e for e in events if e[0] == "train" and e[3] > 0]
+    evals = [e for e in events if e[0] == "eval"]
+    per_step = _median([e[2] / e[3] for e in trains])  # steady: tracing calls are the outliers
+    # Per evaluation set (told apart by size): its steady cost.
+    per_eval = {n: _median([e[2] for e in evals if e[3] == n]) for n in {e[3] for e in evals}}
+    starts = [e[1] for e in events if e[0] == "trial"] + [end]
+    fixed = []
+    for k in range(len(starts) - 1):
+        inside = [e for e in events if e[0] in ("train", "eval") and starts[k] <= e[1] < starts[k + 1]]
+        steady = sum(min(e[2], e[3] * per_step if e[0] == "train" else per_eval[e[3]]) for e in inside)
+        fixed.append(starts[k + 1] - starts[k] - steady)
+    spans = [starts[k + 1] - starts[k] for k in range(len(starts) - 1)]
+    later = fixed[1:] or fixed
+    return [{
+        "kind": "cost", "name": "trial_fixed_cost/mlp_local_grid",
+        "what": (f"seconds per trial besides training steps and evaluations (at steady cost), "
+                 f"{len(fixed)} trials of one learning-rate grid of configs/mlp.py:local "
+                 f"(depth 2, batch 256, {steps} steps each) in one run_study"),
+        "fixed_s_first": fixed[0], "fixed_s_later": _median(later), "fixed_s": fixed,
+        # Whole trials (fixed cost, steps, evaluations), for a comparison that moves nothing
+        # between the two: a pause between loops (a checkpoint) lets the input pipeline run ahead.
+        "trial_s": spans, "trial_s_later": _median(spans[1:] or spans),
+        "per_step_s": per_step, "per_eval_s": sum(per_eval.values()) / max(len(per_eval), 1),
+        "traces_first_trial": trial_traces[0], "retraces_later_trials": sum(trial_traces[1:]),
+        "target": "fixed_s_later <= 0.5, retraces_later_trials == 0",
+    }]
+
+
+# ---- 3. the cost of a diversity measurement -----------------------------------------------------
 
 def _repeat_until(fn, min_s: float) -> int:
     """How many back-to-back calls make one sample of at least `min_s` (from a first, warm call)."""
@@ -335,6 +533,18 @@ def format_table(rows: list[dict]) -> str:
         for r in speed:
             lines.append(f"{r['name']:<{w}}  {r['examples_per_s']:>13.0f}  "
                          f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  {r['batch']:>5d}  {r['steps_per_call']:>10d}")
+    for r in rows:
+        if r["kind"] == "count":
+            lines += ["", f"{r['name']}: {r['reads_per_loop']:.1f} device-to-host reads and "
+                          f"{r['traces_per_loop']:.1f} traced model calls per host loop ({r['what']})"]
+        elif r["kind"] == "cost":
+            lines += ["", f"{r['name']}: fixed cost {r['fixed_s_later']:.3f} s per trial after the first "
+                          f"(first {r['fixed_s_first']:.3f} s; all: "
+                          + ", ".join(f"{v:.3f}" for v in r["fixed_s"])
+                          + f"); whole trial {r['trial_s_later']:.3f} s after the first"
+                          + f"; traced model calls {r['traces_first_trial']} in the first trial, "
+                          f"{r['retraces_later_trials']} in the later ones; steady step "
+                          f"{r['per_step_s'] * 1e3:.2f} ms, evaluation {r['per_eval_s'] * 1e3:.1f} ms"]
     ratios = [r for r in rows if r["kind"] == "ratio"]
     if ratios:
         w = max(len(r["name"]) for r in ratios)
@@ -363,8 +573,8 @@ def format_table(rows: list[dict]) -> str:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="python -m wide_tf.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=("loop", "diversity"), default=None,
-                   help="run one part only (default: both)")
+    p.add_argument("--only", choices=("loop", "overhead", "diversity"), default=None,
+                   help="run one part only (default: all)")
     p.add_argument("--quick", action="store_true", help="tiny models and batches (seconds; for tests)")
     p.add_argument("--repeats", type=int, default=None, help="interleaved rounds per comparison "
                    "(default 5, 2 with --quick)")
@@ -376,6 +586,9 @@ def parse_args(argv=None):
     p.add_argument("--naive_subset", type=int, default=None,
                    help="examples the naive loop is timed on before scaling to B (0 = skip the naive "
                         "loop; default 64, 8 with --quick)")
+    p.add_argument("--models", default=None,
+                   help="loop part: only these model names, comma-separated (e.g. mlp-d1-w32, the "
+                        "overhead-bound case)")
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -388,10 +601,15 @@ def run(args) -> list[dict]:
     batches = [int(b) for b in (args.batches or ("16" if args.quick else "256,1024")).split(",")]
     naive_subset = args.naive_subset if args.naive_subset is not None else (8 if args.quick else 64)
     cases = default_cases(args.quick)
+    if args.models:
+        cases = [c for c in cases if c.name in args.models.split(",")]
     rows = [_environment()]
     if args.only in (None, "loop"):
         for case in cases:
             rows += bench_loop(case, repeats, args.seed)
+    if args.only in (None, "overhead"):
+        rows += bench_transfers()
+        rows += bench_trial_cost(args.quick)
     if args.only in (None, "diversity"):
         for case in cases:
             for b in batches:

@@ -466,13 +466,32 @@ def _eval_source(data_cfg, split, limit):
     return factory, n
 
 
+_TEST_CACHE = {}
+
+
+def _test_arrays(data_cfg):
+    """A TFDS test split as uint8 images and int32 labels, read once per process (evaluation
+    runs on a cadence in every run of a study; re-reading the split each time cost more than the
+    forward passes). None for mocked data, which change between tests."""
+    if _tfds_mocked():
+        return None
+    spec = _spec(_get(data_cfg, "name"))
+    key = (_get(data_cfg, "name"), _get(data_cfg, "data_dir") or None)
+    if key not in _TEST_CACHE:
+        _TEST_CACHE[key] = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), spec)
+    return _TEST_CACHE[key]
+
+
 def _eval_arrays(data_cfg, split, limit):
-    """(raw images, labels) when the split is held in memory (training splits, embedded sets)."""
+    """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
+    TFDS test splits, cached once per process)."""
     spec = _spec(_get(data_cfg, "name"))
     if split == "train":
         images, labels = _train_arrays(data_cfg)
     elif split == "test" and spec.tfds_name is None:
         images, labels = _embedded_arrays(_get(data_cfg, "name"), split)
+    elif split == "test" and _test_arrays(data_cfg) is not None:
+        images, labels = _test_arrays(data_cfg)
     else:
         return None
     if limit is not None:
@@ -545,11 +564,31 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     return strategy.distribute_datasets_from_function(dataset_fn)
 
 
+_ARRAYS_CACHE = {}
+
+
 def load_arrays(data_cfg, split: str, limit: int | None = None):
-    """(x float32 normalised NHWC, y int32) of a split in canonical order, first `limit` if given."""
+    """(x float32 normalised NHWC, y int32) of a split in canonical order, first `limit` if given.
+
+    Cached per process (not for mocked data): every run of a study asks for the same evaluation
+    and probe sets. The arrays are shared: do not modify them."""
     spec = _spec(_get(data_cfg, "name"))
-    factory, n = _eval_source(data_cfg, split, limit)
-    images, labels = _to_numpy(factory(), n, spec)
+    key = (_get(data_cfg, "name"), _get(data_cfg, "data_dir") or None,
+           int(_get(data_cfg, "num_train", 0) or 0), split, limit)
+    cacheable = spec.tfds_name is None or not _tfds_mocked()
+    if cacheable and key in _ARRAYS_CACHE:
+        return _ARRAYS_CACHE[key]
+    arrays = _eval_arrays(data_cfg, split, limit)
+    if arrays is not None:
+        images, labels = arrays
+    else:
+        factory, n = _eval_source(data_cfg, split, limit)
+        images, labels = _to_numpy(factory(), n, spec)
     x = (images.astype(np.float32) / spec.scale - np.asarray(spec.mean, np.float32)) / np.asarray(
         spec.std, np.float32)
-    return x.astype(np.float32), labels
+    out = (x.astype(np.float32, copy=False), np.asarray(labels, np.int32))
+    if cacheable:
+        for a in out:
+            a.setflags(write=False)
+        _ARRAYS_CACHE[key] = out
+    return out

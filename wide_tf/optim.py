@@ -265,8 +265,14 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     The cosine and polynomial decays reach `end` at total_steps and stay there.
     """
 
+    # The numbers of a schedule; with variables=True they live in tf.Variables that __call__ reads,
+    # so a traced training step serves every run of a learning-rate grid (assign_from).
+    _NUMBERS = ("peak_lr", "total_steps", "warmup_steps", "decay_factor", "power", "end_lr_fraction",
+                "warmup_init_fraction")
+
     def __init__(self, peak_lr, total_steps, warmup_steps=0, decay="constant", boundaries=(), decay_factor=0.1,
-                 power=2.0, end_lr_fraction=0.0, warmup_init_fraction=0.0, name="warmup_decay"):
+                 power=2.0, end_lr_fraction=0.0, warmup_init_fraction=0.0, name="warmup_decay",
+                 variables=False):
         if decay not in SCHEDULE_NAMES:
             raise ValueError(f"Unknown schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
         self.peak_lr = float(peak_lr)
@@ -279,31 +285,57 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.end_lr_fraction = float(end_lr_fraction)
         self.warmup_init_fraction = float(warmup_init_fraction)
         self.name = name
+        self._vars = None
+        if variables:
+            only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+            self._vars = {k: tf.Variable(float(getattr(self, k)), trainable=False, aggregation=only_first,
+                                         name=f"{name}_{k}") for k in self._NUMBERS}
+            self._vars["boundaries"] = tf.Variable([float(b) for b in self.boundaries], dtype=tf.float32,
+                                                   shape=[len(self.boundaries)], trainable=False,
+                                                   aggregation=only_first, name=f"{name}_boundaries")
+
+    def structure(self) -> tuple:
+        """What a traced graph depends on besides the numbers held in variables."""
+        return (self.decay, len(self.boundaries))
+
+    def assign_from(self, other: "WarmupDecaySchedule") -> None:
+        """Takes `other`'s numbers (same structure) into this schedule's variables."""
+        if self._vars is None or other.structure() != self.structure():
+            raise ValueError("assign_from needs a schedule with variables and the same structure")
+        for k in self._NUMBERS:
+            setattr(self, k, getattr(other, k))
+            self._vars[k].assign(float(getattr(other, k)))
+        self.boundaries = list(other.boundaries)
+        self._vars["boundaries"].assign([float(b) for b in other.boundaries])
+
+    def _value(self, k):
+        if self._vars is None:
+            return tf.constant(getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32)
+        return tf.cast(self._vars[k], tf.float32)
 
     def __call__(self, step):
         with tf.name_scope(self.name):
             s = tf.cast(step, tf.float32)
-            peak = tf.constant(self.peak_lr, tf.float32)
-            end = peak * self.end_lr_fraction
-            w = float(self.warmup_steps)
-            t = tf.clip_by_value((s - w) / float(max(self.total_steps - self.warmup_steps, 1)), 0.0, 1.0)
+            peak = self._value("peak_lr")
+            end = peak * self._value("end_lr_fraction")
+            w = self._value("warmup_steps")
+            t = tf.clip_by_value((s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0)
             if self.decay == "constant":
                 decayed = peak
             elif self.decay == "cosine":
                 decayed = end + (peak - end) * 0.5 * (1.0 + tf.cos(math.pi * t))
             elif self.decay == "polynomial":
-                decayed = end + (peak - end) * tf.pow(1.0 - t, self.power)
+                decayed = end + (peak - end) * tf.pow(1.0 - t, self._value("power"))
             else:  # multistep
                 if self.boundaries:
-                    n = tf.reduce_sum(tf.cast(s >= tf.constant(self.boundaries, tf.float32), tf.float32))
+                    n = tf.reduce_sum(tf.cast(s >= self._value("boundaries"), tf.float32))
                 else:
                     n = tf.constant(0.0)
-                decayed = peak * tf.pow(tf.constant(self.decay_factor, tf.float32), n)
-            if self.warmup_steps > 0:
-                f0 = self.warmup_init_fraction
-                warm = peak * (f0 + (1.0 - f0) * s / w)
-                return tf.where(s < w, warm, decayed)
-            return tf.identity(decayed)
+                decayed = peak * tf.pow(self._value("decay_factor"), n)
+            # Warm-up while s < w (never when w = 0).
+            f0 = self._value("warmup_init_fraction")
+            warm = peak * (f0 + (1.0 - f0) * s / tf.maximum(w, 1.0))
+            return tf.where(s < w, warm, decayed)
 
     def get_config(self):
         return dict(peak_lr=self.peak_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps,
@@ -324,7 +356,7 @@ def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
 
 
 def build_schedule(optim_cfg, global_batch: int, steps_per_epoch: int,
-                   total_steps: int) -> keras.optimizers.schedules.LearningRateSchedule:
+                   total_steps: int, variables: bool = False) -> "WarmupDecaySchedule":
     """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then optim_cfg.schedule.
     multistep boundaries are optim_cfg.decay_epochs converted with round(epoch * steps_per_epoch)."""
     decay = optim_cfg.get("schedule", "constant")
@@ -336,7 +368,7 @@ def build_schedule(optim_cfg, global_batch: int, steps_per_epoch: int,
         warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch), decay=decay, boundaries=sorted(boundaries),
         decay_factor=optim_cfg.get("decay_factor", 0.1), power=optim_cfg.get("poly_power", 2.0),
         end_lr_fraction=optim_cfg.get("end_lr_fraction", 0.0),
-        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0))
+        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0), variables=variables)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -357,7 +389,8 @@ def build_optimizer(optim_cfg, global_batch: int, steps_per_epoch: int, total_st
     name = optim_cfg.get("name", "sgd")
     if name not in OPTIMIZER_NAMES:
         raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZER_NAMES)}")
-    lr = build_schedule(optim_cfg, global_batch, steps_per_epoch, total_steps)
+    # The schedule's numbers in variables: a run can take another learning rate without a retrace.
+    lr = build_schedule(optim_cfg, global_batch, steps_per_epoch, total_steps, variables=True)
     wd = float(optim_cfg.get("weight_decay", 0.0) or 0.0)
     momentum = float(optim_cfg.get("momentum", 0.9))
     kw: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """A study's report from its WORKDIR alone: report.md, CSV tables, PNG plots, TensorBoard HParams and images.
 
-Reads WORKDIR/config.json and WORKDIR/results.jsonl through tf.io.gfile (so gs:// works) and writes
+Reads WORKDIR/config.json and WORKDIR/results/ (or a legacy results.jsonl) through tf.io.gfile (so gs:// works) and writes
 WORKDIR/report/. Never imports train.py: a report can be made on a laptop from a TPU study's bucket.
 
     python -m wide_tf.report --workdir=runs/mlp_local [--eps=0.25]
@@ -62,10 +62,10 @@ def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     if not tf.io.gfile.isdir(workdir):
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
     cfg_path = wd.join(workdir, wd.CONFIG)
-    res_path = wd.join(workdir, wd.RESULTS)
-    has_cfg, has_res = tf.io.gfile.exists(cfg_path), tf.io.gfile.exists(res_path)
+    has_cfg = tf.io.gfile.exists(cfg_path)
+    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(wd.join(workdir, wd.RESULTS_DIR))
     if not has_cfg and not has_res:
-        raise ReportError(f"{workdir!r} holds neither config.json nor results.jsonl: not a study workdir")
+        raise ReportError(f"{workdir!r} holds neither config.json nor results: not a study workdir")
     config = None
     if has_cfg:
         try:
@@ -74,9 +74,10 @@ def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
         except json.JSONDecodeError as e:
             raise ReportError(f"{cfg_path} is not valid JSON ({e})") from None
     records, bad = [], 0
-    if has_res:
-        with tf.io.gfile.GFile(res_path, "r") as f:
-            records, bad = analysis.parse_results(f.read())
+    if has_res:  # results/<trial_id>.json (and a legacy results.jsonl), through workdir.py
+        found, bad = wd.read_results_counted(workdir)
+        records = [r for r in found if "member" in r and "batch_size" in r]
+        bad += len(found) - len(records)
     return config, records, bad
 
 

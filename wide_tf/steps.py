@@ -65,6 +65,10 @@ class BatchPlan:
         return cls(global_batch, num_replicas, micro)
 
 
+def _is_tpu(strategy) -> bool:
+    return "TPU" in type(strategy).__name__
+
+
 def _sq_norm(tensors) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
@@ -93,8 +97,11 @@ class Stepper:
         self.optimizer = optimizer
         self.strategy = strategy
         self.plan = plan
-        self.jit_compile = jit_compile
-        self.diverge_loss = float(diverge_loss)
+        # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
+        # compiles the whole replica function itself, and a jit_compile function nested inside
+        # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
+        # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
+        self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         self.trust_ratio_fn = trust_ratio_fn
         # The two-batch noise-scale estimator needs a batch smaller than the global one.
         self._two_batch = plan.num_replicas * plan.num_micro_batches > 1
@@ -107,6 +114,11 @@ class Stepper:
             }
             self.acc["trust_min"].assign(float("inf"))
             self.diverged = tf.Variable(False, trainable=False, aggregation=only_first, name="diverged")
+            # A variable, not a constant baked into the graph: runs that differ only in their
+            # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
+            self.diverge_loss = tf.Variable(
+                float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
+            )
         self._train_fn = None
         self._eval_fn = None
 
@@ -159,9 +171,21 @@ class Stepper:
     def _replica_step(self, x, y, diagnostics: bool):
         """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
         update norms and the LARS trust ratios; the loop asks for them on its last step only,
-        since the update norm needs a copy of every weight."""
+        since the update norm needs a copy of every weight.
+
+        Divergence is checked here, on the device, with no host read: `diverged` is read at the
+        start of the step (`skip`) and set by the first step whose loss (or gradient) is bad.
+        That first diverged step is applied and counted, as it always was; the later steps of the
+        same host call still run (skipping an update would need a conditional around the
+        optimizer's cross-replica synchronisation, which tf.distribute does not support) but
+        count for nothing: no scalar accumulates, `steps` stops, so the step count, scalars and
+        status the host reads after the call are those of the first diverged step, and the host
+        loop ends there. The weights after that step are not used: a diverged run records no
+        final metrics and is never resumed."""
         ctx = tf.distribute.get_replica_context()
         variables = self.model.trainable_variables
+        skip = self.diverged.read_value()
+        live = tf.logical_not(skip)
         loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         loss_sum, correct, small_sq = ctx.all_reduce(
@@ -179,67 +203,102 @@ class Stepper:
         else:
             big_sq = tf.constant(0.0)
         acc = self.acc
+
+        def keep(name, value):  # a diagnostic of a live step replaces the last one
+            acc[name].assign(tf.where(live, tf.cast(value, tf.float32), acc[name]))
+
         if diagnostics:
             if self.trust_ratio_fn is not None:
                 ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
-                acc["trust_min"].assign(tf.reduce_min(ratios))
-                acc["trust_mean"].assign(tf.reduce_mean(ratios))
-                acc["trust_max"].assign(tf.reduce_max(ratios))
+                keep("trust_min", tf.reduce_min(ratios))
+                keep("trust_mean", tf.reduce_mean(ratios))
+                keep("trust_max", tf.reduce_max(ratios))
             before = [tf.identity(v) for v in variables]
         self.optimizer.apply_gradients(zip(grads, variables))
         if diagnostics:
-            acc["update_norm_sq"].assign(_sq_norm([v - b for v, b in zip(variables, before)]))
-            acc["param_norm_sq"].assign(_sq_norm(variables))
-            acc["grad_norm_sq"].assign(big_sq)
-        acc["loss_sum"].assign_add(loss_sum)
-        acc["correct"].assign_add(correct)
-        acc["examples"].assign_add(float(self.plan.global_batch))
-        acc["small_grad_sq"].assign_add(small_sq)
-        acc["big_grad_sq"].assign_add(big_sq)
-        acc["steps"].assign_add(1.0)
-        self.diverged.assign(tf.logical_or(self.diverged, bad))
+            keep("update_norm_sq", _sq_norm([v - b for v, b in zip(variables, before)]))
+            keep("param_norm_sq", _sq_norm(variables))
+            keep("grad_norm_sq", big_sq)
+        zero = tf.constant(0.0)
+        for name, value in (
+            ("loss_sum", loss_sum),
+            ("correct", correct),
+            ("examples", float(self.plan.global_batch)),
+            ("small_grad_sq", small_sq),
+            ("big_grad_sq", big_sq),
+            ("steps", 1.0),
+        ):
+            acc[name].assign_add(tf.where(live, tf.cast(value, tf.float32), zero))
+        self.diverged.assign(tf.logical_or(skip, bad))
+
+    def _reset(self):
+        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call)."""
+        for k, v in self.acc.items():
+            v.assign(float("inf") if k == "trust_min" else 0.0)
+
+    def _packed(self):
+        """Every scalar the host needs after a call, in one tensor (one device-to-host read):
+        the accumulators, then `diverged`, the optimizer's step and its learning rate."""
+        lr = self.optimizer.learning_rate
+        lr = lr.value if hasattr(lr, "value") and not callable(lr) else lr
+        return tf.stack(
+            [tf.cast(self.acc[k].read_value(), tf.float32) for k in TRAIN_SCALARS]
+            + [
+                tf.cast(self.diverged.read_value(), tf.float32),
+                tf.cast(self.optimizer.iterations, tf.float32),
+                tf.cast(lr, tf.float32),
+            ]
+        )
 
     def _build_train_fn(self):
         lean = functools.partial(self._replica_step, diagnostics=False)
         full = functools.partial(self._replica_step, diagnostics=True)
         if self.jit_compile:
-            lean, full = tf.function(lean, jit_compile=True), tf.function(full, jit_compile=True)
+            lean = tf.function(lean, jit_compile=True, autograph=False)
+            full = tf.function(full, jit_compile=True, autograph=False)
 
         # autograph=False, with the loops written out: autograph would convert the model, the
         # optimizer and Keras internals on every trace, seconds per run of a study.
         @tf.function(autograph=False)
         def train_loop(iterator, num_steps):
             # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
+            # The loop's condition reads only its counter: no device read per step (divergence
+            # is handled inside the step, see _replica_step).
+            self._reset()
+
             def lean_step(i):
                 self.strategy.run(lean, args=iterator.get_next())
                 return i + 1
 
-            def more(i):
-                return tf.logical_and(i < num_steps - 1, tf.logical_not(self.diverged.read_value()))
-
-            done = tf.while_loop(more, lean_step, [tf.constant(0)])
-            with tf.control_dependencies([done]):
-                healthy = tf.logical_not(self.diverged.read_value())
-
-            def full_step():
-                self.strategy.run(full, args=iterator.get_next())
-                return tf.constant(True)
-
-            tf.cond(healthy, full_step, lambda: tf.constant(False))
+            tf.while_loop(lambda i: i < num_steps - 1, lean_step, [tf.constant(0)])
+            self.strategy.run(full, args=iterator.get_next())
+            return self._packed()
 
         return train_loop
 
     def reset_accumulators(self):
-        for k, v in self.acc.items():
-            v.assign(float("inf") if k == "trust_min" else 0.0)
+        self._reset()
 
     def train(self, iterator, num_steps: int) -> dict:
-        """Runs `num_steps` updates (fewer if the run diverges) and returns the accumulated scalars."""
+        """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
+        diverged) plus `diverged`, `iteration` (the optimizer's step) and `learning_rate`, all
+        from one device-to-host read."""
         if self._train_fn is None:
             self._train_fn = self._build_train_fn()
-        self.reset_accumulators()
-        self._train_fn(iterator, tf.constant(num_steps, tf.int32))
-        return {k: float(v.numpy()) for k, v in self.acc.items()}
+        packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
+        out = {k: float(v) for k, v in zip(TRAIN_SCALARS, packed)}
+        n = len(TRAIN_SCALARS)
+        out["diverged"] = bool(packed[n])
+        out["iteration"] = int(packed[n + 1])
+        out["learning_rate"] = float(packed[n + 2])
+        return out
+
+    def reset(self, diverge_loss: float | None = None):
+        """Ready for a new run on the same model and optimizer (whose variables the caller resets):
+        not diverged, a new threshold. The traced functions are kept."""
+        self.diverged.assign(False)
+        if diverge_loss is not None:
+            self.diverge_loss.assign(float(diverge_loss))
 
     # ---- evaluation -----------------------------------------------------------------------------
 
@@ -253,8 +312,8 @@ class Stepper:
             w = tf.cast(w, tf.float32)
             return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
 
-        if self.jit_compile:
-            replica_eval = tf.function(replica_eval, jit_compile=True)
+        if self.jit_compile:  # no synchronisation inside (sums are reduced outside)
+            replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
 
         @tf.function(autograph=False)
         def eval_all(dataset):

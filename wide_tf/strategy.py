@@ -26,6 +26,13 @@ class Runtime:
     jit_compile: bool
     mixed_precision: str  # a keras dtype policy name
 
+    def apply_policy(self) -> None:
+        """Sets this runtime's Keras dtype policy. Called before every model is built: the policy
+        lives in Keras's global state, which `keras.backend.clear_session()` resets to float32."""
+        import keras
+
+        keras.mixed_precision.set_global_policy(self.mixed_precision)
+
     def describe(self) -> str:
         return (
             f"{type(self.strategy).__name__} on {self.platform}, {self.num_replicas} replica(s), "
@@ -128,8 +135,8 @@ def setup_runtime(runtime_cfg) -> Runtime:
             "use --config.runtime.jit_compile=auto"
         )
     policy = _default_policy(platform, runtime_cfg.get("mixed_precision", "auto"))
-    keras.mixed_precision.set_global_policy(policy)
     runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
+    runtime.apply_policy()
     logging.info(
         "Runtime: %s; devices: %s", runtime.describe(), ", ".join(d for d in strategy.extended.worker_devices)
     )

@@ -10,7 +10,6 @@ import json
 import time
 
 from absl import logging
-import keras
 import ml_collections
 import tensorflow as tf
 
@@ -197,7 +196,7 @@ def _fmt_time(seconds: float) -> str:
 def run_study(
     config, workdir: str, shard: str | None = None, only_trial: str | None = None, write_report: bool = True
 ) -> list[dict]:
-    """Runs every trial of the study not yet in results.jsonl (this shard's share of them)."""
+    """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share)."""
     from wide_tf.strategy import setup_runtime
     from wide_tf.train import train_and_evaluate
 
@@ -228,7 +227,7 @@ def run_study(
     queue = [t for t in trials if mine(t)]
     all_trials = list(trials)
     while queue:
-        results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
         todo = [t for t in queue if t.trial_id not in results]
         for k, t in enumerate(todo):
             remaining = len(todo) - k
@@ -246,10 +245,12 @@ def run_study(
             )
             result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
             if runtime.strategy.extended.should_checkpoint:  # the chief records; other workers only help
-                wd.append_result(workdir, result)
-            keras.backend.clear_session()  # free the last trial's graphs before the next one
+                wd.record_result(workdir, result)
+            # No clear_session() here: the next trial of the same member and batch size reuses this
+            # one's model and traced step; train.py drops them (and clears the session) when the
+            # next trial needs another model.
             ran += 1
-        results = {r["trial_id"]: r for r in wd.read_jsonl(wd.join(workdir, wd.RESULTS))}
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
         queue = [
             t
             for t in next_trials(config, [t for t in all_trials if mine(t)], results)
@@ -265,7 +266,7 @@ def run_study(
             )
             all_trials += queue
     logging.info("Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start))
-    records = wd.read_jsonl(wd.join(workdir, wd.RESULTS))
+    records = wd.read_results(workdir)
     if write_report:
         from wide_tf import report
 

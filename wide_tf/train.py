@@ -4,6 +4,7 @@ Reads no flags."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -22,6 +23,8 @@ from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.strategy import Runtime, setup_runtime
 
 TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
+# With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
+DEFAULT_CHECKPOINT_MIN_S = 10.0
 
 
 class ConfigError(ValueError):
@@ -58,6 +61,14 @@ def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
         k += 1
 
 
+def _budget_steps(t, n_train: int, batch: int) -> int:
+    """The run's budget in steps: train.max_steps if set, else max_epochs' worth of steps but at
+    least train.min_steps (a floor, so the largest batches get enough updates)."""
+    if t.get("max_steps", 0) > 0:
+        return int(t.max_steps)
+    return max(math.ceil(t.max_epochs * n_train / batch), int(t.get("min_steps", 0)))
+
+
 def _check(config, info) -> None:
     t = config.train
     if t.target_metric not in TARGET_METRICS:
@@ -69,6 +80,12 @@ def _check(config, info) -> None:
         )
     if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
         raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
+
+
+def _model_policy(model) -> str:
+    """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
+    layer = next((l for l in model.layers if l.weights), None)
+    return (layer or model).dtype_policy.name
 
 
 def describe_protocol(config) -> dict:
@@ -102,60 +119,183 @@ def describe_protocol(config) -> dict:
 
 
 class _GradientProbe:
-    """Exact gradient diversity on a fixed probe set, measured every `every` examples."""
+    """Exact gradient diversity on a fixed probe set, measured every `every` examples.
 
-    def __init__(self, config, every: int):
-        from wide_tf import measure  # the measurement code is only imported when it is used
+    Compiled once per model (a tf.function over the probe's fixed chunks) and run through
+    `strategy.run` on the devices, where the weights are: the probe set lives in variables there,
+    every replica computes the same three sums (per-example squared norms, squared norm of the
+    summed gradient, loss), and one packed tensor of three numbers comes back per measurement."""
 
-        self.measure = measure
-        self.every = every
-        self.size = config.train.get("probe_size", 512)
-        self.chunk = config.train.get("probe_chunk", 256)
-        self.x, self.y = data_lib.load_arrays(config.data, "train", limit=self.size)
+    def __init__(self, config, model, strategy):
+        from wide_tf.measure import diversity, per_example  # imported only when measuring
+
+        self.stats_from_norms = diversity.stats_from_norms
+        self.every = config.train.get("gradient_every_examples", 0)
+        size = config.train.get("probe_size", 512)
+        chunk = config.train.get("probe_chunk", 256)
+        x, y = data_lib.load_arrays(config.data, "train", limit=size)
+        self.n = len(y)
+        engine = per_example.PerExampleGradients.for_model(model)
+        with strategy.scope():
+            chunks = [
+                tuple(tf.Variable(a, trainable=False) for a in (xb, yb, w))
+                for xb, yb, w, _ in per_example._chunks(np.asarray(x, np.float32), np.asarray(y, np.int32), chunk)
+            ]
+
+        def replica_sums():
+            s1 = loss = 0.0
+            summed = None
+            for xb, yb, wb in chunks:
+                sq, losses, grads = engine._chunk_impl(xb.read_value(), yb.read_value(), wb.read_value())
+                s1 += tf.reduce_sum(sq)
+                loss += tf.reduce_sum(losses)
+                summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            q = tf.add_n([tf.reduce_sum(tf.square(g)) for g in summed])
+            return tf.stack([s1, q, loss])
+
+        @tf.function(autograph=False)
+        def sums():
+            # Every replica holds the same weights and probe set: their mean is any one's value.
+            return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None)
+
+        self._sums = sums
 
     def due(self, examples_before: int, examples_now: int) -> bool:
         return self.every > 0 and examples_now // self.every > examples_before // self.every
 
-    def __call__(self, model) -> dict:
-        stats = self.measure.gradient_stats(model, self.x, self.y, chunk_size=self.chunk)
+    def __call__(self, model=None) -> dict:
+        s1, q, _ = (float(v) for v in self._sums().numpy())
+        stats = self.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
 
-def train_and_evaluate(
-    config, workdir: str, runtime: Runtime | None = None, trial: dict | None = None
-) -> dict:
-    """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
-    (and writes) result.json. A finished run is not repeated."""
-    result_path = wd.join(workdir, wd.RESULT)
-    if tf.io.gfile.exists(result_path):
-        logging.info("Run in %s already finished; reading its result.", workdir)
-        return wd.read_json(result_path)
-    tf.io.gfile.makedirs(workdir)
-    runtime = runtime or setup_runtime(config.runtime)
-    strategy = runtime.strategy
-    info = data_lib.dataset_info(config.data)
-    _check(config, info)
-    t = config.train
-    plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
-    ghost = config.model.get("ghost_batch_size", 0)
-    if config.model.norm == "ghost" and plan.micro_batch > ghost and plan.micro_batch % ghost:
-        raise ConfigError(
-            f"ghost batch norm splits each (micro-)batch of {plan.micro_batch} into virtual batches of "
-            f"{ghost}, which does not divide it; use a batch that is a multiple of {ghost} per replica, "
-            "or another model.ghost_batch_size"
-        )
-    n_train, batch = info.num_train, plan.global_batch
-    steps_per_epoch = n_train / batch
-    total_steps = (
-        t.max_steps
-        if t.get("max_steps", 0) > 0
-        else max(math.ceil(t.max_epochs * n_train / batch), t.get("min_steps", 0))
-    )
-    eval_every = t.get("eval_every_examples", 0) or n_train
-    eval_steps = _eval_steps(batch, eval_every, total_steps)
-    name = (trial or {}).get("trial_id", "run")
+class MetricsWriter:
+    """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (the run's
+    train/ or eval/ events; non-finite values are skipped), `history` rewrites metrics.jsonl (one
+    line per evaluation, atomically) and `log` writes the log line. Only the chief writes files;
+    every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`."""
 
+    def __init__(self, workdir: str, chief: bool, name: str):
+        self.workdir, self.chief, self.name = workdir, chief, name
+        self._writers = (
+            {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")} if chief else {}
+        )
+
+    def scalars(self, kind: str, step: int, values: dict) -> None:
+        if not self.chief:
+            return
+        with self._writers[kind].as_default(step=step):
+            for k, v in values.items():
+                if v is not None and math.isfinite(v):
+                    tf.summary.scalar(k, v)
+
+    def history(self, records: list) -> None:
+        if self.chief:
+            wd.write_text_atomic(wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records))
+
+    def log(self, message: str, *args, warning: bool = False) -> None:
+        (logging.warning if warning else logging.info)("[%s] " + message, self.name, *args)
+
+    def flush(self) -> None:
+        for w in self._writers.values():
+            w.flush()
+
+
+# Settings of config.optim that are numbers in the schedule's variables: runs that differ only in
+# these reuse one model, optimizer and traced step (see _build).
+_SCHEDULE_NUMBERS = ("base_lr", "lr_multiplier", "scaling", "reference_batch", "warmup_epochs",
+                     "warmup_steps", "warmup_fixed", "decay_epochs", "decay_factor", "poly_power",
+                     "end_lr_fraction", "warmup_init_fraction")
+
+
+def _build_key(config, runtime, info, plan) -> str:
+    """Everything a run's model, optimizer, traced functions and evaluation sets depend on, except
+    the numbers held in variables (initial weights, learning-rate schedule, divergence threshold)."""
+    optim = {k: v for k, v in config.optim.to_dict().items() if k not in _SCHEDULE_NUMBERS}
+    optim["decay_boundaries"] = len(config.optim.get("decay_epochs", ()) or ())
+    t = config.train
+    return json.dumps(
+        {
+            "strategy": id(runtime.strategy),
+            "policy": runtime.mixed_precision,
+            "jit": runtime.jit_compile,
+            "model": config.model.to_dict(),
+            "optim": optim,
+            "plan": dataclasses.astuple(plan),
+            "info": [info.num_classes, list(info.input_shape)],
+            "data": config.data.to_dict(),
+            "eval": [t.get("eval_batch", 1024), t.get("eval_train_limit", 0)],
+            "probe": [t.get("probe_size", 512), t.get("probe_chunk", 256)],
+        },
+        sort_keys=True,
+        default=str,
+    )
+
+
+@dataclasses.dataclass
+class _Built:
+    """A run's model, optimizer, compiled step, evaluation sets and probe, kept for the next run
+    with the same key (the next learning rate or seed of the same member and batch size in a
+    study): the traced functions are reused, only variables are reset."""
+
+    key: str
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    stepper: Stepper
+    trust_fn: object
+    eval_sets: dict
+    host_var: tf.Variable  # a run's host-side state, saved as a JSON string in its checkpoints
+    checkpoint: tf.train.Checkpoint
+    optimizer_init: list  # the optimizer's variables right after build (iterations 0, zero slots)
+    init_weights: dict  # seed -> the model's initial weights
+    _probe: "_GradientProbe | None" = None
+
+    def probe(self, config) -> "_GradientProbe":
+        if self._probe is None:
+            self._probe = _GradientProbe(config, self.model, self.stepper.strategy)
+        self._probe.every = config.train.get("gradient_every_examples", 0)
+        return self._probe
+
+
+_BUILT: dict[str, _Built] = {}  # at most one entry: the last run's
+
+
+def clear_cache() -> None:
+    """Drops the kept model and functions (and Keras's global state with them)."""
+    if _BUILT:
+        _BUILT.clear()
+        keras.backend.clear_session()
+
+
+def _initial_weights(built: _Built, config, info, seed: int) -> list:
+    """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
+    if seed not in built.init_weights:
+        keras.utils.set_random_seed(seed)
+        m = config.model
+        fresh = build_model(m.arch, m.depth, m.width, info.num_classes, info.input_shape, norm=m.norm,
+                            ghost_batch_size=m.get("ghost_batch_size", 32))
+        built.init_weights[seed] = [w.numpy() for w in fresh.weights]
+    return built.init_weights[seed]
+
+
+def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int) -> _Built:
+    """A model, optimizer and Stepper for this run: the kept ones, reset, when the key matches
+    (no retrace, no rebuild), else new ones (and the old ones are dropped)."""
+    t, strategy = config.train, runtime.strategy
+    key = _build_key(config, runtime, info, plan)
+    built = _BUILT.get(key)
+    schedule = optim_lib.build_schedule(config.optim, plan.global_batch, steps_per_epoch, total_steps)
+    if built is not None:
+        built.model.set_weights(_initial_weights(built, config, info, t.seed))
+        for v, value in zip(built.optimizer.variables, built.optimizer_init):
+            v.assign(value)
+        built.optimizer._learning_rate.assign_from(schedule)
+        built.stepper.reset(t.get("diverge_loss", 1e3))
+        keras.utils.set_random_seed(t.seed)
+        return built
+    clear_cache()  # the previous run's graphs go (a study used to do this after every run)
     keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+    runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
     with strategy.scope():
         m = config.model
         model = build_model(
@@ -168,7 +308,7 @@ def train_and_evaluate(
             ghost_batch_size=m.get("ghost_batch_size", 32),
         )
         optimizer = optim_lib.build_optimizer(
-            config.optim, batch, steps_per_epoch, total_steps, variables=model.trainable_variables
+            config.optim, plan.global_batch, steps_per_epoch, total_steps, variables=model.trainable_variables
         )
         optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
         trust_fn = None
@@ -183,57 +323,6 @@ def train_and_evaluate(
             diverge_loss=t.get("diverge_loss", 1e3),
             trust_ratio_fn=trust_fn,
         )
-    params = int(sum(np.prod(v.shape) for v in model.trainable_variables))
-    peak_lr = float(optim_lib.peak_learning_rate(config.optim, batch))
-
-    # Host-side state travels in the checkpoint as a JSON string beside the model and optimizer.
-    with tf.device("/cpu:0"):
-        host_var = tf.Variable("", trainable=False, dtype=tf.string)
-    ckpt = tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var)
-    # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a save
-    # may run collectives), but only the chief writes into the workdir; the others save into a
-    # scratch folder that they delete, and write no summaries, metrics or result.
-    chief = strategy.extended.should_checkpoint
-    scratch = None if chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
-    chief_dir = wd.join(workdir, wd.CHECKPOINTS)
-    manager = tf.train.CheckpointManager(
-        ckpt, chief_dir if chief else wd.join(scratch, wd.CHECKPOINTS), max_to_keep=2
-    )
-    latest = tf.train.latest_checkpoint(chief_dir)
-    state = {
-        "history": [],
-        "steps_to_target": None,
-        "best_test_accuracy": None,
-        "train_time_s": 0.0,
-        "wall_time_s": 0.0,
-        "gradient": [],
-        "noise": None,
-        "status": None,
-        "train_log": [],
-    }
-    if latest:
-        ckpt.restore(latest).assert_existing_objects_matched()
-        state = json.loads(host_var.numpy().decode())
-        logging.info(
-            "[%s] resumed from %s at step %d",
-            name,
-            latest,
-            int(optimizer.iterations.numpy()),
-        )
-    step = int(optimizer.iterations.numpy())
-
-    from wide_tf.measure import TwoBatchNoiseScale
-
-    noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
-    if state["noise"]:
-        noise = TwoBatchNoiseScale.from_dict(state["noise"])
-    probe = (
-        _GradientProbe(config, t.get("gradient_every_examples", 0))
-        if t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
-        else None
-    )
-
-    train_iter = iter(data_lib.make_train_dataset(config.data, batch, strategy, t.seed, start_step=step))
     eval_batch = (
         t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
     )
@@ -245,22 +334,192 @@ def train_and_evaluate(
             return InMemoryEvalSet(x, y, eval_batch)
         return data_lib.make_eval_dataset(config.data, split, eval_batch, strategy, limit=limit)
 
-    eval_sets = {
-        "train": eval_set("train", t.get("eval_train_limit", 0) or None),
-        "test": eval_set("test", None),
-    }
-    writers = {
-        k: tf.summary.create_file_writer(wd.join(workdir, k)) if chief else tf.summary.create_noop_writer()
-        for k in ("train", "eval")
-    }
+    with tf.device("/cpu:0"):
+        host_var = tf.Variable("", trainable=False, dtype=tf.string)
+    built = _Built(
+        key=key,
+        host_var=host_var,
+        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var),
+        model=model,
+        optimizer=optimizer,
+        stepper=stepper,
+        trust_fn=trust_fn,
+        eval_sets={
+            "train": eval_set("train", t.get("eval_train_limit", 0) or None),
+            "test": eval_set("test", None),
+        },
+        optimizer_init=[v.numpy() for v in optimizer.variables],
+        init_weights={t.seed: [w.numpy() for w in model.weights]},
+    )
+    _BUILT[key] = built
+    return built
 
-    def evaluate(at_step: int, train_scalars: dict | None) -> dict:
-        tr = stepper.evaluate(eval_sets["train"])
-        te = stepper.evaluate(eval_sets["test"])
+
+@dataclasses.dataclass
+class RunState:
+    """Everything a run carries from one host loop to the next, and into its checkpoints (as a
+    JSON string beside the model and optimizer), besides the weights and optimizer state."""
+
+    step: int = 0
+    status: str | None = None  # None while running; then 'reached', 'not_reached' or 'diverged'
+    steps_to_target: int | None = None
+    steps_to_target_interp: float | None = None  # the crossing between the two evaluations around it
+    best_test_accuracy: float | None = None
+    history: list = dataclasses.field(default_factory=list)  # one dict per evaluation
+    gradient: list = dataclasses.field(default_factory=list)  # one dict per probe measurement
+    noise: dict | None = None  # the two-batch noise-scale estimator's state
+    train_time_s: float = 0.0
+    wall_time_s: float = 0.0
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str, step: int) -> "RunState":
+        """From a checkpoint's JSON; `step` (the optimizer's) where the checkpoint predates the
+        field. Unknown keys (from older versions) are ignored."""
+        d = json.loads(text)
+        names = {f.name for f in dataclasses.fields(cls)}
+        d.setdefault("step", step)
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class Run:
+    """One training run: `restore`, then `train_until` the next evaluation, `evaluate`, `measure`
+    the gradient, `save`, and finally `result`; `run` is the loop that ties them together.
+
+    Set-up (data sizes, the batch plan, the budget and evaluation steps, the model, optimizer and
+    compiled step, kept from the last run when they can be: see `_build`) happens here, in
+    __init__."""
+
+    def __init__(self, config, workdir: str, runtime: Runtime, trial: dict | None = None):
+        self.config, self.workdir, self.runtime, self.trial = config, workdir, runtime, trial or {}
+        t, strategy = config.train, runtime.strategy
+        self.info = info = data_lib.dataset_info(config.data)
+        _check(config, info)
+        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
+        ghost = config.model.get("ghost_batch_size", 0)
+        if config.model.norm == "ghost" and plan.micro_batch % ghost:
+            # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
+            # its statistics would then depend on the number of replicas (and micro-batches).
+            raise ConfigError(
+                f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
+                f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
+                f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
+                f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
+                f"or raise the batch"
+            )
+        self.batch = batch = plan.global_batch
+        self.steps_per_epoch = info.num_train / batch
+        self.total_steps = _budget_steps(t, info.num_train, batch)
+        self.eval_every = t.get("eval_every_examples", 0) or info.num_train
+        self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
+        self.name = self.trial.get("trial_id", "run")
+
+        self.built = built = _build(config, runtime, info, plan, self.steps_per_epoch, self.total_steps)
+        self.model, self.optimizer, self.stepper = built.model, built.optimizer, built.stepper
+        # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a
+        # save may run collectives), but only the chief writes into the workdir; the others save
+        # into a scratch folder that they delete, and write no summaries, metrics or result.
+        self.chief = strategy.extended.should_checkpoint
+        self.scratch = None if self.chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
+        self.checkpoint_dir = wd.join(workdir, wd.CHECKPOINTS)
+        built.host_var.assign("")
+        self.manager = tf.train.CheckpointManager(
+            built.checkpoint,
+            self.checkpoint_dir if self.chief else wd.join(self.scratch, wd.CHECKPOINTS),
+            max_to_keep=2,
+        )
+        self.metrics = MetricsWriter(workdir, self.chief, self.name)
+        want_probe = t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
+        self.probe = built.probe(config) if want_probe else None
+        self.state = RunState()
+        self.noise = None
+        self.train_iter = None
+        self._clock = time.time()
+
+    # ---- the pieces ------------------------------------------------------------------------------
+
+    def restore(self) -> None:
+        """Continues from the chief's last checkpoint, if any; opens the data stream at the step."""
+        from wide_tf.measure import TwoBatchNoiseScale
+
+        latest = tf.train.latest_checkpoint(self.checkpoint_dir)
+        if latest:
+            self.built.checkpoint.restore(latest).assert_existing_objects_matched()
+            # A diverged run's optimizer may have run past the step it diverged at (see
+            # Stepper): the state's step is the one that counts.
+            self.state = RunState.from_json(
+                self.built.host_var.numpy().decode(), int(self.optimizer.iterations.numpy())
+            )
+            self.metrics.log("resumed from %s at step %d", latest, self.state.step)
+        t = self.config.train
+        self.noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
+        if self.state.noise:
+            self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
+        # Always the distributed iterator, even on one CPU device: a plain one is cheaper to
+        # create (~0.15 s less per run) but its steps were 1.5-4x slower here (no prefetch ahead).
+        self.train_iter = iter(
+            data_lib.make_train_dataset(self.config.data, self.batch, self.runtime.strategy, t.seed,
+                                        start_step=self.state.step)
+        )
+
+    def train_until(self, target_step: int) -> dict:
+        """One host call of at most train.steps_per_loop steps towards `target_step`; returns the
+        loop's training scalars (also sent to TensorBoard). One device-to-host read."""
+        st, plan = self.state, self.plan
+        n = min(self.config.train.get("steps_per_loop", 100), target_step - st.step)
+        t0 = time.time()
+        scalars = self.stepper.train(self.train_iter, n)
+        dt = time.time() - t0
+        st.step += int(scalars["steps"])  # all n, or up to the first diverged step
+        st.train_time_s += dt
+        examples = max(scalars["examples"], 1.0)
+        out = {
+            "batch_loss": scalars["loss_sum"] / examples,
+            "batch_accuracy": scalars["correct"] / examples,
+            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
+            "param_norm": math.sqrt(scalars["param_norm_sq"]),
+            "update_norm": math.sqrt(scalars["update_norm_sq"]),
+            "learning_rate": scalars["learning_rate"],  # of the next step
+            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
+        }
+        if self.built.trust_fn is not None:
+            out.update(
+                trust_ratio_min=scalars["trust_min"],
+                trust_ratio_mean=scalars["trust_mean"],
+                trust_ratio_max=scalars["trust_max"],
+            )
+        if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
+            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
+            done = max(scalars["steps"], 1.0)
+            self.noise.update(
+                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, self.batch
+            )
+            st.noise = self.noise.to_dict()
+            if self.noise.value is not None:
+                out["noise_scale_two_batch"] = float(self.noise.value)
+        self.metrics.scalars("train", st.step, out)
+        if scalars["diverged"]:
+            st.status = "diverged"
+            self.metrics.log(
+                "diverged at step %d (loss %.4g): recorded as a result, not an error",
+                st.step,
+                out["batch_loss"],
+                warning=True,
+            )
+        return out
+
+    def evaluate(self, train_scalars: dict | None = None, check_target: bool = True) -> dict:
+        """Training and test accuracy and loss at the current step, into the history; with
+        `check_target`, whether the target is met (the first time: the run has reached it)."""
+        st, t = self.state, self.config.train
+        tr = self.stepper.evaluate(self.built.eval_sets["train"])
+        te = self.stepper.evaluate(self.built.eval_sets["test"])
         ev = {
-            "step": at_step,
-            "epoch": at_step * batch / n_train,
-            "examples": at_step * batch,
+            "step": st.step,
+            "epoch": st.step * self.batch / self.info.num_train,
+            "examples": st.step * self.batch,
             "train_accuracy": tr["accuracy"],
             "train_loss": tr["loss"],
             "test_accuracy": te["accuracy"],
@@ -268,219 +527,219 @@ def train_and_evaluate(
         }
         if train_scalars:
             ev.update(train_scalars)
-        with writers["eval"].as_default(step=at_step):
-            for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
-                tf.summary.scalar(k, ev[k])
-        best = state["best_test_accuracy"]
-        state["best_test_accuracy"] = te["accuracy"] if best is None else max(best, te["accuracy"])
-        state["history"].append(ev)
+        self.metrics.scalars("eval", st.step, {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")})
+        best = st.best_test_accuracy
+        st.best_test_accuracy = te["accuracy"] if best is None else max(best, te["accuracy"])
+        st.history.append(ev)
+        if check_target and st.steps_to_target is None and _target_met(t.target_metric, t.target_value, ev):
+            st.steps_to_target, st.status = st.step, "reached"
+            prev = st.history[-2] if len(st.history) >= 2 else None
+            st.steps_to_target_interp = interpolated_crossing(prev, ev, t.target_metric, t.target_value)
+            if st.step > 0:
+                self.metrics.log(
+                    "target %s reached at step %d (%.3g epochs)",
+                    describe_protocol(self.config)["target"],
+                    st.step,
+                    st.step / self.steps_per_epoch,
+                )
         return ev
 
-    def measure_gradient(at_step: int) -> None:
-        g = probe(model)
-        g.update(step=at_step, examples=at_step * batch)
-        state["gradient"].append(g)
-        with writers["eval"].as_default(step=at_step):
-            tf.summary.scalar("gradient/diversity", g["diversity"])
-            tf.summary.scalar("gradient/batch_bound", g["batch_bound"])
-            tf.summary.scalar("gradient/noise_scale_exact", g["noise_scale"])
-        logging.info(
-            "[%s] step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
-            name,
-            at_step,
+    def measure(self) -> None:
+        """Exact gradient diversity on the probe set at the current step."""
+        st = self.state
+        g = self.probe(self.model)
+        g.update(step=st.step, examples=st.step * self.batch)
+        st.gradient.append(g)
+        self.metrics.scalars(
+            "eval",
+            st.step,
+            {
+                "gradient/diversity": g["diversity"],
+                "gradient/batch_bound": g["batch_bound"],
+                "gradient/noise_scale_exact": g["noise_scale"],
+            },
+        )
+        self.metrics.log(
+            "step %d: gradient diversity %.4g, batch bound %.4g (probe of %d examples)",
+            st.step,
             g["diversity"],
             g["batch_bound"],
-            len(probe.y),
+            self.probe.n,
         )
 
-    def save_state():
-        host_var.assign(json.dumps(state))
-        manager.save(checkpoint_number=step)
-        if not chief:
-            return
-        wd.write_text_atomic(
-            wd.join(workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in state["history"])
+    def save(self) -> None:
+        """A checkpoint (model, optimizer, state) and metrics.jsonl."""
+        now = time.time()
+        self.state.wall_time_s += now - self._clock
+        self._clock = now
+        self.built.host_var.assign(self.state.to_json())
+        self.manager.save(checkpoint_number=self.state.step)
+        self.metrics.history(self.state.history)
+
+    def running(self) -> bool:
+        st = self.state
+        stop_at_target = self.config.train.get("stop_at_target", True)
+        return (
+            st.step < self.total_steps
+            and st.status != "diverged"
+            and not (stop_at_target and st.status == "reached")
         )
 
-    logging.info(
-        "[%s] %s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
-        "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
-        name,
-        model.name,
-        params,
-        batch,
-        plan.num_replicas,
-        plan.num_micro_batches,
-        plan.micro_batch,
-        peak_lr,
-        total_steps,
-        total_steps / steps_per_epoch,
-        eval_every,
-    )
-    start = time.time()
-    if step == 0 and not state["history"]:
-        ev = evaluate(0, None)
-        if probe is not None:
-            measure_gradient(0)
-        if _target_met(t.target_metric, t.target_value, ev):
-            state["steps_to_target"], state["status"] = 0, "reached"
-    ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, total_steps // 10)
-    last_ckpt = step
-    stop_at_target = t.get("stop_at_target", True)
-    while (
-        step < total_steps
-        and state["status"] not in ("diverged",)
-        and not (stop_at_target and state["status"] == "reached")
-    ):
-        next_eval = min(s for s in eval_steps if s > step)
-        n = min(t.get("steps_per_loop", 100), next_eval - step)
-        t0 = time.time()
-        scalars = stepper.train(train_iter, n)
-        dt = time.time() - t0
-        examples_before = step * batch
-        step = int(optimizer.iterations.numpy())
-        done = max(scalars["steps"], 1.0)
-        lr = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
-        train_scalars = {
-            "batch_loss": scalars["loss_sum"] / max(scalars["examples"], 1.0),
-            "batch_accuracy": scalars["correct"] / max(scalars["examples"], 1.0),
-            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
-            "param_norm": math.sqrt(scalars["param_norm_sq"]),
-            "update_norm": math.sqrt(scalars["update_norm_sq"]),
-            "learning_rate": lr,
-            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
-        }
-        if trust_fn is not None:
-            train_scalars.update(
-                trust_ratio_min=scalars["trust_min"],
-                trust_ratio_mean=scalars["trust_mean"],
-                trust_ratio_max=scalars["trust_max"],
-            )
-        if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
-            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
-            noise.update(
-                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, batch
-            )
-            state["noise"] = noise.to_dict()
-            if noise.value is not None:
-                train_scalars["noise_scale_two_batch"] = float(noise.value)
-        state["train_time_s"] += dt
-        with writers["train"].as_default(step=step):
-            for k, v in train_scalars.items():
-                if v is not None and math.isfinite(v):
-                    tf.summary.scalar(k, v)
-        if stepper.diverged.numpy():
-            state["status"] = "diverged"
-            logging.warning(
-                "[%s] diverged at step %d (loss %.4g): recorded as a result, not an error",
-                name,
-                step,
-                train_scalars["batch_loss"],
-            )
-            break
-        if probe is not None and probe.due(examples_before, step * batch):
-            measure_gradient(step)
-        if step in eval_steps:
-            ev = evaluate(step, train_scalars)
-            logging.info(
-                "[%s] step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
-                "lr %.4g  %.0f ex/s",
-                name,
-                step,
-                total_steps,
-                step / steps_per_epoch,
-                train_scalars["batch_loss"],
-                train_scalars["batch_accuracy"],
-                ev["train_accuracy"],
-                ev["test_accuracy"],
-                lr,
-                train_scalars["examples_per_s"],
-            )
-            if state["steps_to_target"] is None and _target_met(t.target_metric, t.target_value, ev):
-                state["steps_to_target"], state["status"] = step, "reached"
-                prev = state["history"][-2] if len(state["history"]) >= 2 else None
-                state["steps_to_target_interp"] = interpolated_crossing(
-                    prev, ev, t.target_metric, t.target_value
-                )
-                logging.info(
-                    "[%s] target %s reached at step %d (%.3g epochs)",
-                    name,
-                    describe_protocol(config)["target"],
-                    step,
-                    step / steps_per_epoch,
-                )
-        if step - last_ckpt >= ckpt_every:
-            state["wall_time_s"] += time.time() - start
-            start = time.time()
-            save_state()
-            last_ckpt = step
-        if preemption.requested():  # SIGTERM: checkpoint now and stop (wide_tf/preemption.py)
-            if last_ckpt != step:
-                state["wall_time_s"] += time.time() - start
-                save_state()
-            raise preemption.Preempted(name, step)
-    state["wall_time_s"] += time.time() - start
-    if state["status"] is None:
-        state["status"] = "reached" if state["steps_to_target"] is not None else "not_reached"
-    if state["status"] != "diverged" and (not state["history"] or state["history"][-1]["step"] != step):
-        evaluate(step, None)
-    save_state()
-    for w in writers.values():
-        w.flush()
+    # ---- the run ---------------------------------------------------------------------------------
 
-    s_target = state["steps_to_target"] if state["status"] == "reached" else None
-    last = state["history"][-1]
-    result = dict(trial or {})
-    result.update(
-        {
-            "trial_id": name,
-            "arch": config.model.arch,
-            "depth": config.model.depth,
-            "width": config.model.width,
-            "params": params,
-            "batch_size": batch,
-            "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
-            "learning_rate": peak_lr,
-            "optimizer": config.optim.name,
-            "seed": t.seed,
-            "num_train": n_train,
-            "status": state["status"],
-            "target": {"metric": t.target_metric, "value": t.target_value},
-            "steps_to_target": s_target,
-            # The crossing interpolated between the two evaluations around it (analysis uses it).
-            "steps_to_target_interp": None if s_target is None else state.get("steps_to_target_interp", s_target),
-            "epochs_to_target": None if s_target is None else s_target * batch / n_train,
-            "examples_to_target": None if s_target is None else s_target * batch,
-            "steps": step,
-            "epochs": step * batch / n_train,
-            "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
-            "best_test_accuracy": state["best_test_accuracy"],
-            "wall_time_s": state["wall_time_s"],
-            "examples_per_s": step * batch / state["train_time_s"] if state["train_time_s"] else None,
-            "gradient": {
-                "history": state["gradient"],
-                "noise_scale_ema": None if noise.value is None else float(noise.value),
-            },
-            "runtime": runtime.describe(),
-            "protocol": describe_protocol(config),
-        }
-    )
-    result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
-    if state["status"] == "diverged":
-        result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
-    if chief:
-        wd.write_json(result_path, result)
-    elif tf.io.gfile.exists(scratch):
-        tf.io.gfile.rmtree(scratch)
-    logging.info(
-        "[%s] %s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
-        name,
-        state["status"],
-        result["steps_to_target"],
-        None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
-        *(
-            None if v is None else round(v, 4)
-            for v in (result["final"]["train_accuracy"], result["final"]["test_accuracy"])
-        ),
-    )
-    return result
+    def run(self) -> dict:
+        t = self.config.train
+        self.restore()
+        st = self.state
+        self.log_start()
+        self._clock = time.time()
+        if st.step == 0 and not st.history:
+            self.evaluate()
+            if self.probe is not None:
+                self.measure()
+        ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, self.total_steps // 10)
+        # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between saves: a
+        # run of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms here). Resume is
+        # exact from any checkpoint, so this only changes how much work a kill can lose.
+        ckpt_min_s = 0.0 if t.get("checkpoint_every_steps", 0) else DEFAULT_CHECKPOINT_MIN_S
+        last_ckpt, last_ckpt_time = st.step, time.time()
+        while self.running():
+            examples_before = st.step * self.batch
+            scalars = self.train_until(min(s for s in self.eval_steps if s > st.step))
+            if st.status == "diverged":
+                break
+            if self.probe is not None and self.probe.due(examples_before, st.step * self.batch):
+                self.measure()
+            if st.step in self.eval_steps:
+                ev = self.evaluate(scalars)
+                self.log_progress(scalars, ev)
+            if st.step - last_ckpt >= ckpt_every and time.time() - last_ckpt_time >= ckpt_min_s:
+                self.save()
+                last_ckpt, last_ckpt_time = st.step, time.time()
+            if preemption.requested():  # SIGTERM: checkpoint now and stop (wide_tf/preemption.py)
+                if last_ckpt != st.step:
+                    self.save()
+                raise preemption.Preempted(self.name, st.step)
+        if st.status is None:
+            st.status = "reached" if st.steps_to_target is not None else "not_reached"
+        if st.status != "diverged" and (not st.history or st.history[-1]["step"] != st.step):
+            self.evaluate(check_target=False)  # the final numbers; the target counts on the cadence only
+        self.save()
+        self.metrics.flush()
+        return self.result()
+
+    def log_start(self) -> None:
+        plan = self.plan
+        self.metrics.log(
+            "%s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
+            "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
+            self.model.name,
+            self.params,
+            self.batch,
+            plan.num_replicas,
+            plan.num_micro_batches,
+            plan.micro_batch,
+            self.peak_lr,
+            self.total_steps,
+            self.total_steps / self.steps_per_epoch,
+            self.eval_every,
+        )
+
+    def log_progress(self, scalars: dict, ev: dict) -> None:
+        st = self.state
+        self.metrics.log(
+            "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
+            "lr %.4g  %.0f ex/s",
+            st.step,
+            self.total_steps,
+            st.step / self.steps_per_epoch,
+            scalars["batch_loss"],
+            scalars["batch_accuracy"],
+            ev["train_accuracy"],
+            ev["test_accuracy"],
+            scalars["learning_rate"],
+            scalars["examples_per_s"],
+        )
+
+    @property
+    def params(self) -> int:
+        return int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
+
+    @property
+    def peak_lr(self) -> float:
+        return float(optim_lib.peak_learning_rate(self.config.optim, self.batch))
+
+    def result(self) -> dict:
+        """result.json (written by the chief; the other workers delete their scratch folder)."""
+        config, t, st, batch, n_train = self.config, self.config.train, self.state, self.batch, self.info.num_train
+        s_target = st.steps_to_target if st.status == "reached" else None
+        last = st.history[-1]
+        result = dict(self.trial)
+        result.update(
+            {
+                "trial_id": self.name,
+                "arch": config.model.arch,
+                "depth": config.model.depth,
+                "width": config.model.width,
+                "params": self.params,
+                "batch_size": batch,
+                "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
+                "learning_rate": self.peak_lr,
+                "optimizer": config.optim.name,
+                "seed": t.seed,
+                "num_train": n_train,
+                "status": st.status,
+                "target": {"metric": t.target_metric, "value": t.target_value},
+                "steps_to_target": s_target,
+                # The crossing interpolated between the two evaluations around it (the analysis uses it).
+                "steps_to_target_interp": None if s_target is None else (
+                    st.steps_to_target_interp if st.steps_to_target_interp is not None else float(s_target)),
+                "epochs_to_target": None if s_target is None else s_target * batch / n_train,
+                "examples_to_target": None if s_target is None else s_target * batch,
+                "steps": st.step,
+                "epochs": st.step * batch / n_train,
+                "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
+                "best_test_accuracy": st.best_test_accuracy,
+                "wall_time_s": st.wall_time_s,
+                "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
+                "gradient": {
+                    "history": st.gradient,
+                    "noise_scale_ema": None if self.noise.value is None else float(self.noise.value),
+                },
+                "runtime": self.runtime.describe(),
+                # The policy the model was really built with (not only the one asked for).
+                "dtype_policy": _model_policy(self.model),
+                "protocol": describe_protocol(config),
+            }
+        )
+        result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
+        if st.status == "diverged":
+            result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
+        if self.chief:
+            wd.write_json(wd.join(self.workdir, wd.RESULT), result)
+        elif tf.io.gfile.exists(self.scratch):
+            tf.io.gfile.rmtree(self.scratch)
+        self.metrics.log(
+            "%s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
+            st.status,
+            result["steps_to_target"],
+            None if result["epochs_to_target"] is None else round(result["epochs_to_target"], 3),
+            *(
+                None if v is None else round(v, 4)
+                for v in (result["final"]["train_accuracy"], result["final"]["test_accuracy"])
+            ),
+        )
+        return result
+
+
+def train_and_evaluate(
+    config, workdir: str, runtime: Runtime | None = None, trial: dict | None = None
+) -> dict:
+    """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
+    (and writes) result.json. A finished run is not repeated."""
+    result_path = wd.join(workdir, wd.RESULT)
+    if tf.io.gfile.exists(result_path):
+        logging.info("Run in %s already finished; reading its result.", workdir)
+        return wd.read_json(result_path)
+    tf.io.gfile.makedirs(workdir)
+    return Run(config, workdir, runtime or setup_runtime(config.runtime), trial).run()

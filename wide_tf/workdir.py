@@ -10,7 +10,8 @@ import uuid
 import tensorflow as tf
 
 CONFIG = "config.json"
-RESULTS = "results.jsonl"
+RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
+RESULTS_DIR = "results"  # one <trial_id>.json per finished trial
 TRIALS = "trials"
 REPORT = "report"
 RESULT = "result.json"
@@ -74,42 +75,64 @@ def read_jsonl(path: str) -> list[dict]:
     return out
 
 
-def append_result(workdir: str, record: dict) -> None:
-    """Appends one line to results.jsonl atomically.
-
-    gfile cannot append on GCS, so the whole file is rewritten through a rename; a lock file on
-    local disks keeps two local processes (shards) from losing each other's lines. Results are
-    deduplicated by trial id, so a trial that two shards both finished is recorded once."""
-    path = join(workdir, RESULTS)
-    with _Lock(path + ".lock"):
-        records = read_jsonl(path)
-        if any(r.get("trial_id") == record["trial_id"] for r in records):
-            return
-        records.append(record)
-        write_text_atomic(path, "".join(dumps_line(r) + "\n" for r in records))
+def result_path(workdir: str, trial_id: str) -> str:
+    return join(workdir, RESULTS_DIR, f"{trial_id}.json")
 
 
-class _Lock:
-    """An exclusive lock file (local paths only; on GCS the rename is the only guard)."""
+def record_result(workdir: str, result: dict) -> None:
+    """Records one finished trial as its own file, WORKDIR/results/<trial_id>.json, written
+    atomically (a temporary sibling renamed over it).
 
-    def __init__(self, path: str):
-        self.path = path
-        self.fd = None
+    No lock and no read-modify-write: two shards finishing together write two different files,
+    which needs nothing of the file system but an atomic rename (also on GCS, through gfile).
+    A trial recorded twice (two shards, or a re-run) writes the same name: the last one wins."""
+    tf.io.gfile.makedirs(join(workdir, RESULTS_DIR))
+    write_json(result_path(workdir, result["trial_id"]), result)
 
-    def __enter__(self):
-        if "://" in self.path:
-            return self
-        import fcntl
 
-        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        self.fd = os.open(self.path, os.O_CREAT | os.O_RDWR)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
+def read_results_counted(workdir: str) -> tuple[list[dict], int]:
+    """(every recorded result, number of unreadable ones skipped).
 
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            import fcntl
+    Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
+    legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
+    An unreadable or partial file (or line), or a record without a trial_id, is skipped and
+    counted, never fatal. Sorted by trial id, so the order does not depend on the listing."""
+    by_id: dict = {}
+    bad = 0
+    legacy = join(workdir, RESULTS)
+    if tf.io.gfile.exists(legacy):
+        with tf.io.gfile.GFile(legacy, "r") as f:
+            text = f.read()
+        for line in text.splitlines():
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                bad += 1
+                continue
+            if not isinstance(rec, dict) or "trial_id" not in rec:
+                bad += 1
+                continue
+            by_id[rec["trial_id"]] = rec
+    folder = join(workdir, RESULTS_DIR)
+    names = tf.io.gfile.listdir(folder) if tf.io.gfile.isdir(folder) else []
+    for name in sorted(names):
+        if not name.endswith(".json"):  # a writer's temporary file (`.json.tmp-...`)
+            continue
+        try:
+            with tf.io.gfile.GFile(join(folder, name), "r") as f:
+                rec = json.loads(f.read())
+        except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.OpError, OSError):
+            bad += 1
+            continue
+        if not isinstance(rec, dict) or "trial_id" not in rec:
+            bad += 1
+            continue
+        by_id[rec["trial_id"]] = rec
+    return [by_id[k] for k in sorted(by_id)], bad
 
-            fcntl.flock(self.fd, fcntl.LOCK_UN)
-            os.close(self.fd)
-        return False
+
+def read_results(workdir: str) -> list[dict]:
+    """Every recorded result of the study in `workdir` (see `read_results_counted`)."""
+    return read_results_counted(workdir)[0]

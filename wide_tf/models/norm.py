@@ -19,9 +19,11 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
 
     Hoffer et al. 2017. In training, the (per-replica) batch is split into consecutive groups of
     `ghost_batch_size` examples and each group is normalised with its own mean and variance, so an
-    example's normalisation does not change when the batch grows. A batch no larger than
-    `ghost_batch_size` is one group; a larger batch must be a multiple of it (checked in the
-    graph). The moving statistics are updated with the mean over groups of the group means and
+    example's normalisation does not change when the batch grows. The batch must be a multiple of
+    `ghost_batch_size` (one group or more): the virtual batch is never shrunk to fit a smaller
+    batch, since that would make the statistics depend on the replica count (train.py rejects such
+    a configuration before training; here it is checked while tracing, or in the graph). The
+    moving statistics are updated with the mean over groups of the group means and
     variances (averaged over replicas too, under a multi-replica strategy); inference uses them
     exactly like BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are
     those of BatchNormalization, so parameter counts and checkpoints line up, and code that
@@ -51,18 +53,21 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
         g = self.ghost_batch_size
         static_batch = x.shape[0]
-        if static_batch is not None and static_batch > g and static_batch % g:
+        if static_batch is not None and static_batch % g:
             raise ValueError(
-                f"{self.name}: batch of {static_batch} is larger than ghost_batch_size={g} and not "
-                f"a multiple of it")
+                f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
+                f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
+                f"model.ghost_batch_size or raise the batch")
         batch = tf.shape(x)[0]
-        group = tf.minimum(batch, g)
+        # Dynamic shapes only (on CPU and GPU without XLA; under XLA shapes are static and the
+        # check above runs while tracing, and train.py rejects such a batch before training).
         check = tf.debugging.assert_equal(
-            batch % group, 0,
-            message=(f"{self.name}: the per-replica batch must be at most ghost_batch_size={g} "
-                     f"or a multiple of it"))
+            batch % g, 0,
+            message=(f"{self.name}: the per-replica batch must be a multiple of "
+                     f"ghost_batch_size={g}"))
         with tf.control_dependencies([check]):
-            num_groups = batch // group
+            num_groups = batch // g
+        group = g
         grouped = tf.reshape(x, tf.concat([[num_groups, group], tf.shape(x)[1:]], axis=0))
         axes = list(range(1, len(x.shape)))  # within a group: examples and spatial positions
         mean, variance = tf.nn.moments(grouped, axes=axes, keepdims=True)
