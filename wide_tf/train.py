@@ -177,13 +177,15 @@ class MetricsWriter:
 
     def __init__(self, workdir: str, chief: bool, name: str):
         self.workdir, self.chief, self.name = workdir, chief, name
-        self._writers = (
-            {k: tf.summary.create_file_writer(wd.join(workdir, k)) for k in ("train", "eval")} if chief else {}
-        )
+        # Event files are created on the first scalar, not here: a run that stops before it
+        # trains (a damaged checkpoint, say) leaves the workdir exactly as it found it.
+        self._writers: dict = {}
 
     def scalars(self, kind: str, step: int, values: dict) -> None:
         if not self.chief:
             return
+        if kind not in self._writers:
+            self._writers[kind] = tf.summary.create_file_writer(wd.join(self.workdir, kind))
         with self._writers[kind].as_default(step=step):
             for k, v in values.items():
                 if v is not None and math.isfinite(v):
