@@ -112,6 +112,17 @@ def test_lr_grid_next_runs_rules():
     g = [rec(mult=m, steps=s) for m, s in ((0.5, 30), (1.0, 60), (2.0, 40))]
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(0.25, 0, "tune")]
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2, extend=False) == [(0.5, 1, "confirm")]
+    # Nothing reached and nothing diverged: towards the rate that got closest to the target.
+    def stalled(m, acc):
+        return rec(mult=m, status="not_reached", target={"metric": "train_accuracy", "value": 0.99},
+                   final={"train_accuracy": acc})
+    g = [stalled(0.5, 0.9), stalled(1.0, 0.5), stalled(2.0, 0.1)]  # too large: stuck near chance
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(0.25, 0, "tune")]
+    g = [stalled(0.5, 0.5), stalled(1.0, 0.8), stalled(2.0, 0.95)]  # too small: out of budget
+    assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(4.0, 0, "tune")]
+    # Extensions keep 4 significant digits of the grid's ratio: sqrt(2) spacing steps to 0.5 and 2.
+    g = [rec(mult=m, steps=s) for m, s in ((0.7071, 30), (1.0, 40), (1.4142, 50))]
+    assert lr_grid.next_runs(g, [0.7071, 1.0, 1.4142], [0], [], 2) == [(0.5, 0, "tune")]
     # Two extensions already: final.
     g = [rec(mult=m, steps=s) for m, s in ((0.5, 90), (1.0, 60), (2.0, 40), (4.0, 30), (8.0, 20))]
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [], 2) == []

@@ -10,8 +10,11 @@ The protocol:
    * the best rate sits on the largest rate tried -> one step up;
    * the best rate sits on the smallest rate tried -> one step down;
    * no rate reached the target: every run diverged -> down (the rates are too large); no run
-     diverged, so they ran out of budget -> up (larger rates are faster until they diverge);
-     both (small rates too slow, large ones diverge) -> no extension: the cell is censored.
+     diverged, so they all ran out of budget -> towards the rate that got closest to the target
+     (its final training metric): up when that is the largest rate (the usual case: larger rates
+     are faster until they diverge), down when it is the smallest (a rate too large for the
+     network can stall at chance without diverging); both (small rates too slow, large ones
+     diverge) -> no extension: the cell is censored.
 3. Once the grid is final, the best rate is re-run on every confirmation seed
    (`sweep.confirm_seeds`), as ordinary trials with role "confirm". A cell's steps-to-target is
    then the median over all its seeds at that rate (`wide_tf.analysis`).
@@ -54,6 +57,7 @@ class GridPoint:
     n_reached: int
     n_diverged: int
     median_steps: float | None  # over the tuning seeds, only when every seed reached
+    progress: float | None = None  # mean final target metric (larger = closer) when not reached
 
     @property
     def reached(self) -> bool:
@@ -66,6 +70,17 @@ def _median(values: Sequence[float]) -> float:
     return v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
 
 
+def _progress(rec: dict) -> float | None:
+    """How close a run that did not reach the target got to it: its final value of the target
+    metric, signed so that larger is closer (None when the run recorded none)."""
+    target = rec.get("target") or {}
+    metric = target.get("metric") if isinstance(target, dict) else None
+    v = (rec.get("final") or {}).get(metric) if metric else None
+    if v is None or not math.isfinite(float(v)):
+        return None
+    return -float(v) if metric.endswith("loss") else float(v)
+
+
 def grid_points(tuning_records: Sequence[dict]) -> list[GridPoint]:
     """The tuning runs of one cell grouped by multiplier, ascending."""
     by: dict[float, list[dict]] = {}
@@ -76,9 +91,11 @@ def grid_points(tuning_records: Sequence[dict]) -> list[GridPoint]:
         rs = by[m]
         steps = [run_steps(r) for r in rs]
         ok = all(s is not None for s in steps)
+        prog = [p for p in (_progress(r) for r in rs) if p is not None]
         out.append(GridPoint(m, len(rs), sum(s is not None for s in steps),
                              sum(r.get("status") == "diverged" for r in rs),
-                             _median(steps) if ok else None))
+                             _median(steps) if ok else None,
+                             sum(prog) / len(prog) if prog else None))
     return out
 
 
@@ -104,7 +121,9 @@ def extension(points: Sequence[GridPoint], base: Sequence[float], max_extensions
         if diverged == runs:
             nxt = mults[0] / ratio
         elif diverged == 0:
-            nxt = mults[-1] * ratio
+            prog = [(p.progress, p.multiplier) for p in points if p.progress is not None]
+            closest = max(prog)[1] if len(prog) == len(points) else mults[-1]
+            nxt = mults[0] / ratio if closest == mults[0] and len(points) > 1 else mults[-1] * ratio
         else:
             return None
     elif len(points) > 1 and best.multiplier == mults[-1]:
@@ -113,7 +132,7 @@ def extension(points: Sequence[GridPoint], base: Sequence[float], max_extensions
         nxt = mults[0] / ratio
     else:
         return None
-    nxt = mult_key(nxt)
+    nxt = float(f"{nxt:.4g}")  # 0.7071 / 1.414 reads 0.5, not 0.49999
     return None if nxt in mults or not math.isfinite(nxt) or nxt <= 0 else nxt
 
 

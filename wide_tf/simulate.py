@@ -40,7 +40,7 @@ class Design:
     batch_sizes: tuple = (16, 32, 64, 128, 256, 512, 1024)
     lr_multipliers: tuple = (0.7071, 1.0, 1.4142)
     tuning_seeds: tuple = (0,)
-    confirm_seeds: tuple = (1, 2)
+    confirm_seeds: tuple = (1, 2, 3, 4)
     max_lr_extensions: int = 2
     num_train: int = 1438
     max_epochs: float = 60.0
