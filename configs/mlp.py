@@ -77,5 +77,7 @@ def get_config(arg=None):
         config.train.target_value = 0.5
         config.train.steps_per_loop = 10
     else:
-        raise ValueError(f"unknown variant {variant!r} of configs/mlp.py: local, single, paper or smoke")
+        raise ValueError(
+            f"unknown variant {variant!r} of configs/mlp.py: local, single, paper or smoke"
+        )
     return config

@@ -52,7 +52,9 @@ def get_config(arg=None):
         config.train.max_epochs = 100.0
         config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 306 steps
         config.train.eval_every_examples = 25_000
-        config.train.eval_train_limit = 10_000  # training accuracy on a fixed 10k subset: cheap, same for all
+        config.train.eval_train_limit = (
+            10_000  # training accuracy on a fixed 10k subset: cheap, same for all
+        )
         config.train.steps_per_loop = 50
         config.train.gradient_every_examples = 500_000
         config.train.probe_size = 1024

@@ -12,7 +12,9 @@ import tensorflow as tf  # noqa: E402
 # uses one device; MirroredStrategy tests ask for both).
 _cpus = tf.config.list_physical_devices("CPU")
 try:
-    tf.config.set_logical_device_configuration(_cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2)
+    tf.config.set_logical_device_configuration(
+        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+    )
 except RuntimeError:  # already initialised by a plugin; multi-replica tests will skip
     pass
 

@@ -61,7 +61,9 @@ def kill_when(proc, condition, timeout=240):
     while time.time() < deadline:
         if proc.poll() is not None:
             if proc.returncode != 0:
-                raise AssertionError(f"the run failed ({proc.returncode}):\n{proc.stderr.read()[-3000:]}")
+                raise AssertionError(
+                    f"the run failed ({proc.returncode}):\n{proc.stderr.read()[-3000:]}"
+                )
             return False
         if condition():
             os.killpg(proc.pid, signal.SIGKILL)

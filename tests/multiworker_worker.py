@@ -50,7 +50,9 @@ def main(strategy_name: str, out_path: str) -> dict:
         ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(per, drop_remainder=True)
         return ds.shard(ctx.num_input_pipelines, ctx.input_pipeline_id).repeat()
 
-    keras.utils.set_random_seed(SEED)  # identical initial weights on every worker (and the reference)
+    keras.utils.set_random_seed(
+        SEED
+    )  # identical initial weights on every worker (and the reference)
     with strategy.scope():
         model = build_model("mlp", 2, 16, 4, (6, 6, 1), norm="none")
         optimizer = keras.optimizers.SGD(0.1, momentum=0.9)
@@ -62,9 +64,14 @@ def main(strategy_name: str, out_path: str) -> dict:
 
     weights = {f"w{i}": v.numpy() for i, v in enumerate(model.trainable_variables)}
     np.savez(out_path, **weights)
-    return {"replicas": strategy.num_replicas_in_sync, "strategy": type(strategy).__name__,
-            "examples": scalars["examples"], "loss_sum": scalars["loss_sum"],
-            "steps": scalars["steps"], "iterations": int(optimizer.iterations.numpy())}
+    return {
+        "replicas": strategy.num_replicas_in_sync,
+        "strategy": type(strategy).__name__,
+        "examples": scalars["examples"],
+        "loss_sum": scalars["loss_sum"],
+        "steps": scalars["steps"],
+        "iterations": int(optimizer.iterations.numpy()),
+    }
 
 
 if __name__ == "__main__":

@@ -10,40 +10,106 @@ import pytest
 
 from wide_tf import analysis as A
 from wide_tf import critical_batch as cb
-from wide_tf import lr_grid
-from wide_tf import simulate
+from wide_tf import lr_grid, simulate
 
 
-def rec(member="m", batch=32, mult=1.0, seed=0, status="reached", steps=None, n_train=1000,
-        width=64, depth=2, params=10000, arch="mlp", tid=None, role="tune", budget=1000, **extra):
-    r = {"trial_id": tid or f"{member}-{batch}-{mult}-{seed}", "member": member, "arch": arch,
-         "depth": depth, "width": width, "params": params, "batch_size": batch,
-         "lr_multiplier": mult, "learning_rate": 0.1 * mult, "seed": seed, "role": role,
-         "num_train": n_train, "status": status,
-         "steps_to_target": steps if status == "reached" else None,
-         "steps": steps if status == "reached" else budget,
-         "best_test_accuracy": 0.9}
+def rec(
+    member="m",
+    batch=32,
+    mult=1.0,
+    seed=0,
+    status="reached",
+    steps=None,
+    n_train=1000,
+    width=64,
+    depth=2,
+    params=10000,
+    arch="mlp",
+    tid=None,
+    role="tune",
+    budget=1000,
+    **extra,
+):
+    r = {
+        "trial_id": tid or f"{member}-{batch}-{mult}-{seed}",
+        "member": member,
+        "arch": arch,
+        "depth": depth,
+        "width": width,
+        "params": params,
+        "batch_size": batch,
+        "lr_multiplier": mult,
+        "learning_rate": 0.1 * mult,
+        "seed": seed,
+        "role": role,
+        "num_train": n_train,
+        "status": status,
+        "steps_to_target": steps if status == "reached" else None,
+        "steps": steps if status == "reached" else budget,
+        "best_test_accuracy": 0.9,
+    }
     r.update(extra)
     return r
 
 
-def curve_records(member, width, depth, s_min, b_crit, batches, *, noise=0.0, rng=None,
-                  n_train=1000, confirm=(1, 2), budget_epochs=None):
+def curve_records(
+    member,
+    width,
+    depth,
+    s_min,
+    b_crit,
+    batches,
+    *,
+    noise=0.0,
+    rng=None,
+    n_train=1000,
+    confirm=(1, 2),
+    budget_epochs=None,
+):
     """A 3-point grid whose middle rate wins (the others take 1.5x longer), confirmed on `confirm`
     seeds; steps follow S_min (1 + B_crit / B) times log-normal noise."""
     out = []
     for b in batches:
         s_true = s_min * (1 + b_crit / b)
         budget = None if budget_epochs is None else math.ceil(budget_epochs * n_train / b)
-        for mult, seed, role, factor in [(0.5, 0, "tune", 1.5), (1.0, 0, "tune", 1.0), (2.0, 0, "tune", 1.5)] + [
-                (1.0, s, "confirm", 1.0) for s in confirm]:
+        for mult, seed, role, factor in [
+            (0.5, 0, "tune", 1.5),
+            (1.0, 0, "tune", 1.0),
+            (2.0, 0, "tune", 1.5),
+        ] + [(1.0, s, "confirm", 1.0) for s in confirm]:
             s = s_true * factor * (math.exp(noise * rng.standard_normal()) if noise else 1.0)
             if budget is not None and s > budget:
-                out.append(rec(member, b, mult, seed, "not_reached", n_train=n_train, width=width,
-                               depth=depth, role=role, budget=budget, tid=f"{member}-{b}-{mult}-{seed}"))
+                out.append(
+                    rec(
+                        member,
+                        b,
+                        mult,
+                        seed,
+                        "not_reached",
+                        n_train=n_train,
+                        width=width,
+                        depth=depth,
+                        role=role,
+                        budget=budget,
+                        tid=f"{member}-{b}-{mult}-{seed}",
+                    )
+                )
             else:
-                out.append(rec(member, b, mult, seed, "reached", s, n_train=n_train, width=width,
-                               depth=depth, role=role, tid=f"{member}-{b}-{mult}-{seed}"))
+                out.append(
+                    rec(
+                        member,
+                        b,
+                        mult,
+                        seed,
+                        "reached",
+                        s,
+                        n_train=n_train,
+                        width=width,
+                        depth=depth,
+                        role=role,
+                        tid=f"{member}-{b}-{mult}-{seed}",
+                    )
+                )
     return out
 
 
@@ -63,11 +129,15 @@ def test_parse_results_skips_torn_lines_and_dedupes():
 
 
 def test_best_rate_on_tuning_seed_then_median_over_confirmation_seeds():
-    recs = [rec(mult=0.5, steps=300), rec(mult=1.0, steps=100), rec(mult=2.0, status="diverged"),
-            rec(mult=1.0, seed=1, role="confirm", steps=140),
-            rec(mult=1.0, seed=2, role="confirm", steps=120),
-            # a confirmation seed of another rate never decides the choice
-            rec(mult=0.5, seed=1, role="confirm", steps=10)]
+    recs = [
+        rec(mult=0.5, steps=300),
+        rec(mult=1.0, steps=100),
+        rec(mult=2.0, status="diverged"),
+        rec(mult=1.0, seed=1, role="confirm", steps=140),
+        rec(mult=1.0, seed=2, role="confirm", steps=120),
+        # a confirmation seed of another rate never decides the choice
+        rec(mult=0.5, seed=1, role="confirm", steps=10),
+    ]
     (cell,) = A.cells_of(recs)
     assert cell.best_multiplier == 1.0 and cell.learning_rate == pytest.approx(0.1)
     assert cell.seed_steps == (100, 120, 140) and cell.median_steps == 120
@@ -77,8 +147,11 @@ def test_best_rate_on_tuning_seed_then_median_over_confirmation_seeds():
 
 
 def test_interpolated_steps_are_preferred_and_ties_go_to_the_smaller_rate():
-    recs = [rec(mult=0.5, steps=100, steps_to_target_interp=91.5), rec(mult=1.0, steps=100,
-            steps_to_target_interp=91.5), rec(mult=2.0, steps=150)]
+    recs = [
+        rec(mult=0.5, steps=100, steps_to_target_interp=91.5),
+        rec(mult=1.0, steps=100, steps_to_target_interp=91.5),
+        rec(mult=2.0, steps=150),
+    ]
     (cell,) = A.cells_of(recs)
     assert cell.best_multiplier == 0.5 and cell.median_steps == 91.5 and cell.lr_at_grid_edge
 
@@ -86,8 +159,11 @@ def test_interpolated_steps_are_preferred_and_ties_go_to_the_smaller_rate():
 def test_censored_and_diverged_seeds():
     # Median of 100, >400 (censored) and a diverged seed (excluded, counted): even count, so the
     # median is the mean of 100 and +inf -> censored at the budget.
-    recs = [rec(mult=1.0, steps=100), rec(mult=1.0, seed=1, role="confirm", status="not_reached", budget=400),
-            rec(mult=1.0, seed=2, role="confirm", status="diverged")]
+    recs = [
+        rec(mult=1.0, steps=100),
+        rec(mult=1.0, seed=1, role="confirm", status="not_reached", budget=400),
+        rec(mult=1.0, seed=2, role="confirm", status="diverged"),
+    ]
     (cell,) = A.cells_of(recs)
     assert cell.median_steps is None and cell.censored_bound == 400
     assert cell.n_diverged_excluded == 1 and cell.n_seeds == 2
@@ -98,8 +174,11 @@ def test_censored_and_diverged_seeds():
 
 
 def test_a_cell_where_nothing_reached_is_censored_at_its_budget():
-    recs = [rec(mult=0.5, status="not_reached", budget=500), rec(mult=1.0, status="not_reached", budget=500),
-            rec(mult=2.0, status="diverged")]
+    recs = [
+        rec(mult=0.5, status="not_reached", budget=500),
+        rec(mult=1.0, status="not_reached", budget=500),
+        rec(mult=2.0, status="diverged"),
+    ]
     (cell,) = A.cells_of(recs)
     assert cell.best_multiplier is None and cell.censored_bound == 500
     obs = A.observations([cell])
@@ -112,10 +191,16 @@ def test_lr_grid_next_runs_rules():
     g = [rec(mult=m, steps=s) for m, s in ((0.5, 30), (1.0, 60), (2.0, 40))]
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(0.25, 0, "tune")]
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2, extend=False) == [(0.5, 1, "confirm")]
+
     # Nothing reached and nothing diverged: towards the rate that got closest to the target.
     def stalled(m, acc):
-        return rec(mult=m, status="not_reached", target={"metric": "train_accuracy", "value": 0.99},
-                   final={"train_accuracy": acc})
+        return rec(
+            mult=m,
+            status="not_reached",
+            target={"metric": "train_accuracy", "value": 0.99},
+            final={"train_accuracy": acc},
+        )
+
     g = [stalled(0.5, 0.9), stalled(1.0, 0.5), stalled(2.0, 0.1)]  # too large: stuck near chance
     assert lr_grid.next_runs(g, [0.5, 1.0, 2.0], [0], [1], 2) == [(0.25, 0, "tune")]
     g = [stalled(0.5, 0.5), stalled(1.0, 0.8), stalled(2.0, 0.95)]  # too small: out of budget
@@ -161,7 +246,10 @@ def test_a_power_law_without_a_knee_gives_a_bound_and_a_fit_quality_that_can_fai
     assert est.b_crit.above_range  # past the largest batch: a bound, never a number
     assert A.fmt_interval(est.b_crit).startswith("> 4,096")
     # R^2 of log S would be ~1 for this curve; R^2 of log epochs is far from it.
-    log_s, pred = obs.log_steps, cb.predict_log_steps(est.fit.log_s_min, est.fit.log_b_crit, obs.batch)
+    log_s, pred = (
+        obs.log_steps,
+        cb.predict_log_steps(est.fit.log_s_min, est.fit.log_b_crit, obs.batch),
+    )
     r2_log_s = 1 - np.sum((log_s - pred) ** 2) / np.sum((log_s - log_s.mean()) ** 2)
     assert r2_log_s > 0.99 and est.fit.r2_log_epochs < 0.9
 
@@ -172,7 +260,9 @@ def test_bootstrap_interval_covers_the_truth():
     covered = 0
     for _ in range(60):
         s = 400 * (1 + 150 / b) * np.exp(0.1 * rng.standard_normal(b.size))
-        est = cb.estimate(cb.Observations.make(b, s, np.zeros(b.size, bool), 1438), 0.25, n_boot=200)
+        est = cb.estimate(
+            cb.Observations.make(b, s, np.zeros(b.size, bool), 1438), 0.25, n_boot=200
+        )
         covered += est.b_crit.low <= 150 <= est.b_crit.high
     assert covered >= 51  # 95% nominal; >= 85% of 60
 
@@ -213,9 +303,17 @@ def test_member_estimate_of_a_known_curve():
 def family(alpha, noise, rng, widths=(100, 200, 400), budget_epochs=None):
     recs = []
     for w, d in zip(widths, (4, 2, 1)):
-        recs += curve_records(f"m{d}", w, d, 300, 100 * (w / widths[0]) ** alpha,
-                              [16, 32, 64, 128, 256, 512, 1024], noise=noise, rng=rng,
-                              budget_epochs=budget_epochs)
+        recs += curve_records(
+            f"m{d}",
+            w,
+            d,
+            300,
+            100 * (w / widths[0]) ** alpha,
+            [16, 32, 64, 128, 256, 512, 1024],
+            noise=noise,
+            rng=rng,
+            budget_epochs=budget_epochs,
+        )
     return recs
 
 
@@ -271,11 +369,26 @@ def test_budget_censoring_does_not_invent_an_effect():
 
 
 def test_batch_bound_at_init():
-    recs = [rec(steps=10, gradient={"history": [{"step": 10, "examples": 320, "batch_bound": 5.0},
-                                                {"step": 0, "examples": 0, "batch_bound": 40.0}]}),
-            rec(tid="x", steps=10, gradient={"history": [{"step": 0, "examples": 0, "batch_bound": 60.0}],
-                                             "noise_scale_ema": 12.0}),
-            rec(tid="y", steps=10)]
+    recs = [
+        rec(
+            steps=10,
+            gradient={
+                "history": [
+                    {"step": 10, "examples": 320, "batch_bound": 5.0},
+                    {"step": 0, "examples": 0, "batch_bound": 40.0},
+                ]
+            },
+        ),
+        rec(
+            tid="x",
+            steps=10,
+            gradient={
+                "history": [{"step": 0, "examples": 0, "batch_bound": 60.0}],
+                "noise_scale_ema": 12.0,
+            },
+        ),
+        rec(tid="y", steps=10),
+    ]
     assert A.batch_bound_at_init(recs) == [40.0, 60.0]
     (s,) = A.summarize_members(recs, n_boot=20)
     assert s.batch_bound_init == pytest.approx(50.0) and s.noise_scale_ema == pytest.approx(12.0)
@@ -287,8 +400,9 @@ def test_batch_bound_at_init():
 @pytest.mark.parametrize("noise", [0.05, 0.1, 0.2])
 def test_calibration_null_is_rarely_decisive(noise):
     """Identical members: a decisive verdict in at most 10% of 200 simulated studies."""
-    cal = simulate.calibrate(simulate.four_x_design(), simulate.Truth(alpha=0.0, noise=noise), 200,
-                             seed=11, n_boot=100)
+    cal = simulate.calibrate(
+        simulate.four_x_design(), simulate.Truth(alpha=0.0, noise=noise), 200, seed=11, n_boot=100
+    )
     assert cal.decisive_rate <= 0.10, cal
 
 
@@ -297,8 +411,9 @@ def test_calibration_finds_a_real_effect(noise):
     """B_crit ~ width^0.5 over a 4x width range: 'supported' in at least 80% of 200 studies at the
     seed noise measured on the local studies (5-10%; the README's table shows 20% too, where the
     power is lower and the report says so through its minimum detectable slope)."""
-    cal = simulate.calibrate(simulate.four_x_design(), simulate.Truth(alpha=0.5, noise=noise), 200,
-                             seed=12, n_boot=100)
+    cal = simulate.calibrate(
+        simulate.four_x_design(), simulate.Truth(alpha=0.5, noise=noise), 200, seed=12, n_boot=100
+    )
     assert cal.supported_rate >= 0.80, cal
     assert cal.contradicted == 0
 
@@ -311,7 +426,20 @@ def test_simulated_study_follows_the_protocol():
     statuses = {r["status"] for r in recs}
     assert "reached" in statuses
     confirmed = [c for c in cells if c.best_multiplier is not None]
-    assert all(sum(1 for r in recs if r["member"] == c.member and r["batch_size"] == c.batch_size
-                   and r["role"] == "confirm") == 2 for c in confirmed)
+    assert all(
+        sum(
+            1
+            for r in recs
+            if r["member"] == c.member
+            and r["batch_size"] == c.batch_size
+            and r["role"] == "confirm"
+        )
+        == len(simulate.Design().confirm_seeds)
+        for c in confirmed
+    )
     # The interpolated crossing never lies after the evaluation that saw it.
-    assert all(r["steps_to_target_interp"] <= r["steps_to_target"] for r in recs if r["status"] == "reached")
+    assert all(
+        r["steps_to_target_interp"] <= r["steps_to_target"]
+        for r in recs
+        if r["status"] == "reached"
+    )

@@ -38,7 +38,10 @@ def test_speed_rows_match_their_raw_seconds(rows):
     cases = bench.default_cases(quick=True)
     # Every model, three contenders: the loop, fit with steps_per_execution = the loop's, fit default.
     assert {r["name"] for r in speed} == {
-        f"{c}/{case.name}" for case in cases for c in ("loop", f"fit_spe{case.steps_per_loop}", "fit_spe1")}
+        f"{c}/{case.name}"
+        for case in cases
+        for c in ("loop", f"fit_spe{case.steps_per_loop}", "fit_spe1")
+    }
     for r in speed:
         assert len(r["seconds"]) == 2 and all(_finite_positive(s) for s in r["seconds"])
         examples = r["batch"] * r["steps_per_call"]
@@ -96,8 +99,16 @@ def test_table_lists_every_row(rows):
     for r in rows[1:]:
         assert r["name"] in table
     assert "loop at least as fast" in table or "loop SLOWER" in table
-    tie = dict(rows[0], kind="ratio", name="loop_over_x/m", ratio=0.98, ratio_min=0.9, ratio_max=1.1,
-               ratio_best=1.0, at_least_as_fast=False)
+    tie = dict(
+        rows[0],
+        kind="ratio",
+        name="loop_over_x/m",
+        ratio=0.98,
+        ratio_min=0.9,
+        ratio_max=1.1,
+        ratio_best=1.0,
+        at_least_as_fast=False,
+    )
     assert "loop SLOWER (within noise)" in bench.format_table([tie])
 
 

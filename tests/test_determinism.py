@@ -48,7 +48,10 @@ def test_same_config_and_seed_give_an_identical_result(tmp_path, arch):
         keras.backend.clear_session()
         train.train_and_evaluate(_config(arch), str(tmp_path / name))
         result = json.loads((tmp_path / name / "result.json").read_text())
-        history = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        history = [
+            json.loads(line)
+            for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()
+        ]
         runs.append((_strip(result), _strip(history)))
     (ra, ha), (rb, hb) = runs
     assert ra["steps"] == 30 and len(ha) > 2 and ra["gradient"]["history"]

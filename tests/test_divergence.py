@@ -19,7 +19,9 @@ def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
     diverged = [r for r in records if r["lr_multiplier"] == 3000.0]
     assert diverged and all(r["status"] == "diverged" for r in diverged)
     assert all(r["steps_to_target"] is None and r["epochs_to_target"] is None for r in diverged)
-    assert all(v is None for r in diverged for v in r["final"].values())  # no NaN stands in for a number
+    assert all(
+        v is None for r in diverged for v in r["final"].values()
+    )  # no NaN stands in for a number
     assert all(r["status"] == "reached" for r in records if r["lr_multiplier"] == 1.0)
     report = (tmp_path / "report" / "report.md").read_text()
     assert f"{len(diverged)} diverged" in report

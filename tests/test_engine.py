@@ -1,12 +1,12 @@
 """The distributed step: replica-count invariance, gradient accumulation, batch plans, divergence."""
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import keras
 
-from wide_tf.steps import BatchPlan, BatchSplitError, Stepper
 from wide_tf.models import build_model
+from wide_tf.steps import BatchPlan, BatchSplitError, Stepper
 
 
 def _data(n=64, seed=0):
@@ -39,7 +39,9 @@ def _run(
     x, y = _data()
     keras.utils.set_random_seed(3)
     with strategy.scope():
-        model = build_model("mlp", 2, 16, 4, (6, 6, 1), norm=norm, ghost_batch_size=ghost_batch_size)
+        model = build_model(
+            "mlp", 2, 16, 4, (6, 6, 1), norm=norm, ghost_batch_size=ghost_batch_size
+        )
         if optimizer == "momentum":
             opt = keras.optimizers.SGD(lr, momentum=0.9)
         else:
@@ -108,8 +110,12 @@ def test_step_matches_a_numpy_sgd_step_on_a_linear_model():
     p /= p.sum(1, keepdims=True)
     p[np.arange(16), y] -= 1
     gw, gb = xf.T @ p / 16, p.mean(0)
-    np.testing.assert_allclose(model.trainable_variables[0].numpy(), w0 - 0.5 * gw, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(model.trainable_variables[1].numpy(), b0 - 0.5 * gb, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(
+        model.trainable_variables[0].numpy(), w0 - 0.5 * gw, rtol=1e-4, atol=1e-6
+    )
+    np.testing.assert_allclose(
+        model.trainable_variables[1].numpy(), b0 - 0.5 * gb, rtol=1e-4, atol=1e-6
+    )
 
 
 def test_reported_norms_and_two_batch_quantities():
@@ -128,7 +134,9 @@ def test_batch_plan_errors_and_splits():
     with pytest.raises(BatchSplitError, match="must be positive"):
         BatchPlan.make(0, 1)
     p = BatchPlan.make(4096, 8, max_device_batch=100)
-    assert p.per_replica == 512 and p.micro_batch <= 100 and p.per_replica % p.num_micro_batches == 0
+    assert (
+        p.per_replica == 512 and p.micro_batch <= 100 and p.per_replica % p.num_micro_batches == 0
+    )
     assert BatchPlan.make(256, 2, 0).num_micro_batches == 1
 
 
@@ -158,7 +166,9 @@ def test_xla_step_gives_the_same_weights_as_the_plain_step():
             model = build_model("mlp", 2, 16, 4, (6, 6, 1))
             opt = keras.optimizers.SGD(0.1, momentum=0.9)
             opt.build(model.trainable_variables)
-            stepper = Stepper(model, opt, one, BatchPlan.make(16, 1, max_device_batch=8), jit_compile=jit)
+            stepper = Stepper(
+                model, opt, one, BatchPlan.make(16, 1, max_device_batch=8), jit_compile=jit
+            )
         stepper.train(iter(_dist_dataset(one, x, y, 16)), 3)
         weights.append([v.numpy() for v in model.trainable_variables])
     for a, b in zip(*weights):

@@ -21,89 +21,289 @@ SINGLE = "--config=configs/mlp.py:single"
 # (id, arguments ({wd}: a workdir holding a study of SMOKE), exit status, words the line must hold)
 CASES = [
     ("no_config", ["--workdir={wd}"], 2, ["--config is required"]),
-    ("config_file_missing", ["--config=configs/no_such_file.py", "--workdir={wd}"], 2,
-     ["not found", "configs/mlp.py"]),
-    ("config_file_misspelt", ["--config=configs/mpl.py", "--workdir={wd}"], 2, ["did you mean 'configs/mlp.py'"]),
+    (
+        "config_file_missing",
+        ["--config=configs/no_such_file.py", "--workdir={wd}"],
+        2,
+        ["not found", "configs/mlp.py"],
+    ),
+    (
+        "config_file_misspelt",
+        ["--config=configs/mpl.py", "--workdir={wd}"],
+        2,
+        ["did you mean 'configs/mlp.py'"],
+    ),
     ("config_not_python", ["--config=README.md", "--workdir={wd}"], 2, ["not a Python file"]),
-    ("variant_unknown", ["--config=configs/mlp.py:no_such_variant", "--workdir={wd}"], 2,
-     ["no variant 'no_such_variant'", "local, single, paper, smoke"]),
-    ("variant_misspelt", ["--config=configs/wrn.py:lcoal", "--workdir={wd}"], 2, ["did you mean 'local'"]),
-    ("field_typo", [SMOKE, "--config.optim.learning_rate=-1", "--workdir={wd}"], 2,
-     ["no field 'learning_rate'", "did you mean 'optim.base_lr'", "base_lr"]),
-    ("field_misspelt", [SINGLE, "--config.train.global_bach=3", "--workdir={wd}"], 2,
-     ["global_bach", "did you mean 'global_batch'"]),
-    ("field_in_wrong_section", [SMOKE, "--config.train.base_lr=0.1", "--workdir={wd}"], 2,
-     ["did you mean 'optim.base_lr'"]),
-    ("section_typo", [SMOKE, "--config.optimizer.name=sgd", "--workdir={wd}"], 2, ["did you mean 'optim'"]),
-    ("value_wrong_type", [SINGLE, "--config.train.global_batch=abc", "--workdir={wd}"], 2,
-     ["abc", "takes an integer"]),
-    ("value_not_a_bool", [SINGLE, "--config.train.stop_at_target=maybe", "--workdir={wd}"], 2,
-     ["takes True or False"]),
-    ("list_on_command_line", [SMOKE, "--config.sweep.batch_sizes=[16]", "--workdir={wd}"], 2,
-     ["sweep.batch_sizes", "config file"]),
+    (
+        "variant_unknown",
+        ["--config=configs/mlp.py:no_such_variant", "--workdir={wd}"],
+        2,
+        ["no variant 'no_such_variant'", "local, single, paper, smoke"],
+    ),
+    (
+        "variant_misspelt",
+        ["--config=configs/wrn.py:lcoal", "--workdir={wd}"],
+        2,
+        ["did you mean 'local'"],
+    ),
+    (
+        "field_typo",
+        [SMOKE, "--config.optim.learning_rate=-1", "--workdir={wd}"],
+        2,
+        ["no field 'learning_rate'", "did you mean 'optim.base_lr'", "base_lr"],
+    ),
+    (
+        "field_misspelt",
+        [SINGLE, "--config.train.global_bach=3", "--workdir={wd}"],
+        2,
+        ["global_bach", "did you mean 'global_batch'"],
+    ),
+    (
+        "field_in_wrong_section",
+        [SMOKE, "--config.train.base_lr=0.1", "--workdir={wd}"],
+        2,
+        ["did you mean 'optim.base_lr'"],
+    ),
+    (
+        "section_typo",
+        [SMOKE, "--config.optimizer.name=sgd", "--workdir={wd}"],
+        2,
+        ["did you mean 'optim'"],
+    ),
+    (
+        "value_wrong_type",
+        [SINGLE, "--config.train.global_batch=abc", "--workdir={wd}"],
+        2,
+        ["abc", "takes an integer"],
+    ),
+    (
+        "value_not_a_bool",
+        [SINGLE, "--config.train.stop_at_target=maybe", "--workdir={wd}"],
+        2,
+        ["takes True or False"],
+    ),
+    (
+        "list_on_command_line",
+        [SMOKE, "--config.sweep.batch_sizes=[16]", "--workdir={wd}"],
+        2,
+        ["sweep.batch_sizes", "config file"],
+    ),
     ("unknown_flag", [SMOKE, "--workdri=x"], 2, ["workdri", "workdir"]),
     ("positional_argument", [SMOKE, "--workdir={wd}", "extra"], 2, ["unexpected arguments"]),
     ("no_workdir", [SMOKE], 2, ["--workdir is required"]),
-    ("sweep_sets_depth", ["--config=configs/wrn.py:smoke", "--config.model.depth=27", "--workdir={wd}"], 2,
-     ["cannot apply", "sweep.family.depths"]),
-    ("sweep_sets_batch", [SMOKE, "--config.train.global_batch=64", "--workdir={wd}"], 2,
-     ["cannot apply", "sweep.batch_sizes"]),
+    (
+        "sweep_sets_depth",
+        ["--config=configs/wrn.py:smoke", "--config.model.depth=27", "--workdir={wd}"],
+        2,
+        ["cannot apply", "sweep.family.depths"],
+    ),
+    (
+        "sweep_sets_batch",
+        [SMOKE, "--config.train.global_batch=64", "--workdir={wd}"],
+        2,
+        ["cannot apply", "sweep.batch_sizes"],
+    ),
     ("sweep_sets_width", [SMOKE, "--config.model.width=0", "--workdir={wd}"], 2, ["cannot apply"]),
-    ("data_unknown", [SMOKE, "--config.data.name=no_such_dataset", "--workdir={wd}"], 2,
-     ["data.name='no_such_dataset'", "mnist_embedded"]),
-    ("data_misspelt", [SMOKE, "--config.data.name=cifar_10", "--workdir={wd}"], 2, ["did you mean 'cifar10'"]),
-    ("data_not_prepared", [SINGLE, "--config.data.name=cifar10", "--config.data.data_dir={tmp}/none",
-                           "--workdir={wd}"], 1, ["not prepared", "data_dir", "download=True", "mnist_embedded"]),
-    ("optimizer_unknown", [SMOKE, "--config.optim.name=adamx", "--workdir={wd}"], 2, ["did you mean 'adam'"]),
-    ("adam_weight_decay", [SINGLE, "--config.optim.name=adam", "--config.optim.weight_decay=0.1",
-                           "--workdir={wd}"], 2, ["adamw"]),
-    ("lr_negative", [SMOKE, "--config.optim.base_lr=-1", "--workdir={wd}"], 2, ["optim.base_lr=-1.0", "> 0"]),
+    (
+        "data_unknown",
+        [SMOKE, "--config.data.name=no_such_dataset", "--workdir={wd}"],
+        2,
+        ["data.name='no_such_dataset'", "mnist_embedded"],
+    ),
+    (
+        "data_misspelt",
+        [SMOKE, "--config.data.name=cifar_10", "--workdir={wd}"],
+        2,
+        ["did you mean 'cifar10'"],
+    ),
+    (
+        "data_not_prepared",
+        [
+            SINGLE,
+            "--config.data.name=cifar10",
+            "--config.data.data_dir={tmp}/none",
+            "--workdir={wd}",
+        ],
+        1,
+        ["not prepared", "data_dir", "download=True", "mnist_embedded"],
+    ),
+    (
+        "optimizer_unknown",
+        [SMOKE, "--config.optim.name=adamx", "--workdir={wd}"],
+        2,
+        ["did you mean 'adam'"],
+    ),
+    (
+        "adam_weight_decay",
+        [SINGLE, "--config.optim.name=adam", "--config.optim.weight_decay=0.1", "--workdir={wd}"],
+        2,
+        ["adamw"],
+    ),
+    (
+        "lr_negative",
+        [SMOKE, "--config.optim.base_lr=-1", "--workdir={wd}"],
+        2,
+        ["optim.base_lr=-1.0", "> 0"],
+    ),
     ("lr_zero", [SMOKE, "--config.optim.base_lr=0", "--workdir={wd}"], 2, ["optim.base_lr=0.0"]),
     ("lr_nan", [SMOKE, "--config.optim.base_lr=nan", "--workdir={wd}"], 2, ["optim.base_lr=nan"]),
-    ("lr_multiplier_negative", [SINGLE, "--config.optim.lr_multiplier=-2", "--workdir={wd}"], 2,
-     ["optim.lr_multiplier"]),
-    ("momentum_out_of_range", [SINGLE, "--config.optim.momentum=1.5", "--workdir={wd}"], 2, ["< 1"]),
-    ("lars_epsilon_negative", [SINGLE, "--config.optim.lars_epsilon=-1e-9", "--workdir={wd}"], 2,
-     ["optim.lars_epsilon"]),
-    ("schedule_misspelt", [SINGLE, "--config.optim.schedule=cosin", "--workdir={wd}"], 2, ["did you mean 'cosine'"]),
-    ("width_zero", [SINGLE, "--config.model.width=0", "--workdir={wd}"], 2, ["width must be a positive integer"]),
+    (
+        "lr_multiplier_negative",
+        [SINGLE, "--config.optim.lr_multiplier=-2", "--workdir={wd}"],
+        2,
+        ["optim.lr_multiplier"],
+    ),
+    (
+        "momentum_out_of_range",
+        [SINGLE, "--config.optim.momentum=1.5", "--workdir={wd}"],
+        2,
+        ["< 1"],
+    ),
+    (
+        "lars_epsilon_negative",
+        [SINGLE, "--config.optim.lars_epsilon=-1e-9", "--workdir={wd}"],
+        2,
+        ["optim.lars_epsilon"],
+    ),
+    (
+        "schedule_misspelt",
+        [SINGLE, "--config.optim.schedule=cosin", "--workdir={wd}"],
+        2,
+        ["did you mean 'cosine'"],
+    ),
+    (
+        "width_zero",
+        [SINGLE, "--config.model.width=0", "--workdir={wd}"],
+        2,
+        ["width must be a positive integer"],
+    ),
     ("depth_negative", [SINGLE, "--config.model.depth=-1", "--workdir={wd}"], 2, ["depth"]),
-    ("wrn_depth_not_6n4", ["--config=configs/wrn.py:single", "--config.model.depth=27", "--workdir={wd}"], 2,
-     ["6n+4"]),
-    ("norm_misspelt", [SINGLE, "--config.model.norm=gost", "--workdir={wd}"], 2, ["did you mean 'ghost'"]),
-    ("budget_too_small", [SMOKE, "--config.sweep.family.budget=10", "--workdir={wd}"], 2, ["budget"]),
+    (
+        "wrn_depth_not_6n4",
+        ["--config=configs/wrn.py:single", "--config.model.depth=27", "--workdir={wd}"],
+        2,
+        ["6n+4"],
+    ),
+    (
+        "norm_misspelt",
+        [SINGLE, "--config.model.norm=gost", "--workdir={wd}"],
+        2,
+        ["did you mean 'ghost'"],
+    ),
+    (
+        "budget_too_small",
+        [SMOKE, "--config.sweep.family.budget=10", "--workdir={wd}"],
+        2,
+        ["budget"],
+    ),
     ("batch_zero", [SINGLE, "--config.train.global_batch=0", "--workdir={wd}"], 2, [">= 1"]),
-    ("batch_above_training_set", [SINGLE, "--config.train.global_batch=5000", "--workdir={wd}"], 2,
-     ["larger than the training set", "4000"]),
-    ("ghost_does_not_divide", ["--config=configs/wrn.py:single", "--config.train.global_batch=48",
-                               "--config.model.ghost_batch_size=32", "--workdir={wd}"], 2, ["does not divide"]),
-    ("target_accuracy_above_1", [SINGLE, "--config.train.target_value=1.5", "--workdir={wd}"], 2,
-     ["never be met"]),
-    ("target_loss_zero", [SINGLE, "--config.train.target_metric=train_loss", "--config.train.target_value=0",
-                          "--workdir={wd}"], 2, ["never 0"]),
-    ("target_metric_misspelt", [SMOKE, "--config.train.target_metric=train_acc", "--workdir={wd}"], 2,
-     ["did you mean 'train_accuracy'"]),
-    ("no_budget", [SINGLE, "--config.train.max_epochs=0", "--workdir={wd}"], 2, ["no training budget"]),
-    ("budget_negative", [SINGLE, "--config.train.max_epochs=-3", "--workdir={wd}"], 2, ["train.max_epochs"]),
+    (
+        "batch_above_training_set",
+        [SINGLE, "--config.train.global_batch=5000", "--workdir={wd}"],
+        2,
+        ["larger than the training set", "4000"],
+    ),
+    (
+        "ghost_does_not_divide",
+        [
+            "--config=configs/wrn.py:single",
+            "--config.train.global_batch=48",
+            "--config.model.ghost_batch_size=32",
+            "--workdir={wd}",
+        ],
+        2,
+        ["does not divide"],
+    ),
+    (
+        "target_accuracy_above_1",
+        [SINGLE, "--config.train.target_value=1.5", "--workdir={wd}"],
+        2,
+        ["never be met"],
+    ),
+    (
+        "target_loss_zero",
+        [
+            SINGLE,
+            "--config.train.target_metric=train_loss",
+            "--config.train.target_value=0",
+            "--workdir={wd}",
+        ],
+        2,
+        ["never 0"],
+    ),
+    (
+        "target_metric_misspelt",
+        [SMOKE, "--config.train.target_metric=train_acc", "--workdir={wd}"],
+        2,
+        ["did you mean 'train_accuracy'"],
+    ),
+    (
+        "no_budget",
+        [SINGLE, "--config.train.max_epochs=0", "--workdir={wd}"],
+        2,
+        ["no training budget"],
+    ),
+    (
+        "budget_negative",
+        [SINGLE, "--config.train.max_epochs=-3", "--workdir={wd}"],
+        2,
+        ["train.max_epochs"],
+    ),
     ("eps_zero", [SMOKE, "--config.sweep.eps=0", "--workdir={wd}"], 2, ["sweep.eps"]),
-    ("diverge_loss_negative", [SINGLE, "--config.train.diverge_loss=-1", "--workdir={wd}"], 2,
-     ["train.diverge_loss"]),
+    (
+        "diverge_loss_negative",
+        [SINGLE, "--config.train.diverge_loss=-1", "--workdir={wd}"],
+        2,
+        ["train.diverge_loss"],
+    ),
     ("shard_malformed", [SMOKE, "--shard=a", "--workdir={wd}"], 2, ["i/n"]),
     ("shard_out_of_range", [SMOKE, "--shard=2/2", "--workdir={wd}"], 2, ["0 <= i < n"]),
-    ("kind_misspelt", [SMOKE, "--config.kind=tehory", "--workdir={wd}"], 2, ["did you mean 'theory'"]),
-    ("theory_draws", ["--config=configs/theory.py:smoke", "--config.theory.n_inits=0", "--workdir={wd}"], 2,
-     ["theory.n_inits"]),
-    ("strategy_misspelt", [SMOKE, "--config.runtime.strategy=gpx", "--workdir={wd}"], 2, ["did you mean 'gpu'"]),
-    ("gpu_absent", [SMOKE, "--config.runtime.strategy=gpu", "--workdir={wd}"], 1, ["no GPU", "strategy=cpu"]),
+    (
+        "kind_misspelt",
+        [SMOKE, "--config.kind=tehory", "--workdir={wd}"],
+        2,
+        ["did you mean 'theory'"],
+    ),
+    (
+        "theory_draws",
+        ["--config=configs/theory.py:smoke", "--config.theory.n_inits=0", "--workdir={wd}"],
+        2,
+        ["theory.n_inits"],
+    ),
+    (
+        "strategy_misspelt",
+        [SMOKE, "--config.runtime.strategy=gpx", "--workdir={wd}"],
+        2,
+        ["did you mean 'gpu'"],
+    ),
+    (
+        "gpu_absent",
+        [SMOKE, "--config.runtime.strategy=gpu", "--workdir={wd}"],
+        1,
+        ["no GPU", "strategy=cpu"],
+    ),
     ("tpu_absent", [SMOKE, "--config.runtime.strategy=tpu", "--workdir={wd}"], 1, ["not a TPU VM"]),
-    ("multi_worker_without_tf_config", [SMOKE, "--config.runtime.strategy=multi_worker", "--workdir={wd}"], 1,
-     ["TF_CONFIG"]),
-    ("workdir_other_study", [SMOKE, "--config.train.max_epochs=5", "--workdir={wd}"], 2,
-     ["different study", "train.max_epochs", "new --workdir"]),
+    (
+        "multi_worker_without_tf_config",
+        [SMOKE, "--config.runtime.strategy=multi_worker", "--workdir={wd}"],
+        1,
+        ["TF_CONFIG"],
+    ),
+    (
+        "workdir_other_study",
+        [SMOKE, "--config.train.max_epochs=5", "--workdir={wd}"],
+        2,
+        ["different study", "train.max_epochs", "new --workdir"],
+    ),
     ("workdir_holds_study_not_run", [SINGLE, "--workdir={wd}"], 2, ["holds a study"]),
     ("workdir_is_a_file", [SMOKE, "--workdir={wd}/config.json"], 2, ["is a file"]),
     ("workdir_under_a_file", [SMOKE, "--workdir={wd}/config.json/sub"], 2, ["is a file"]),
-    ("workdir_unwritable", [SMOKE, "--workdir=/proc/wide_tf_test/wd"], 1, ["cannot write in /proc"]),
+    (
+        "workdir_unwritable",
+        [SMOKE, "--workdir=/proc/wide_tf_test/wd"],
+        1,
+        ["cannot write in /proc"],
+    ),
     ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
 ]
@@ -119,15 +319,23 @@ def _env(fake_tf: bool, tmp_path) -> dict:
         fake = tmp_path / "fake_tf"
         (fake / "tensorflow").mkdir(parents=True, exist_ok=True)
         (fake / "tensorflow" / "__init__.py").write_text(
-            "raise ImportError('TensorFlow was imported before validation finished')\n")
+            "raise ImportError('TensorFlow was imported before validation finished')\n"
+        )
         path.insert(0, str(fake))
     env["PYTHONPATH"] = os.pathsep.join(path + [env.get("PYTHONPATH", "")])
     return env
 
 
 def _main(args, env, timeout=120):
-    return subprocess.run([sys.executable, "-m", "wide_tf.main", *args], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "wide_tf.main", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _snapshot(folder):
@@ -137,7 +345,9 @@ def _snapshot(folder):
             p = os.path.join(root, name)
             st = os.stat(p)
             out[os.path.relpath(p, folder)] = (
-                st.st_mtime_ns, Path(p).read_bytes() if os.path.isfile(p) else None)
+                st.st_mtime_ns,
+                Path(p).read_bytes() if os.path.isfile(p) else None,
+            )
     return out
 
 
@@ -176,7 +386,9 @@ def test_bad_input_is_one_line_before_tensorflow(name, args, code, words, workdi
 
 
 def test_verbose_shows_the_traceback(tmp_path):
-    proc = _main([SMOKE, "--config.optim.name=adamx", "--workdir=x", "--verbose"], _env(True, tmp_path))
+    proc = _main(
+        [SMOKE, "--config.optim.name=adamx", "--workdir=x", "--verbose"], _env(True, tmp_path)
+    )
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "adamx" in proc.stderr
 
 
@@ -184,9 +396,15 @@ def test_truncated_checkpoint_is_one_line_and_no_tensorflow_noise(tmp_path):
     """After TensorFlow starts: a damaged checkpoint is exit 1 with the path to delete; the C++
     start-up lines (oneDNN, cudart stub, cuInit) stay out, the package's own log lines stay in."""
     wd = tmp_path / "run"
-    args = [SINGLE, "--config.data.name=digits_embedded", "--config.train.max_steps=20",
-            "--config.train.checkpoint_every_steps=10", "--config.train.steps_per_loop=10",
-            "--config.runtime.strategy=cpu", f"--workdir={wd}"]
+    args = [
+        SINGLE,
+        "--config.data.name=digits_embedded",
+        "--config.train.max_steps=20",
+        "--config.train.checkpoint_every_steps=10",
+        "--config.train.steps_per_loop=10",
+        "--config.runtime.strategy=cpu",
+        f"--workdir={wd}",
+    ]
     env = _env(fake_tf=False, tmp_path=tmp_path)
     first = _main(args, env, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
@@ -260,7 +478,9 @@ def test_new_fields_confirm_seeds_and_min_steps_are_checked_when_present():
 def test_corrupted_results_line_is_a_warning_and_nothing_changes(tmp_path):
     config = _config("configs/mlp.py:smoke")
     (tmp_path / "config.json").write_text(config.to_json_best_effort())
-    (tmp_path / "results.jsonl").write_text('{"trial_id": "a"}\n{"trial_id": "b", "st\n{"trial_id": "c"}\n')
+    (tmp_path / "results.jsonl").write_text(
+        '{"trial_id": "a"}\n{"trial_id": "b", "st\n{"trial_id": "c"}\n'
+    )
     before = _snapshot(tmp_path)
     warnings = validate.check_workdir(config, str(tmp_path))
     assert len(warnings) == 1 and "line 2" in warnings[0] and "run again" in warnings[0]
@@ -292,19 +512,36 @@ def test_validate_names_agree_with_the_modules_that_use_them():
     assert set(validate.DATASETS) == set(data.DATASETS)
     for name in ("mnist_embedded", "digits_embedded"):
         info = data.dataset_info({"name": name})
-        assert validate.DATASETS[name][:4] == (info.num_train, info.num_test, info.num_classes, info.input_shape)
+        assert validate.DATASETS[name][:4] == (
+            info.num_train,
+            info.num_test,
+            info.num_classes,
+            info.input_shape,
+        )
     for name, spec in data.DATASETS.items():
         assert validate.DATASETS[name][2:] == (spec.num_classes, spec.input_shape, spec.tfds_name)
     config = _config("configs/wrn.py:smoke")
-    assert validate.study_part(json.loads(config.to_json_best_effort())) == study._study_part(config)
+    assert validate.study_part(json.loads(config.to_json_best_effort())) == study._study_part(
+        config
+    )
 
 
 def test_every_shipped_config_passes():
-    for spec in ["configs/mlp.py:local", "configs/mlp.py:single", "configs/mlp.py:smoke",
-                 "configs/wrn.py:local", "configs/wrn.py:single", "configs/wrn.py:smoke", "configs/theory.py",
-                 "configs/theory.py:smoke"]:
+    for spec in [
+        "configs/mlp.py:local",
+        "configs/mlp.py:single",
+        "configs/mlp.py:smoke",
+        "configs/wrn.py:local",
+        "configs/wrn.py:single",
+        "configs/wrn.py:smoke",
+        "configs/theory.py",
+        "configs/theory.py:smoke",
+    ]:
         validate.check_config(_config(spec))
-    for spec in ["configs/mlp.py:paper", "configs/wrn.py"]:  # TFDS data: only the data check may fail
+    for spec in [
+        "configs/mlp.py:paper",
+        "configs/wrn.py",
+    ]:  # TFDS data: only the data check may fail
         config = _config(spec)
         config.data.download = True
         validate.check_config(config)
@@ -314,16 +551,29 @@ def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path):
     """--trial that matches no trial is only known once the study is expanded (TensorFlow runs):
     still one line, exit 2, nothing written."""
     wd = tmp_path / "study"
-    proc = _main([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], _env(False, tmp_path), timeout=300)
+    proc = _main(
+        [SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], _env(False, tmp_path), timeout=300
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.strip().splitlines() == [
-        "error: --trial='no_such_trial' matches no trial; --list_trials shows them"]
+        "error: --trial='no_such_trial' matches no trial; --list_trials shows them"
+    ]
     assert not wd.exists()
 
 
 def test_a_named_tpu_that_cannot_be_reached_is_one_line(tmp_path):
-    proc = _main([SINGLE, "--config.runtime.strategy=tpu", "--config.runtime.tpu=no-such-tpu",
-                  f"--workdir={tmp_path / 'run'}"], _env(False, tmp_path), timeout=300)
+    proc = _main(
+        [
+            SINGLE,
+            "--config.runtime.strategy=tpu",
+            "--config.runtime.tpu=no-such-tpu",
+            f"--workdir={tmp_path / 'run'}",
+        ],
+        _env(False, tmp_path),
+        timeout=300,
+    )
     last = proc.stderr.strip().splitlines()[-1]
-    assert proc.returncode == 1 and last.startswith("error: cannot reach the TPU"), proc.stderr[-3000:]
+    assert proc.returncode == 1 and last.startswith("error: cannot reach the TPU"), proc.stderr[
+        -3000:
+    ]
     assert "--config.runtime.tpu" in last and "Traceback" not in proc.stderr

@@ -21,7 +21,9 @@ def _wrn_count_by_hand(depth, k):
     conv = lambda i, o, s=3: s * s * i * o  # noqa: E731
     total = conv(3, 16)
     for i, o in ((16, c1), (c1, c2), (c2, c3)):
-        first = bn(i) + conv(i, o) + bn(o) + conv(o, o) + (conv(i, o, 1) if (i != o or o != c1) else 0)
+        first = (
+            bn(i) + conv(i, o) + bn(o) + conv(o, o) + (conv(i, o, 1) if (i != o or o != c1) else 0)
+        )
         total += first + (n - 1) * (bn(o) + conv(o, o) + bn(o) + conv(o, o))
     return total + bn(c3) + 10 * c3 + 10
 
@@ -33,8 +35,11 @@ def test_does_not_import_tensorflow():
 
 def test_mlp_counts_by_hand():
     # The spec's example: mlp-d2-w512 on MNIST has 669,706 parameters.
-    assert F.param_count("mlp", 2, 512, 10, (28, 28, 1), norm="none") == \
-        784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10 == 669706
+    assert (
+        F.param_count("mlp", 2, 512, 10, (28, 28, 1), norm="none")
+        == 784 * 512 + 512 + 512 * 512 + 512 + 512 * 10 + 10
+        == 669706
+    )
     # With norm the hidden bias is replaced by gamma and beta (one more parameter per unit).
     assert F.param_count("mlp", 2, 512, 10, (28, 28, 1), norm="batch") == 669706 + 2 * 512
     assert F.param_count("mlp", 2, 512, 10, (28, 28, 1), norm="ghost") == 669706 + 2 * 512
@@ -82,13 +87,16 @@ def test_bad_arguments():
         F.param_count("wrn", 10, 1, input_shape=(32, 32))
 
 
-@pytest.mark.parametrize("arch,budget,depths,shape,norm", [
-    ("wrn", 1.5e6, [10, 16, 22, 28, 40], (32, 32, 3), "batch"),
-    ("wrn", 2e5, [10, 16, 22], (28, 28, 1), "ghost"),
-    ("wrn", 3.65e7, [10, 28], (32, 32, 3), "none"),
-    ("mlp", 1e6, [1, 2, 4, 8], (28, 28, 1), "none"),
-    ("mlp", 5e4, [1, 2, 3, 6], (8, 8, 1), "batch"),
-])
+@pytest.mark.parametrize(
+    "arch,budget,depths,shape,norm",
+    [
+        ("wrn", 1.5e6, [10, 16, 22, 28, 40], (32, 32, 3), "batch"),
+        ("wrn", 2e5, [10, 16, 22], (28, 28, 1), "ghost"),
+        ("wrn", 3.65e7, [10, 28], (32, 32, 3), "none"),
+        ("mlp", 1e6, [1, 2, 4, 8], (28, 28, 1), "none"),
+        ("mlp", 5e4, [1, 2, 3, 6], (8, 8, 1), "batch"),
+    ],
+)
 def test_family_is_closest_and_within_tolerance(arch, budget, depths, shape, norm):
     t0 = time.perf_counter()
     members = F.family(arch, budget, depths, num_classes=10, input_shape=shape, norm=norm)
@@ -102,9 +110,12 @@ def test_family_is_closest_and_within_tolerance(arch, budget, depths, shape, nor
         # Brute force over neighbouring grid widths: none is closer to the budget.
         for w in [m.width + i * step for i in range(-30, 31) if m.width + i * step >= step * 4]:
             w = int(w) if arch == "mlp" else round(w, 2)
-            assert abs(F.param_count(arch, m.depth, w, 10, shape, norm) - budget) >= \
-                abs(m.params - budget)
-    if arch == "wrn" and budget >= 1e6:  # the solver's fine grid gets far closer than the 5% tolerance
+            assert abs(F.param_count(arch, m.depth, w, 10, shape, norm) - budget) >= abs(
+                m.params - budget
+            )
+    if (
+        arch == "wrn" and budget >= 1e6
+    ):  # the solver's fine grid gets far closer than the 5% tolerance
         assert all(abs(m.rel_error) < 0.01 for m in members)
     widths = [m.width for m in members]
     assert widths == sorted(widths, reverse=True)  # deeper members are narrower
@@ -183,17 +194,32 @@ def test_cli_family_table():
 def test_cli_mlp_and_errors():
     out = io.StringIO()
     with redirect_stdout(out):
-        rc = F.main(["--arch=mlp", "--input_shape=28,28,1", "--num_classes=10",
-                     "--depths=1,2,4,8", "--budget=1e6", "--norm=none"])
+        rc = F.main(
+            [
+                "--arch=mlp",
+                "--input_shape=28,28,1",
+                "--num_classes=10",
+                "--depths=1,2,4,8",
+                "--budget=1e6",
+                "--norm=none",
+            ]
+        )
     assert rc == 0
-    assert [ln.split()[0] for ln in out.getvalue().splitlines()[1:]] == \
-        [m.name for m in F.family("mlp", 1e6, [1, 2, 4, 8], input_shape=(28, 28, 1), norm="none")]
-    r = subprocess.run([sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--budget=2e4",
-                        "--depths=10,100"], capture_output=True, text=True)
+    assert [ln.split()[0] for ln in out.getvalue().splitlines()[1:]] == [
+        m.name for m in F.family("mlp", 1e6, [1, 2, 4, 8], input_shape=(28, 28, 1), norm="none")
+    ]
+    r = subprocess.run(
+        [sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--budget=2e4", "--depths=10,100"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: member wrn-100")
-    r = subprocess.run([sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--depths=10"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--depths=10"],
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode != 0 and "exactly one of --budget" in r.stderr
 
 

@@ -51,14 +51,27 @@ def test_killed_at_five_points_completes_once_with_the_same_results(tmp_path):
     for point in POINTS:
         e = env()
         e["WIDE_TF_KILL_AT"] = point
-        proc = subprocess.run([sys.executable, str(REPO / "tests" / "kill_hooks.py"), *SMOKE, f"--workdir={work}"],
-                              cwd=REPO, env=e, capture_output=True, text=True, timeout=300, check=False)
-        assert proc.returncode == -9, f"not killed at {point} ({proc.returncode}):\n{proc.stderr[-3000:]}"
+        proc = subprocess.run(
+            [sys.executable, str(REPO / "tests" / "kill_hooks.py"), *SMOKE, f"--workdir={work}"],
+            cwd=REPO,
+            env=e,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert proc.returncode == -9, (
+            f"not killed at {point} ({proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     assert not (work / "report" / "report.md").exists()
-    assert list(work.rglob("*.tmp-killed"))  # the torn record is there, and must not be read as data
+    assert list(
+        work.rglob("*.tmp-killed")
+    )  # the torn record is there, and must not be read as data
     run_main(*SMOKE, f"--workdir={work}")
 
     got = _records(work)
-    assert {k: len(v) for k, v in got.items()} == {k: 1 for k in expected}  # every trial exactly once
+    assert {k: len(v) for k, v in got.items()} == {
+        k: 1 for k in expected
+    }  # every trial exactly once
     assert {k: _exact(v[0]) for k, v in got.items()} == expected
     assert "Finished trials: 4" in (work / "report" / "report.md").read_text()

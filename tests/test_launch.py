@@ -3,14 +3,12 @@ recorded by a fake `gcloud` on PATH that answers `describe` with a chosen VM sta
 check with a chosen answer."""
 
 import json
-import os
 import shutil
 import subprocess
 import sys
 import tarfile
 
 import pytest
-
 from helpers import REPO
 
 SCRIPT = REPO / "launch_tpu.sh"
@@ -44,8 +42,14 @@ def _bash():
 def _launch(*args):
     """--dry_run and argument errors: no gcloud on PATH at all (they must not call it)."""
     _bash()
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd="/", capture_output=True, text=True,
-                          timeout=30, env={"PATH": "/usr/bin:/bin"})
+    return subprocess.run(
+        ["bash", str(SCRIPT), *args],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env={"PATH": "/usr/bin:/bin"},
+    )
 
 
 @pytest.fixture
@@ -60,13 +64,23 @@ def fake(tmp_path):
 
     def launch(*args, state="", running=False):
         log.write_text("")
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "FAKE_GCLOUD_LOG": str(log), "FAKE_STATE": state,
-               "TMPDIR": str(tmp_path),
-               "FAKE_SCP_COPY": str(tmp_path / "copied.tar.gz")}
+        env = {
+            "PATH": f"{bin_dir}:/usr/bin:/bin",
+            "FAKE_GCLOUD_LOG": str(log),
+            "FAKE_STATE": state,
+            "TMPDIR": str(tmp_path),
+            "FAKE_SCP_COPY": str(tmp_path / "copied.tar.gz"),
+        }
         if running:
             env["FAKE_RUNNING"] = "1"
-        p = subprocess.run(["bash", str(SCRIPT), *args], cwd="/", capture_output=True, text=True,
-                           timeout=60, env=env)
+        p = subprocess.run(
+            ["bash", str(SCRIPT), *args],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
         calls = [json.loads(l) for l in log.read_text().splitlines()]
         for c in calls:
             assert c[:3] == G, c
@@ -83,7 +97,11 @@ def _verbs(calls):
         verb = c[0]
         if verb == "ssh":
             cmd = next(a for a in c if a.startswith("--command="))
-            verb = "check" if "wide_tf.pid 2>/dev/null" in cmd else ("install" if "pip install" in cmd else "start")
+            verb = (
+                "check"
+                if "wide_tf.pid 2>/dev/null" in cmd
+                else ("install" if "pip install" in cmd else "start")
+            )
         worker = next((a for a in c if a.startswith("--worker=")), None)
         out.append((verb, worker))
     return out
@@ -104,11 +122,21 @@ def test_shellcheck_is_clean():
 def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     p, calls = fake(*REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2")
     assert p.returncode == 0, p.stderr
-    assert _verbs(calls) == [("describe", None), ("create", None), ("scp", "--worker=all"),
-                             ("install", "--worker=all"), ("start", "--worker=0")]
+    assert _verbs(calls) == [
+        ("describe", None),
+        ("create", None),
+        ("scp", "--worker=all"),
+        ("install", "--worker=all"),
+        ("start", "--worker=0"),
+    ]
     describe, create, scp, install, start = calls
-    assert create == ["create", "wide-v4", "--zone=us-central2-b", "--accelerator-type=v4-8",
-                      "--version=tpu-ubuntu2204-base"]
+    assert create == [
+        "create",
+        "wide-v4",
+        "--zone=us-central2-b",
+        "--accelerator-type=v4-8",
+        "--version=tpu-ubuntu2204-base",
+    ]
     assert scp[2] == "wide-v4:/tmp/wide_tf.tar.gz" and scp[1].endswith(".tar.gz")
     with tarfile.open(fake.tmp_path / "copied.tar.gz") as tar:  # the checkout's tracked files
         names = set(tar.getnames())
@@ -118,12 +146,20 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     # Python 3.11 (Keras 3.15 needs it) in a venv; TensorFlow's TPU build before the package's
     # other requirements; the package itself without its tensorflow pin.
     assert "uv venv --seed --python 3.11 ~/wide_tf_venv" in inst
-    assert inst.index('"tensorflow-tpu==2.20.0"') < inst.index('"keras==3.15.*"') < inst.index("--no-deps -e .")
-    assert '"tensorflow==' not in inst and "cloud-tpu-client" not in inst and "PJRT_DEVICE" not in inst
+    assert (
+        inst.index('"tensorflow-tpu==2.20.0"')
+        < inst.index('"keras==3.15.*"')
+        < inst.index("--no-deps -e .")
+    )
+    assert (
+        '"tensorflow==' not in inst and "cloud-tpu-client" not in inst and "PJRT_DEVICE" not in inst
+    )
     st = _command(start)
-    assert ("nohup ~/wide_tf_venv/bin/python -m wide_tf.main --config=configs/wrn.py "
-            "--workdir=gs://bucket/wrn --config.runtime.strategy=tpu --config.runtime.tpu=local "
-            "--config.data.data_dir=gs://bucket/tfds --shard=0/2 > ~/wide_tf_logs/") in st
+    assert (
+        "nohup ~/wide_tf_venv/bin/python -m wide_tf.main --config=configs/wrn.py "
+        "--workdir=gs://bucket/wrn --config.runtime.strategy=tpu --config.runtime.tpu=local "
+        "--config.data.data_dir=gs://bucket/tfds --shard=0/2 > ~/wide_tf_logs/"
+    ) in st
     assert "echo $! > ~/wide_tf.pid" in st and "TPU_NAME" not in st
     # One log per launch, named by the UTC time, and latest.log pointing to it.
     log = st.split("> ", 1)[1].split()[0]
@@ -143,16 +179,27 @@ def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
     assert p.returncode == 0, p.stderr
     assert [v for v, _ in _verbs(calls)] == ["describe", "create", "scp", "install", "start"]
     create, install, start = calls[1], calls[3], calls[4]
-    assert create == ["create", "wide-v4", "--zone=us-west4-a", "--accelerator-type=v5litepod-8",
-                      "--version=v2-alpha-tpuv5-lite", "--spot"]
+    assert create == [
+        "create",
+        "wide-v4",
+        "--zone=us-west4-a",
+        "--accelerator-type=v5litepod-8",
+        "--version=v2-alpha-tpuv5-lite",
+        "--spot",
+    ]
     inst = _command(install)
-    assert "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=$lib" in inst
+    assert (
+        "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=$lib"
+        in inst
+    )
     assert "libtpu.get_library_path()" in inst
     st = _command(start)
     assert ". ~/wide_tf_env.sh" in st and "--config.runtime.tpu=local" in st
 
 
-@pytest.mark.parametrize("accelerator, image", [("v5p-8", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e")])
+@pytest.mark.parametrize(
+    "accelerator, image", [("v5p-8", "v2-alpha-tpuv5"), ("v6e-8", "v2-alpha-tpuv6e")]
+)
 def test_v5p_and_v6e_single_hosts(fake, accelerator, image):
     p, calls = fake(*REQUIRED, f"--accelerator={accelerator}")
     assert p.returncode == 0, p.stderr
@@ -162,16 +209,31 @@ def test_v5p_and_v6e_single_hosts(fake, accelerator, image):
 def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
     p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--project=proj")
     assert p.returncode == 0, p.stderr
-    assert _verbs(calls) == [("describe", None), ("create", None), ("scp", "--worker=all"),
-                             ("install", "--worker=all"), ("start", "--worker=0")]
+    assert _verbs(calls) == [
+        ("describe", None),
+        ("create", None),
+        ("scp", "--worker=all"),
+        ("install", "--worker=all"),
+        ("start", "--worker=0"),
+    ]
     create, install, start = calls[1], calls[3], calls[4]
-    assert create == ["create", "wide-v4", "--zone=us-central2-b", "--project=proj",
-                      "--accelerator-type=v4-32", "--version=tpu-vm-tf-2.17.0-pod-pjrt"]
+    assert create == [
+        "create",
+        "wide-v4",
+        "--zone=us-central2-b",
+        "--project=proj",
+        "--accelerator-type=v4-32",
+        "--version=tpu-vm-tf-2.17.0-pod-pjrt",
+    ]
     assert all("--project=proj" in c for c in calls)
     inst = _command(install)
-    assert '"cloud-tpu-client>=0.10"' in inst and "tpu-runtime" in inst and "PJRT_DEVICE" not in inst
+    assert (
+        '"cloud-tpu-client>=0.10"' in inst and "tpu-runtime" in inst and "PJRT_DEVICE" not in inst
+    )
     st = _command(start)
-    assert "TPU_NAME=wide-v4 TPU_LOAD_LIBRARY=0 nohup" in st and "--config.runtime.tpu=wide-v4" in st
+    assert (
+        "TPU_NAME=wide-v4 TPU_LOAD_LIBRARY=0 nohup" in st and "--config.runtime.tpu=wide-v4" in st
+    )
 
 
 def test_relaunch_onto_a_running_study_is_refused_before_touching_anything(fake):
@@ -190,7 +252,14 @@ def test_relaunch_onto_an_idle_ready_vm_reuses_it(fake):
 def test_relaunch_onto_a_preempted_vm_recreates_it(fake):
     p, calls = fake(*REQUIRED, "--spot", state="PREEMPTED")
     assert p.returncode == 0, p.stderr
-    assert [v for v, _ in _verbs(calls)] == ["describe", "delete", "create", "scp", "install", "start"]
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        "delete",
+        "create",
+        "scp",
+        "install",
+        "start",
+    ]
     assert calls[1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
     assert calls[2][-1] == "--spot"
     assert "resumes from gs://bucket/wrn" in p.stderr
@@ -220,10 +289,19 @@ def test_status_logs_delete(fake):
     assert p.returncode == 0 and "not found" in p.stdout and len(calls) == 1
     p, calls = fake(*where, "--logs", "--lines=20", "--follow", state="READY")
     assert p.returncode == 0
-    assert calls == [["ssh", "wide-v4", "--zone=europe-west4-a", "--worker=0",
-                      "--command=tail -n 20 -F ~/wide_tf_logs/latest.log"]]
+    assert calls == [
+        [
+            "ssh",
+            "wide-v4",
+            "--zone=europe-west4-a",
+            "--worker=0",
+            "--command=tail -n 20 -F ~/wide_tf_logs/latest.log",
+        ]
+    ]
     p, calls = fake(*where, "--delete", state="READY")
-    assert p.returncode == 0 and calls == [["delete", "wide-v4", "--zone=europe-west4-a", "--quiet"]]
+    assert p.returncode == 0 and calls == [
+        ["delete", "wide-v4", "--zone=europe-west4-a", "--quiet"]
+    ]
 
 
 def test_report_runs_here_on_the_bucket():
@@ -255,19 +333,37 @@ def test_a_missing_flag_is_a_one_line_error(missing):
     assert "usage:" in p.stderr and p.stdout == ""
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--name=wide-v4", "--config=configs/wrn.py", "--workdir=/tmp/wrn"], "must be a gs:// path"),
-    (["--name=wide-v4", "--config=configs/nope.py", "--workdir=gs://b/w"], "no file configs/nope.py"),
-    (["--name=Wide_V4", "--config=configs/wrn.py", "--workdir=gs://b/w"], "not a valid TPU name"),
-    ([*REQUIRED, "--accelerator=v4"], "expected TYPE-SIZE"),
-    ([*REQUIRED, "--accelerator=v5p-16"], "no TensorFlow pod image for v5p was confirmed"),
-    ([*REQUIRED, "--accelerator=v4-32", "--version=tpu-ubuntu2204-base"], "needs a TensorFlow pod image"),
-    ([*REQUIRED, "--python=3.10"], "Keras 3.15 needs Python 3.11"),
-    ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
-    ([*REQUIRED, "--status", "--delete"], "give one of"),
-    ([*REQUIRED, "--bogus=1"], "unknown argument '--bogus=1'"),
-    ([*REQUIRED, "--accelerator=v4-32", "--", "--config.data.data_dir=/data/tfds"], "give a gs:// path"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (
+            ["--name=wide-v4", "--config=configs/wrn.py", "--workdir=/tmp/wrn"],
+            "must be a gs:// path",
+        ),
+        (
+            ["--name=wide-v4", "--config=configs/nope.py", "--workdir=gs://b/w"],
+            "no file configs/nope.py",
+        ),
+        (
+            ["--name=Wide_V4", "--config=configs/wrn.py", "--workdir=gs://b/w"],
+            "not a valid TPU name",
+        ),
+        ([*REQUIRED, "--accelerator=v4"], "expected TYPE-SIZE"),
+        ([*REQUIRED, "--accelerator=v5p-16"], "no TensorFlow pod image for v5p was confirmed"),
+        (
+            [*REQUIRED, "--accelerator=v4-32", "--version=tpu-ubuntu2204-base"],
+            "needs a TensorFlow pod image",
+        ),
+        ([*REQUIRED, "--python=3.10"], "Keras 3.15 needs Python 3.11"),
+        ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
+        ([*REQUIRED, "--status", "--delete"], "give one of"),
+        ([*REQUIRED, "--bogus=1"], "unknown argument '--bogus=1'"),
+        (
+            [*REQUIRED, "--accelerator=v4-32", "--", "--config.data.data_dir=/data/tfds"],
+            "give a gs:// path",
+        ),
+    ],
+)
 def test_bad_arguments_are_refused(args, needle):
     p = _launch(*args, "--dry_run")
     assert p.returncode == 2 and needle in p.stderr.splitlines()[0], p.stderr

@@ -32,7 +32,9 @@ def make_mlp(use_bias=True, bn=False, seed=0):
     if bn:
         h = keras.layers.BatchNormalization()(h)
     h = keras.layers.ReLU()(h)
-    h = keras.layers.Dense(12, activation="relu", use_bias=use_bias)(h)  # activation inside the layer
+    h = keras.layers.Dense(12, activation="relu", use_bias=use_bias)(
+        h
+    )  # activation inside the layer
     out = keras.layers.Dense(5, use_bias=use_bias)(h)
     model = keras.Model(inp, out)
     _randomise_bn(model, np.random.default_rng(seed))
@@ -43,8 +45,14 @@ def make_convnet(use_bias=False, bn=True, size=8, seed=0):
     """A small pre-activation WRN-like net: strided conv, 1x1 projection shortcut, Add, GAP, and a late
     layer with few positions so the Gram ("ghost norm") branch is used as well as the direct one."""
     keras.utils.set_random_seed(seed)
-    conv = lambda c, k=3, s=1: keras.layers.Conv2D(c, k, strides=s, padding="same", use_bias=use_bias)
-    norm = (lambda: keras.layers.BatchNormalization()) if bn else (lambda: keras.layers.Activation("linear"))
+    conv = lambda c, k=3, s=1: keras.layers.Conv2D(
+        c, k, strides=s, padding="same", use_bias=use_bias
+    )
+    norm = (
+        (lambda: keras.layers.BatchNormalization())
+        if bn
+        else (lambda: keras.layers.Activation("linear"))
+    )
     inp = keras.Input((size, size, 3))
     h = conv(4)(inp)
     a = keras.layers.ReLU()(norm()(h))
@@ -64,7 +72,9 @@ def make_convnet(use_bias=False, bn=True, size=8, seed=0):
 
 def _data(shape, n=12, seed=1, classes=5):
     rng = np.random.default_rng(seed)
-    return rng.normal(size=(n,) + shape).astype(np.float32), rng.integers(0, classes, n).astype(np.int32)
+    return rng.normal(size=(n,) + shape).astype(np.float32), rng.integers(0, classes, n).astype(
+        np.int32
+    )
 
 
 MODELS = {
@@ -90,7 +100,14 @@ def test_fast_norms_match_jacobian_reference_and_brute_force_stats(name):
         np.testing.assert_allclose(s, g.sum(axis=0), rtol=1e-3, atol=1e-6 * np.abs(g).max())
     stats = diversity.gradient_stats(model, x, y, chunk_size=5)
     brute = diversity.stats_from_per_example_gradients(ref_grads)
-    for key in ("diversity", "batch_bound", "noise_scale", "trace_cov", "mean_grad_sq_norm", "sum_sq_norms"):
+    for key in (
+        "diversity",
+        "batch_bound",
+        "noise_scale",
+        "trace_cov",
+        "mean_grad_sq_norm",
+        "sum_sq_norms",
+    ):
         np.testing.assert_allclose(stats[key], brute[key], rtol=RTOL, err_msg=key)
     # batch_bound = noise_scale + 1, with the noise scale from an explicitly formed 1/n covariance.
     np.testing.assert_allclose(stats["batch_bound"], brute["noise_scale"] + 1.0, rtol=RTOL)
@@ -120,11 +137,20 @@ def test_positions_norm_branches_match_numpy():
 def test_dense_on_sequence_and_sequential_model():
     """Dense applied to a rank-3 input sums over positions like a 1x1 conv; Sequential models work."""
     keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((6, 4)), keras.layers.Dense(7, activation="tanh"),
-                              keras.layers.Flatten(), keras.layers.Dense(5)])
+    model = keras.Sequential(
+        [
+            keras.Input((6, 4)),
+            keras.layers.Dense(7, activation="tanh"),
+            keras.layers.Flatten(),
+            keras.layers.Dense(5),
+        ]
+    )
     x, y = _data((6, 4), n=6)
-    np.testing.assert_allclose(per_example.per_example_grad_sq_norms(model, x, y),
-                               per_example.per_example_grad_sq_norms_reference(model, x, y), rtol=RTOL)
+    np.testing.assert_allclose(
+        per_example.per_example_grad_sq_norms(model, x, y),
+        per_example.per_example_grad_sq_norms_reference(model, x, y),
+        rtol=RTOL,
+    )
 
 
 def test_unsupported_layer_is_named():
@@ -147,8 +173,11 @@ def test_frozen_layer_is_excluded():
     model = make_mlp(bn=True)
     model.layers[1].trainable = False  # first Dense frozen: its weights are not trainable variables
     x, y = _data((10,))
-    np.testing.assert_allclose(per_example.per_example_grad_sq_norms(model, x, y),
-                               per_example.per_example_grad_sq_norms_reference(model, x, y), rtol=RTOL)
+    np.testing.assert_allclose(
+        per_example.per_example_grad_sq_norms(model, x, y),
+        per_example.per_example_grad_sq_norms_reference(model, x, y),
+        rtol=RTOL,
+    )
 
 
 def test_stats_identity_and_scale_invariance():
@@ -160,10 +189,13 @@ def test_stats_identity_and_scale_invariance():
     assert s3["diversity"] == pytest.approx(s["diversity"], rel=1e-12)
     # Identical gradients: no noise, diversity 1/n, batch bound 1.
     same = diversity.stats_from_per_example_gradients([np.ones((10, 3))])
-    assert same["batch_bound"] == pytest.approx(1.0) and same["noise_scale"] == pytest.approx(0.0, abs=1e-12)
+    assert same["batch_bound"] == pytest.approx(1.0) and same["noise_scale"] == pytest.approx(
+        0.0, abs=1e-12
+    )
 
 
 # -- two-batch noise scale ----------------------------------------------------------------------------
+
 
 def _flat_ref_grads(n, seed=0):
     model = make_mlp(seed=seed)
@@ -177,9 +209,11 @@ def _two_batch_norms(flat, rng, steps, b_small, replicas):
     with replacement from the population of per-example gradients (via their Gram matrix: cheap)."""
     gram = flat @ flat.T
     idx = rng.integers(0, len(flat), size=(steps, replicas, b_small))
-    local = gram[idx[..., :, None], idx[..., None, :]].sum(axis=(-1, -2)) / b_small ** 2
+    local = gram[idx[..., :, None], idx[..., None, :]].sum(axis=(-1, -2)) / b_small**2
     flat_idx = idx.reshape(steps, -1)
-    big = gram[flat_idx[:, :, None], flat_idx[:, None, :]].sum(axis=(-1, -2)) / flat_idx.shape[1] ** 2
+    big = (
+        gram[flat_idx[:, :, None], flat_idx[:, None, :]].sum(axis=(-1, -2)) / flat_idx.shape[1] ** 2
+    )
     return local.mean(axis=1), big
 
 
@@ -189,7 +223,8 @@ def test_two_batch_single_step_estimates_are_unbiased_for_the_1_over_n_covarianc
     mean = flat.mean(axis=0)
     trace_n = float(np.sum((flat - mean) ** 2)) / n
     g2_est, s_est = noise_scale.two_batch_estimates(
-        *_two_batch_norms(flat, np.random.default_rng(0), 40000, 4, 4), 4, 16)
+        *_two_batch_norms(flat, np.random.default_rng(0), 40000, 4, 4), 4, 16
+    )
     g2_est, s_est = np.asarray(g2_est), np.asarray(s_est)
     assert np.mean(s_est) == pytest.approx(trace_n, rel=0.03)
     assert abs(np.mean(s_est) - trace_n * n / (n - 1)) > 0.1 * trace_n
@@ -220,7 +255,7 @@ def test_two_batch_bias_correction_and_ratio_of_averages():
     assert est.value == pytest.approx(s / g2)  # bias correction: one update gives exactly that step
     est.update(3.0, 1.0, 2, 8)
     g2b, sb = noise_scale.two_batch_estimates(3.0, 1.0, 2, 8)
-    w = np.array([0.9 * 0.1, 0.1]) / (1 - 0.9 ** 2)
+    w = np.array([0.9 * 0.1, 0.1]) / (1 - 0.9**2)
     assert est.value == pytest.approx((w @ [s, sb]) / (w @ [g2, g2b]))
     with pytest.raises(ValueError):
         est.update(1.0, 1.0, 8, 8)
@@ -229,11 +264,18 @@ def test_two_batch_bias_correction_and_ratio_of_averages():
 def test_package_models_wrn_and_ghost_mlp():
     """The package's own builders (pre-activation WRN with BN, MLP with ghost BN) against the reference."""
     from wide_tf.models import build_model
+
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)
-    for args in [("wrn", 10, 0.5, 4, (8, 8, 3), "batch", 4), ("mlp", 2, 16, 4, (6, 6, 1), "ghost", 4)]:
+    for args in [
+        ("wrn", 10, 0.5, 4, (8, 8, 3), "batch", 4),
+        ("mlp", 2, 16, 4, (6, 6, 1), "ghost", 4),
+    ]:
         model = build_model(*args)
         _randomise_bn(model, rng)
         x, y = _data(args[4], n=6, classes=4)
-        np.testing.assert_allclose(per_example.per_example_grad_sq_norms(model, x, y, chunk_size=4),
-                                   per_example.per_example_grad_sq_norms_reference(model, x, y), rtol=RTOL)
+        np.testing.assert_allclose(
+            per_example.per_example_grad_sq_norms(model, x, y, chunk_size=4),
+            per_example.per_example_grad_sq_norms_reference(model, x, y),
+            rtol=RTOL,
+        )

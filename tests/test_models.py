@@ -6,10 +6,26 @@ import pytest
 import tensorflow as tf
 
 from wide_tf import families
-from wide_tf.models import GhostBatchNormalization, build_model, build_mlp, build_wrn, make_norm_layer
+from wide_tf.models import (
+    GhostBatchNormalization,
+    build_mlp,
+    build_model,
+    build_wrn,
+    make_norm_layer,
+)
 
-ALLOWED_LAYERS = {"InputLayer", "Flatten", "Dense", "Conv2D", "BatchNormalization",
-                  "GhostBatchNormalization", "ReLU", "Add", "GlobalAveragePooling2D", "Activation"}
+ALLOWED_LAYERS = {
+    "InputLayer",
+    "Flatten",
+    "Dense",
+    "Conv2D",
+    "BatchNormalization",
+    "GhostBatchNormalization",
+    "ReLU",
+    "Add",
+    "GlobalAveragePooling2D",
+    "Activation",
+}
 
 
 def _trainable(model):
@@ -40,23 +56,27 @@ def test_published_wrn_counts_keras():
     assert abs(36479194 / 36.5e6 - 1) < 0.01
 
 
-@pytest.mark.parametrize("arch,depth,width,shape,norm", [
-    ("mlp", 0, 7, (8, 8, 1), "batch"),
-    ("mlp", 1, 7, (8, 8, 1), "none"),
-    ("mlp", 3, 5, (28, 28, 1), "batch"),
-    ("mlp", 2, 16, (6,), "ghost"),
-    ("wrn", 10, 1, (8, 8, 1), "batch"),
-    ("wrn", 10, 0.04, (8, 8, 1), "none"),     # 1/1/3 channels: projections even where c1 == c2
-    ("wrn", 10, 0.53, (28, 28, 1), "ghost"),  # fractional k: 8/17/34 channels
-    ("wrn", 16, 1.37, (32, 32, 3), "batch"),
-    ("wrn", 16, 0.25, (8, 8, 3), "none"),     # narrower than the stem: group 1 projects 16 -> 4
-    ("wrn", 22, 1, (8, 8, 1), "ghost"),       # k = 1: group 1 has identity shortcuts only
-])
+@pytest.mark.parametrize(
+    "arch,depth,width,shape,norm",
+    [
+        ("mlp", 0, 7, (8, 8, 1), "batch"),
+        ("mlp", 1, 7, (8, 8, 1), "none"),
+        ("mlp", 3, 5, (28, 28, 1), "batch"),
+        ("mlp", 2, 16, (6,), "ghost"),
+        ("wrn", 10, 1, (8, 8, 1), "batch"),
+        ("wrn", 10, 0.04, (8, 8, 1), "none"),  # 1/1/3 channels: projections even where c1 == c2
+        ("wrn", 10, 0.53, (28, 28, 1), "ghost"),  # fractional k: 8/17/34 channels
+        ("wrn", 16, 1.37, (32, 32, 3), "batch"),
+        ("wrn", 16, 0.25, (8, 8, 3), "none"),  # narrower than the stem: group 1 projects 16 -> 4
+        ("wrn", 22, 1, (8, 8, 1), "ghost"),  # k = 1: group 1 has identity shortcuts only
+    ],
+)
 def test_closed_form_equals_keras(arch, depth, width, shape, norm):
     model = build_model(arch, depth, width, 10, shape, norm=norm)
     assert _trainable(model) == families.param_count(arch, depth, width, 10, shape, norm)
     assert model.count_params() - _trainable(model) == sum(
-        int(np.prod(v.shape)) for v in model.non_trainable_weights)
+        int(np.prod(v.shape)) for v in model.non_trainable_weights
+    )
 
 
 def test_wrn_structure():
@@ -80,8 +100,17 @@ def test_wrn_structure():
 def test_mlp_structure():
     model = build_mlp(2, 8, 3, (4, 4, 1), norm="ghost", ghost_batch_size=4)
     assert [type(layer).__name__ for layer in model.layers] == [
-        "InputLayer", "Flatten", "Dense", "GhostBatchNormalization", "ReLU", "Dense",
-        "GhostBatchNormalization", "ReLU", "Dense", "Activation"]
+        "InputLayer",
+        "Flatten",
+        "Dense",
+        "GhostBatchNormalization",
+        "ReLU",
+        "Dense",
+        "GhostBatchNormalization",
+        "ReLU",
+        "Dense",
+        "Activation",
+    ]
     assert not model.get_layer("dense_1").use_bias  # the norm's beta is the bias
     assert build_mlp(2, 8, 3, (4, 4, 1)).get_layer("dense_1").use_bias
 
@@ -108,15 +137,17 @@ def test_bad_model_arguments():
         build_wrn(10, 1, 10, (64,))
 
 
-@pytest.mark.parametrize("arch,depth,width,norm", [
-    ("wrn", 10, 0.5, "ghost"), ("wrn", 10, 0.5, "batch"), ("mlp", 2, 16, "ghost")])
+@pytest.mark.parametrize(
+    "arch,depth,width,norm",
+    [("wrn", 10, 0.5, "ghost"), ("wrn", 10, 0.5, "batch"), ("mlp", 2, 16, "ghost")],
+)
 def test_float32_logits_under_mixed_bfloat16(bf16_policy, arch, depth, width, norm):
     model = build_model(arch, depth, width, 5, (8, 8, 1), norm=norm, ghost_batch_size=2)
     assert model.get_layer("logits").compute_dtype == "bfloat16"  # the policy is really active
     x = np.random.default_rng(1).normal(size=(4, 8, 8, 1)).astype(np.float32)
     with tf.GradientTape() as tape:
         y = model(x, training=True)
-        loss = tf.reduce_mean(y ** 2)
+        loss = tf.reduce_mean(y**2)
     assert y.dtype == tf.float32
     grads = tape.gradient(loss, model.trainable_variables)
     assert all(g is not None for g in grads)
@@ -132,15 +163,16 @@ def test_policy_restored():
 
 # ---------------------------------------------------------------- ghost batch norm
 
+
 def _ghost_reference(x, ghost, gamma, beta, eps):
     """NumPy: normalise each consecutive group of `ghost` examples by its own statistics."""
     x = x.astype(np.float64)
     out, means, variances = np.empty_like(x), [], []
     axes = tuple(range(x.ndim - 1))
     for start in range(0, len(x), ghost):
-        g = x[start:start + ghost]
+        g = x[start : start + ghost]
         mean, var = g.mean(axis=axes), g.var(axis=axes)
-        out[start:start + ghost] = (g - mean) / np.sqrt(var + eps) * gamma + beta
+        out[start : start + ghost] = (g - mean) / np.sqrt(var + eps) * gamma + beta
         means.append(mean)
         variances.append(var)
     return out, np.mean(means, axis=0), np.mean(variances, axis=0)
@@ -160,8 +192,10 @@ def test_ghost_bn_matches_numpy(shape, batch, ghost):
     rng = np.random.default_rng(2)
     # Groups with very different offsets and scales, so whole-batch statistics would be far off.
     per_example = (batch,) + (1,) * len(shape)
-    x = (rng.normal(size=(batch,) + shape) * rng.uniform(0.1, 5, size=per_example)
-         + rng.normal(scale=10, size=per_example)).astype(np.float32)
+    x = (
+        rng.normal(size=(batch,) + shape) * rng.uniform(0.1, 5, size=per_example)
+        + rng.normal(scale=10, size=per_example)
+    ).astype(np.float32)
     layer = _ghost_layer(shape, ghost)
     gamma, beta = layer.gamma.numpy(), layer.beta.numpy()
     y = layer(x, training=True).numpy()
@@ -171,8 +205,9 @@ def test_ghost_bn_matches_numpy(shape, batch, ghost):
     np.testing.assert_allclose(layer.moving_variance.numpy(), 0.9 + 0.1 * var, rtol=1e-4)
     # Inference uses the moving statistics (the same as Keras BatchNormalization with them).
     y_inf = layer(x, training=False).numpy()
-    ref_inf = (x - layer.moving_mean.numpy()) / np.sqrt(layer.moving_variance.numpy() + 1e-5) \
-        * gamma + beta
+    ref_inf = (x - layer.moving_mean.numpy()) / np.sqrt(
+        layer.moving_variance.numpy() + 1e-5
+    ) * gamma + beta
     np.testing.assert_allclose(y_inf, ref_inf, rtol=1e-4, atol=1e-4)
 
 
@@ -199,8 +234,11 @@ def test_ghost_bn_example_independent_of_other_groups():
         np.testing.assert_allclose(y, y_ab, rtol=1e-5, atol=1e-5)
     # Plain batch norm would not have this property (the test can tell the difference).
     bn = make_norm_layer("batch")
-    assert not np.allclose(bn(np.concatenate([a, b]), training=True)[:4],
-                           bn(np.concatenate([a, c]), training=True)[:4], atol=1e-2)
+    assert not np.allclose(
+        bn(np.concatenate([a, b]), training=True)[:4],
+        bn(np.concatenate([a, c]), training=True)[:4],
+        atol=1e-2,
+    )
 
 
 def test_ghost_bn_rejects_indivisible_batch():
@@ -242,7 +280,8 @@ def test_ghost_bn_under_mirrored_strategy():
     layer = model.get_layer("norm_1")
     x = np.random.default_rng(5).normal(size=(8, 4)).astype(np.float32)
     dataset = strategy.experimental_distribute_dataset(
-        tf.data.Dataset.from_tensor_slices(x).batch(8))
+        tf.data.Dataset.from_tensor_slices(x).batch(8)
+    )
 
     @tf.function
     def step(batch):

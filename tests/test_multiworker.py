@@ -10,17 +10,21 @@ import sys
 import time
 
 import keras
+import multiworker_worker
 import numpy as np
 import pytest
-
-import multiworker_worker
 from helpers import REPO, env
 
 WORKER = REPO / "tests" / "multiworker_worker.py"
 TIMEOUT_S = 150  # a healthy cluster finishes in ~15 s on 2 cores; a hung collective never does
 # stderr text that means the cluster could not be formed for a reason outside the package.
-ENVIRONMENTAL = ("Address already in use", "Failed to add port", "Could not start gRPC server",
-                 "failed to bind", "Cannot assign requested address")
+ENVIRONMENTAL = (
+    "Address already in use",
+    "Failed to add port",
+    "Could not start gRPC server",
+    "failed to bind",
+    "Cannot assign requested address",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -43,8 +47,12 @@ def _free_ports(n=2):
 
 
 def _tf_config(ports, index):
-    return json.dumps({"cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
-                       "task": {"type": "worker", "index": index}})
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in ports]},
+            "task": {"type": "worker", "index": index},
+        }
+    )
 
 
 def _kill(proc):
@@ -60,8 +68,9 @@ def _start(args, index, ports, tmp_path):
     e = env()
     e["TF_CONFIG"] = _tf_config(ports, index)
     with open(tmp_path / f"w{index}.out", "w") as out, open(tmp_path / f"w{index}.err", "w") as err:
-        return subprocess.Popen(args, cwd=REPO, env=e, stdout=out, stderr=err,
-                                start_new_session=True)
+        return subprocess.Popen(
+            args, cwd=REPO, env=e, stdout=out, stderr=err, start_new_session=True
+        )
 
 
 def _run_cluster(make_args, tmp_path, attempts=2):
@@ -93,25 +102,30 @@ def _run_cluster(make_args, tmp_path, attempts=2):
         errs = [(tmp_path / f"w{i}.err").read_text() for i in range(2)]
         if failed is None:
             return [(tmp_path / f"w{i}.out").read_text() for i in range(2)]
-        env_lines = [line for e in errs for line in e.splitlines()
-                     if any(m in line for m in ENVIRONMENTAL)]
+        env_lines = [
+            line for e in errs for line in e.splitlines() if any(m in line for m in ENVIRONMENTAL)
+        ]
         if env_lines:
             if attempt + 1 < attempts:
                 continue
-            pytest.skip(f"could not form a 2-worker cluster on 127.0.0.1 (ports {ports}): "
-                        f"{env_lines[0].strip()}")
+            pytest.skip(
+                f"could not form a 2-worker cluster on 127.0.0.1 (ports {ports}): "
+                f"{env_lines[0].strip()}"
+            )
         if failed == "timeout":
             what = f"the workers did not finish in {TIMEOUT_S} s"
         else:
             what = f"worker {failed} exited {procs[failed].returncode}"
-        raise AssertionError(f"{what}:\n--- worker 0 ---\n{errs[0][-3000:]}\n"
-                             f"--- worker 1 ---\n{errs[1][-3000:]}")
+        raise AssertionError(
+            f"{what}:\n--- worker 0 ---\n{errs[0][-3000:]}\n--- worker 1 ---\n{errs[1][-3000:]}"
+        )
 
 
 def test_two_workers_match_one_process(tmp_path):
     outs = _run_cluster(
         lambda i: [sys.executable, str(WORKER), "multi_worker", str(tmp_path / f"weights{i}.npz")],
-        tmp_path)
+        tmp_path,
+    )
     # The reference: the same script, one process, one device, global batch 16.
     ref_info = multiworker_worker.main("cpu", str(tmp_path / "ref.npz"))
     assert ref_info["replicas"] == 1 and ref_info["strategy"] == "OneDeviceStrategy"
@@ -128,10 +142,12 @@ def test_two_workers_match_one_process(tmp_path):
         got = np.load(tmp_path / f"weights{i}.npz")
         assert sorted(got.files) == sorted(ref.files)
         for k in ref.files:
-            np.testing.assert_allclose(got[k], ref[k], rtol=1e-5, atol=1e-7,
-                                       err_msg=f"worker {i}, {k}")
+            np.testing.assert_allclose(
+                got[k], ref[k], rtol=1e-5, atol=1e-7, err_msg=f"worker {i}, {k}"
+            )
     # The comparison can fail: the three momentum steps moved the weights well past the tolerance.
     from wide_tf.models import build_model
+
     keras.utils.set_random_seed(multiworker_worker.SEED)
     init = build_model("mlp", 2, 16, 4, (6, 6, 1), norm="none").get_weights()
     assert any(not np.allclose(a, ref[k], rtol=1e-3, atol=1e-4) for a, k in zip(init, ref.files))
@@ -139,16 +155,28 @@ def test_two_workers_match_one_process(tmp_path):
 
 def test_main_runs_under_multi_worker(tmp_path):
     """The whole entry point, two workers sharing one workdir, against the same run in one process."""
-    overrides = ["--config.data.name=digits_embedded", "--config.train.max_steps=6",
-                 "--config.train.steps_per_loop=3"]
+    overrides = [
+        "--config.data.name=digits_embedded",
+        "--config.train.max_steps=6",
+        "--config.train.steps_per_loop=3",
+    ]
     _run_cluster(
-        lambda i: [sys.executable, "-m", "wide_tf.main", "--config=configs/mlp.py:single", *overrides,
-                   f"--workdir={tmp_path / 'mw'}", "--config.runtime.strategy=multi_worker"],
-        tmp_path)
+        lambda i: [
+            sys.executable,
+            "-m",
+            "wide_tf.main",
+            "--config=configs/mlp.py:single",
+            *overrides,
+            f"--workdir={tmp_path / 'mw'}",
+            "--config.runtime.strategy=multi_worker",
+        ],
+        tmp_path,
+    )
     got = json.loads((tmp_path / "mw" / "result.json").read_text())
 
     from wide_tf import train
     from wide_tf.configs_loader import load_config
+
     config = load_config("configs/mlp.py:single")
     config.data.name = "digits_embedded"
     config.train.max_steps = 6

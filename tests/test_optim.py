@@ -10,8 +10,8 @@ import tensorflow as tf
 
 from wide_tf import optim
 
-
 # ---------------------------------------------------------------------------------------------- NumPy reference
+
 
 def np_trust(w, g, eta, wd, eps, form):
     """Independent LARS trust ratio (You et al. form or the |g + wd w| form), 1 where a norm is 0."""
@@ -47,7 +47,9 @@ def np_lars(params, grads_seq, lrs, *, momentum, eta, wd, eps, form, clip, neste
 
 def _dense_model(seed=0, units=3, in_dim=5, kernel=None):
     keras.utils.set_random_seed(seed)
-    model = keras.Sequential([keras.Input((in_dim,)), keras.layers.Dense(units, bias_initializer="ones")])
+    model = keras.Sequential(
+        [keras.Input((in_dim,)), keras.layers.Dense(units, bias_initializer="ones")]
+    )
     if kernel is not None:
         model.layers[0].kernel.assign(kernel)
     return model
@@ -55,7 +57,10 @@ def _dense_model(seed=0, units=3, in_dim=5, kernel=None):
 
 def _grad_seq(model, n, seed=1):
     rng = np.random.default_rng(seed)
-    return [[rng.normal(size=v.shape).astype(np.float32) for v in model.trainable_variables] for _ in range(n)]
+    return [
+        [rng.normal(size=v.shape).astype(np.float32) for v in model.trainable_variables]
+        for _ in range(n)
+    ]
 
 
 def _names(model):
@@ -64,9 +69,18 @@ def _names(model):
 
 # ---------------------------------------------------------------------------------------------- LARS updates
 
+
 @pytest.mark.parametrize("form", ["you", "decayed_grad"])
-@pytest.mark.parametrize("clip,momentum,nesterov", [
-    (False, 0.9, False), (False, 0.9, True), (True, 0.9, False), (False, 0.0, False), (True, 0.5, True)])
+@pytest.mark.parametrize(
+    "clip,momentum,nesterov",
+    [
+        (False, 0.9, False),
+        (False, 0.9, True),
+        (True, 0.9, False),
+        (False, 0.0, False),
+        (True, 0.5, True),
+    ],
+)
 def test_lars_matches_numpy_reference_over_five_steps(form, clip, momentum, nesterov):
     model = _dense_model()
     init = {k: v.numpy() for k, v in zip(_names(model), model.trainable_variables)}
@@ -75,22 +89,48 @@ def test_lars_matches_numpy_reference_over_five_steps(form, clip, momentum, nest
     # update_step gets the step's learning rate.
     sched = keras.optimizers.schedules.PiecewiseConstantDecay([1, 2, 4], [0.05, 0.1, 0.2, 0.1])
     lr_values = [0.05, 0.05, 0.1, 0.2, 0.2]
-    kw = dict(momentum=momentum, eta=0.5, weight_decay=0.05, epsilon=1e-3, trust_ratio=form, clip=clip,
-              nesterov=nesterov)
+    kw = dict(
+        momentum=momentum,
+        eta=0.5,
+        weight_decay=0.05,
+        epsilon=1e-3,
+        trust_ratio=form,
+        clip=clip,
+        nesterov=nesterov,
+    )
     opt = optim.LARS(learning_rate=sched, **kw)
     opt.build(model.trainable_variables)
     step = tf.function(lambda gs: opt.apply(gs, model.trainable_variables))
     for gs in grads:
         step([tf.constant(g) for g in gs])
-    ref = np_lars(init, [dict(zip(_names(model), gs)) for gs in grads], lr_values,
-                  momentum=momentum, eta=0.5, wd=0.05, eps=1e-3, form=form, clip=clip, nesterov=nesterov)
+    ref = np_lars(
+        init,
+        [dict(zip(_names(model), gs)) for gs in grads],
+        lr_values,
+        momentum=momentum,
+        eta=0.5,
+        wd=0.05,
+        eps=1e-3,
+        form=form,
+        clip=clip,
+        nesterov=nesterov,
+    )
     for k, v in zip(_names(model), model.trainable_variables):
         np.testing.assert_allclose(v.numpy(), ref[k], rtol=2e-5, atol=1e-6, err_msg=k)
     assert int(opt.iterations.numpy()) == 5
     # The reference must be sensitive to what is tested: clipping, the form, and the exclusion all change it.
-    other = np_lars(init, [dict(zip(_names(model), gs)) for gs in grads], lr_values, momentum=momentum, eta=0.5,
-                    wd=0.05, eps=1e-3, form="decayed_grad" if form == "you" else "you", clip=not clip,
-                    nesterov=nesterov)
+    other = np_lars(
+        init,
+        [dict(zip(_names(model), gs)) for gs in grads],
+        lr_values,
+        momentum=momentum,
+        eta=0.5,
+        wd=0.05,
+        eps=1e-3,
+        form="decayed_grad" if form == "you" else "you",
+        clip=not clip,
+        nesterov=nesterov,
+    )
     assert not np.allclose(other["kernel"], ref["kernel"], rtol=1e-4)
 
 
@@ -113,8 +153,9 @@ def test_lars_zero_norms_give_ratio_one():
         assert float(optim.compute_trust_ratio(zero, one, one, 0.001, 0.0, 0.0, form)) == 1.0
         assert float(optim.compute_trust_ratio(one, zero, zero, 0.001, 0.0, 0.0, form)) == 1.0
     # |w| = 2, |g| = 3, wd = 0.5, eta = 0.1: 'you' -> 0.1*2/(3+1); a nonzero case for contrast.
-    assert float(optim.compute_trust_ratio(tf.constant(2.0), tf.constant(3.0), zero, 0.1, 0.5, 0.0, "you")) == \
-        pytest.approx(0.05)
+    assert float(
+        optim.compute_trust_ratio(tf.constant(2.0), tf.constant(3.0), zero, 0.1, 0.5, 0.0, "you")
+    ) == pytest.approx(0.05)
     # Through update_step: a zero kernel with nonzero gradient moves by lr * g (ratio 1), not by 0 or NaN.
     model = _dense_model(kernel=np.zeros((5, 3), np.float32))
     opt = optim.LARS(learning_rate=0.1, momentum=0.9, eta=0.001, weight_decay=0.1)
@@ -128,24 +169,46 @@ def test_lars_zero_norms_give_ratio_one():
 
 def test_lars_trust_ratios_in_tf_function_match_numpy():
     keras.utils.set_random_seed(3)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6), keras.layers.BatchNormalization(),
-                              keras.layers.Dense(2)])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(6),
+            keras.layers.BatchNormalization(),
+            keras.layers.Dense(2),
+        ]
+    )
     for form in ("you", "decayed_grad"):
-        opt = optim.LARS(learning_rate=1.0, eta=0.02, weight_decay=0.01, epsilon=1e-4, trust_ratio=form)
+        opt = optim.LARS(
+            learning_rate=1.0, eta=0.02, weight_decay=0.01, epsilon=1e-4, trust_ratio=form
+        )
         opt.build(model.trainable_variables)
         grads = _grad_seq(model, 1)[0]
-        ratios = tf.function(lambda gs: optim.lars_trust_ratios(opt, gs, model.trainable_variables))(
-            [tf.constant(g) for g in grads])
-        expected = [np_trust(v.numpy(), g, 0.02, 0.01, 1e-4, form)
-                    for v, g in zip(model.trainable_variables, grads) if len(v.shape) > 1]
-        assert len(expected) == 2  # the two Dense kernels; the biases and BN gamma/beta are excluded
+        ratios = tf.function(
+            lambda gs: optim.lars_trust_ratios(opt, gs, model.trainable_variables)
+        )([tf.constant(g) for g in grads])
+        expected = [
+            np_trust(v.numpy(), g, 0.02, 0.01, 1e-4, form)
+            for v, g in zip(model.trainable_variables, grads)
+            if len(v.shape) > 1
+        ]
+        assert (
+            len(expected) == 2
+        )  # the two Dense kernels; the biases and BN gamma/beta are excluded
         np.testing.assert_allclose(ratios.numpy(), expected, rtol=1e-5)
 
 
 def test_lars_config_round_trip():
     sched = optim.WarmupDecaySchedule(0.4, 100, warmup_steps=10, decay="polynomial", power=2.0)
-    opt = optim.LARS(learning_rate=sched, momentum=0.8, eta=0.002, weight_decay=1e-4, trust_ratio="decayed_grad",
-                     epsilon=1e-9, clip=True, nesterov=True)
+    opt = optim.LARS(
+        learning_rate=sched,
+        momentum=0.8,
+        eta=0.002,
+        weight_decay=1e-4,
+        trust_ratio="decayed_grad",
+        epsilon=1e-9,
+        clip=True,
+        nesterov=True,
+    )
     again = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
     assert isinstance(again, optim.LARS)
     assert again.get_config() == opt.get_config()
@@ -168,7 +231,9 @@ def test_lars_checkpoint_restores_slots_and_iterations(tmp_path):
     path = tf.train.Checkpoint(optimizer=opt, model=model).save(str(tmp_path / "ckpt"))
     _train(model, opt, grads[3:])
 
-    model2 = _dense_model(seed=7)  # different initial weights: everything must come from the checkpoint
+    model2 = _dense_model(
+        seed=7
+    )  # different initial weights: everything must come from the checkpoint
     opt2 = optim.LARS(learning_rate=0.1, momentum=0.9, eta=0.1, weight_decay=1e-3)
     opt2.build(model2.trainable_variables)
     tf.train.Checkpoint(optimizer=opt2, model=model2).restore(path).assert_consumed()
@@ -213,7 +278,9 @@ def test_one_step_under_mirrored_strategy_equals_single_device(name):
     strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     assert strategy.num_replicas_in_sync == 2
     model2, opt2 = make(strategy)
-    ds = strategy.experimental_distribute_dataset(tf.data.Dataset.from_tensor_slices((x, y)).batch(8))
+    ds = strategy.experimental_distribute_dataset(
+        tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    )
 
     @tf.function
     def train_step(batch):
@@ -221,6 +288,7 @@ def test_one_step_under_mirrored_strategy_equals_single_device(name):
             with tf.GradientTape() as tape:
                 loss = loss_fn(model2, xb, yb, 8)
             opt2.apply(tape.gradient(loss, model2.trainable_variables), model2.trainable_variables)
+
         strategy.run(replica_step, args=batch)
 
     train_step(next(iter(ds)))
@@ -232,11 +300,29 @@ def test_one_step_under_mirrored_strategy_equals_single_device(name):
 
 # ---------------------------------------------------------------------------------------------- schedules
 
+
 def _cfg(**kw):
-    base = dict(name="sgd", base_lr=0.1, reference_batch=256, scaling="linear", lr_multiplier=1.0, momentum=0.9,
-                weight_decay=0.0, lars_eta=0.001, lars_trust_ratio="you", lars_epsilon=0.0, lars_clip=False,
-                schedule="constant", warmup_epochs=0.0, warmup_steps=0, warmup_fixed="epochs", decay_epochs=[],
-                decay_factor=0.1, poly_power=2.0, end_lr_fraction=0.0)
+    base = dict(
+        name="sgd",
+        base_lr=0.1,
+        reference_batch=256,
+        scaling="linear",
+        lr_multiplier=1.0,
+        momentum=0.9,
+        weight_decay=0.0,
+        lars_eta=0.001,
+        lars_trust_ratio="you",
+        lars_epsilon=0.0,
+        lars_clip=False,
+        schedule="constant",
+        warmup_epochs=0.0,
+        warmup_steps=0,
+        warmup_fixed="epochs",
+        decay_epochs=[],
+        decay_factor=0.1,
+        poly_power=2.0,
+        end_lr_fraction=0.0,
+    )
     base.update(kw)
     return ml_collections.ConfigDict(base)
 
@@ -246,78 +332,139 @@ def test_scaling_rules_and_peak_lr():
     assert optim.scaled_learning_rate(0.1, 1024, 256, "sqrt") == pytest.approx(0.2)
     assert optim.scaled_learning_rate(0.1, 64, 256, "none") == pytest.approx(0.1)
     assert optim.scaled_learning_rate(0.1, 64, 256, "sqrt") == pytest.approx(0.05)
-    assert optim.peak_learning_rate(_cfg(base_lr=0.1, scaling="linear", lr_multiplier=0.5), 512) == \
-        pytest.approx(0.1)
+    assert optim.peak_learning_rate(
+        _cfg(base_lr=0.1, scaling="linear", lr_multiplier=0.5), 512
+    ) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="linear"):
         optim.scaled_learning_rate(0.1, 64, 256, "cubic")
 
 
 def _values(schedule, steps):
-    f = tf.function(lambda s: schedule(s))  # tensor step inside tf.function, as the optimizer calls it
+    f = tf.function(
+        lambda s: schedule(s)
+    )  # tensor step inside tf.function, as the optimizer calls it
     return np.array([float(f(tf.constant(s, tf.int64))) for s in steps])
 
 
 def test_warmup_then_constant_and_warmup_fixed_policy():
     # batch 512, linear rule: peak 0.2; warm-up 2 epochs of 10 steps -> 20 steps.
     s = optim.build_schedule(_cfg(warmup_epochs=2.0), 512, steps_per_epoch=10, total_steps=100)
-    np.testing.assert_allclose(_values(s, [0, 5, 10, 19, 20, 99, 150]),
-                               [0.0, 0.05, 0.1, 0.19, 0.2, 0.2, 0.2], rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(
+        _values(s, [0, 5, 10, 19, 20, 99, 150]),
+        [0.0, 0.05, 0.1, 0.19, 0.2, 0.2, 0.2],
+        rtol=1e-6,
+        atol=1e-8,
+    )
     # Held fixed in epochs: twice the batch -> half the steps per epoch -> half the warm-up steps.
     assert optim.build_schedule(_cfg(warmup_epochs=2.0), 1024, 5, 50).warmup_steps == 10
     assert optim.build_schedule(_cfg(warmup_epochs=1.25), 1024, 5, 50).warmup_steps == round(6.25)
     # Held fixed in steps: the same at every batch size.
     for b, spe in ((512, 10), (1024, 5)):
-        assert optim.build_schedule(_cfg(warmup_fixed="steps", warmup_steps=7, warmup_epochs=2.0), b, spe,
-                                    50).warmup_steps == 7
+        assert (
+            optim.build_schedule(
+                _cfg(warmup_fixed="steps", warmup_steps=7, warmup_epochs=2.0), b, spe, 50
+            ).warmup_steps
+            == 7
+        )
     with pytest.raises(ValueError):
         optim.build_schedule(_cfg(warmup_fixed="examples"), 512, 10, 100)
 
 
 def test_cosine_polynomial_multistep_values():
     # peak 0.1 at batch 256; warm-up 10 steps; total 110 -> decay over 100 steps.
-    cos = optim.build_schedule(_cfg(schedule="cosine", warmup_fixed="steps", warmup_steps=10,
-                                    end_lr_fraction=0.1), 256, 10, 110)
+    cos = optim.build_schedule(
+        _cfg(schedule="cosine", warmup_fixed="steps", warmup_steps=10, end_lr_fraction=0.1),
+        256,
+        10,
+        110,
+    )
     # t = 0.5 at step 60: end + (peak-end)/2 = 0.01 + 0.045; t=0.25 at 35: 0.01 + 0.09*(1+cos(pi/4))/2.
-    np.testing.assert_allclose(_values(cos, [5, 10, 35, 60, 110, 200]),
-                               [0.05, 0.1, 0.01 + 0.09 * (1 + math.cos(math.pi / 4)) / 2, 0.055, 0.01, 0.01],
-                               rtol=1e-5)
-    poly = optim.build_schedule(_cfg(schedule="polynomial", poly_power=2.0, warmup_fixed="steps",
-                                     warmup_steps=10), 256, 10, 110)
+    np.testing.assert_allclose(
+        _values(cos, [5, 10, 35, 60, 110, 200]),
+        [0.05, 0.1, 0.01 + 0.09 * (1 + math.cos(math.pi / 4)) / 2, 0.055, 0.01, 0.01],
+        rtol=1e-5,
+    )
+    poly = optim.build_schedule(
+        _cfg(schedule="polynomial", poly_power=2.0, warmup_fixed="steps", warmup_steps=10),
+        256,
+        10,
+        110,
+    )
     # (1 - t)^2 * peak: t = 0.5 -> 0.025, t = 0.9 -> 0.001.
-    np.testing.assert_allclose(_values(poly, [10, 60, 100, 110]), [0.1, 0.025, 0.001, 0.0], rtol=1e-5,
-                               atol=1e-9)
-    multi = optim.build_schedule(_cfg(schedule="multistep", decay_epochs=[3, 6], decay_factor=0.1,
-                                      warmup_epochs=0.5), 256, 10, 100)
+    np.testing.assert_allclose(
+        _values(poly, [10, 60, 100, 110]), [0.1, 0.025, 0.001, 0.0], rtol=1e-5, atol=1e-9
+    )
+    multi = optim.build_schedule(
+        _cfg(schedule="multistep", decay_epochs=[3, 6], decay_factor=0.1, warmup_epochs=0.5),
+        256,
+        10,
+        100,
+    )
     # Boundaries 3 and 6 epochs -> steps 30 and 60; warm-up 5 steps.
-    np.testing.assert_allclose(_values(multi, [0, 1, 5, 29, 30, 59, 60, 99]),
-                               [0.0, 0.02, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001], rtol=1e-5, atol=1e-9)
+    np.testing.assert_allclose(
+        _values(multi, [0, 1, 5, 29, 30, 59, 60, 99]),
+        [0.0, 0.02, 0.1, 0.1, 0.01, 0.01, 0.001, 0.001],
+        rtol=1e-5,
+        atol=1e-9,
+    )
     with pytest.raises(ValueError, match="cosine"):
         optim.build_schedule(_cfg(schedule="exponential"), 256, 10, 100)
 
 
 def test_schedule_serialisation_round_trip_and_warmup_init_fraction():
-    s = optim.WarmupDecaySchedule(1.0, 20, warmup_steps=4, decay="multistep", boundaries=[10, 15],
-                                  decay_factor=0.5, warmup_init_fraction=0.2)
+    s = optim.WarmupDecaySchedule(
+        1.0,
+        20,
+        warmup_steps=4,
+        decay="multistep",
+        boundaries=[10, 15],
+        decay_factor=0.5,
+        warmup_init_fraction=0.2,
+    )
     again = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(s))
     assert again.get_config() == s.get_config()
-    np.testing.assert_allclose(_values(again, [0, 2, 4, 10, 15]), [0.2, 0.6, 1.0, 0.5, 0.25], rtol=1e-6)
+    np.testing.assert_allclose(
+        _values(again, [0, 2, 4, 10, 15]), [0.2, 0.6, 1.0, 0.5, 0.25], rtol=1e-6
+    )
 
 
 # ---------------------------------------------------------------------------------------------- factory
 
+
 def test_build_optimizer_by_name():
-    expected = {"sgd": keras.optimizers.SGD, "momentum": keras.optimizers.SGD, "nesterov": keras.optimizers.SGD,
-                "lars": optim.LARS, "adam": keras.optimizers.Adam, "adamw": keras.optimizers.AdamW,
-                "lamb": keras.optimizers.Lamb}
+    expected = {
+        "sgd": keras.optimizers.SGD,
+        "momentum": keras.optimizers.SGD,
+        "nesterov": keras.optimizers.SGD,
+        "lars": optim.LARS,
+        "adam": keras.optimizers.Adam,
+        "adamw": keras.optimizers.AdamW,
+        "lamb": keras.optimizers.Lamb,
+    }
     for name, cls in expected.items():
         opt = optim.build_optimizer(_cfg(name=name), 256, 10, 100)
         assert isinstance(opt, cls), name
         assert isinstance(opt._learning_rate, optim.WarmupDecaySchedule)
     assert optim.build_optimizer(_cfg(name="sgd"), 256, 10, 100).momentum == 0.0
     assert optim.build_optimizer(_cfg(name="nesterov"), 256, 10, 100).nesterov
-    lars = optim.build_optimizer(_cfg(name="lars", lars_eta=0.02, lars_trust_ratio="decayed_grad",
-                                      lars_clip=True, weight_decay=1e-4), 256, 10, 100)
-    assert (lars.eta, lars.trust_ratio, lars.clip, lars.weight_decay) == (0.02, "decayed_grad", True, 1e-4)
+    lars = optim.build_optimizer(
+        _cfg(
+            name="lars",
+            lars_eta=0.02,
+            lars_trust_ratio="decayed_grad",
+            lars_clip=True,
+            weight_decay=1e-4,
+        ),
+        256,
+        10,
+        100,
+    )
+    assert (lars.eta, lars.trust_ratio, lars.clip, lars.weight_decay) == (
+        0.02,
+        "decayed_grad",
+        True,
+        1e-4,
+    )
     with pytest.raises(ValueError, match="sgd, momentum, nesterov, lars, adam, adamw, lamb"):
         optim.build_optimizer(_cfg(name="rmsprop"), 256, 10, 100)
     with pytest.raises(ValueError, match="adamw"):
@@ -329,11 +476,21 @@ def test_build_optimizer_by_name():
 def test_keras_weight_decay_is_decoupled_and_skips_low_rank(name, pass_variables):
     """With zero gradients only the decay moves weights: kernel *= (1 - lr*wd), bias and BN untouched."""
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, bias_initializer="ones"),
-                              keras.layers.BatchNormalization(gamma_initializer="ones")])
+    model = keras.Sequential(
+        [
+            keras.Input((4,)),
+            keras.layers.Dense(3, bias_initializer="ones"),
+            keras.layers.BatchNormalization(gamma_initializer="ones"),
+        ]
+    )
     before = [v.numpy().copy() for v in model.trainable_variables]
-    opt = optim.build_optimizer(_cfg(name=name, base_lr=0.5, weight_decay=0.1), 256, 10, 100,
-                                variables=model.trainable_variables if pass_variables else None)
+    opt = optim.build_optimizer(
+        _cfg(name=name, base_lr=0.5, weight_decay=0.1),
+        256,
+        10,
+        100,
+        variables=model.trainable_variables if pass_variables else None,
+    )
     opt.build(model.trainable_variables)
     opt.apply([tf.zeros_like(v) for v in model.trainable_variables], model.trainable_variables)
     after = [v.numpy() for v in model.trainable_variables]
@@ -344,7 +501,9 @@ def test_keras_weight_decay_is_decoupled_and_skips_low_rank(name, pass_variables
 
 def test_describe_exclusions_by_rank():
     keras.utils.set_random_seed(0)
-    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization()])
+    model = keras.Sequential(
+        [keras.Input((4,)), keras.layers.Dense(3), keras.layers.BatchNormalization()]
+    )
     d = optim.describe_exclusions(model.trainable_variables)
     assert len(d["adapted"]) == 1 and d["adapted"][0].endswith("kernel")
     assert len(d["excluded"]) == 3

@@ -10,6 +10,7 @@ import sys
 import time
 
 from helpers import REPO, comparable, env, run_main, start_main
+
 from wide_tf import preemption
 
 ARGS = [
@@ -28,7 +29,9 @@ def _results(workdir):
     """Every recorded result, from either layout: results/<trial>.json or results.jsonl."""
     out = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*.json"))]
     if (workdir / "results.jsonl").exists():
-        out += [json.loads(l) for l in (workdir / "results.jsonl").read_text().splitlines() if l.strip()]
+        out += [
+            json.loads(l) for l in (workdir / "results.jsonl").read_text().splitlines() if l.strip()
+        ]
     return out
 
 
@@ -43,8 +46,10 @@ def _sigterm_when(proc, condition, timeout=240):
     deadline = time.time() + timeout
     while time.time() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"the run ended before the signal ({proc.returncode}):\n"
-                                 f"{proc.stderr.read()[-3000:]}")
+            raise AssertionError(
+                f"the run ended before the signal ({proc.returncode}):\n"
+                f"{proc.stderr.read()[-3000:]}"
+            )
         if condition():
             os.killpg(proc.pid, signal.SIGTERM)
             _, err = proc.communicate(timeout=120)
@@ -95,7 +100,13 @@ def test_the_first_sigterm_sets_the_flag_and_a_second_one_kills():
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "time.sleep(30)\n"
     )
-    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env(), capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.stdout == "flag set\n", p.stderr
     assert p.returncode == -signal.SIGTERM

@@ -24,33 +24,78 @@ def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True
     for name, depth, width, bc in members:
         for b in batches:
             s = 400.0 * (1 + bc / b)
-            for mult, factor, status in ((0.5, 2.0, "reached"), (1.0, 1.0, "reached"), (2.0, None, "diverged")):
+            for mult, factor, status in (
+                (0.5, 2.0, "reached"),
+                (1.0, 1.0, "reached"),
+                (2.0, None, "diverged"),
+            ):
                 for seed in seeds:
                     if seed and mult != 1.0:
                         continue
                     # confirmation seeds differ by +-10 steps: the median is exactly s
                     st = None if factor is None else round(s * factor) + (0, 10, -10)[seed % 3]
                     tid = f"{name}-b{b}-m{mult}-s{seed}"
-                    r = {"trial_id": tid, "member": name, "arch": "mlp", "depth": depth, "width": width,
-                         "params": 100_000 + depth, "batch_size": b, "lr_multiplier": mult,
-                         "learning_rate": 0.05 * mult * (b / 256) ** 0.5, "optimizer": "momentum",
-                         "seed": seed, "role": "confirm" if seed else "tune",
-                         "num_train": N_TRAIN, "status": status,
-                         "target": {"metric": "train_accuracy", "value": 0.99},
-                         "steps_to_target": st, "epochs_to_target": None if st is None else st * b / N_TRAIN,
-                         "examples_to_target": None if st is None else st * b,
-                         "steps": st or 50, "epochs": (st or 50) * b / N_TRAIN,
-                         "final": ({k: None for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")}
-                                   if status == "diverged" else
-                                   {"train_accuracy": 0.99, "train_loss": 0.05, "test_accuracy": 0.9 - b / 1e4,
-                                    "test_loss": 0.3}),
-                         "best_test_accuracy": None if status == "diverged" else 0.91 - b / 1e4 - depth / 1e3,
-                         "wall_time_s": 3.0, "examples_per_s": 2000.0,
-                         "gradient": {"history": [], "noise_scale_ema": None}, "protocol": {"target": "x"}}
+                    r = {
+                        "trial_id": tid,
+                        "member": name,
+                        "arch": "mlp",
+                        "depth": depth,
+                        "width": width,
+                        "params": 100_000 + depth,
+                        "batch_size": b,
+                        "lr_multiplier": mult,
+                        "learning_rate": 0.05 * mult * (b / 256) ** 0.5,
+                        "optimizer": "momentum",
+                        "seed": seed,
+                        "role": "confirm" if seed else "tune",
+                        "num_train": N_TRAIN,
+                        "status": status,
+                        "target": {"metric": "train_accuracy", "value": 0.99},
+                        "steps_to_target": st,
+                        "epochs_to_target": None if st is None else st * b / N_TRAIN,
+                        "examples_to_target": None if st is None else st * b,
+                        "steps": st or 50,
+                        "epochs": (st or 50) * b / N_TRAIN,
+                        "final": (
+                            {
+                                k: None
+                                for k in (
+                                    "train_accuracy",
+                                    "train_loss",
+                                    "test_accuracy",
+                                    "test_loss",
+                                )
+                            }
+                            if status == "diverged"
+                            else {
+                                "train_accuracy": 0.99,
+                                "train_loss": 0.05,
+                                "test_accuracy": 0.9 - b / 1e4,
+                                "test_loss": 0.3,
+                            }
+                        ),
+                        "best_test_accuracy": None
+                        if status == "diverged"
+                        else 0.91 - b / 1e4 - depth / 1e3,
+                        "wall_time_s": 3.0,
+                        "examples_per_s": 2000.0,
+                        "gradient": {"history": [], "noise_scale_ema": None},
+                        "protocol": {"target": "x"},
+                    }
                     if history and status != "diverged":
-                        r["gradient"] = {"history": [{"step": k * 10, "examples": k * 10 * b, "diversity": 0.01,
-                                                      "batch_bound": width * (1.0 - 0.1 * k), "noise_scale": 1.0}
-                                                     for k in range(4)], "noise_scale_ema": 50.0}
+                        r["gradient"] = {
+                            "history": [
+                                {
+                                    "step": k * 10,
+                                    "examples": k * 10 * b,
+                                    "diversity": 0.01,
+                                    "batch_bound": width * (1.0 - 0.1 * k),
+                                    "noise_scale": 1.0,
+                                }
+                                for k in range(4)
+                            ],
+                            "noise_scale_ema": 50.0,
+                        }
                     recs.append(r)
     return recs
 
@@ -58,14 +103,41 @@ def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True
 CONFIG = {
     "kind": "study",
     "model": {"arch": "mlp", "depth": 2, "width": 256, "norm": "ghost", "ghost_batch_size": 32},
-    "data": {"name": "mnist_embedded", "num_train": N_TRAIN, "augment": False, "shuffle_buffer": 10000},
-    "optim": {"name": "momentum", "base_lr": 0.05, "reference_batch": 256, "scaling": "sqrt", "momentum": 0.9,
-              "weight_decay": 0.0, "schedule": "cosine", "end_lr_fraction": 0.0, "warmup_epochs": 2.0,
-              "warmup_steps": 0, "warmup_fixed": "epochs"},
-    "train": {"max_epochs": 40.0, "max_steps": 0, "eval_every_examples": 4000, "target_metric": "train_accuracy",
-              "target_value": 0.99, "diverge_loss": 1000.0},
-    "sweep": {"family": {"kind": "budget", "budget": 1e5, "depths": [2, 4, 8]}, "batch_sizes": list(BATCHES),
-              "lr_multipliers": [0.5, 1.0, 2.0], "seeds": [0], "confirm_seeds": [1, 2], "eps": 0.25},
+    "data": {
+        "name": "mnist_embedded",
+        "num_train": N_TRAIN,
+        "augment": False,
+        "shuffle_buffer": 10000,
+    },
+    "optim": {
+        "name": "momentum",
+        "base_lr": 0.05,
+        "reference_batch": 256,
+        "scaling": "sqrt",
+        "momentum": 0.9,
+        "weight_decay": 0.0,
+        "schedule": "cosine",
+        "end_lr_fraction": 0.0,
+        "warmup_epochs": 2.0,
+        "warmup_steps": 0,
+        "warmup_fixed": "epochs",
+    },
+    "train": {
+        "max_epochs": 40.0,
+        "max_steps": 0,
+        "eval_every_examples": 4000,
+        "target_metric": "train_accuracy",
+        "target_value": 0.99,
+        "diverge_loss": 1000.0,
+    },
+    "sweep": {
+        "family": {"kind": "budget", "budget": 1e5, "depths": [2, 4, 8]},
+        "batch_sizes": list(BATCHES),
+        "lr_multipliers": [0.5, 1.0, 2.0],
+        "seeds": [0],
+        "confirm_seeds": [1, 2],
+        "eps": 0.25,
+    },
 }
 
 
@@ -95,9 +167,19 @@ def test_report_files_and_tables(full_report):
     wd, path = full_report
     out = os.path.join(wd, "report")
     assert path == os.path.join(out, "report.md")
-    for name in ("report.md", "best_per_batch.csv", "all_trials.csv", "members.csv", "steps_vs_batch.png",
-                 "epochs_vs_batch.png", "batch_vs_width.png", "test_accuracy_vs_batch.png",
-                 "learning_rate_vs_batch.png", "batch_bound_vs_width.png", "batch_bound_over_training.png"):
+    for name in (
+        "report.md",
+        "best_per_batch.csv",
+        "all_trials.csv",
+        "members.csv",
+        "steps_vs_batch.png",
+        "epochs_vs_batch.png",
+        "batch_vs_width.png",
+        "test_accuracy_vs_batch.png",
+        "learning_rate_vs_batch.png",
+        "batch_bound_vs_width.png",
+        "batch_bound_over_training.png",
+    ):
         assert os.path.getsize(os.path.join(out, name)) > 0, name
     for png in glob.glob(os.path.join(out, "*.png")):
         with open(png, "rb") as f:
@@ -120,7 +202,12 @@ def test_report_files_and_tables(full_report):
         assert float(row["best_lr_multiplier"]) == 1.0
         assert float(row["best_learning_rate"]) == pytest.approx(0.05 * (b / 256) ** 0.5, rel=1e-5)
         assert row["lr_at_grid_edge"] == "False"
-        assert (row["n_trials"], row["n_reached"], row["n_not_reached"], row["n_diverged"]) == ("5", "4", "0", "1")
+        assert (row["n_trials"], row["n_reached"], row["n_not_reached"], row["n_diverged"]) == (
+            "5",
+            "4",
+            "0",
+            "1",
+        )
 
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
     for (name, _, _, bc), mb in zip(MEMBERS, (48, 72, 168)):
@@ -129,7 +216,8 @@ def test_report_files_and_tables(full_report):
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
         assert float(members[name]["b_crit_low"]) < bc < float(members[name]["b_crit_high"])
         assert float(members[name]["batch_bound_init"]) == pytest.approx(
-            {m[0]: m[2] for m in MEMBERS}[name])
+            {m[0]: m[2] for m in MEMBERS}[name]
+        )
 
 
 def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
@@ -139,20 +227,42 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     assert v.outcome == analysis.SUPPORTED
     assert v.decision.b_crit_slope.value == pytest.approx(4.0, rel=0.05)  # log 16 / log 2
     assert v.text in md and "Verdict: SUPPORTED" in md
-    for s in ("train_accuracy >= 0.99", "40.0 epochs", "every 4000 examples", "momentum", "cosine",
-              "held fixed in epochs", "ghost", "virtual batch 32", "mnist_embedded", "tuning [0]", "[1, 2]", "eps (max_batch) | 0.25",
-              "mlp-d8-w128", "mlp-d2-w256", "100,008", "(steps_vs_batch.png)", "How to read this report",
-              "Grid-edge warnings", "None: every chosen learning rate", "95% CI", "slope +4"):
+    for s in (
+        "train_accuracy >= 0.99",
+        "40.0 epochs",
+        "every 4000 examples",
+        "momentum",
+        "cosine",
+        "held fixed in epochs",
+        "ghost",
+        "virtual batch 32",
+        "mnist_embedded",
+        "tuning [0]",
+        "[1, 2]",
+        "eps (max_batch) | 0.25",
+        "mlp-d8-w128",
+        "mlp-d2-w256",
+        "100,008",
+        "(steps_vs_batch.png)",
+        "How to read this report",
+        "Grid-edge warnings",
+        "None: every chosen learning rate",
+        "95% CI",
+        "slope +4",
+    ):
         assert s in md, s
     # the members table row of the widest member, and a cell with its seed range
     # (its B_crit = 512 is the largest batch tried: the fit lands on the edge and reads as a bound)
-    row = next(line for line in md.splitlines() if line.startswith("| mlp-d2-w256 | 2 | 256 | 100,002 | "))
+    row = next(
+        line for line in md.splitlines() if line.startswith("| mlp-d2-w256 | 2 | 256 | 100,002 | ")
+    )
     assert "(95% CI" in row and "(0 censored)" in row
     assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 800.0 (790-810) | 6.25 (6.17-6.33) |" in md
 
 
 def _events(dirpath):
     import tensorflow as tf
+
     out = []
     for f in tf.io.gfile.glob(os.path.join(dirpath, "events.out.tfevents.*")):
         out += list(tf.compat.v1.train.summary_iterator(f))
@@ -166,40 +276,79 @@ def test_report_tensorboard_hparams_and_images(full_report):
     wd, _ = full_report
     hdir = os.path.join(wd, "report", "tb", "hparams")
     # the experiment config at the root
-    root = [v for e in _events(hdir) for v in e.summary.value if v.metadata.plugin_data.plugin_name == "hparams"]
+    root = [
+        v
+        for e in _events(hdir)
+        for v in e.summary.value
+        if v.metadata.plugin_data.plugin_name == "hparams"
+    ]
     assert root
-    exp = plugin_data_pb2.HParamsPluginData.FromString(root[0].metadata.plugin_data.content).experiment
-    assert {h.name for h in exp.hparam_infos} >= {"member", "depth", "width", "params", "batch_size",
-                                                  "learning_rate", "lr_multiplier", "optimizer", "seed"}
-    assert {m.name.tag for m in exp.metric_infos} >= {"steps_to_target", "epochs_to_target", "status_code",
-                                                      "final_train_accuracy", "final_test_accuracy"}
+    exp = plugin_data_pb2.HParamsPluginData.FromString(
+        root[0].metadata.plugin_data.content
+    ).experiment
+    assert {h.name for h in exp.hparam_infos} >= {
+        "member",
+        "depth",
+        "width",
+        "params",
+        "batch_size",
+        "learning_rate",
+        "lr_multiplier",
+        "optimizer",
+        "seed",
+    }
+    assert {m.name.tag for m in exp.metric_infos} >= {
+        "steps_to_target",
+        "epochs_to_target",
+        "status_code",
+        "final_train_accuracy",
+        "final_test_accuracy",
+    }
     runs = sorted(os.listdir(hdir))
     runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
     assert len(runs) == 75
     tid = "mlp-d4-w181-b64-m1.0-s1"
     events = _events(os.path.join(hdir, tid))
-    hp_vals = [v for e in events for v in e.summary.value if v.metadata.plugin_data.plugin_name == "hparams"]
-    start = plugin_data_pb2.HParamsPluginData.FromString(hp_vals[0].metadata.plugin_data.content).session_start_info
+    hp_vals = [
+        v
+        for e in events
+        for v in e.summary.value
+        if v.metadata.plugin_data.plugin_name == "hparams"
+    ]
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        hp_vals[0].metadata.plugin_data.content
+    ).session_start_info
     assert start.hparams["batch_size"].number_value == 64
     assert start.hparams["member"].string_value == "mlp-d4-w181"
     assert start.hparams["seed"].number_value == 1
     import tensorflow as tf
-    scalars = {v.tag: float(tf.make_ndarray(v.tensor)) for e in events for v in e.summary.value
-               if v.tag in analysis.STATUS_CODE or v.tag in report.METRIC_DOCS}
+
+    scalars = {
+        v.tag: float(tf.make_ndarray(v.tensor))
+        for e in events
+        for v in e.summary.value
+        if v.tag in analysis.STATUS_CODE or v.tag in report.METRIC_DOCS
+    }
     assert scalars["steps_to_target"] == round(400 * (1 + 128 / 64)) + 10
     assert scalars["status_code"] == 1.0
     # a diverged trial: status -1 and no steps_to_target
     events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s0"))
     tags = {v.tag: v for e in events for v in e.summary.value}
-    assert "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
-    images = {v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value}
+    assert (
+        "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
+    )
+    images = {
+        v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value
+    }
     assert {"steps_vs_batch", "epochs_vs_batch", "batch_vs_width"} <= images
 
 
 def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     pytest.importorskip("tensorboard")
     members = [MEMBERS[0]]
-    wd = make_workdir(tmp_path, make_records(members, seeds=(0,), batches=(32, 64, 128), history=False))
+    wd = make_workdir(
+        tmp_path, make_records(members, seeds=(0,), batches=(32, 64, 128), history=False)
+    )
     report.write_report(wd)
     report.write_report(wd)
     run = os.path.join(wd, "report", "tb", "hparams", "mlp-d8-w128-b32-m1.0-s0")
@@ -229,7 +378,10 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     assert "INCONCLUSIVE" in md and "has no B_crit fit" in md
     best = read_csv(os.path.join(wd, "report", "best_per_batch.csv"))
     assert [r["steps_to_target"] for r in best] == ["", ""]
-    assert [float(r["censored_above"]) for r in best] == [700, 700]  # censored at the budget, never a value
+    assert [float(r["censored_above"]) for r in best] == [
+        700,
+        700,
+    ]  # censored at the budget, never a value
     assert [(r["n_not_reached"], r["n_diverged"]) for r in best] == [("2", "1"), ("2", "1")]
     assert "> 700 (censored)" in md
 
@@ -244,8 +396,11 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
 
 
 def test_report_without_config_uses_protocol_records(tmp_path):
-    wd = make_workdir(tmp_path, make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64, 128), history=False),
-                      config=None)
+    wd = make_workdir(
+        tmp_path,
+        make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64, 128), history=False),
+        config=None,
+    )
     md = open(report.write_report(wd, eps=0.5)).read()
     assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
 
@@ -256,8 +411,13 @@ def test_bad_workdir_errors(tmp_path):
     with pytest.raises(report.ReportError):
         report.write_report(str(tmp_path))  # exists but holds no study
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    p = subprocess.run([sys.executable, "-m", "wide_tf.report", f"--workdir={tmp_path / 'nope'}"],
-                       capture_output=True, text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "wide_tf.report", f"--workdir={tmp_path / 'nope'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode != 0
     assert "Traceback" not in p.stderr
     err = [line for line in p.stderr.splitlines() if line.startswith("report:")]

@@ -6,8 +6,8 @@ import math
 
 import pytest
 import tensorflow as tf
-
 from helpers import comparable, kill_when, run_main, start_main
+
 from wide_tf import defaults, train
 
 
@@ -38,7 +38,14 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
     for f in tf.io.gfile.glob(str(tmp_path / "train" / "events*")):
         for ev in tf.compat.v1.train.summary_iterator(f):
             tags |= {v.tag for v in ev.summary.value}
-    assert {"batch_loss", "learning_rate", "grad_norm", "update_norm", "param_norm", "examples_per_s"} <= tags
+    assert {
+        "batch_loss",
+        "learning_rate",
+        "grad_norm",
+        "update_norm",
+        "param_norm",
+        "examples_per_s",
+    } <= tags
     # A finished run is not repeated.
     assert train.train_and_evaluate(config, str(tmp_path))["wall_time_s"] == result["wall_time_s"]
 
@@ -62,7 +69,11 @@ def test_a_diverging_run_is_a_result(tmp_path):
 
 def test_lars_run_logs_trust_ratios_and_accumulates(tmp_path):
     config = _single(
-        data="digits_embedded", global_batch=64, max_epochs=2.0, max_device_batch=16, target_value=0.999
+        data="digits_embedded",
+        global_batch=64,
+        max_epochs=2.0,
+        max_device_batch=16,
+        target_value=0.999,
     )
     config.optim.name, config.optim.base_lr, config.optim.weight_decay = "lars", 2.0, 1e-4
     config.optim.warmup_epochs, config.optim.schedule = 0.5, "polynomial"
@@ -85,7 +96,9 @@ def test_bad_config_is_a_clear_error(tmp_path):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(global_batch=16)  # smaller than the ghost size: never shrunk, an error
     config.model.norm, config.model.ghost_batch_size = "ghost", 32
-    with pytest.raises(train.ConfigError, match="lower model.ghost_batch_size .* or raise the batch"):
+    with pytest.raises(
+        train.ConfigError, match="lower model.ghost_batch_size .* or raise the batch"
+    ):
         train.train_and_evaluate(config, str(tmp_path))
     config = _single(global_batch=16, max_device_batch=8)  # micro-batches count, too
     config.model.norm, config.model.ghost_batch_size = "ghost", 16
@@ -139,7 +152,9 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     killed = tmp_path / "killed"
     proc = start_main(*args, f"--workdir={killed}")
     ckpt = killed / "checkpoints"
-    assert kill_when(proc, lambda: ckpt.exists() and any(p.name.startswith("ckpt-") for p in ckpt.iterdir()))
+    assert kill_when(
+        proc, lambda: ckpt.exists() and any(p.name.startswith("ckpt-") for p in ckpt.iterdir())
+    )
     assert not (killed / "result.json").exists()
     run_main(*args, f"--workdir={killed}")
     a = json.loads((ref / "result.json").read_text())
@@ -163,7 +178,10 @@ def test_main_reports_bad_input_in_one_line(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error:") and "data_dir" in last and "Traceback" not in proc.stderr
     proc = run_main(
-        "--config=configs/mlp.py:single", f"--workdir={tmp_path}", "--config.train.global_bach=3", check=False
+        "--config=configs/mlp.py:single",
+        f"--workdir={tmp_path}",
+        "--config.train.global_bach=3",
+        check=False,
     )
     assert proc.returncode != 0 and "global_bach" in proc.stderr
 
@@ -173,8 +191,15 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     optimizer and traced step (reset, not rebuilt); the result is that of a fresh build."""
 
     def config(lr_multiplier, seed):
-        c = _single("digits_embedded", global_batch=64, max_epochs=2.0, eval_every_examples=500,
-                    gradient_at_init=True, gradient_every_examples=1000, seed=seed)
+        c = _single(
+            "digits_embedded",
+            global_batch=64,
+            max_epochs=2.0,
+            eval_every_examples=500,
+            gradient_at_init=True,
+            gradient_every_examples=1000,
+            seed=seed,
+        )
         c.optim.lr_multiplier = lr_multiplier
         c.optim.schedule, c.optim.warmup_epochs = "cosine", 0.5
         return c
@@ -214,7 +239,9 @@ def test_metrics_writer_writes_only_on_the_chief(tmp_path):
 
 
 def test_run_state_round_trips_and_reads_older_checkpoints():
-    st = train.RunState(step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1})
+    st = train.RunState(
+        step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1}
+    )
     assert train.RunState.from_json(st.to_json(), step=0) == st
     old = json.dumps({"history": [], "status": None, "train_log": [], "train_time_s": 1.0})
     assert train.RunState.from_json(old, step=40) == train.RunState(step=40, train_time_s=1.0)
@@ -226,8 +253,14 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
         pytest.skip("needs two logical CPU devices (tests/conftest.py)")
     results = []
     for devices in ([], ["/cpu:0", "/cpu:1"]):
-        config = _single("digits_embedded", global_batch=64, max_steps=2, gradient_at_init=True, probe_size=300,
-                         probe_chunk=128)
+        config = _single(
+            "digits_embedded",
+            global_batch=64,
+            max_steps=2,
+            gradient_at_init=True,
+            probe_size=300,
+            probe_chunk=128,
+        )
         config.runtime.devices = devices
         results.append(train.train_and_evaluate(config, str(tmp_path / str(len(devices)))))
     one, two = (r["gradient"]["history"][0] for r in results)

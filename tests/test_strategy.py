@@ -32,7 +32,8 @@ def _cfg(**overrides):
 
 def _no_accelerator():
     if tf.config.list_logical_devices("GPU") or any(
-            os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")):
+        os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")
+    ):
         pytest.skip("this test expects a machine without GPU or TPU")
 
 
@@ -46,10 +47,16 @@ def test_auto_is_one_cpu_here():
     _no_accelerator()
     rt = setup_runtime(_cfg())
     assert isinstance(rt.strategy, tf.distribute.OneDeviceStrategy)
-    assert (rt.platform, rt.num_replicas, rt.jit_compile, rt.mixed_precision) == ("cpu", 1, False, "float32")
+    assert (rt.platform, rt.num_replicas, rt.jit_compile, rt.mixed_precision) == (
+        "cpu",
+        1,
+        False,
+        "float32",
+    )
     assert keras.mixed_precision.global_policy().name == "float32"
-    assert rt.describe() == ("OneDeviceStrategy on cpu, 1 replica(s), jit_compile=False, "
-                             "policy=float32")
+    assert rt.describe() == (
+        "OneDeviceStrategy on cpu, 1 replica(s), jit_compile=False, policy=float32"
+    )
 
 
 def test_cpu_with_two_devices_is_mirrored():
@@ -118,8 +125,11 @@ def test_unknown_strategy_name():
 
 def test_jit_with_mirrored_cpu_is_refused():
     # A string, as --config.runtime.jit_compile=True arrives (the field is typed str by its default).
-    _one_line_error(_cfg(strategy="cpu", devices=_two_cpus(), jit_compile="True"),
-                    "jit_compile", "--config.runtime.jit_compile=auto")
+    _one_line_error(
+        _cfg(strategy="cpu", devices=_two_cpus(), jit_compile="True"),
+        "jit_compile",
+        "--config.runtime.jit_compile=auto",
+    )
 
 
 def test_jit_on_one_cpu_is_allowed():

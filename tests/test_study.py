@@ -4,8 +4,8 @@ resume after SIGKILL, and two shards sharing one workdir."""
 import json
 
 import pytest
-
 from helpers import comparable, kill_when, run_main, start_main
+
 from wide_tf import study
 from wide_tf import workdir as wd
 from wide_tf.configs_loader import load_config
@@ -59,14 +59,23 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
     assert {t.seed for t in trials} == {0}  # the grid runs on the tuning seed only
     by_lr = {t.lr_multiplier: t for t in trials}
     # Largest learning rate wins: extend upwards, keeping the grid's ratio.
-    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    results = {
+        t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr])
+        for lr, t in by_lr.items()
+    }
     new = study.next_trials(config, trials, results)
     assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [(4.0, 0, "tune")]
     # An interior winner: the grid is final, so the chosen rate runs on the confirmation seeds,
     # as ordinary trials with their own ids.
-    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    results = {
+        t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr])
+        for lr, t in by_lr.items()
+    }
     new = study.next_trials(config, trials, results)
-    assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [(1.0, 1, "confirm"), (1.0, 2, "confirm")]
+    assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [
+        (1.0, 1, "confirm"),
+        (1.0, 2, "confirm"),
+    ]
     assert len({t.trial_id for t in new} | set(results)) == len(new) + len(results)
     assert all(t.meta()["role"] == "confirm" for t in new)
     # Once confirmed, the cell is complete.
@@ -79,12 +88,18 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
     results = {t.trial_id: _result(t, "not_reached") for lr, t in by_lr.items()}
     assert [t.lr_multiplier for t in study.next_trials(config, trials, results)] == [4.0]
     # Too slow at small rates and diverging at large ones: no extension, nothing to confirm.
-    results = {t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached") for lr, t in by_lr.items()}
+    results = {
+        t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached")
+        for lr, t in by_lr.items()
+    }
     assert study.next_trials(config, trials, results) == []
     # Unfinished groups wait; the extension budget is respected.
     assert study.next_trials(config, trials, {}) == []
     config.sweep.max_lr_extensions = 0
-    results = {t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr]) for lr, t in by_lr.items()}
+    results = {
+        t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr])
+        for lr, t in by_lr.items()
+    }
     assert [t.role for t in study.next_trials(config, trials, results)] == ["confirm", "confirm"]
 
 
@@ -134,7 +149,9 @@ def test_two_shards_recording_together_lose_no_result(tmp_path, store):
 
     def shard(k):
         for i in range(40):
-            wd.record_result(root, {"trial_id": f"t{k}_{i:02d}", "member": "m", "batch_size": 8, "seed": k})
+            wd.record_result(
+                root, {"trial_id": f"t{k}_{i:02d}", "member": "m", "batch_size": 8, "seed": k}
+            )
 
     threads = [threading.Thread(target=shard, args=(k,)) for k in range(2)]
     for t in threads:
@@ -143,7 +160,9 @@ def test_two_shards_recording_together_lose_no_result(tmp_path, store):
         t.join()
     records, bad = wd.read_results_counted(root)
     assert bad == 0 and len(records) == 80
-    assert {r["trial_id"] for r in records} == {f"t{k}_{i:02d}" for k in range(2) for i in range(40)}
+    assert {r["trial_id"] for r in records} == {
+        f"t{k}_{i:02d}" for k in range(2) for i in range(40)
+    }
 
 
 def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
@@ -183,7 +202,10 @@ def test_read_results_skips_partial_files_and_reads_a_legacy_jsonl(tmp_path):
     (tmp_path / "results" / "torn.json").write_text('{"trial_id": "torn", "sta')  # a crash mid-copy
     (tmp_path / "results" / "b.json.tmp-1234abcd").write_text("{")  # a writer's temporary file
     (tmp_path / "results.jsonl").write_text(
-        json.dumps({"trial_id": "old"}) + "\n" + json.dumps({"trial_id": "a", "status": "stale"}) + "\n{"
+        json.dumps({"trial_id": "old"})
+        + "\n"
+        + json.dumps({"trial_id": "a", "status": "stale"})
+        + "\n{"
     )
     records, bad = wd.read_results_counted(str(tmp_path))
     assert [r["trial_id"] for r in records] == ["a", "old"]
@@ -214,8 +236,12 @@ def test_two_shards_on_one_workdir_run_every_trial_exactly_once(tmp_path):
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
-    lines = [json.loads((shared / "results" / name).read_text()) for name in _recorded_files(shared)]
+    lines = [
+        json.loads((shared / "results" / name).read_text()) for name in _recorded_files(shared)
+    ]
     ids = [r["trial_id"] for r in lines]
     assert len(ids) == len(set(ids)) == 4
-    expected = {t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))}
+    expected = {
+        t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))
+    }
     assert set(ids) == expected

@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -101,8 +101,13 @@ def members_from_records(records: Sequence[dict]) -> list[MemberInfo]:
     for rec in records:
         name = rec["member"]
         if name not in seen:
-            seen[name] = MemberInfo(name=name, arch=str(rec.get("arch", "")), depth=rec.get("depth"),
-                                    width=rec.get("width"), params=rec.get("params"))
+            seen[name] = MemberInfo(
+                name=name,
+                arch=str(rec.get("arch", "")),
+                depth=rec.get("depth"),
+                width=rec.get("width"),
+                params=rec.get("params"),
+            )
     return order_by_width(seen.values())
 
 
@@ -173,7 +178,10 @@ def _finite(v) -> float | None:
 
 def _lr_of(records: Sequence[dict], mult: float) -> float | None:
     for r in records:
-        if lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == mult and r.get("learning_rate") is not None:
+        if (
+            lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == mult
+            and r.get("learning_rate") is not None
+        ):
             return float(r["learning_rate"])
     return None
 
@@ -184,16 +192,25 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
     best = lr_grid.best_point(points)
     n_train = next((int(r["num_train"]) for r in records if r.get("num_train")), None)
     if best is not None:
-        mine = [r for r in records if lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == best.multiplier]
+        mine = [
+            r for r in records if lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == best.multiplier
+        ]
     else:  # censored cell: every tuning seed's longest non-diverged run says S > its budget
         mine = []
         for seed in sorted({int(r.get("seed", 0)) for r in tuning}):
-            runs = [r for r in tuning if int(r.get("seed", 0)) == seed and r.get("status") == "not_reached"]
+            runs = [
+                r
+                for r in tuning
+                if int(r.get("seed", 0)) == seed and r.get("status") == "not_reached"
+            ]
             if runs:
                 mine.append(max(runs, key=lambda r: r.get("steps") or 0))
     finished = sorted(lr_grid.run_steps(r) for r in mine if lr_grid.run_steps(r) is not None)
-    budgets = tuple(float(r["steps"]) for r in mine
-                    if r.get("status") == "not_reached" and (r.get("steps") or 0) > 0)
+    budgets = tuple(
+        float(r["steps"])
+        for r in mine
+        if r.get("status") == "not_reached" and (r.get("steps") or 0) > 0
+    )
     n_div = sum(1 for r in mine if r.get("status") == "diverged")
     values = list(finished) + [math.inf] * len(budgets)
     median = bound = None
@@ -210,13 +227,21 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
     accs = [a for a in accs if a is not None]
     mults = [p.multiplier for p in points]
     return Cell(
-        member=member, batch_size=int(batch), num_train=n_train, grid=tuple(points),
+        member=member,
+        batch_size=int(batch),
+        num_train=n_train,
+        grid=tuple(points),
         best_multiplier=None if best is None else best.multiplier,
         learning_rate=None if best is None else _lr_of(records, best.multiplier),
         lr_at_grid_edge=best is not None and best.multiplier in (mults[0], mults[-1]),
-        seed_steps=tuple(finished), censored_budgets=budgets, n_diverged_excluded=n_div,
-        median_steps=median, censored_bound=bound, n_trials=len(records),
-        n_reached=counts["reached"], n_not_reached=counts["not_reached"],
+        seed_steps=tuple(finished),
+        censored_budgets=budgets,
+        n_diverged_excluded=n_div,
+        median_steps=median,
+        censored_bound=bound,
+        n_trials=len(records),
+        n_reached=counts["reached"],
+        n_not_reached=counts["not_reached"],
         n_diverged=counts["diverged"],
         best_test_accuracy_any_lr=max(accs) if accs else None,
     )
@@ -285,8 +310,9 @@ def batch_bound_at_init(records: Sequence[dict]) -> list[float]:
     return out
 
 
-def summarize_members(records: Sequence[dict], eps: float = DEFAULT_EPS,
-                      n_boot: int = DEFAULT_BOOTSTRAP) -> list[MemberSummary]:
+def summarize_members(
+    records: Sequence[dict], eps: float = DEFAULT_EPS, n_boot: int = DEFAULT_BOOTSTRAP
+) -> list[MemberSummary]:
     """Everything the report needs per member, narrowest member first."""
     if eps < 0:
         raise ValueError(f"eps must be >= 0, got {eps}")
@@ -298,13 +324,21 @@ def summarize_members(records: Sequence[dict], eps: float = DEFAULT_EPS,
         curve = cb.estimate(obs, eps, n_boot=n_boot, seed=k) if obs is not None else None
         recs = [r for r in records if r["member"] == info.name]
         bb = batch_bound_at_init(recs)
-        ns = [float(v) for v in ((r.get("gradient") or {}).get("noise_scale_ema") for r in recs)
-              if v is not None and np.isfinite(v)]
-        out.append(MemberSummary(
-            info=info, cells=mine, curve=curve,
-            batch_bound_init=float(np.mean(bb)) if bb else None,
-            batch_bound_init_std=float(np.std(bb)) if bb else None,
-            noise_scale_ema=float(np.median(ns)) if ns else None))
+        ns = [
+            float(v)
+            for v in ((r.get("gradient") or {}).get("noise_scale_ema") for r in recs)
+            if v is not None and np.isfinite(v)
+        ]
+        out.append(
+            MemberSummary(
+                info=info,
+                cells=mine,
+                curve=curve,
+                batch_bound_init=float(np.mean(bb)) if bb else None,
+                batch_bound_init_std=float(np.std(bb)) if bb else None,
+                noise_scale_ema=float(np.median(ns)) if ns else None,
+            )
+        )
     return out
 
 
@@ -357,8 +391,13 @@ def _slope_of(ms: Sequence[MemberSummary], which: str) -> cb.Slope | None:
         points = [s.curve.log_b_crit_clipped for s in use]
         reps = [s.curve.log_b_crit_reps for s in use]
     else:
-        use = [s for s in ms if s.curve and s.curve.log_max_batch_reps is not None
-               and s.curve.log_max_batch_reps.size]
+        use = [
+            s
+            for s in ms
+            if s.curve
+            and s.curve.log_max_batch_reps is not None
+            and s.curve.log_max_batch_reps.size
+        ]
         points = [s.curve.log_max_batch_clipped for s in use]
         reps = [s.curve.log_max_batch_reps for s in use]
     if len(use) < 2:
@@ -387,31 +426,47 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     sl_m = _slope_of(ms, "max_batch") if len(set(widths)) >= 2 and None not in widths else None
     if fitted and not reasons:
         if all(s.curve.b_crit.above_range for s in fitted):
-            reasons.append("every member's B_crit lies above the largest batch tried (all still "
-                           "scale perfectly): extend the sweep to larger batches")
+            reasons.append(
+                "every member's B_crit lies above the largest batch tried (all still "
+                "scale perfectly): extend the sweep to larger batches"
+            )
         elif all(s.curve.b_crit.below_range for s in fitted):
-            reasons.append("every member's B_crit lies below the smallest batch tried: extend the "
-                           "sweep to smaller batches")
+            reasons.append(
+                "every member's B_crit lies below the smallest batch tried: extend the "
+                "sweep to smaller batches"
+            )
     poor = [s for s in fitted if s.poor_fit]
     if poor:
-        caveats.append("the knee S_min (1 + B_crit / B) describes these members poorly (R^2 of log "
-                       "epochs < %g): %s" % (POOR_FIT_R2, ", ".join(
-                           f"{s.info.name} ({s.curve.fit.r2_log_epochs:.2f})" for s in poor)))
+        caveats.append(
+            "the knee S_min (1 + B_crit / B) describes these members poorly (R^2 of log "
+            "epochs < %g): %s"
+            % (
+                POOR_FIT_R2,
+                ", ".join(f"{s.info.name} ({s.curve.fit.r2_log_epochs:.2f})" for s in poor),
+            )
+        )
     bounds = [s.info.name for s in fitted if s.curve.b_crit.is_bound]
     if bounds and not reasons:
-        caveats.append("B_crit beyond the batches tried for " + ", ".join(bounds)
-                       + " (counted at the edge of the range, which can only shrink the slope)")
+        caveats.append(
+            "B_crit beyond the batches tried for "
+            + ", ".join(bounds)
+            + " (counted at the edge of the range, which can only shrink the slope)"
+        )
     edges = [(s.info.name, c.batch_size) for s in ms for c in s.edge_cells]
     if edges:
-        caveats.append(f"the best learning rate sat on the edge of its grid in {len(edges)} cell(s) "
-                       "after extension (their steps are upper bounds)")
+        caveats.append(
+            f"the best learning rate sat on the edge of its grid in {len(edges)} cell(s) "
+            "after extension (their steps are upper bounds)"
+        )
     n_div = sum(s.n_diverged_excluded for s in ms)
     if n_div:
         caveats.append(f"{n_div} diverged seed run(s) at chosen learning rates were excluded")
     params = [s.info.params for s in ms if s.info.params]
     if len(params) >= 2 and max(params) > 1.10 * min(params):
-        caveats.append(f"the members do not share a parameter budget ({min(params):,} to "
-                       f"{max(params):,} params)")
+        caveats.append(
+            f"the members do not share a parameter budget ({min(params):,} to "
+            f"{max(params):,} params)"
+        )
     outcome = INCONCLUSIVE
     if not reasons and sl_b is not None:
         outcome = {1: SUPPORTED, -1: CONTRADICTED, 0: NO_EFFECT}[sl_b.decision]
@@ -456,8 +511,10 @@ def describe(d: Decision, eps: float) -> str:
     if d.b_crit_slope is not None:
         sl = d.b_crit_slope
         span = max(widths) / min(widths) if widths and min(widths) > 0 else float("nan")
-        sentence = (f"Across {sl.n_members} members whose widths span {span:.1f}x at a fixed "
-                    f"parameter budget, log B_crit changes with log width at slope {_fmt_slope(sl)}")
+        sentence = (
+            f"Across {sl.n_members} members whose widths span {span:.1f}x at a fixed "
+            f"parameter budget, log B_crit changes with log width at slope {_fmt_slope(sl)}"
+        )
         if d.max_batch_slope is not None:
             sentence += f" and log max_batch(eps={eps:g}) at {_fmt_slope(d.max_batch_slope)}"
         sentence += "."
@@ -469,12 +526,20 @@ def describe(d: Decision, eps: float) -> str:
         }.get(d.outcome)
         if meaning:
             parts.append(meaning)
-        parts.append(f"This design detects a slope of {sl.min_detectable:.2f} or more (either "
-                     "sign) 80% of the time (2.8 bootstrap standard errors).")
-    parts.append("Members from narrowest to widest: " + "; ".join(
-        f"{s.info.name} (width {s.info.width:g}): B_crit "
-        f"{fmt_interval(s.curve.b_crit if s.curve else None)}, max_batch "
-        f"{fmt_interval(s.curve.max_batch if s.curve else None)}" for s in ms) + ".")
+        parts.append(
+            f"This design detects a slope of {sl.min_detectable:.2f} or more (either "
+            "sign) 80% of the time (2.8 bootstrap standard errors)."
+        )
+    parts.append(
+        "Members from narrowest to widest: "
+        + "; ".join(
+            f"{s.info.name} (width {s.info.width:g}): B_crit "
+            f"{fmt_interval(s.curve.b_crit if s.curve else None)}, max_batch "
+            f"{fmt_interval(s.curve.max_batch if s.curve else None)}"
+            for s in ms
+        )
+        + "."
+    )
     if d.reasons:
         parts.append("Inconclusive because: " + "; ".join(d.reasons) + ".")
     if d.caveats:
@@ -487,8 +552,9 @@ def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS) -> Ver
     return Verdict(d.outcome, d, describe(d, eps))
 
 
-def analyze(records: Sequence[dict], eps: float = DEFAULT_EPS,
-            n_boot: int = DEFAULT_BOOTSTRAP) -> dict:
+def analyze(
+    records: Sequence[dict], eps: float = DEFAULT_EPS, n_boot: int = DEFAULT_BOOTSTRAP
+) -> dict:
     """Summaries and one verdict per architecture (a study normally has one)."""
     summaries = summarize_members(records, eps, n_boot)
     archs = sorted({s.info.arch for s in summaries})

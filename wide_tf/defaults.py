@@ -6,7 +6,9 @@ from __future__ import annotations
 import ml_collections
 
 
-def model_config(arch: str = "mlp", depth: int = 2, width: float = 256.0) -> ml_collections.ConfigDict:
+def model_config(
+    arch: str = "mlp", depth: int = 2, width: float = 256.0
+) -> ml_collections.ConfigDict:
     # A float: units for an MLP (a whole number), the multiplier k for a WRN (fractional allowed).
     return ml_collections.ConfigDict(
         dict(

@@ -12,7 +12,7 @@ import bisect
 import dataclasses
 import math
 import sys
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 ARCHS = ("mlp", "wrn")
 NORMS = ("none", "batch", "ghost")
@@ -52,7 +52,8 @@ def wrn_channels(width: float) -> tuple[int, int, int]:
     if channels[0] < 1:
         raise ValueError(
             f"WRN width multiplier k={width!r} gives {channels[0]} channels in the first group; "
-            f"use k >= 1/32")
+            f"use k >= 1/32"
+        )
     return channels  # type: ignore[return-value]
 
 
@@ -60,7 +61,8 @@ def wrn_blocks_per_group(depth: int) -> int:
     """n for a WRN of depth 6n+4 (n >= 1); ValueError otherwise."""
     if isinstance(depth, bool) or not isinstance(depth, int) or depth < 10 or (depth - 4) % 6:
         raise ValueError(
-            f"WRN depth must be 6n+4 with n >= 1 (10, 16, 22, 28, 34, 40, ...), got {depth!r}")
+            f"WRN depth must be 6n+4 with n >= 1 (10, 16, 22, 28, 34, 40, ...), got {depth!r}"
+        )
     return (depth - 4) // 6
 
 
@@ -78,8 +80,9 @@ def _input_shape(arch: str, input_shape: Sequence[int] | None) -> tuple[int, ...
     return tuple(int(d) for d in shape)
 
 
-def mlp_param_count(depth: int, width: int, num_classes: int, input_shape: Sequence[int],
-                    norm: str = "batch") -> int:
+def mlp_param_count(
+    depth: int, width: int, num_classes: int, input_shape: Sequence[int], norm: str = "batch"
+) -> int:
     """Trainable parameters of `build_mlp`: `depth` hidden Dense(width) layers, then the logits.
 
     With a normalisation layer the hidden Dense layers have no bias (the norm's mean subtraction
@@ -100,8 +103,9 @@ def mlp_param_count(depth: int, width: int, num_classes: int, input_shape: Seque
     return first + rest + width * num_classes + num_classes
 
 
-def wrn_param_count(depth: int, width: float, num_classes: int, input_shape: Sequence[int],
-                    norm: str = "batch") -> int:
+def wrn_param_count(
+    depth: int, width: float, num_classes: int, input_shape: Sequence[int], norm: str = "batch"
+) -> int:
     """Trainable parameters of `build_wrn` (WRN-depth-k, convolutions without bias)."""
     _check_norm(norm)
     n = wrn_blocks_per_group(depth)
@@ -118,8 +122,14 @@ def wrn_param_count(depth: int, width: float, num_classes: int, input_shape: Seq
     return total + bn * prev + prev * num_classes + num_classes
 
 
-def param_count(arch: str, depth: int, width: float, num_classes: int = 10,
-                input_shape: Sequence[int] | None = None, norm: str = "batch") -> int:
+def param_count(
+    arch: str,
+    depth: int,
+    width: float,
+    num_classes: int = 10,
+    input_shape: Sequence[int] | None = None,
+    norm: str = "batch",
+) -> int:
     """Exact trainable-parameter count of `wide_tf.models.build_model(arch, depth, width, ...)`."""
     if arch not in ARCHS:
         raise ValueError(f"arch must be one of {ARCHS}, got {arch!r}")
@@ -172,19 +182,29 @@ class Member:
 def _member(arch, depth, width, params, budget=None) -> Member:
     width = int(width) if arch == "mlp" else float(width)
     rel = None if budget is None else (params - budget) / budget
-    return Member(arch=arch, depth=int(depth), width=width, params=int(params),
-                  budget=None if budget is None else float(budget), rel_error=rel)
+    return Member(
+        arch=arch,
+        depth=int(depth),
+        width=width,
+        params=int(params),
+        budget=None if budget is None else float(budget),
+        rel_error=rel,
+    )
 
 
 def _closest_width(arch, depth, budget, count) -> float:
     """Width on the arch's grid whose count is closest to budget (count is non-decreasing in it)."""
     if arch == "mlp":
+
         def at(i):
             return i
+
         lo = 1
     else:
+
         def at(j):
             return j / WRN_K_GRID
+
         lo = math.ceil(WRN_K_GRID / 32)  # the smallest k with at least one channel per group
     # Exponential then binary search for the first grid index whose count reaches the budget.
     hi = max(lo, 1)
@@ -196,9 +216,16 @@ def _closest_width(arch, depth, budget, count) -> float:
     return at(best)
 
 
-def family(arch: str, budget: float, depths: Iterable[int], *, num_classes: int = 10,
-           input_shape: Sequence[int] | None = None, norm: str = "batch",
-           tolerance: float = 0.05) -> list[Member]:
+def family(
+    arch: str,
+    budget: float,
+    depths: Iterable[int],
+    *,
+    num_classes: int = 10,
+    input_shape: Sequence[int] | None = None,
+    norm: str = "batch",
+    tolerance: float = 0.05,
+) -> list[Member]:
     """For each depth, the width whose parameter count is closest to `budget`.
 
     Raises FamilyError when a depth cannot get within `tolerance` (relative) of the budget, e.g. a
@@ -206,8 +233,12 @@ def family(arch: str, budget: float, depths: Iterable[int], *, num_classes: int 
     """
     if arch not in ARCHS:
         raise FamilyError(f"arch must be one of {ARCHS}, got {arch!r}")
-    if not isinstance(budget, (int, float)) or isinstance(budget, bool) or not budget > 0 \
-            or not math.isfinite(budget):
+    if (
+        not isinstance(budget, (int, float))
+        or isinstance(budget, bool)
+        or not budget > 0
+        or not math.isfinite(budget)
+    ):
         raise FamilyError(f"budget must be a positive number of parameters, got {budget!r}")
     depths = list(depths)
     if not depths:
@@ -220,10 +251,13 @@ def family(arch: str, budget: float, depths: Iterable[int], *, num_classes: int 
             raise FamilyError(
                 f"{label}: an MLP with no hidden layer has no width to solve for "
                 f"({param_count('mlp', 0, 1, num_classes, shape, norm)} parameters whatever the "
-                f"budget); drop depth 0 from the family or use depth_sweep")
+                f"budget); drop depth 0 from the family or use depth_sweep"
+            )
         try:
+
             def count(w, depth=depth):
                 return param_count(arch, depth, w, num_classes, shape, norm)
+
             width = _closest_width(arch, depth, budget, count)
         except ValueError as e:
             raise FamilyError(f"{label}: {e}") from None
@@ -231,32 +265,55 @@ def family(arch: str, budget: float, depths: Iterable[int], *, num_classes: int 
         if abs(m.rel_error) > tolerance:
             narrowest = 1 if arch == "mlp" else math.ceil(WRN_K_GRID / 32) / WRN_K_GRID
             if m.params > budget and width == narrowest:
-                fix = ("the narrowest network is already over budget: use a smaller depth or a "
-                       "larger budget")
+                fix = (
+                    "the narrowest network is already over budget: use a smaller depth or a "
+                    "larger budget"
+                )
             else:  # integer units/channels make the count jump across the budget
-                fix = ("the count jumps over the budget between neighbouring widths: raise the "
-                       "tolerance or change the budget or depth")
+                fix = (
+                    "the count jumps over the budget between neighbouring widths: raise the "
+                    "tolerance or change the budget or depth"
+                )
             raise FamilyError(
                 f"member {m.name}: {m.params} parameters is {m.rel_error:+.1%} from the budget "
-                f"{budget:.4g} (tolerance {tolerance:.1%}); {fix}")
+                f"{budget:.4g} (tolerance {tolerance:.1%}); {fix}"
+            )
         members.append(m)
     return members
 
 
-def width_sweep(arch: str, depth: int, widths: Iterable[float], *, num_classes: int = 10,
-                input_shape: Sequence[int] | None = None, norm: str = "batch") -> list[Member]:
+def width_sweep(
+    arch: str,
+    depth: int,
+    widths: Iterable[float],
+    *,
+    num_classes: int = 10,
+    input_shape: Sequence[int] | None = None,
+    norm: str = "batch",
+) -> list[Member]:
     """Members at a fixed depth and the given widths (no budget)."""
     if arch == "mlp" and depth == 0:
         raise FamilyError("mlp depth 0 has no width to sweep; use a depth >= 1")
-    return [_member(arch, depth, w, param_count(arch, depth, w, num_classes, input_shape, norm))
-            for w in widths]
+    return [
+        _member(arch, depth, w, param_count(arch, depth, w, num_classes, input_shape, norm))
+        for w in widths
+    ]
 
 
-def depth_sweep(arch: str, width: float, depths: Iterable[int], *, num_classes: int = 10,
-                input_shape: Sequence[int] | None = None, norm: str = "batch") -> list[Member]:
+def depth_sweep(
+    arch: str,
+    width: float,
+    depths: Iterable[int],
+    *,
+    num_classes: int = 10,
+    input_shape: Sequence[int] | None = None,
+    norm: str = "batch",
+) -> list[Member]:
     """Members at a fixed width and the given depths (no budget)."""
-    return [_member(arch, d, width, param_count(arch, d, width, num_classes, input_shape, norm))
-            for d in depths]
+    return [
+        _member(arch, d, width, param_count(arch, d, width, num_classes, input_shape, norm))
+        for d in depths
+    ]
 
 
 def format_table(members: Sequence[Member]) -> str:
@@ -272,9 +329,12 @@ def format_table(members: Sequence[Member]) -> str:
         rows.append(row)
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     left = {0, 3} if wrn else {0}  # text columns left-aligned, numbers right-aligned
-    lines = ["  ".join(c.ljust(w) if i in left else c.rjust(w)
-                       for i, (c, w) in enumerate(zip(r, widths))).rstrip()
-             for r in [header] + rows]
+    lines = [
+        "  ".join(
+            c.ljust(w) if i in left else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths))
+        ).rstrip()
+        for r in [header] + rows
+    ]
     return "\n".join(lines)
 
 
@@ -296,15 +356,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     """CLI: print a family (--budget), a width sweep (--widths, one depth) or a depth sweep (--width)."""
     p = argparse.ArgumentParser(
         prog="python -m wide_tf.families",
-        description="Parameter-matched families of MLPs and wide ResNets.")
+        description="Parameter-matched families of MLPs and wide ResNets.",
+    )
     p.add_argument("--arch", choices=ARCHS, required=True)
     p.add_argument("--depths", type=_int_list, required=True, help="e.g. 10,16,22,28,40")
     p.add_argument("--budget", type=float, help="parameter budget: solve width per depth")
     p.add_argument("--width", type=float, help="fixed width: a depth sweep")
     p.add_argument("--widths", type=_float_list, help="widths at one depth: a width sweep")
     p.add_argument("--num_classes", type=int, default=10)
-    p.add_argument("--input_shape", type=_int_list, default=None,
-                   help="e.g. 28,28,1 (default: 32,32,3 for wrn, 28,28,1 for mlp)")
+    p.add_argument(
+        "--input_shape",
+        type=_int_list,
+        default=None,
+        help="e.g. 28,28,1 (default: 32,32,3 for wrn, 28,28,1 for mlp)",
+    )
     p.add_argument("--norm", choices=NORMS, default="batch")
     p.add_argument("--tolerance", type=float, default=0.05)
     args = p.parse_args(argv)

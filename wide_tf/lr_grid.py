@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 TUNE = "tune"
 CONFIRM = "confirm"
@@ -92,10 +92,16 @@ def grid_points(tuning_records: Sequence[dict]) -> list[GridPoint]:
         steps = [run_steps(r) for r in rs]
         ok = all(s is not None for s in steps)
         prog = [p for p in (_progress(r) for r in rs) if p is not None]
-        out.append(GridPoint(m, len(rs), sum(s is not None for s in steps),
-                             sum(r.get("status") == "diverged" for r in rs),
-                             _median(steps) if ok else None,
-                             sum(prog) / len(prog) if prog else None))
+        out.append(
+            GridPoint(
+                m,
+                len(rs),
+                sum(s is not None for s in steps),
+                sum(r.get("status") == "diverged" for r in rs),
+                _median(steps) if ok else None,
+                sum(prog) / len(prog) if prog else None,
+            )
+        )
     return out
 
 
@@ -105,7 +111,9 @@ def best_point(points: Sequence[GridPoint]) -> GridPoint | None:
     return min(reached, key=lambda p: (p.median_steps, p.multiplier)) if reached else None
 
 
-def extension(points: Sequence[GridPoint], base: Sequence[float], max_extensions: int) -> float | None:
+def extension(
+    points: Sequence[GridPoint], base: Sequence[float], max_extensions: int
+) -> float | None:
     """The next multiplier to try for this cell, or None when the grid is final."""
     if not points:
         return None
@@ -136,9 +144,14 @@ def extension(points: Sequence[GridPoint], base: Sequence[float], max_extensions
     return None if nxt in mults or not math.isfinite(nxt) or nxt <= 0 else nxt
 
 
-def next_runs(records: Sequence[dict], base: Sequence[float], tuning_seeds: Sequence[int],
-              confirm_seeds: Sequence[int], max_extensions: int,
-              extend: bool = True) -> list[tuple[float, int, str]]:
+def next_runs(
+    records: Sequence[dict],
+    base: Sequence[float],
+    tuning_seeds: Sequence[int],
+    confirm_seeds: Sequence[int],
+    max_extensions: int,
+    extend: bool = True,
+) -> list[tuple[float, int, str]]:
     """(multiplier, seed, role) of the runs this cell needs next, given all its finished runs.
 
     The caller runs the initial grid first and calls this only when none of the cell's runs is
@@ -153,5 +166,8 @@ def next_runs(records: Sequence[dict], base: Sequence[float], tuning_seeds: Sequ
     if best is None:
         return []
     done = {(mult_key(r.get("lr_multiplier", 1.0)), int(r.get("seed", 0))) for r in records}
-    return [(best.multiplier, int(s), CONFIRM) for s in confirm_seeds
-            if (best.multiplier, int(s)) not in done and int(s) not in set(map(int, tuning_seeds))]
+    return [
+        (best.multiplier, int(s), CONFIRM)
+        for s in confirm_seeds
+        if (best.multiplier, int(s)) not in done and int(s) not in set(map(int, tuning_seeds))
+    ]

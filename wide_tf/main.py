@@ -40,11 +40,15 @@ _SHARD = flags.DEFINE_string(
     "Run shard i of n of the study's trials: --shard=0/2. "
     "Shards may share one workdir; every trial runs exactly once.",
 )
-_TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (its id or its index in --list_trials).")
+_TRIAL = flags.DEFINE_string(
+    "trial", None, "Run only this trial (its id or its index in --list_trials)."
+)
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
 _VERBOSE = flags.DEFINE_bool(
-    "verbose", False, "On an error, show the Python traceback; also show TensorFlow's start-up lines."
+    "verbose",
+    False,
+    "On an error, show the Python traceback; also show TensorFlow's start-up lines.",
 )
 
 _HELP = ("-h", "--help", "-help", "--helpshort", "--helpfull", "--helpxml", "-?")
@@ -68,7 +72,10 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _verbose_in(argv) -> bool:
-    return any(a in ("--verbose", "-verbose", "--verbose=true", "--verbose=True", "--verbose=1") for a in argv)
+    return any(
+        a in ("--verbose", "-verbose", "--verbose=true", "--verbose=True", "--verbose=1")
+        for a in argv
+    )
 
 
 def _config_spec(argv) -> str | None:
@@ -77,7 +84,7 @@ def _config_spec(argv) -> str | None:
             break
         for prefix in ("--config=", "-config="):
             if arg.startswith(prefix):
-                return arg[len(prefix):]
+                return arg[len(prefix) :]
         if arg in ("--config", "-config") and i + 1 < len(argv):
             return argv[i + 1]
     return None
@@ -110,8 +117,10 @@ def _parse_flags(argv):
         if "is not supported for overriding" in message:
             field = re.search(r"field config\.(\S+) is", message)
             name = field.group(1) if field else "that field"
-            message = (f"--config.{name}: a list cannot be set on the command line; change it in the "
-                       f"config file (or add a variant)")
+            message = (
+                f"--config.{name}: a list cannot be set on the command line; change it in the "
+                f"config file (or add a variant)"
+            )
         _fail(_type_hint(message.replace("FATAL Flags parsing error: ", ""), config), 2)
 
 
@@ -153,6 +162,7 @@ def _import_tensorflow(verbose: bool) -> None:
     caught on file descriptor 2 during the import and only the ones the level keeps are shown."""
     if "tensorflow" in sys.modules or verbose:
         import tensorflow
+
         return
     if _USER_TF_LOG_LEVEL is None:
         gpu = any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/dxg", "/dev/kfd"))
@@ -163,6 +173,7 @@ def _import_tensorflow(verbose: bool) -> None:
         level = 0
     if level <= 0:
         import tensorflow
+
         return
     sys.stderr.flush()
     saved = os.dup(2)
@@ -186,8 +197,10 @@ def _tf_error_line(e) -> str:
     line = f"TensorFlow {type(e).__name__}: {message}"
     damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
     if damaged or type(e).__name__ == "DataLossError":
-        line += ("; a checkpoint in the workdir is damaged (truncated or partly copied): delete that run's "
-                 "checkpoints/ folder to run it from the start, or restore the files")
+        line += (
+            "; a checkpoint in the workdir is damaged (truncated or partly copied): delete that run's "
+            "checkpoints/ folder to run it from the start, or restore the files"
+        )
     elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         line += "; check that this machine may write to --workdir (and read data.data_dir)"
     return line
@@ -254,7 +267,13 @@ def main(argv) -> None:
     from wide_tf.steps import BatchSplitError
     from wide_tf.strategy import StrategyError
 
-    usage_errors = (families.FamilyError, study.StudyError, train.ConfigError, BatchSplitError, validate.UsageError)
+    usage_errors = (
+        families.FamilyError,
+        study.StudyError,
+        train.ConfigError,
+        BatchSplitError,
+        validate.UsageError,
+    )
     runtime_errors = (data_lib.DataUnavailableError, StrategyError, validate.RuntimeProblem)
     preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
@@ -310,7 +329,9 @@ def main(argv) -> None:
         if isinstance(e, tf.errors.OpError):
             _fail(_tf_error_line(e), 1)
         if isinstance(e, OSError):
-            _fail(f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1)
+            _fail(
+                f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
+            )
         _fail(
             f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
             f"for the traceback, and report it)",

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -33,19 +34,28 @@ def describe_exclusions(variables: Iterable, exclude_rank: int = DEFAULT_EXCLUDE
     """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <= exclude_rank excluded)."""
     excluded, adapted = [], []
     for v in variables:
-        (excluded if _is_low_rank(v, exclude_rank) else adapted).append(v.path if hasattr(v, "path") else v.name)
+        (excluded if _is_low_rank(v, exclude_rank) else adapted).append(
+            v.path if hasattr(v, "path") else v.name
+        )
     return {"excluded": excluded, "adapted": adapted}
 
 
 def _log_exclusions(owner: str, variables: Sequence, exclude_rank: int, what: str) -> None:
     d = describe_exclusions(variables, exclude_rank)
-    logging.info("%s: %d variable(s) of rank <= %d excluded from %s: %s", owner, len(d["excluded"]), exclude_rank,
-                 what, ", ".join(d["excluded"]) or "(none)")
+    logging.info(
+        "%s: %d variable(s) of rank <= %d excluded from %s: %s",
+        owner,
+        len(d["excluded"]),
+        exclude_rank,
+        what,
+        ", ".join(d["excluded"]) or "(none)",
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
 # LARS
 # --------------------------------------------------------------------------------------------------------------
+
 
 def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):
     """LARS trust ratio of one variable from its norms.
@@ -61,7 +71,9 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
     elif form == "decayed_grad":
         denom, g_for_test = gd_norm + epsilon, gd_norm
     else:
-        raise ValueError(f"Unknown LARS trust ratio form {form!r}; valid: {', '.join(TRUST_RATIO_FORMS)}")
+        raise ValueError(
+            f"Unknown LARS trust ratio form {form!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
+        )
     ok = tf.logical_and(w_norm > 0.0, g_for_test > 0.0)
     safe_denom = tf.where(ok, denom, tf.ones_like(denom))
     return tf.where(ok, eta * w_norm / safe_denom, tf.ones_like(w_norm))
@@ -92,11 +104,27 @@ class LARS(keras.optimizers.Optimizer):
     decay is part of the adapted gradient above; `weight_decay` means the coupled coefficient wd.
     """
 
-    def __init__(self, learning_rate=0.1, momentum=0.9, eta=0.001, weight_decay=0.0, trust_ratio="you",
-                 epsilon=0.0, clip=False, nesterov=False, exclude_rank=DEFAULT_EXCLUDE_RANK, name="lars", **kwargs):
-        super().__init__(learning_rate=learning_rate, weight_decay=weight_decay, name=name, **kwargs)
+    def __init__(
+        self,
+        learning_rate=0.1,
+        momentum=0.9,
+        eta=0.001,
+        weight_decay=0.0,
+        trust_ratio="you",
+        epsilon=0.0,
+        clip=False,
+        nesterov=False,
+        exclude_rank=DEFAULT_EXCLUDE_RANK,
+        name="lars",
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate, weight_decay=weight_decay, name=name, **kwargs
+        )
         if trust_ratio not in TRUST_RATIO_FORMS:
-            raise ValueError(f"Unknown LARS trust ratio form {trust_ratio!r}; valid: {', '.join(TRUST_RATIO_FORMS)}")
+            raise ValueError(
+                f"Unknown LARS trust ratio form {trust_ratio!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
+            )
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"LARS momentum must be in [0, 1), got {momentum}")
         self.momentum = float(momentum)
@@ -126,9 +154,15 @@ class LARS(keras.optimizers.Optimizer):
         # Velocity slots exist for every variable (also with momentum 0) so checkpoints have one layout.
         self.velocities = self.add_optimizer_variables(variables, "velocity")
         excluded = [v.path for v in variables if not self.is_adapted(v)]
-        logging.info("LARS %s: %d of %d variables excluded from trust-ratio adaptation and weight decay "
-                     "(rank <= %d or explicitly excluded): %s", self.name, len(excluded), len(variables),
-                     self.exclude_rank, ", ".join(excluded) or "(none)")
+        logging.info(
+            "LARS %s: %d of %d variables excluded from trust-ratio adaptation and weight decay "
+            "(rank <= %d or explicitly excluded): %s",
+            self.name,
+            len(excluded),
+            len(variables),
+            self.exclude_rank,
+            ", ".join(excluded) or "(none)",
+        )
 
     def _trust(self, gradient, variable):
         w = tf.convert_to_tensor(variable)
@@ -138,8 +172,15 @@ class LARS(keras.optimizers.Optimizer):
         w_norm = tf.norm(w)
         g_norm = tf.norm(g)
         gd_norm = tf.norm(g_decayed) if self.trust_ratio == "decayed_grad" else g_norm
-        trust = compute_trust_ratio(w_norm, g_norm, gd_norm, tf.cast(self.eta, w.dtype), wd,
-                                    tf.cast(self.epsilon, w.dtype), self.trust_ratio)
+        trust = compute_trust_ratio(
+            w_norm,
+            g_norm,
+            gd_norm,
+            tf.cast(self.eta, w.dtype),
+            wd,
+            tf.cast(self.epsilon, w.dtype),
+            self.trust_ratio,
+        )
         return trust, g_decayed
 
     def update_step(self, gradient, variable, learning_rate):
@@ -159,8 +200,15 @@ class LARS(keras.optimizers.Optimizer):
 
     def get_config(self):
         config = super().get_config()
-        config.update(momentum=self.momentum, eta=self.eta, trust_ratio=self.trust_ratio, epsilon=self.epsilon,
-                      clip=self.clip, nesterov=self.nesterov, exclude_rank=self.exclude_rank)
+        config.update(
+            momentum=self.momentum,
+            eta=self.eta,
+            trust_ratio=self.trust_ratio,
+            epsilon=self.epsilon,
+            clip=self.clip,
+            nesterov=self.nesterov,
+            exclude_rank=self.exclude_rank,
+        )
         return config
 
 
@@ -174,14 +222,18 @@ def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> 
     """
     if not isinstance(optimizer, LARS):
         raise TypeError(f"lars_trust_ratios needs a LARS optimizer, got {type(optimizer).__name__}")
-    ratios = [tf.cast(optimizer._trust(g, v)[0], tf.float32)
-              for g, v in zip(grads, variables) if g is not None and optimizer.is_adapted(v)]
+    ratios = [
+        tf.cast(optimizer._trust(g, v)[0], tf.float32)
+        for g, v in zip(grads, variables)
+        if g is not None and optimizer.is_adapted(v)
+    ]
     return tf.stack(ratios) if ratios else tf.zeros([0], tf.float32)
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Keras optimizers with weight decay excluded from low-rank variables
 # --------------------------------------------------------------------------------------------------------------
+
 
 class _ExcludeLowRankFromDecay:
     """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay exclusion set.
@@ -201,11 +253,14 @@ class _ExcludeLowRankFromDecay:
             return
         low = [v for v in variables if _is_low_rank(v, self.exclude_rank)]
         # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in a set).
-        self._exclude_from_weight_decay = set(getattr(self, "_exclude_from_weight_decay", set())) | {
-            self._var_key(v) for v in low}
+        self._exclude_from_weight_decay = set(
+            getattr(self, "_exclude_from_weight_decay", set())
+        ) | {self._var_key(v) for v in low}
         self._exclude_from_weight_decay_cache = dict()
         if self.weight_decay:
-            _log_exclusions(f"{type(self).__name__} {self.name}", variables, self.exclude_rank, "weight decay")
+            _log_exclusions(
+                f"{type(self).__name__} {self.name}", variables, self.exclude_rank, "weight decay"
+            )
         super().build(variables)
 
     def get_config(self):
@@ -233,13 +288,20 @@ class DecayExcludingLamb(_ExcludeLowRankFromDecay, keras.optimizers.Lamb):
 # Learning rates
 # --------------------------------------------------------------------------------------------------------------
 
-def scaled_learning_rate(base_lr: float, batch: int, reference_batch: int = 256, rule: str = "linear") -> float:
+
+def scaled_learning_rate(
+    base_lr: float, batch: int, reference_batch: int = 256, rule: str = "linear"
+) -> float:
     """base_lr is the learning rate at reference_batch; 'none' -> base_lr, 'linear' -> base_lr * batch/ref,
     'sqrt' -> base_lr * sqrt(batch/ref)."""
     if rule not in SCALING_RULES:
-        raise ValueError(f"Unknown learning-rate scaling rule {rule!r}; valid: {', '.join(SCALING_RULES)}")
+        raise ValueError(
+            f"Unknown learning-rate scaling rule {rule!r}; valid: {', '.join(SCALING_RULES)}"
+        )
     if batch <= 0 or reference_batch <= 0:
-        raise ValueError(f"batch and reference_batch must be positive, got {batch}, {reference_batch}")
+        raise ValueError(
+            f"batch and reference_batch must be positive, got {batch}, {reference_batch}"
+        )
     ratio = batch / reference_batch
     return float(base_lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
 
@@ -247,8 +309,12 @@ def scaled_learning_rate(base_lr: float, batch: int, reference_batch: int = 256,
 def peak_learning_rate(optim_cfg, global_batch: int) -> float:
     """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch, scaling)
     times lr_multiplier (the study's learning-rate grid)."""
-    return scaled_learning_rate(optim_cfg.base_lr, global_batch, optim_cfg.get("reference_batch", 256),
-                                optim_cfg.get("scaling", "linear")) * float(optim_cfg.get("lr_multiplier", 1.0))
+    return scaled_learning_rate(
+        optim_cfg.base_lr,
+        global_batch,
+        optim_cfg.get("reference_batch", 256),
+        optim_cfg.get("scaling", "linear"),
+    ) * float(optim_cfg.get("lr_multiplier", 1.0))
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -267,12 +333,30 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     # The numbers of a schedule; with variables=True they live in tf.Variables that __call__ reads,
     # so a traced training step serves every run of a learning-rate grid (assign_from).
-    _NUMBERS = ("peak_lr", "total_steps", "warmup_steps", "decay_factor", "power", "end_lr_fraction",
-                "warmup_init_fraction")
+    _NUMBERS = (
+        "peak_lr",
+        "total_steps",
+        "warmup_steps",
+        "decay_factor",
+        "power",
+        "end_lr_fraction",
+        "warmup_init_fraction",
+    )
 
-    def __init__(self, peak_lr, total_steps, warmup_steps=0, decay="constant", boundaries=(), decay_factor=0.1,
-                 power=2.0, end_lr_fraction=0.0, warmup_init_fraction=0.0, name="warmup_decay",
-                 variables=False):
+    def __init__(
+        self,
+        peak_lr,
+        total_steps,
+        warmup_steps=0,
+        decay="constant",
+        boundaries=(),
+        decay_factor=0.1,
+        power=2.0,
+        end_lr_fraction=0.0,
+        warmup_init_fraction=0.0,
+        name="warmup_decay",
+        variables=False,
+    ):
         if decay not in SCHEDULE_NAMES:
             raise ValueError(f"Unknown schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
         self.peak_lr = float(peak_lr)
@@ -288,17 +372,29 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self._vars = None
         if variables:
             only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
-            self._vars = {k: tf.Variable(float(getattr(self, k)), trainable=False, aggregation=only_first,
-                                         name=f"{name}_{k}") for k in self._NUMBERS}
-            self._vars["boundaries"] = tf.Variable([float(b) for b in self.boundaries], dtype=tf.float32,
-                                                   shape=[len(self.boundaries)], trainable=False,
-                                                   aggregation=only_first, name=f"{name}_boundaries")
+            self._vars = {
+                k: tf.Variable(
+                    float(getattr(self, k)),
+                    trainable=False,
+                    aggregation=only_first,
+                    name=f"{name}_{k}",
+                )
+                for k in self._NUMBERS
+            }
+            self._vars["boundaries"] = tf.Variable(
+                [float(b) for b in self.boundaries],
+                dtype=tf.float32,
+                shape=[len(self.boundaries)],
+                trainable=False,
+                aggregation=only_first,
+                name=f"{name}_boundaries",
+            )
 
     def structure(self) -> tuple:
         """What a traced graph depends on besides the numbers held in variables."""
         return (self.decay, len(self.boundaries))
 
-    def assign_from(self, other: "WarmupDecaySchedule") -> None:
+    def assign_from(self, other: WarmupDecaySchedule) -> None:
         """Takes `other`'s numbers (same structure) into this schedule's variables."""
         if self._vars is None or other.structure() != self.structure():
             raise ValueError("assign_from needs a schedule with variables and the same structure")
@@ -310,7 +406,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
     def _value(self, k):
         if self._vars is None:
-            return tf.constant(getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32)
+            return tf.constant(
+                getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32
+            )
         return tf.cast(self._vars[k], tf.float32)
 
     def __call__(self, step):
@@ -319,7 +417,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
             peak = self._value("peak_lr")
             end = peak * self._value("end_lr_fraction")
             w = self._value("warmup_steps")
-            t = tf.clip_by_value((s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0)
+            t = tf.clip_by_value(
+                (s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0
+            )
             if self.decay == "constant":
                 decayed = peak
             elif self.decay == "cosine":
@@ -338,10 +438,18 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
             return tf.where(s < w, warm, decayed)
 
     def get_config(self):
-        return dict(peak_lr=self.peak_lr, total_steps=self.total_steps, warmup_steps=self.warmup_steps,
-                    decay=self.decay, boundaries=list(self.boundaries), decay_factor=self.decay_factor,
-                    power=self.power, end_lr_fraction=self.end_lr_fraction,
-                    warmup_init_fraction=self.warmup_init_fraction, name=self.name)
+        return dict(
+            peak_lr=self.peak_lr,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            decay=self.decay,
+            boundaries=list(self.boundaries),
+            decay_factor=self.decay_factor,
+            power=self.power,
+            end_lr_fraction=self.end_lr_fraction,
+            warmup_init_fraction=self.warmup_init_fraction,
+            name=self.name,
+        )
 
 
 def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
@@ -355,28 +463,43 @@ def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
     raise ValueError(f"Unknown optim.warmup_fixed {fixed!r}; valid: epochs, steps")
 
 
-def build_schedule(optim_cfg, global_batch: int, steps_per_epoch: int,
-                   total_steps: int, variables: bool = False) -> "WarmupDecaySchedule":
+def build_schedule(
+    optim_cfg, global_batch: int, steps_per_epoch: int, total_steps: int, variables: bool = False
+) -> WarmupDecaySchedule:
     """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then optim_cfg.schedule.
     multistep boundaries are optim_cfg.decay_epochs converted with round(epoch * steps_per_epoch)."""
     decay = optim_cfg.get("schedule", "constant")
     if decay not in SCHEDULE_NAMES:
         raise ValueError(f"Unknown optim.schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
-    boundaries = [int(round(float(e) * steps_per_epoch)) for e in (optim_cfg.get("decay_epochs", ()) or ())]
+    boundaries = [
+        int(round(float(e) * steps_per_epoch)) for e in (optim_cfg.get("decay_epochs", ()) or ())
+    ]
     return WarmupDecaySchedule(
-        peak_lr=peak_learning_rate(optim_cfg, global_batch), total_steps=total_steps,
-        warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch), decay=decay, boundaries=sorted(boundaries),
-        decay_factor=optim_cfg.get("decay_factor", 0.1), power=optim_cfg.get("poly_power", 2.0),
+        peak_lr=peak_learning_rate(optim_cfg, global_batch),
+        total_steps=total_steps,
+        warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch),
+        decay=decay,
+        boundaries=sorted(boundaries),
+        decay_factor=optim_cfg.get("decay_factor", 0.1),
+        power=optim_cfg.get("poly_power", 2.0),
         end_lr_fraction=optim_cfg.get("end_lr_fraction", 0.0),
-        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0), variables=variables)
+        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0),
+        variables=variables,
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
 # Factory
 # --------------------------------------------------------------------------------------------------------------
 
-def build_optimizer(optim_cfg, global_batch: int, steps_per_epoch: int, total_steps: int,
-                    variables: Sequence | None = None) -> keras.optimizers.Optimizer:
+
+def build_optimizer(
+    optim_cfg,
+    global_batch: int,
+    steps_per_epoch: int,
+    total_steps: int,
+    variables: Sequence | None = None,
+) -> keras.optimizers.Optimizer:
     """A Keras optimizer for optim_cfg.name with build_schedule(...) as its learning rate. Not built: build it
     inside strategy.scope() with optimizer.build(model.trainable_variables) before the first step.
 
@@ -395,13 +518,22 @@ def build_optimizer(optim_cfg, global_batch: int, steps_per_epoch: int, total_st
     momentum = float(optim_cfg.get("momentum", 0.9))
     kw: dict[str, Any] = {}
     if name == "lars":
-        opt = LARS(learning_rate=lr, momentum=momentum, eta=optim_cfg.get("lars_eta", 0.001), weight_decay=wd,
-                   trust_ratio=optim_cfg.get("lars_trust_ratio", "you"), epsilon=optim_cfg.get("lars_epsilon", 0.0),
-                   clip=optim_cfg.get("lars_clip", False), nesterov=optim_cfg.get("nesterov", False))
+        opt = LARS(
+            learning_rate=lr,
+            momentum=momentum,
+            eta=optim_cfg.get("lars_eta", 0.001),
+            weight_decay=wd,
+            trust_ratio=optim_cfg.get("lars_trust_ratio", "you"),
+            epsilon=optim_cfg.get("lars_epsilon", 0.0),
+            clip=optim_cfg.get("lars_clip", False),
+            nesterov=optim_cfg.get("nesterov", False),
+        )
         return opt  # LARS applies the rank rule itself and logs the excluded names once, in build()
     if name == "adam":
         if wd:
-            raise ValueError("optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead")
+            raise ValueError(
+                "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
+            )
         return keras.optimizers.Adam(learning_rate=lr)
     decay_kw = dict(weight_decay=wd if wd else None)
     if name in ("sgd", "momentum", "nesterov"):

@@ -15,13 +15,12 @@ import math
 import os
 import sys
 
+# The report writes files only; an interactive backend would need a display (absent on TPU VMs).
+import matplotlib  # noqa: E402
 import numpy as np
 
 from wide_tf import analysis
 from wide_tf import workdir as wd
-
-# The report writes files only; an interactive backend would need a display (absent on TPU VMs).
-import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -32,22 +31,92 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
 REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/workdir.py
-TRIAL_COLUMNS = ["trial_id", "member", "arch", "depth", "width", "params", "batch_size", "lr_multiplier",
-                 "learning_rate", "optimizer", "seed", "num_train", "status", "steps_to_target",
-                 "epochs_to_target", "examples_to_target", "steps", "epochs", "final_train_accuracy",
-                 "final_train_loss", "final_test_accuracy", "final_test_loss", "best_test_accuracy",
-                 "wall_time_s", "examples_per_s"]
-BEST_COLUMNS = ["member", "arch", "depth", "width", "params", "batch_size", "best_learning_rate",
-                "best_lr_multiplier", "n_seeds", "steps_to_target", "steps_min", "steps_max",
-                "censored_above", "epochs_to_target", "epochs_min", "epochs_max", "n_censored_seeds",
-                "n_diverged_excluded", "lr_grid", "lr_at_grid_edge", "n_trials", "n_reached",
-                "n_not_reached", "n_diverged", "best_test_accuracy_any_lr"]
-MEMBER_COLUMNS = ["member", "arch", "depth", "width", "params", "eps", "b_crit", "b_crit_low",
-                  "b_crit_high", "b_crit_beyond_range", "s_min", "s_min_low", "s_min_high",
-                  "fit_r2_log_epochs", "fit_rms_log_steps", "fit_observations", "fit_censored",
-                  "fit_reason", "max_batch", "max_batch_low", "max_batch_high", "max_batch_status",
-                  "reference_epochs", "threshold_epochs", "batch_bound_init", "batch_bound_init_std",
-                  "noise_scale_ema", "n_edge_cells", "n_diverged_excluded"]
+TRIAL_COLUMNS = [
+    "trial_id",
+    "member",
+    "arch",
+    "depth",
+    "width",
+    "params",
+    "batch_size",
+    "lr_multiplier",
+    "learning_rate",
+    "optimizer",
+    "seed",
+    "num_train",
+    "status",
+    "steps_to_target",
+    "epochs_to_target",
+    "examples_to_target",
+    "steps",
+    "epochs",
+    "final_train_accuracy",
+    "final_train_loss",
+    "final_test_accuracy",
+    "final_test_loss",
+    "best_test_accuracy",
+    "wall_time_s",
+    "examples_per_s",
+]
+BEST_COLUMNS = [
+    "member",
+    "arch",
+    "depth",
+    "width",
+    "params",
+    "batch_size",
+    "best_learning_rate",
+    "best_lr_multiplier",
+    "n_seeds",
+    "steps_to_target",
+    "steps_min",
+    "steps_max",
+    "censored_above",
+    "epochs_to_target",
+    "epochs_min",
+    "epochs_max",
+    "n_censored_seeds",
+    "n_diverged_excluded",
+    "lr_grid",
+    "lr_at_grid_edge",
+    "n_trials",
+    "n_reached",
+    "n_not_reached",
+    "n_diverged",
+    "best_test_accuracy_any_lr",
+]
+MEMBER_COLUMNS = [
+    "member",
+    "arch",
+    "depth",
+    "width",
+    "params",
+    "eps",
+    "b_crit",
+    "b_crit_low",
+    "b_crit_high",
+    "b_crit_beyond_range",
+    "s_min",
+    "s_min_low",
+    "s_min_high",
+    "fit_r2_log_epochs",
+    "fit_rms_log_steps",
+    "fit_observations",
+    "fit_censored",
+    "fit_reason",
+    "max_batch",
+    "max_batch_low",
+    "max_batch_high",
+    "max_batch_status",
+    "reference_epochs",
+    "threshold_epochs",
+    "batch_bound_init",
+    "batch_bound_init_std",
+    "noise_scale_ema",
+    "n_edge_cells",
+    "n_diverged_excluded",
+]
+
 
 class ReportError(RuntimeError):
     """The workdir cannot be reported on (missing, or holds no study)."""
@@ -57,13 +126,16 @@ class ReportError(RuntimeError):
 # Reading
 # ----------------------------------------------------------------------------------------------
 
+
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, records, number of unparseable result lines)."""
     if not tf.io.gfile.isdir(workdir):
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
     cfg_path = wd.join(workdir, wd.CONFIG)
     has_cfg = tf.io.gfile.exists(cfg_path)
-    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(wd.join(workdir, wd.RESULTS_DIR))
+    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(
+        wd.join(workdir, wd.RESULTS_DIR)
+    )
     if not has_cfg and not has_res:
         raise ReportError(f"{workdir!r} holds neither config.json nor results: not a study workdir")
     config = None
@@ -109,7 +181,9 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
 
     if config is None:
         proto = next((r.get("protocol") for r in records if r.get("protocol")), None) or {}
-        rows.append(("config.json", "missing; settings below come from the trials' 'protocol' records"))
+        rows.append(
+            ("config.json", "missing; settings below come from the trials' 'protocol' records")
+        )
         for k, v in sorted(proto.items()):
             rows.append((str(k), json.dumps(v) if isinstance(v, (dict, list)) else str(v)))
         rows.append(("eps (max_batch)", f"{eps:g}"))
@@ -118,19 +192,33 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
     value = _get(config, "train.target_value")
     if metric:
         op = "<=" if "loss" in str(metric) else ">="
-        add("Target", f"{metric} {op} {value}",
-            "(first seen at an evaluation; the crossing interpolated between it and the one before)")
-    add("Budget", f"{_get(config, 'train.max_epochs')} epochs" if _get(config, "train.max_epochs") else None,
+        add(
+            "Target",
+            f"{metric} {op} {value}",
+            "(first seen at an evaluation; the crossing interpolated between it and the one before)",
+        )
+    add(
+        "Budget",
+        f"{_get(config, 'train.max_epochs')} epochs" if _get(config, "train.max_epochs") else None,
         f"/ {_get(config, 'train.max_steps')} steps" if _get(config, "train.max_steps") else None,
         f"(at least {_get(config, 'train.min_steps')} steps at every batch size)"
-        if _get(config, "train.min_steps") else None)
+        if _get(config, "train.min_steps")
+        else None,
+    )
     every = _get(config, "train.eval_every_examples")
     limit = _get(config, "train.eval_train_limit")
     if every is not None:
-        add("Evaluation cadence", f"every {every} examples" if every else "once per epoch",
-            f"(training metric on the first {limit} training examples)" if limit else None)
-    add("Divergence", f"loss > {_get(config, 'train.diverge_loss')} or non-finite"
-        if _get(config, "train.diverge_loss") is not None else None)
+        add(
+            "Evaluation cadence",
+            f"every {every} examples" if every else "once per epoch",
+            f"(training metric on the first {limit} training examples)" if limit else None,
+        )
+    add(
+        "Divergence",
+        f"loss > {_get(config, 'train.diverge_loss')} or non-finite"
+        if _get(config, "train.diverge_loss") is not None
+        else None,
+    )
     o = _get(config, "optim", {}) or {}
     opt = [o.get("name")]
     if o.get("name") in ("momentum", "nesterov", "lars"):
@@ -138,12 +226,17 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
     if o.get("weight_decay"):
         opt.append(f"weight decay {o.get('weight_decay')}")
     if o.get("name") == "lars":
-        opt.append(f"eta {o.get('lars_eta')}, trust ratio '{o.get('lars_trust_ratio')}', "
-                   f"epsilon {o.get('lars_epsilon')}, clip {o.get('lars_clip')}")
+        opt.append(
+            f"eta {o.get('lars_eta')}, trust ratio '{o.get('lars_trust_ratio')}', "
+            f"epsilon {o.get('lars_epsilon')}, clip {o.get('lars_clip')}"
+        )
     add("Optimizer", ", ".join(str(p) for p in opt if p is not None))
     if o.get("base_lr") is not None:
-        add("Learning rate", f"base {o.get('base_lr')} at batch {o.get('reference_batch')}, scaling rule "
-            f"'{o.get('scaling')}', grid of multipliers {_get(config, 'sweep.lr_multipliers')}")
+        add(
+            "Learning rate",
+            f"base {o.get('base_lr')} at batch {o.get('reference_batch')}, scaling rule "
+            f"'{o.get('scaling')}', grid of multipliers {_get(config, 'sweep.lr_multipliers')}",
+        )
     sched = o.get("schedule")
     if sched:
         extra = ""
@@ -156,32 +249,58 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         add("Schedule", f"{sched}{extra}")
     if o.get("warmup_fixed") is not None or o.get("warmup_epochs") or o.get("warmup_steps"):
         held = o.get("warmup_fixed")
-        amount = (f"{o.get('warmup_epochs')} epochs" if held == "epochs"
-                  else f"{o.get('warmup_steps')} steps" if held == "steps"
-                  else f"{o.get('warmup_epochs')} epochs / {o.get('warmup_steps')} steps")
+        amount = (
+            f"{o.get('warmup_epochs')} epochs"
+            if held == "epochs"
+            else f"{o.get('warmup_steps')} steps"
+            if held == "steps"
+            else f"{o.get('warmup_epochs')} epochs / {o.get('warmup_steps')} steps"
+        )
         add("Warm-up", f"{amount}, held fixed in {held} across batch sizes")
     norm = _get(config, "model.norm")
     if norm:
-        add("Normalisation", norm, f"(virtual batch {_get(config, 'model.ghost_batch_size')})"
-            if norm == "ghost" else None)
+        add(
+            "Normalisation",
+            norm,
+            f"(virtual batch {_get(config, 'model.ghost_batch_size')})"
+            if norm == "ghost"
+            else None,
+        )
     d = _get(config, "data", {}) or {}
     n_seen = sorted({int(r["num_train"]) for r in records if r.get("num_train")})
     if d:
-        add("Data", d.get("name"), f"num_train={d.get('num_train')} (0 = all)",
+        add(
+            "Data",
+            d.get("name"),
+            f"num_train={d.get('num_train')} (0 = all)",
             f"(n_train in the trials: {', '.join(map(str, n_seen))})" if n_seen else None,
-            f"augment={d.get('augment')}", f"shuffle buffer {d.get('shuffle_buffer')} (fixed)")
+            f"augment={d.get('augment')}",
+            f"shuffle buffer {d.get('shuffle_buffer')} (fixed)",
+        )
     add("Batch sizes", _get(config, "sweep.batch_sizes"))
-    add("Seeds", f"tuning {_get(config, 'sweep.seeds')}, confirmation of the chosen rate "
-        f"{_get(config, 'sweep.confirm_seeds') or 'none'} (a cell is the median over its seeds)")
+    add(
+        "Seeds",
+        f"tuning {_get(config, 'sweep.seeds')}, confirmation of the chosen rate "
+        f"{_get(config, 'sweep.confirm_seeds') or 'none'} (a cell is the median over its seeds)",
+    )
     if _get(config, "train.max_device_batch"):
-        add("Gradient accumulation", f"micro-batches of at most {_get(config, 'train.max_device_batch')}")
+        add(
+            "Gradient accumulation",
+            f"micro-batches of at most {_get(config, 'train.max_device_batch')}",
+        )
     if _get(config, "train.gradient_every_examples"):
-        add("Gradient statistics", f"every {_get(config, 'train.gradient_every_examples')} examples on a probe "
-            f"set of {_get(config, 'train.probe_size')}")
+        add(
+            "Gradient statistics",
+            f"every {_get(config, 'train.gradient_every_examples')} examples on a probe "
+            f"set of {_get(config, 'train.probe_size')}",
+        )
     add("Precision", _get(config, "runtime.mixed_precision"))
     sweep = _get(config, "sweep", {}) or {}
-    fam = {k: v for k, v in sweep.items()
-           if k not in ("batch_sizes", "seeds", "confirm_seeds", "lr_multipliers")}
+    fam = {
+        k: v
+        for k, v in sweep.items()
+        if k not in ("batch_sizes", "seeds", "confirm_seeds", "lr_multipliers")
+    }
     if fam:
         add("Family / sweep", json.dumps(fam, sort_keys=True))
     rows.append(("eps (max_batch)", f"{eps:g}"))
@@ -191,6 +310,7 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
 # ----------------------------------------------------------------------------------------------
 # Tables
 # ----------------------------------------------------------------------------------------------
+
 
 def _cell(v):
     if v is None:
@@ -202,8 +322,15 @@ def _cell(v):
 
 def trial_rows(records: list[dict]) -> list[dict]:
     rows = []
-    for r in sorted(records, key=lambda r: (r.get("member", ""), r.get("batch_size", 0),
-                                            r.get("learning_rate") or 0, r.get("seed") or 0)):
+    for r in sorted(
+        records,
+        key=lambda r: (
+            r.get("member", ""),
+            r.get("batch_size", 0),
+            r.get("learning_rate") or 0,
+            r.get("seed") or 0,
+        ),
+    ):
         final = r.get("final") or {}
         row = {k: r.get(k) for k in TRIAL_COLUMNS}
         for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
@@ -218,22 +345,38 @@ def best_rows(summaries) -> list[dict]:
     for s in summaries:
         for c in s.cells:
             rng = c.steps_range
-            rows.append({k: _cell(v) for k, v in {
-                "member": s.info.name, "arch": s.info.arch, "depth": s.info.depth,
-                "width": s.info.width, "params": s.info.params, "batch_size": c.batch_size,
-                "best_learning_rate": c.learning_rate, "best_lr_multiplier": c.best_multiplier,
-                "n_seeds": c.n_seeds, "steps_to_target": c.median_steps,
-                "steps_min": rng[0] if rng else None, "steps_max": rng[1] if rng else None,
-                "censored_above": c.censored_bound, "epochs_to_target": c.epochs_to_target,
-                "epochs_min": c.epochs(rng[0]) if rng else None,
-                "epochs_max": c.epochs(rng[1]) if rng else None,
-                "n_censored_seeds": len(c.censored_budgets),
-                "n_diverged_excluded": c.n_diverged_excluded,
-                "lr_grid": " ".join(f"{p.multiplier:g}" for p in c.grid),
-                "lr_at_grid_edge": c.lr_at_grid_edge, "n_trials": c.n_trials,
-                "n_reached": c.n_reached, "n_not_reached": c.n_not_reached,
-                "n_diverged": c.n_diverged,
-                "best_test_accuracy_any_lr": c.best_test_accuracy_any_lr}.items()})
+            rows.append(
+                {
+                    k: _cell(v)
+                    for k, v in {
+                        "member": s.info.name,
+                        "arch": s.info.arch,
+                        "depth": s.info.depth,
+                        "width": s.info.width,
+                        "params": s.info.params,
+                        "batch_size": c.batch_size,
+                        "best_learning_rate": c.learning_rate,
+                        "best_lr_multiplier": c.best_multiplier,
+                        "n_seeds": c.n_seeds,
+                        "steps_to_target": c.median_steps,
+                        "steps_min": rng[0] if rng else None,
+                        "steps_max": rng[1] if rng else None,
+                        "censored_above": c.censored_bound,
+                        "epochs_to_target": c.epochs_to_target,
+                        "epochs_min": c.epochs(rng[0]) if rng else None,
+                        "epochs_max": c.epochs(rng[1]) if rng else None,
+                        "n_censored_seeds": len(c.censored_budgets),
+                        "n_diverged_excluded": c.n_diverged_excluded,
+                        "lr_grid": " ".join(f"{p.multiplier:g}" for p in c.grid),
+                        "lr_at_grid_edge": c.lr_at_grid_edge,
+                        "n_trials": c.n_trials,
+                        "n_reached": c.n_reached,
+                        "n_not_reached": c.n_not_reached,
+                        "n_diverged": c.n_diverged,
+                        "best_test_accuracy_any_lr": c.best_test_accuracy_any_lr,
+                    }.items()
+                }
+            )
     return rows
 
 
@@ -247,24 +390,50 @@ def member_rows(summaries, eps: float) -> list[dict]:
     for s in summaries:
         cv = s.curve
         f = cv.fit if cv else None
-        bc, sm, mb = (_iv(cv.b_crit), _iv(cv.s_min), _iv(cv.max_batch)) if cv else ((None,) * 3,) * 3
-        beyond = ("above" if cv.b_crit.above_range else "below" if cv.b_crit.below_range else "") \
-            if cv and cv.b_crit else ""
-        rows.append({k: _cell(v) for k, v in {
-            "member": s.info.name, "arch": s.info.arch, "depth": s.info.depth, "width": s.info.width,
-            "params": s.info.params, "eps": eps, "b_crit": bc[0], "b_crit_low": bc[1],
-            "b_crit_high": bc[2], "b_crit_beyond_range": beyond, "s_min": sm[0], "s_min_low": sm[1],
-            "s_min_high": sm[2], "fit_r2_log_epochs": f.r2_log_epochs if f else None,
-            "fit_rms_log_steps": f.rms_log if f else None, "fit_observations": f.n_obs if f else None,
-            "fit_censored": f.n_censored if f else None,
-            "fit_reason": cv.fit_reason if cv else "no run finished",
-            "max_batch": mb[0], "max_batch_low": mb[1], "max_batch_high": mb[2],
-            "max_batch_status": cv.max_batch_reason if cv else None,
-            "reference_epochs": cv.reference_epochs if cv else None,
-            "threshold_epochs": cv.threshold_epochs if cv else None,
-            "batch_bound_init": s.batch_bound_init, "batch_bound_init_std": s.batch_bound_init_std,
-            "noise_scale_ema": s.noise_scale_ema, "n_edge_cells": len(s.edge_cells),
-            "n_diverged_excluded": s.n_diverged_excluded}.items()})
+        bc, sm, mb = (
+            (_iv(cv.b_crit), _iv(cv.s_min), _iv(cv.max_batch)) if cv else ((None,) * 3,) * 3
+        )
+        beyond = (
+            ("above" if cv.b_crit.above_range else "below" if cv.b_crit.below_range else "")
+            if cv and cv.b_crit
+            else ""
+        )
+        rows.append(
+            {
+                k: _cell(v)
+                for k, v in {
+                    "member": s.info.name,
+                    "arch": s.info.arch,
+                    "depth": s.info.depth,
+                    "width": s.info.width,
+                    "params": s.info.params,
+                    "eps": eps,
+                    "b_crit": bc[0],
+                    "b_crit_low": bc[1],
+                    "b_crit_high": bc[2],
+                    "b_crit_beyond_range": beyond,
+                    "s_min": sm[0],
+                    "s_min_low": sm[1],
+                    "s_min_high": sm[2],
+                    "fit_r2_log_epochs": f.r2_log_epochs if f else None,
+                    "fit_rms_log_steps": f.rms_log if f else None,
+                    "fit_observations": f.n_obs if f else None,
+                    "fit_censored": f.n_censored if f else None,
+                    "fit_reason": cv.fit_reason if cv else "no run finished",
+                    "max_batch": mb[0],
+                    "max_batch_low": mb[1],
+                    "max_batch_high": mb[2],
+                    "max_batch_status": cv.max_batch_reason if cv else None,
+                    "reference_epochs": cv.reference_epochs if cv else None,
+                    "threshold_epochs": cv.threshold_epochs if cv else None,
+                    "batch_bound_init": s.batch_bound_init,
+                    "batch_bound_init_std": s.batch_bound_init_std,
+                    "noise_scale_ema": s.noise_scale_ema,
+                    "n_edge_cells": len(s.edge_cells),
+                    "n_diverged_excluded": s.n_diverged_excluded,
+                }.items()
+            }
+        )
     return rows
 
 
@@ -280,6 +449,7 @@ def _write_csv(path: str, columns: list[str], rows: list[dict]) -> None:
 # ----------------------------------------------------------------------------------------------
 # Plots
 # ----------------------------------------------------------------------------------------------
+
 
 def _colors(n: int):
     # Ordered colours (dark = narrow, bright = wide) so width reads off every plot.
@@ -302,7 +472,9 @@ def _no_data(ax, what: str) -> None:
     # An empty log axis cannot be drawn; say why the panel is empty instead.
     ax.set_xscale("linear")
     ax.set_yscale("linear")
-    ax.text(0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4")
+    ax.text(
+        0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4"
+    )
 
 
 def _width_ticks(ax, summaries) -> None:
@@ -321,14 +493,30 @@ def _mark_unreached(ax, s, color, labelled: list):
     if cens:
         label = None if "cens" in labelled else "censored: did not reach within budget (S > marker)"
         labelled.append("cens")
-        ax.plot(*zip(*cens), linestyle="none", marker="^", markersize=8, markerfacecolor="none",
-                color=color, label=label)
+        ax.plot(
+            *zip(*cens),
+            linestyle="none",
+            marker="^",
+            markersize=8,
+            markerfacecolor="none",
+            color=color,
+            label=label,
+        )
     xs = [c.batch_size for c in s.cells if c.median_steps is None and c.censored_bound is None]
     if xs:
         label = None if "none" in labelled else "no value (every run diverged)"
         labelled.append("none")
-        ax.plot(xs, [0.03] * len(xs), linestyle="none", marker="x", markersize=8, color=color,
-                transform=ax.get_xaxis_transform(), clip_on=False, label=label)
+        ax.plot(
+            xs,
+            [0.03] * len(xs),
+            linestyle="none",
+            marker="x",
+            markersize=8,
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+            label=label,
+        )
 
 
 def _seed_points(s, epochs: bool):
@@ -361,7 +549,9 @@ def plot_steps(summaries, colors, outdir, target, nothing):
         cv = s.curve
         if cv is not None and cv.fit is not None:
             g = cv.band_batches
-            ax.plot(g, cv.fit.s_min * (1 + cv.fit.b_crit / g), "-", color=col, alpha=0.8, linewidth=1)
+            ax.plot(
+                g, cv.fit.s_min * (1 + cv.fit.b_crit / g), "-", color=col, alpha=0.8, linewidth=1
+            )
             ax.fill_between(g, cv.band_low, cv.band_high, color=col, alpha=0.15, linewidth=0)
         pts = _seed_points(s, epochs=False)
         if pts:
@@ -371,9 +561,16 @@ def plot_steps(summaries, colors, outdir, target, nothing):
     ax.plot([], [], "k-", alpha=0.8, linewidth=1, label="fit S_min (1 + B_crit / B), 95% band")
     ax.plot([], [], "k:", alpha=0.6, label="perfect scaling S ~ 1/B")
     return _finish_batch_plot(
-        fig, ax, outdir, "steps_vs_batch.png", "Steps to target vs batch size (log-log)",
+        fig,
+        ax,
+        outdir,
+        "steps_vs_batch.png",
+        "Steps to target vs batch size (log-log)",
         "steps to target (median over seeds; bars: seed range)",
-        f"Steps to reach {target} vs batch size (best LR per batch)", nothing=nothing, log_y=True)
+        f"Steps to reach {target} vs batch size (best LR per batch)",
+        nothing=nothing,
+        log_y=True,
+    )
 
 
 def plot_epochs(summaries, colors, outdir, eps, nothing):
@@ -387,25 +584,41 @@ def plot_epochs(summaries, colors, outdir, eps, nothing):
         if cv is not None and cv.fit is not None and s.cells and s.cells[0].num_train:
             g = cv.band_batches
             n = s.cells[0].num_train
-            ax.plot(g, cv.fit.s_min * (g + cv.fit.b_crit) / n, "-", color=col, alpha=0.8, linewidth=1)
-            ax.fill_between(g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15,
-                            linewidth=0)
+            ax.plot(
+                g, cv.fit.s_min * (g + cv.fit.b_crit) / n, "-", color=col, alpha=0.8, linewidth=1
+            )
+            ax.fill_between(
+                g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15, linewidth=0
+            )
         if cv is not None and cv.threshold_epochs is not None:
             ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
             mb = cv.max_batch
             if mb is not None and mb.low is not None:
-                ax.errorbar([mb.value], [cv.threshold_epochs],
-                            xerr=[[mb.value - mb.low], [mb.high - mb.value]], fmt="*",
-                            markersize=13, color=col, capsize=4)
+                ax.errorbar(
+                    [mb.value],
+                    [cv.threshold_epochs],
+                    xerr=[[mb.value - mb.low], [mb.high - mb.value]],
+                    fmt="*",
+                    markersize=13,
+                    color=col,
+                    capsize=4,
+                )
             elif mb is not None:
                 ax.plot([mb.value], [cv.threshold_epochs], "*", markersize=13, color=col)
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
     ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps), 95% interval")
     return _finish_batch_plot(
-        fig, ax, outdir, "epochs_vs_batch.png", "Epochs to target vs batch size",
+        fig,
+        ax,
+        outdir,
+        "epochs_vs_batch.png",
+        "Epochs to target vs batch size",
         "epochs to target (median over seeds; bars: seed range)",
-        "Epochs to target vs batch size (flat = perfect scaling)", nothing=nothing, log_y=True)
+        "Epochs to target vs batch size (flat = perfect scaling)",
+        nothing=nothing,
+        log_y=True,
+    )
 
 
 def _plain_log_axis(ax, axis: str) -> None:
@@ -422,14 +635,26 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts):
     """B_crit and max_batch(eps) against width with 95% intervals; values beyond the batches
     tried are drawn as arrows at the range edge; the slope across members in the title."""
     fig, axes = plt.subplots(1, 2, figsize=(11.5, 4.6))
-    panels = (("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
-              ("max_batch", f"max_batch(eps={eps:g}) (examples per step)",
-               f"Largest batch without slow-down (eps={eps:g})", "max_batch_slope"))
+    panels = (
+        ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
+        (
+            "max_batch",
+            f"max_batch(eps={eps:g}) (examples per step)",
+            f"Largest batch without slow-down (eps={eps:g})",
+            "max_batch_slope",
+        ),
+    )
     for ax, (field, ylabel, title, slope_name) in zip(axes, panels):
         drawn = False
         for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
-            mine = [s for s in summaries if s.info.arch == arch and isinstance(s.info.width, (int, float))
-                    and s.curve is not None and getattr(s.curve, field) is not None]
+            mine = [
+                s
+                for s in summaries
+                if s.info.arch == arch
+                and isinstance(s.info.width, (int, float))
+                and s.curve is not None
+                and getattr(s.curve, field) is not None
+            ]
             for s in mine:
                 iv = getattr(s.curve, field)
                 w = float(s.info.width)
@@ -441,18 +666,36 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts):
                     lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
                     hi = min(iv.high, iv.range_hi * 2) if iv.high is not None else v
                     ax.errorbar([w], [v], yerr=[[v - lo], [hi - v]], fmt="o", color=col, capsize=4)
-                ax.annotate(f"depth {s.info.depth}", (w, v), fontsize=7, textcoords="offset points",
-                            xytext=(5, 4))
+                ax.annotate(
+                    f"depth {s.info.depth}",
+                    (w, v),
+                    fontsize=7,
+                    textcoords="offset points",
+                    xytext=(5, 4),
+                )
                 drawn = True
             sl = getattr(verdicts.get(arch).decision, slope_name) if verdicts.get(arch) else None
             if sl is not None and mine:
                 ws = np.array([float(s.info.width) for s in mine])
-                pts = np.log([min(max(getattr(s.curve, field).value, getattr(s.curve, field).range_lo),
-                                  getattr(s.curve, field).range_hi) for s in mine])
+                pts = np.log(
+                    [
+                        min(
+                            max(getattr(s.curve, field).value, getattr(s.curve, field).range_lo),
+                            getattr(s.curve, field).range_hi,
+                        )
+                        for s in mine
+                    ]
+                )
                 c0 = pts.mean() - sl.value * np.log(ws).mean()
                 g = np.geomspace(ws.min(), ws.max(), 20)
-                ax.plot(g, np.exp(c0 + sl.value * np.log(g)), "--", color=f"C{i}", alpha=0.6,
-                        label=f"{arch}: slope {sl.value:+.2f} [{sl.low:+.2f}, {sl.high:+.2f}]")
+                ax.plot(
+                    g,
+                    np.exp(c0 + sl.value * np.log(g)),
+                    "--",
+                    color=f"C{i}",
+                    alpha=0.6,
+                    label=f"{arch}: slope {sl.value:+.2f} [{sl.low:+.2f}, {sl.high:+.2f}]",
+                )
         if drawn:
             _plain_log_axis(ax, "x")
             _plain_log_axis(ax, "y")
@@ -465,8 +708,11 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts):
         ax.grid(True, which="both", alpha=0.3)
         ax.plot([], [], "k^", label="beyond the batches tried (bound)")
         ax.legend(fontsize=7)
-    return ("batch_vs_width.png", "B_crit and max_batch(eps) vs width, with 95% intervals",
-            _save(fig, os.path.join(outdir, "batch_vs_width.png")))
+    return (
+        "batch_vs_width.png",
+        "B_crit and max_batch(eps) vs width, with 95% intervals",
+        _save(fig, os.path.join(outdir, "batch_vs_width.png")),
+    )
 
 
 def _plain_log_y(ax) -> None:
@@ -486,8 +732,9 @@ def _plain_log_y(ax) -> None:
 
 def _save(fig, path: str) -> bytes:
     for ax in fig.axes:
-        if ax.get_yscale() == "log" and not isinstance(ax.yaxis.get_major_formatter(),
-                                                       matplotlib.ticker.FuncFormatter):
+        if ax.get_yscale() == "log" and not isinstance(
+            ax.yaxis.get_major_formatter(), matplotlib.ticker.FuncFormatter
+        ):
             _plain_log_y(ax)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
@@ -516,8 +763,9 @@ def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, not
     return filename, caption, _save(fig, os.path.join(outdir, filename))
 
 
-def make_plots(summaries, records, eps: float, target: str, outdir: str,
-               verdicts: dict | None = None) -> list[tuple[str, str, bytes]]:
+def make_plots(
+    summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
+) -> list[tuple[str, str, bytes]]:
     """Writes the PNGs; returns (file name, caption, png bytes) for each."""
     plots = []
     if not summaries:
@@ -534,87 +782,160 @@ def make_plots(summaries, records, eps: float, target: str, outdir: str,
     # Best test accuracy vs batch.
     fig, ax = plt.subplots(figsize=(7.5, 5))
     for s, col in zip(summaries, colors):
-        pts = [(c.batch_size, c.best_test_accuracy_any_lr) for c in s.cells if c.best_test_accuracy_any_lr is not None]
+        pts = [
+            (c.batch_size, c.best_test_accuracy_any_lr)
+            for c in s.cells
+            if c.best_test_accuracy_any_lr is not None
+        ]
         if pts:
             ax.plot(*zip(*pts), "o-", color=col, label=_label(s))
     has_accuracy = any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells)
-    plots.append(_finish_batch_plot(
-        fig, ax, outdir, "test_accuracy_vs_batch.png", "Best test accuracy vs batch size",
-        "best test accuracy (fraction, best LR of the grid)",
-        "Best test accuracy vs batch size (max over learning rates and seeds)",
-        nothing=None if has_accuracy else "no test accuracy recorded", log_y=False))
+    plots.append(
+        _finish_batch_plot(
+            fig,
+            ax,
+            outdir,
+            "test_accuracy_vs_batch.png",
+            "Best test accuracy vs batch size",
+            "best test accuracy (fraction, best LR of the grid)",
+            "Best test accuracy vs batch size (max over learning rates and seeds)",
+            nothing=None if has_accuracy else "no test accuracy recorded",
+            log_y=False,
+        )
+    )
 
     # Chosen learning rate vs batch, with grid-edge cells ringed.
     fig, ax = plt.subplots(figsize=(7.5, 5))
     edge_labelled = False
     for s, col in zip(summaries, colors):
-        pts = [(c.batch_size, c.learning_rate, c.lr_at_grid_edge) for c in s.cells if c.learning_rate is not None]
+        pts = [
+            (c.batch_size, c.learning_rate, c.lr_at_grid_edge)
+            for c in s.cells
+            if c.learning_rate is not None
+        ]
         if pts:
             b, lr, edge = zip(*pts)
             ax.plot(b, lr, "o-", color=col, label=_label(s))
             eb = [(bi, li) for bi, li, ei in pts if ei]
             if eb:
-                ax.plot(*zip(*eb), "o", markersize=13, markerfacecolor="none", markeredgecolor="red",
-                        label=None if edge_labelled else "at the edge of the LR grid")
+                ax.plot(
+                    *zip(*eb),
+                    "o",
+                    markersize=13,
+                    markerfacecolor="none",
+                    markeredgecolor="red",
+                    label=None if edge_labelled else "at the edge of the LR grid",
+                )
                 edge_labelled = True
-    plots.append(_finish_batch_plot(
-        fig, ax, outdir, "learning_rate_vs_batch.png", "Chosen learning rate vs batch size",
-        "chosen peak learning rate", "Learning rate that reaches the target in the fewest steps",
-        nothing=None if any_reached else nothing, log_y=True))
+    plots.append(
+        _finish_batch_plot(
+            fig,
+            ax,
+            outdir,
+            "learning_rate_vs_batch.png",
+            "Chosen learning rate vs batch size",
+            "chosen peak learning rate",
+            "Learning rate that reaches the target in the fewest steps",
+            nothing=None if any_reached else nothing,
+            log_y=True,
+        )
+    )
 
     # Gradient statistics, when the trials measured them.
     with_bb = [s for s in summaries if s.batch_bound_init is not None]
     if with_bb:
         fig, ax = plt.subplots(figsize=(7.5, 5))
         for i, arch in enumerate(sorted({s.info.arch for s in with_bb})):
-            mine = [s for s in with_bb if s.info.arch == arch and isinstance(s.info.width, (int, float))]
+            mine = [
+                s for s in with_bb if s.info.arch == arch and isinstance(s.info.width, (int, float))
+            ]
             if mine:
-                ax.errorbar([s.info.width for s in mine], [s.batch_bound_init for s in mine],
-                            yerr=[s.batch_bound_init_std for s in mine], fmt="o-", capsize=3,
-                            color=f"C{i}", label=f"{arch} family" if arch else "family")
+                ax.errorbar(
+                    [s.info.width for s in mine],
+                    [s.batch_bound_init for s in mine],
+                    yerr=[s.batch_bound_init_std for s in mine],
+                    fmt="o-",
+                    capsize=3,
+                    color=f"C{i}",
+                    label=f"{arch} family" if arch else "family",
+                )
         _log2_axis(ax, "x")
         _width_ticks(ax, with_bb)
         ax.set_yscale("log")
         ax.set_xlabel("width (units per layer; WRN: widening factor k)")
         ax.set_ylabel("batch bound n x diversity at init (examples)")
-        ax.set_title("Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)")
+        ax.set_title(
+            "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
+        )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
-        plots.append(("batch_bound_vs_width.png", "Batch bound at initialisation vs width",
-                      _save(fig, os.path.join(outdir, "batch_bound_vs_width.png"))))
+        plots.append(
+            (
+                "batch_bound_vs_width.png",
+                "Batch bound at initialisation vs width",
+                _save(fig, os.path.join(outdir, "batch_bound_vs_width.png")),
+            )
+        )
 
         fig, ax = plt.subplots(figsize=(7.5, 5))
         for s, col in zip(summaries, colors):
             rec = _representative_trial(s, records)
-            hist = [h for h in ((rec or {}).get("gradient") or {}).get("history") or []
-                    if h.get("batch_bound") is not None and h.get("examples") is not None]
+            hist = [
+                h
+                for h in ((rec or {}).get("gradient") or {}).get("history") or []
+                if h.get("batch_bound") is not None and h.get("examples") is not None
+            ]
             if hist:
                 hist.sort(key=lambda h: h["examples"])
                 x = np.array([h["examples"] for h in hist], dtype=float)
-                ax.plot(np.maximum(x, 1.0), [h["batch_bound"] for h in hist], "-", color=col,
-                        label=f"{_label(s)}, B={rec['batch_size']}")
-        ax.set_xscale("symlog", linthresh=max(1.0, float(min((c.batch_size for s in summaries for c in s.cells),
-                                                               default=1))))
+                ax.plot(
+                    np.maximum(x, 1.0),
+                    [h["batch_bound"] for h in hist],
+                    "-",
+                    color=col,
+                    label=f"{_label(s)}, B={rec['batch_size']}",
+                )
+        ax.set_xscale(
+            "symlog",
+            linthresh=max(
+                1.0, float(min((c.batch_size for s in summaries for c in s.cells), default=1))
+            ),
+        )
         ax.set_yscale("log")
         ax.set_xlabel("training examples seen")
         ax.set_ylabel("batch bound n x diversity (examples)")
-        ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
+        ax.set_title(
+            "Batch bound during training (best-LR trial at the smallest batch, first seed)"
+        )
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-        plots.append(("batch_bound_over_training.png", "Batch bound during training",
-                      _save(fig, os.path.join(outdir, "batch_bound_over_training.png"))))
+        plots.append(
+            (
+                "batch_bound_over_training.png",
+                "Batch bound during training",
+                _save(fig, os.path.join(outdir, "batch_bound_over_training.png")),
+            )
+        )
     return plots
 
 
 def _representative_trial(s, records):
     """The member's chosen-rate trial at its smallest batch (first seed), else any with history."""
-    mine = [r for r in records if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))]
+    mine = [
+        r
+        for r in records
+        if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))
+    ]
     for c in s.cells:
         if c.best_multiplier is None:
             continue
-        chosen = [r for r in mine if r["batch_size"] == c.batch_size
-                  and float(f"{float(r.get('lr_multiplier', 1.0)):.6g}") == c.best_multiplier]
+        chosen = [
+            r
+            for r in mine
+            if r["batch_size"] == c.batch_size
+            and float(f"{float(r.get('lr_multiplier', 1.0)):.6g}") == c.best_multiplier
+        ]
         if chosen:
             return min(chosen, key=lambda r: r.get("seed") or 0)
     return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
@@ -624,10 +945,18 @@ def _representative_trial(s, records):
 # TensorBoard
 # ----------------------------------------------------------------------------------------------
 
+
 def _hparams_of(rec: dict) -> dict:
     hp = {"member": rec.get("member"), "optimizer": rec.get("optimizer")}
-    for k, cast in (("depth", int), ("params", int), ("batch_size", int), ("seed", int),
-                    ("width", float), ("learning_rate", float), ("lr_multiplier", float)):
+    for k, cast in (
+        ("depth", int),
+        ("params", int),
+        ("batch_size", int),
+        ("seed", int),
+        ("width", float),
+        ("learning_rate", float),
+        ("lr_multiplier", float),
+    ):
         if rec.get(k) is not None:
             hp[k] = cast(rec[k])
     return {k: v for k, v in hp.items() if v is not None}
@@ -635,10 +964,14 @@ def _hparams_of(rec: dict) -> dict:
 
 def _metrics_of(rec: dict) -> dict:
     final = rec.get("final") or {}
-    m = {"steps_to_target": rec.get("steps_to_target"), "epochs_to_target": rec.get("epochs_to_target"),
-         "final_train_accuracy": final.get("train_accuracy"), "final_test_accuracy": final.get("test_accuracy"),
-         "best_test_accuracy": rec.get("best_test_accuracy"),
-         "status_code": analysis.STATUS_CODE.get(rec.get("status"))}
+    m = {
+        "steps_to_target": rec.get("steps_to_target"),
+        "epochs_to_target": rec.get("epochs_to_target"),
+        "final_train_accuracy": final.get("train_accuracy"),
+        "final_test_accuracy": final.get("test_accuracy"),
+        "best_test_accuracy": rec.get("best_test_accuracy"),
+        "status_code": analysis.STATUS_CODE.get(rec.get("status")),
+    }
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 
 
@@ -661,11 +994,28 @@ def write_tensorboard(records: list[dict], plots, tbdir: str) -> bool:
     if tf.io.gfile.exists(tbdir):  # a re-run replaces, rather than duplicates, the entries
         tf.io.gfile.rmtree(tbdir)
     hdir = os.path.join(tbdir, "hparams")
-    hparams = [hp_api.HParam("member", hp_api.Discrete(sorted({str(r["member"]) for r in records}))),
-               hp_api.HParam("optimizer", hp_api.Discrete(sorted({str(r.get("optimizer")) for r in records
-                                                                   if r.get("optimizer")}) or ["unknown"]))]
-    hparams += [hp_api.HParam(k) for k in ("depth", "width", "params", "batch_size", "learning_rate",
-                                           "lr_multiplier", "seed")]
+    hparams = [
+        hp_api.HParam("member", hp_api.Discrete(sorted({str(r["member"]) for r in records}))),
+        hp_api.HParam(
+            "optimizer",
+            hp_api.Discrete(
+                sorted({str(r.get("optimizer")) for r in records if r.get("optimizer")})
+                or ["unknown"]
+            ),
+        ),
+    ]
+    hparams += [
+        hp_api.HParam(k)
+        for k in (
+            "depth",
+            "width",
+            "params",
+            "batch_size",
+            "learning_rate",
+            "lr_multiplier",
+            "seed",
+        )
+    ]
     metrics = [hp_api.Metric(k, display_name=k, description=d) for k, d in METRIC_DOCS.items()]
     with tf.summary.create_file_writer(hdir).as_default():
         hp_api.hparams_config(hparams=hparams, metrics=metrics)
@@ -690,6 +1040,7 @@ def write_tensorboard(records: list[dict], plots, tbdir: str) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Markdown
 # ----------------------------------------------------------------------------------------------
+
 
 def _f(v, fmt="{:.4g}") -> str:
     if v is None or (isinstance(v, float) and not math.isfinite(v)):
@@ -743,7 +1094,9 @@ def _cell_steps(c) -> str:
 def _cell_epochs(c) -> str:
     if c.median_steps is not None:
         rng = c.steps_range
-        spread = f" ({c.epochs(rng[0]):.3g}-{c.epochs(rng[1]):.3g})" if rng and c.n_seeds > 1 else ""
+        spread = (
+            f" ({c.epochs(rng[0]):.3g}-{c.epochs(rng[1]):.3g})" if rng and c.n_seeds > 1 else ""
+        )
         return f"{c.epochs_to_target:.3g}{spread}"
     if c.censored_bound is not None and c.num_train:
         return f"> {c.epochs(c.censored_bound):.3g}"
@@ -751,25 +1104,51 @@ def _cell_epochs(c) -> str:
 
 
 def md_members(summaries, eps: float) -> list[str]:
-    lines = [f"## Members: critical batch size and largest batch without slow-down (eps = {eps:g})", ""]
+    lines = [
+        f"## Members: critical batch size and largest batch without slow-down (eps = {eps:g})",
+        "",
+    ]
     rows = []
     for s in summaries:
         cv = s.curve
         f = cv.fit if cv else None
-        rows.append([
-            s.info.name, _f(s.info.depth), _f(s.info.width),
-            f"{s.info.params:,}" if s.info.params else "-",
-            analysis.fmt_interval(cv.b_crit) if cv and cv.b_crit else f"- ({cv.fit_reason if cv else 'no data'})",
-            analysis.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
-            _f(f.r2_log_epochs, "{:.2f}") if f else "-",
-            analysis.fmt_interval(cv.max_batch) if cv and cv.max_batch else
-            f"- ({cv.max_batch_reason if cv else 'no data'})",
-            _f(cv.reference_epochs, "{:.3g}") if cv else "-",
-            (f"{f.n_obs} ({f.n_censored} censored)" if f else "-"),
-            _f(s.batch_bound_init), _f(s.noise_scale_ema)])
-    lines += _md_table(["member", "depth", "width", "params", "B_crit (95% CI)", "S_min steps (95% CI)",
-                        "fit R^2 (log E)", f"max_batch({eps:g}) (95% CI)", "E_ref epochs",
-                        "runs fitted", "batch bound at init", "noise scale (EMA)"], rows)
+        rows.append(
+            [
+                s.info.name,
+                _f(s.info.depth),
+                _f(s.info.width),
+                f"{s.info.params:,}" if s.info.params else "-",
+                analysis.fmt_interval(cv.b_crit)
+                if cv and cv.b_crit
+                else f"- ({cv.fit_reason if cv else 'no data'})",
+                analysis.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
+                _f(f.r2_log_epochs, "{:.2f}") if f else "-",
+                analysis.fmt_interval(cv.max_batch)
+                if cv and cv.max_batch
+                else f"- ({cv.max_batch_reason if cv else 'no data'})",
+                _f(cv.reference_epochs, "{:.3g}") if cv else "-",
+                (f"{f.n_obs} ({f.n_censored} censored)" if f else "-"),
+                _f(s.batch_bound_init),
+                _f(s.noise_scale_ema),
+            ]
+        )
+    lines += _md_table(
+        [
+            "member",
+            "depth",
+            "width",
+            "params",
+            "B_crit (95% CI)",
+            "S_min steps (95% CI)",
+            "fit R^2 (log E)",
+            f"max_batch({eps:g}) (95% CI)",
+            "E_ref epochs",
+            "runs fitted",
+            "batch bound at init",
+            "noise scale (EMA)",
+        ],
+        rows,
+    )
     return lines + [""]
 
 
@@ -779,14 +1158,36 @@ def md_cells(summaries) -> list[str]:
         lines += [f"### {s.info.name}", ""]
         rows = []
         for c in s.cells:
-            lr = "-" if c.learning_rate is None else f"{_f(c.learning_rate)} (x{c.best_multiplier:g})"
-            rows.append([c.batch_size, lr + (" (edge)" if c.lr_at_grid_edge else ""),
-                         " ".join(f"{p.multiplier:g}" for p in c.grid), c.n_seeds, _cell_steps(c),
-                         _cell_epochs(c), f"{c.n_reached} / {c.n_not_reached} / {c.n_diverged}",
-                         _f(c.best_test_accuracy_any_lr, "{:.4f}")])
-        lines += _md_table(["batch", "chosen LR (multiplier)", "multipliers tried", "seeds",
-                            "steps to target: median (seed range)", "epochs to target",
-                            "trials reached / not reached / diverged", "best test acc."], rows)
+            lr = (
+                "-"
+                if c.learning_rate is None
+                else f"{_f(c.learning_rate)} (x{c.best_multiplier:g})"
+            )
+            rows.append(
+                [
+                    c.batch_size,
+                    lr + (" (edge)" if c.lr_at_grid_edge else ""),
+                    " ".join(f"{p.multiplier:g}" for p in c.grid),
+                    c.n_seeds,
+                    _cell_steps(c),
+                    _cell_epochs(c),
+                    f"{c.n_reached} / {c.n_not_reached} / {c.n_diverged}",
+                    _f(c.best_test_accuracy_any_lr, "{:.4f}"),
+                ]
+            )
+        lines += _md_table(
+            [
+                "batch",
+                "chosen LR (multiplier)",
+                "multipliers tried",
+                "seeds",
+                "steps to target: median (seed range)",
+                "epochs to target",
+                "trials reached / not reached / diverged",
+                "best test acc.",
+            ],
+            rows,
+        )
         lines.append("")
     return lines
 
@@ -796,9 +1197,11 @@ def md_edges(summaries) -> list[str]:
     lines = ["## Grid-edge warnings", ""]
     if edges:
         for m, c in edges:
-            lines.append(f"- {m}, B={c.batch_size}: chosen multiplier x{c.best_multiplier:g} is at the "
-                         f"edge of the grid tried ({', '.join(f'x{p.multiplier:g}' for p in c.grid)}), "
-                         "after extension: its steps are an upper bound.")
+            lines.append(
+                f"- {m}, B={c.batch_size}: chosen multiplier x{c.best_multiplier:g} is at the "
+                f"edge of the grid tried ({', '.join(f'x{p.multiplier:g}' for p in c.grid)}), "
+                "after extension: its steps are an upper bound."
+            )
     else:
         lines.append("None: every chosen learning rate has a tried learning rate on each side.")
     return lines + [""]
@@ -808,12 +1211,17 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
     summaries, verdicts = result["summaries"], result["verdicts"]
     name = _get(config, "name") or _get(config, "study") or ""
     lines = [f"# Batch-size study report{': ' + str(name) if name else ''}", ""]
-    lines += ["Does a wider network (at a fixed parameter budget) train with larger batches before it needs more "
-              "epochs? (Chen et al., NeurIPS 2018.)", ""]
+    lines += [
+        "Does a wider network (at a fixed parameter budget) train with larger batches before it needs more "
+        "epochs? (Chen et al., NeurIPS 2018.)",
+        "",
+    ]
     counts = {s: sum(1 for r in records if r.get("status") == s) for s in analysis.STATUSES}
-    lines.append(f"Finished trials: {len(records)} ({counts['reached']} reached the target, "
-                 f"{counts['not_reached']} not reached, {counts['diverged']} diverged)."
-                 + (f" {n_bad} unreadable result record(s) were skipped." if n_bad else ""))
+    lines.append(
+        f"Finished trials: {len(records)} ({counts['reached']} reached the target, "
+        f"{counts['not_reached']} not reached, {counts['diverged']} diverged)."
+        + (f" {n_bad} unreadable result record(s) were skipped." if n_bad else "")
+    )
     lines.append("")
     lines += ["## Verdict", ""]
     if not records:
@@ -824,8 +1232,10 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
                 lines.append(f"**{arch}**: ")
             lines += [v.text, ""]
     lines += ["## Protocol", ""]
-    lines += _md_table(["setting", "value"], [[k, str(v).replace("|", "\\|")] for k, v in protocol_rows(
-        config, records, eps)])
+    lines += _md_table(
+        ["setting", "value"],
+        [[k, str(v).replace("|", "\\|")] for k, v in protocol_rows(config, records, eps)],
+    )
     lines.append("")
     if not records:
         lines += [HOW_TO_READ]
@@ -836,15 +1246,22 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
     lines += ["## Plots", ""]
     for fname, caption, _ in plots:
         lines += [f"- [{caption}]({fname})", "", f"![{caption}]({fname})", ""]
-    lines += ["## Tables and TensorBoard", "",
-              "- [best_per_batch.csv](best_per_batch.csv): the chosen learning rate and seeds per (member, batch)",
-              "- [all_trials.csv](all_trials.csv): every finished trial",
-              "- [members.csv](members.csv): B_crit, S_min, max_batch with 95% intervals, gradient statistics"]
+    lines += [
+        "## Tables and TensorBoard",
+        "",
+        "- [best_per_batch.csv](best_per_batch.csv): the chosen learning rate and seeds per (member, batch)",
+        "- [all_trials.csv](all_trials.csv): every finished trial",
+        "- [members.csv](members.csv): B_crit, S_min, max_batch with 95% intervals, gradient statistics",
+    ]
     if tb_written:
-        lines.append("- TensorBoard: `tensorboard --logdir=report/tb` (HParams tab: one row per trial; "
-                     "Images tab: these plots)")
+        lines.append(
+            "- TensorBoard: `tensorboard --logdir=report/tb` (HParams tab: one row per trial; "
+            "Images tab: these plots)"
+        )
     else:
-        lines.append("- TensorBoard HParams not written: the `tensorboard` package is not installed.")
+        lines.append(
+            "- TensorBoard HParams not written: the `tensorboard` package is not installed."
+        )
     lines += ["", HOW_TO_READ]
     return "\n".join(lines)
 
@@ -852,6 +1269,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
 # ----------------------------------------------------------------------------------------------
 # Entry points
 # ----------------------------------------------------------------------------------------------
+
 
 def write_report(workdir: str, eps: float | None = None) -> str:
     """Writes WORKDIR/report/ and returns the path of report.md. Raises ReportError on a bad workdir."""
@@ -864,8 +1282,11 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     _write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
     _write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     _write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
-    target = (f"{_get(config, 'train.target_metric')} {_get(config, 'train.target_value')}"
-              if _get(config, "train.target_metric") else "the target")
+    target = (
+        f"{_get(config, 'train.target_metric')} {_get(config, 'train.target_value')}"
+        if _get(config, "train.target_metric")
+        else "the target"
+    )
     plots = make_plots(summaries, records, eps, target, outdir, result["verdicts"])
     tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written)

@@ -23,12 +23,11 @@ import dataclasses
 import math
 import sys
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
-from wide_tf import analysis
-from wide_tf import lr_grid
+from wide_tf import analysis, lr_grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,15 +71,37 @@ def _eval_steps(design: Design, batch: int, budget: int) -> np.ndarray:
     return steps
 
 
-def simulate_run(rng, design: Design, truth: Truth, b_crit: float, m_opt: float, member: str,
-                 width: float, depth: int, batch: int, mult: float, seed: int, role: str) -> dict:
+def simulate_run(
+    rng,
+    design: Design,
+    truth: Truth,
+    b_crit: float,
+    m_opt: float,
+    member: str,
+    width: float,
+    depth: int,
+    batch: int,
+    mult: float,
+    seed: int,
+    role: str,
+) -> dict:
     s_min = truth.epochs_small_batch * design.num_train / b_crit
     budget = _budget(design, batch)
     rec = {
-        "trial_id": f"{member}_b{batch}_lr{mult:g}_s{seed}", "member": member, "arch": "sim",
-        "depth": depth, "width": width, "params": 50_000, "batch_size": batch,
-        "lr_multiplier": mult, "learning_rate": 0.1 * mult, "seed": seed, "role": role,
-        "num_train": design.num_train, "steps_to_target": None, "steps_to_target_interp": None,
+        "trial_id": f"{member}_b{batch}_lr{mult:g}_s{seed}",
+        "member": member,
+        "arch": "sim",
+        "depth": depth,
+        "width": width,
+        "params": 50_000,
+        "batch_size": batch,
+        "lr_multiplier": mult,
+        "learning_rate": 0.1 * mult,
+        "seed": seed,
+        "role": role,
+        "num_train": design.num_train,
+        "steps_to_target": None,
+        "steps_to_target_interp": None,
         "epochs_to_target": None,
     }
     if mult > truth.diverge_factor * m_opt:
@@ -97,8 +118,13 @@ def simulate_run(rng, design: Design, truth: Truth, b_crit: float, m_opt: float,
     prev = int(evals[i - 1]) if i > 0 else 0
     # A crossing interpolated on a noisy metric lands near, not at, the true one.
     interp = min(max(s + (rng.random() - 0.5) * 0.5 * (seen - prev), prev), seen)
-    rec.update(status="reached", steps=seen, steps_to_target=seen, steps_to_target_interp=interp,
-               epochs_to_target=seen * batch / design.num_train)
+    rec.update(
+        status="reached",
+        steps=seen,
+        steps_to_target=seen,
+        steps_to_target_interp=interp,
+        epochs_to_target=seen * batch / design.num_train,
+    )
     return rec
 
 
@@ -112,11 +138,19 @@ def simulate_study(rng: np.random.Generator, design: Design, truth: Truth) -> li
         for batch in design.batch_sizes:
             m_opt = math.exp(truth.lr_opt_spread * rng.standard_normal())
             args = (rng, design, truth, b_crit, m_opt, member, width, depth, batch)
-            cell = [simulate_run(*args, m, s, lr_grid.TUNE)
-                    for m in design.lr_multipliers for s in design.tuning_seeds]
+            cell = [
+                simulate_run(*args, m, s, lr_grid.TUNE)
+                for m in design.lr_multipliers
+                for s in design.tuning_seeds
+            ]
             while True:
-                nxt = lr_grid.next_runs(cell, design.lr_multipliers, design.tuning_seeds,
-                                        design.confirm_seeds, design.max_lr_extensions)
+                nxt = lr_grid.next_runs(
+                    cell,
+                    design.lr_multipliers,
+                    design.tuning_seeds,
+                    design.confirm_seeds,
+                    design.max_lr_extensions,
+                )
                 if not nxt:
                     break
                 cell += [simulate_run(*args, m, s, role) for m, s, role in nxt]
@@ -142,12 +176,25 @@ class Calibration:
         return self.supported / self.n_studies
 
 
-def calibrate(design: Design, truth: Truth, n_studies: int, seed: int = 0,
-              eps: float = analysis.DEFAULT_EPS, n_boot: int = 200) -> Calibration:
+def calibrate(
+    design: Design,
+    truth: Truth,
+    n_studies: int,
+    seed: int = 0,
+    eps: float = analysis.DEFAULT_EPS,
+    n_boot: int = 200,
+) -> Calibration:
     """Runs n_studies simulated studies through the analysis and counts the outcomes."""
     rng = np.random.default_rng(seed)
-    counts = {o: 0 for o in (analysis.SUPPORTED, analysis.CONTRADICTED, analysis.NO_EFFECT,
-                             analysis.INCONCLUSIVE)}
+    counts = {
+        o: 0
+        for o in (
+            analysis.SUPPORTED,
+            analysis.CONTRADICTED,
+            analysis.NO_EFFECT,
+            analysis.INCONCLUSIVE,
+        )
+    }
     mds = []
     for _ in range(n_studies):
         recs = simulate_study(rng, design, truth)
@@ -156,9 +203,14 @@ def calibrate(design: Design, truth: Truth, n_studies: int, seed: int = 0,
         counts[d.outcome] += 1
         if d.b_crit_slope is not None:
             mds.append(d.b_crit_slope.min_detectable)
-    return Calibration(n_studies, counts[analysis.SUPPORTED], counts[analysis.CONTRADICTED],
-                       counts[analysis.NO_EFFECT], counts[analysis.INCONCLUSIVE],
-                       float(np.median(mds)) if mds else None)
+    return Calibration(
+        n_studies,
+        counts[analysis.SUPPORTED],
+        counts[analysis.CONTRADICTED],
+        counts[analysis.NO_EFFECT],
+        counts[analysis.INCONCLUSIVE],
+        float(np.median(mds)) if mds else None,
+    )
 
 
 def four_x_design() -> Design:
@@ -167,20 +219,28 @@ def four_x_design() -> Design:
 
 
 def table(noises: Sequence[float], n_studies: int, alpha: float, n_boot: int) -> list[str]:
-    rows = ["| design | noise (sigma of log steps) | decisive under the null (identical members) "
-            f"| 'supported' with B_crit ~ width^{alpha:g} | median min. detectable slope |",
-            "| --- | --- | --- | --- | --- |"]
-    for name, design in (("4 members, 4x width range", four_x_design()),
-                         ("configs/mlp.py:local shape (8.4x)", Design())):
+    rows = [
+        "| design | noise (sigma of log steps) | decisive under the null (identical members) "
+        f"| 'supported' with B_crit ~ width^{alpha:g} | median min. detectable slope |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, design in (
+        ("4 members, 4x width range", four_x_design()),
+        ("configs/mlp.py:local shape (8.4x)", Design()),
+    ):
         for k, noise in enumerate(noises):
-            null = calibrate(design, Truth(alpha=0.0, noise=noise), n_studies, seed=100 + k,
-                             n_boot=n_boot)
-            eff = calibrate(design, Truth(alpha=alpha, noise=noise), n_studies, seed=200 + k,
-                            n_boot=n_boot)
-            rows.append(f"| {name} | {noise:g} | {null.decisive_rate:.1%} "
-                        f"({null.supported + null.contradicted}/{n_studies}) | "
-                        f"{eff.supported_rate:.1%} ({eff.supported}/{n_studies}) | "
-                        f"{null.median_min_detectable:.2f} |")
+            null = calibrate(
+                design, Truth(alpha=0.0, noise=noise), n_studies, seed=100 + k, n_boot=n_boot
+            )
+            eff = calibrate(
+                design, Truth(alpha=alpha, noise=noise), n_studies, seed=200 + k, n_boot=n_boot
+            )
+            rows.append(
+                f"| {name} | {noise:g} | {null.decisive_rate:.1%} "
+                f"({null.supported + null.contradicted}/{n_studies}) | "
+                f"{eff.supported_rate:.1%} ({eff.supported}/{n_studies}) | "
+                f"{null.median_min_detectable:.2f} |"
+            )
     return rows
 
 
@@ -202,8 +262,10 @@ def main(argv=None) -> int:
     t0 = time.time()
     for line in table(noises, a.studies, a.alpha, a.bootstrap):
         print(line)
-    print(f"\n({a.studies} studies per cell, {a.bootstrap} bootstrap replicates per member, "
-          f"{time.time() - t0:.0f} s)")
+    print(
+        f"\n({a.studies} studies per cell, {a.bootstrap} bootstrap replicates per member, "
+        f"{time.time() - t0:.0f} s)"
+    )
     return 0
 
 

@@ -48,7 +48,7 @@ class BatchPlan:
         return self.per_replica // self.num_micro_batches
 
     @classmethod
-    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> "BatchPlan":
+    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> BatchPlan:
         if global_batch <= 0:
             raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
         if global_batch % num_replicas:
@@ -110,10 +110,13 @@ class Stepper:
         only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
         with strategy.scope():
             self.acc = {
-                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k) for k in TRAIN_SCALARS
+                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
+                for k in TRAIN_SCALARS
             }
             self.acc["trust_min"].assign(float("inf"))
-            self.diverged = tf.Variable(False, trainable=False, aggregation=only_first, name="diverged")
+            self.diverged = tf.Variable(
+                False, trainable=False, aggregation=only_first, name="diverged"
+            )
             # A variable, not a constant baked into the graph: runs that differ only in their
             # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
             self.diverge_loss = tf.Variable(
@@ -135,12 +138,15 @@ class Stepper:
         def one(xb, yb):
             with tf.GradientTape() as tape:
                 logits = tf.cast(self.model(xb, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(yb, logits, from_logits=True)
+                per_example = keras.losses.sparse_categorical_crossentropy(
+                    yb, logits, from_logits=True
+                )
                 loss = tf.reduce_sum(per_example) / plan.global_batch
             grads = tape.gradient(loss, variables)
             correct = tf.reduce_sum(
                 tf.cast(
-                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)), tf.float32
+                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)),
+                    tf.float32,
                 )
             )
             # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
@@ -161,7 +167,12 @@ class Stepper:
         def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
             l_i, c_i, g_i, s_i = one(xs[i], ys[i])
             loss_sum, correct, grads, small_sq = totals
-            return i + 1, (loss_sum + l_i, correct + c_i, [a + b for a, b in zip(grads, g_i)], small_sq + s_i)
+            return i + 1, (
+                loss_sum + l_i,
+                correct + c_i,
+                [a + b for a, b in zip(grads, g_i)],
+                small_sq + s_i,
+            )
 
         _, (loss_sum, correct, grads, small_sq) = tf.while_loop(
             lambda i, _: i < m, accumulate, (tf.constant(1), first)
@@ -209,7 +220,9 @@ class Stepper:
 
         if diagnostics:
             if self.trust_ratio_fn is not None:
-                ratios = tf.reshape(tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1])
+                ratios = tf.reshape(
+                    tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1]
+                )
                 keep("trust_min", tf.reduce_min(ratios))
                 keep("trust_mean", tf.reduce_mean(ratios))
                 keep("trust_max", tf.reduce_max(ratios))
@@ -307,7 +320,8 @@ class Stepper:
             logits = tf.cast(self.model(x, training=False), tf.float32)
             per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
             hit = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)), tf.float32
+                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)),
+                tf.float32,
             )
             w = tf.cast(w, tf.float32)
             return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
@@ -327,7 +341,10 @@ class Stepper:
                 def add():
                     out = self.strategy.run(replica_eval, args=batch.get_value())
                     return sums + tf.stack(
-                        [self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None) for t in out]
+                        [
+                            self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None)
+                            for t in out
+                        ]
                     )
 
                 return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)

@@ -6,8 +6,8 @@ import dataclasses
 import json
 import os
 
-from absl import logging
 import tensorflow as tf
+from absl import logging
 
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 
@@ -52,7 +52,9 @@ def _tpu_reachable(tpu: str) -> bool:
     """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio devices)."""
     if tpu:
         return True
-    return bool(os.environ.get("TPU_NAME")) or any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
+    return bool(os.environ.get("TPU_NAME")) or any(
+        os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")
+    )
 
 
 def _multi_worker_strategy() -> tf.distribute.Strategy:
@@ -64,7 +66,9 @@ def _multi_worker_strategy() -> tf.distribute.Strategy:
     try:
         json.loads(os.environ["TF_CONFIG"])
     except json.JSONDecodeError as e:
-        raise StrategyError(f"TF_CONFIG is not valid JSON ({e}); fix the environment variable") from e
+        raise StrategyError(
+            f"TF_CONFIG is not valid JSON ({e}); fix the environment variable"
+        ) from e
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
@@ -94,7 +98,9 @@ def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribu
             return tf.distribute.OneDeviceStrategy(gpus[0].name), "gpu"
         return tf.distribute.MirroredStrategy([d.name for d in gpus]), "gpu"
     if name == "cpu":
-        if devices:  # several logical CPUs: used by tests and to rehearse multi-replica runs on a laptop
+        if (
+            devices
+        ):  # several logical CPUs: used by tests and to rehearse multi-replica runs on a laptop
             return tf.distribute.MirroredStrategy(devices), "cpu"
         return tf.distribute.OneDeviceStrategy("/cpu:0"), "cpu"
     raise StrategyError(f"unknown runtime.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
@@ -116,14 +122,13 @@ def _default_policy(platform: str, requested: str) -> str:
     # mixed_float16 would need loss scaling in the custom loop; bfloat16 (TPU, A100/H100) does not.
     if requested not in ("float32", "mixed_bfloat16"):
         raise StrategyError(
-            f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or " "mixed_bfloat16"
+            f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or mixed_bfloat16"
         )
     return requested
 
 
 def setup_runtime(runtime_cfg) -> Runtime:
     """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype policy."""
-    import keras  # after TF: keras picks the TF backend
 
     name = runtime_cfg.get("strategy", "auto")
     devices = list(runtime_cfg.get("devices", None) or [])
@@ -138,6 +143,8 @@ def setup_runtime(runtime_cfg) -> Runtime:
     runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
     runtime.apply_policy()
     logging.info(
-        "Runtime: %s; devices: %s", runtime.describe(), ", ".join(d for d in strategy.extended.worker_devices)
+        "Runtime: %s; devices: %s",
+        runtime.describe(),
+        ", ".join(d for d in strategy.extended.worker_devices),
     )
     return runtime

@@ -9,12 +9,11 @@ import hashlib
 import json
 import time
 
-from absl import logging
 import ml_collections
 import tensorflow as tf
+from absl import logging
 
-from wide_tf import families
-from wide_tf import lr_grid
+from wide_tf import families, lr_grid
 from wide_tf import workdir as wd
 
 
@@ -30,7 +29,9 @@ class Trial:
     lr_multiplier: float
     seed: int
     config: ml_collections.ConfigDict
-    role: str = lr_grid.TUNE  # 'tune' (the learning-rate grid) or 'confirm' (the chosen rate, more seeds)
+    role: str = (
+        lr_grid.TUNE
+    )  # 'tune' (the learning-rate grid) or 'confirm' (the chosen rate, more seeds)
 
     @property
     def group(self) -> tuple[str, int]:
@@ -54,12 +55,19 @@ class Trial:
 
 # Settings that change how a run is executed, not what it computes: they may differ between the
 # machines (or the sessions) that share a study, and do not enter trial ids.
-_OPERATIONAL = {"runtime": None, "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch")}
+_OPERATIONAL = {
+    "runtime": None,
+    "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch"),
+}
 
 
 def _study_part(config) -> dict:
     """The part of a config that defines the study's results."""
-    d = json.loads(config.to_json_best_effort()) if hasattr(config, "to_json_best_effort") else dict(config)
+    d = (
+        json.loads(config.to_json_best_effort())
+        if hasattr(config, "to_json_best_effort")
+        else dict(config)
+    )
     for section, keys in _OPERATIONAL.items():
         if keys is None:
             d.pop(section, None)
@@ -88,8 +96,14 @@ def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: in
     return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 
-def make_trial(config, member: families.Member, batch: int, lr_multiplier: float, seed: int,
-               role: str = lr_grid.TUNE) -> Trial:
+def make_trial(
+    config,
+    member: families.Member,
+    batch: int,
+    lr_multiplier: float,
+    seed: int,
+    role: str = lr_grid.TUNE,
+) -> Trial:
     cfg = ml_collections.ConfigDict(config.to_dict())  # an unlocked copy
     cfg.model.arch, cfg.model.depth, cfg.model.width = member.arch, member.depth, member.width
     cfg.train.global_batch = int(batch)
@@ -177,7 +191,11 @@ def next_trials(config, trials: list[Trial], results: dict[str, dict]) -> list[T
             continue
         done = [results[t.trial_id] for t in ts]
         for mult, seed, role in lr_grid.next_runs(
-            done, s.lr_multipliers, s.seeds, s.get("confirm_seeds", []), s.max_lr_extensions,
+            done,
+            s.lr_multipliers,
+            s.seeds,
+            s.get("confirm_seeds", []),
+            s.max_lr_extensions,
             extend=s.extend_lr_grid,
         ):
             new.append(make_trial(config, ts[0].member, ts[0].batch_size, mult, seed, role))
@@ -194,7 +212,11 @@ def _fmt_time(seconds: float) -> str:
 
 
 def run_study(
-    config, workdir: str, shard: str | None = None, only_trial: str | None = None, write_report: bool = True
+    config,
+    workdir: str,
+    shard: str | None = None,
+    only_trial: str | None = None,
+    write_report: bool = True,
 ) -> list[dict]:
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share)."""
     from wide_tf.strategy import setup_runtime
@@ -231,7 +253,9 @@ def run_study(
         todo = [t for t in queue if t.trial_id not in results]
         for k, t in enumerate(todo):
             remaining = len(todo) - k
-            eta = f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
+            eta = (
+                f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
+            )
             logging.info(
                 "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s ===",
                 len(queue) - len(todo) + k + 1,
@@ -243,8 +267,12 @@ def run_study(
                 t.seed,
                 eta,
             )
-            result = train_and_evaluate(t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta())
-            if runtime.strategy.extended.should_checkpoint:  # the chief records; other workers only help
+            result = train_and_evaluate(
+                t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta()
+            )
+            if (
+                runtime.strategy.extended.should_checkpoint
+            ):  # the chief records; other workers only help
                 wd.record_result(workdir, result)
             # No clear_session() here: the next trial of the same member and batch size reuses this
             # one's model and traced step; train.py drops them (and clears the session) when the
@@ -265,7 +293,9 @@ def run_study(
                 len({t.group for t in queue}),
             )
             all_trials += queue
-    logging.info("Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start))
+    logging.info(
+        "Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start)
+    )
     records = wd.read_results(workdir)
     if write_report:
         from wide_tf import report

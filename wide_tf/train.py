@@ -9,10 +9,10 @@ import json
 import math
 import time
 
-from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
+from absl import logging
 
 from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
@@ -139,14 +139,18 @@ class _GradientProbe:
         with strategy.scope():
             chunks = [
                 tuple(tf.Variable(a, trainable=False) for a in (xb, yb, w))
-                for xb, yb, w, _ in per_example._chunks(np.asarray(x, np.float32), np.asarray(y, np.int32), chunk)
+                for xb, yb, w, _ in per_example._chunks(
+                    np.asarray(x, np.float32), np.asarray(y, np.int32), chunk
+                )
             ]
 
         def replica_sums():
             s1 = loss = 0.0
             summed = None
             for xb, yb, wb in chunks:
-                sq, losses, grads = engine._chunk_impl(xb.read_value(), yb.read_value(), wb.read_value())
+                sq, losses, grads = engine._chunk_impl(
+                    xb.read_value(), yb.read_value(), wb.read_value()
+                )
                 s1 += tf.reduce_sum(sq)
                 loss += tf.reduce_sum(losses)
                 summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
@@ -156,7 +160,9 @@ class _GradientProbe:
         @tf.function(autograph=False)
         def sums():
             # Every replica holds the same weights and probe set: their mean is any one's value.
-            return strategy.reduce(tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None)
+            return strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None
+            )
 
         self._sums = sums
 
@@ -193,7 +199,9 @@ class MetricsWriter:
 
     def history(self, records: list) -> None:
         if self.chief:
-            wd.write_text_atomic(wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records))
+            wd.write_text_atomic(
+                wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records)
+            )
 
     def log(self, message: str, *args, warning: bool = False) -> None:
         (logging.warning if warning else logging.info)("[%s] " + message, self.name, *args)
@@ -205,9 +213,20 @@ class MetricsWriter:
 
 # Settings of config.optim that are numbers in the schedule's variables: runs that differ only in
 # these reuse one model, optimizer and traced step (see _build).
-_SCHEDULE_NUMBERS = ("base_lr", "lr_multiplier", "scaling", "reference_batch", "warmup_epochs",
-                     "warmup_steps", "warmup_fixed", "decay_epochs", "decay_factor", "poly_power",
-                     "end_lr_fraction", "warmup_init_fraction")
+_SCHEDULE_NUMBERS = (
+    "base_lr",
+    "lr_multiplier",
+    "scaling",
+    "reference_batch",
+    "warmup_epochs",
+    "warmup_steps",
+    "warmup_fixed",
+    "decay_epochs",
+    "decay_factor",
+    "poly_power",
+    "end_lr_fraction",
+    "warmup_init_fraction",
+)
 
 
 def _build_key(config, runtime, info, plan) -> str:
@@ -250,9 +269,9 @@ class _Built:
     checkpoint: tf.train.Checkpoint
     optimizer_init: list  # the optimizer's variables right after build (iterations 0, zero slots)
     init_weights: dict  # seed -> the model's initial weights
-    _probe: "_GradientProbe | None" = None
+    _probe: _GradientProbe | None = None
 
-    def probe(self, config) -> "_GradientProbe":
+    def probe(self, config) -> _GradientProbe:
         if self._probe is None:
             self._probe = _GradientProbe(config, self.model, self.stepper.strategy)
         self._probe.every = config.train.get("gradient_every_examples", 0)
@@ -274,8 +293,15 @@ def _initial_weights(built: _Built, config, info, seed: int) -> list:
     if seed not in built.init_weights:
         keras.utils.set_random_seed(seed)
         m = config.model
-        fresh = build_model(m.arch, m.depth, m.width, info.num_classes, info.input_shape, norm=m.norm,
-                            ghost_batch_size=m.get("ghost_batch_size", 32))
+        fresh = build_model(
+            m.arch,
+            m.depth,
+            m.width,
+            info.num_classes,
+            info.input_shape,
+            norm=m.norm,
+            ghost_batch_size=m.get("ghost_batch_size", 32),
+        )
         built.init_weights[seed] = [w.numpy() for w in fresh.weights]
     return built.init_weights[seed]
 
@@ -286,7 +312,9 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
     t, strategy = config.train, runtime.strategy
     key = _build_key(config, runtime, info, plan)
     built = _BUILT.get(key)
-    schedule = optim_lib.build_schedule(config.optim, plan.global_batch, steps_per_epoch, total_steps)
+    schedule = optim_lib.build_schedule(
+        config.optim, plan.global_batch, steps_per_epoch, total_steps
+    )
     if built is not None:
         built.model.set_weights(_initial_weights(built, config, info, t.seed))
         for v, value in zip(built.optimizer.variables, built.optimizer_init):
@@ -310,7 +338,11 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             ghost_batch_size=m.get("ghost_batch_size", 32),
         )
         optimizer = optim_lib.build_optimizer(
-            config.optim, plan.global_batch, steps_per_epoch, total_steps, variables=model.trainable_variables
+            config.optim,
+            plan.global_batch,
+            steps_per_epoch,
+            total_steps,
+            variables=model.trainable_variables,
         )
         optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
         trust_fn = None
@@ -326,7 +358,8 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             trust_ratio_fn=trust_fn,
         )
     eval_batch = (
-        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
+        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas
+        or runtime.num_replicas
     )
 
     def eval_set(split: str, limit: int | None):
@@ -365,7 +398,9 @@ class RunState:
     step: int = 0
     status: str | None = None  # None while running; then 'reached', 'not_reached' or 'diverged'
     steps_to_target: int | None = None
-    steps_to_target_interp: float | None = None  # the crossing between the two evaluations around it
+    steps_to_target_interp: float | None = (
+        None  # the crossing between the two evaluations around it
+    )
     best_test_accuracy: float | None = None
     history: list = dataclasses.field(default_factory=list)  # one dict per evaluation
     gradient: list = dataclasses.field(default_factory=list)  # one dict per probe measurement
@@ -377,7 +412,7 @@ class RunState:
         return json.dumps(dataclasses.asdict(self))
 
     @classmethod
-    def from_json(cls, text: str, step: int) -> "RunState":
+    def from_json(cls, text: str, step: int) -> RunState:
         """From a checkpoint's JSON; `step` (the optimizer's) where the checkpoint predates the
         field. Unknown keys (from older versions) are ignored."""
         d = json.loads(text)
@@ -399,7 +434,9 @@ class Run:
         t, strategy = config.train, runtime.strategy
         self.info = info = data_lib.dataset_info(config.data)
         _check(config, info)
-        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0))
+        self.plan = plan = BatchPlan.make(
+            t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0)
+        )
         ghost = config.model.get("ghost_batch_size", 0)
         if config.model.norm == "ghost" and plan.micro_batch % ghost:
             # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
@@ -418,13 +455,17 @@ class Run:
         self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
         self.name = self.trial.get("trial_id", "run")
 
-        self.built = built = _build(config, runtime, info, plan, self.steps_per_epoch, self.total_steps)
+        self.built = built = _build(
+            config, runtime, info, plan, self.steps_per_epoch, self.total_steps
+        )
         self.model, self.optimizer, self.stepper = built.model, built.optimizer, built.stepper
         # Multi-worker: every worker restores from, and saves with, the chief's checkpoints (a
         # save may run collectives), but only the chief writes into the workdir; the others save
         # into a scratch folder that they delete, and write no summaries, metrics or result.
         self.chief = strategy.extended.should_checkpoint
-        self.scratch = None if self.chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
+        self.scratch = (
+            None if self.chief else wd.join(workdir, f".worker{strategy.cluster_resolver.task_id}")
+        )
         self.checkpoint_dir = wd.join(workdir, wd.CHECKPOINTS)
         built.host_var.assign("")
         self.manager = tf.train.CheckpointManager(
@@ -462,8 +503,13 @@ class Run:
         # Always the distributed iterator, even on one CPU device: a plain one is cheaper to
         # create (~0.15 s less per run) but its steps were 1.5-4x slower here (no prefetch ahead).
         self.train_iter = iter(
-            data_lib.make_train_dataset(self.config.data, self.batch, self.runtime.strategy, t.seed,
-                                        start_step=self.state.step)
+            data_lib.make_train_dataset(
+                self.config.data,
+                self.batch,
+                self.runtime.strategy,
+                t.seed,
+                start_step=self.state.step,
+            )
         )
 
     def train_until(self, target_step: int) -> dict:
@@ -496,7 +542,10 @@ class Run:
             # Averages over the loop's steps: G2 and S are linear in the two squared norms.
             done = max(scalars["steps"], 1.0)
             self.noise.update(
-                scalars["small_grad_sq"] / done, scalars["big_grad_sq"] / done, plan.micro_batch, self.batch
+                scalars["small_grad_sq"] / done,
+                scalars["big_grad_sq"] / done,
+                plan.micro_batch,
+                self.batch,
             )
             st.noise = self.noise.to_dict()
             if self.noise.value is not None:
@@ -529,14 +578,24 @@ class Run:
         }
         if train_scalars:
             ev.update(train_scalars)
-        self.metrics.scalars("eval", st.step, {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")})
+        self.metrics.scalars(
+            "eval",
+            st.step,
+            {k: ev[k] for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
+        )
         best = st.best_test_accuracy
         st.best_test_accuracy = te["accuracy"] if best is None else max(best, te["accuracy"])
         st.history.append(ev)
-        if check_target and st.steps_to_target is None and _target_met(t.target_metric, t.target_value, ev):
+        if (
+            check_target
+            and st.steps_to_target is None
+            and _target_met(t.target_metric, t.target_value, ev)
+        ):
             st.steps_to_target, st.status = st.step, "reached"
             prev = st.history[-2] if len(st.history) >= 2 else None
-            st.steps_to_target_interp = interpolated_crossing(prev, ev, t.target_metric, t.target_value)
+            st.steps_to_target_interp = interpolated_crossing(
+                prev, ev, t.target_metric, t.target_value
+            )
             if st.step > 0:
                 self.metrics.log(
                     "target %s reached at step %d (%.3g epochs)",
@@ -625,7 +684,9 @@ class Run:
         if st.status is None:
             st.status = "reached" if st.steps_to_target is not None else "not_reached"
         if st.status != "diverged" and (not st.history or st.history[-1]["step"] != st.step):
-            self.evaluate(check_target=False)  # the final numbers; the target counts on the cadence only
+            self.evaluate(
+                check_target=False
+            )  # the final numbers; the target counts on the cadence only
         self.save()
         self.metrics.flush()
         return self.result()
@@ -673,7 +734,13 @@ class Run:
 
     def result(self) -> dict:
         """result.json (written by the chief; the other workers delete their scratch folder)."""
-        config, t, st, batch, n_train = self.config, self.config.train, self.state, self.batch, self.info.num_train
+        config, t, st, batch, n_train = (
+            self.config,
+            self.config.train,
+            self.state,
+            self.batch,
+            self.info.num_train,
+        )
         s_target = st.steps_to_target if st.status == "reached" else None
         last = st.history[-1]
         result = dict(self.trial)
@@ -694,19 +761,29 @@ class Run:
                 "target": {"metric": t.target_metric, "value": t.target_value},
                 "steps_to_target": s_target,
                 # The crossing interpolated between the two evaluations around it (the analysis uses it).
-                "steps_to_target_interp": None if s_target is None else (
-                    st.steps_to_target_interp if st.steps_to_target_interp is not None else float(s_target)),
+                "steps_to_target_interp": None
+                if s_target is None
+                else (
+                    st.steps_to_target_interp
+                    if st.steps_to_target_interp is not None
+                    else float(s_target)
+                ),
                 "epochs_to_target": None if s_target is None else s_target * batch / n_train,
                 "examples_to_target": None if s_target is None else s_target * batch,
                 "steps": st.step,
                 "epochs": st.step * batch / n_train,
-                "final": {k: last.get(k) for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")},
+                "final": {
+                    k: last.get(k)
+                    for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")
+                },
                 "best_test_accuracy": st.best_test_accuracy,
                 "wall_time_s": st.wall_time_s,
                 "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
                 "gradient": {
                     "history": st.gradient,
-                    "noise_scale_ema": None if self.noise.value is None else float(self.noise.value),
+                    "noise_scale_ema": None
+                    if self.noise.value is None
+                    else float(self.noise.value),
                 },
                 "runtime": self.runtime.describe(),
                 # The policy the model was really built with (not only the one asked for).
@@ -714,7 +791,9 @@ class Run:
                 "protocol": describe_protocol(config),
             }
         )
-        result.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
+        result.setdefault(
+            "member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}"
+        )
         if st.status == "diverged":
             result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
         if self.chief:

@@ -122,9 +122,9 @@ def override_paths(argv) -> list[str]:
         if not arg.startswith("-"):
             continue
         if name.startswith("config."):
-            out.append(name[len("config."):])
+            out.append(name[len("config.") :])
         elif name.startswith("noconfig."):
-            out.append(name[len("noconfig."):])
+            out.append(name[len("noconfig.") :])
     return out
 
 
@@ -197,8 +197,18 @@ def check_overrides(config, paths) -> None:
 # Values
 
 
-def _num(where: str, value, *, low=None, high=None, low_open=False, high_open=False,
-         integer=False, fix: str = "", listed: bool = False) -> float:
+def _num(
+    where: str,
+    value,
+    *,
+    low=None,
+    high=None,
+    low_open=False,
+    high_open=False,
+    integer=False,
+    fix: str = "",
+    listed: bool = False,
+) -> float:
     bad = isinstance(value, bool) or not isinstance(value, (int, float))
     if not bad and integer and int(value) != value:
         bad = True
@@ -288,15 +298,19 @@ def _check_model(config, classes, shape) -> None:
         try:
             families.param_count(m.arch, m.depth, m.width, classes, shape, norm=m.norm)
         except (ValueError, TypeError) as e:
-            raise UsageError(f"model.depth={m.depth!r}, model.width={m.width!r}: {e} "
-                             f"(--config.model.depth=..., --config.model.width=...)") from None
+            raise UsageError(
+                f"model.depth={m.depth!r}, model.width={m.width!r}: {e} "
+                f"(--config.model.depth=..., --config.model.width=...)"
+            ) from None
 
 
 def _check_optim(config) -> None:
     o = config.optim
     _choice("optim.name", o.name, OPTIMIZERS)
-    fix_lr = ("a learning rate of 0 does not train and a negative one ascends the loss; "
-              "the study tunes the rate through sweep.lr_multipliers")
+    fix_lr = (
+        "a learning rate of 0 does not train and a negative one ascends the loss; "
+        "the study tunes the rate through sweep.lr_multipliers"
+    )
     _num("optim.base_lr", o.base_lr, low=0, low_open=True, fix=fix_lr)
     _num("optim.reference_batch", o.reference_batch, low=1, integer=True)
     _choice("optim.scaling", o.scaling, SCALING_RULES)
@@ -304,8 +318,10 @@ def _check_optim(config) -> None:
     _num("optim.momentum", o.get("momentum", 0.0), low=0, high=1, high_open=True)
     _num("optim.weight_decay", o.get("weight_decay", 0.0), low=0)
     if o.name == "adam" and o.get("weight_decay", 0.0) > 0:
-        raise UsageError("optim.name='adam' with optim.weight_decay > 0: use --config.optim.name=adamw "
-                         "(decoupled decay), or --config.optim.weight_decay=0")
+        raise UsageError(
+            "optim.name='adam' with optim.weight_decay > 0: use --config.optim.name=adamw "
+            "(decoupled decay), or --config.optim.weight_decay=0"
+        )
     _num("optim.lars_eta", o.get("lars_eta", 0.001), low=0, low_open=True)
     _choice("optim.lars_trust_ratio", o.get("lars_trust_ratio", "you"), TRUST_RATIO_FORMS)
     _num("optim.lars_epsilon", o.get("lars_epsilon", 0.0), low=0)
@@ -317,7 +333,9 @@ def _check_optim(config) -> None:
     for d in decay:
         _num("optim.decay_epochs", d, low=0, low_open=True, listed=True)
     if decay != sorted(decay):
-        raise UsageError(f"optim.decay_epochs={decay} must increase; fix the list in the config file")
+        raise UsageError(
+            f"optim.decay_epochs={decay} must increase; fix the list in the config file"
+        )
     _num("optim.decay_factor", o.get("decay_factor", 0.1), low=0, high=1, low_open=True)
     _num("optim.poly_power", o.get("poly_power", 2.0), low=0, low_open=True)
     _num("optim.end_lr_fraction", o.get("end_lr_fraction", 0.0), low=0, high=1)
@@ -325,33 +343,63 @@ def _check_optim(config) -> None:
 
 def _check_train(config, num_train) -> None:
     t = config.train
-    _num("train.max_device_batch", t.get("max_device_batch", 0), low=0, integer=True,
-         fix="0 means no accumulation")
+    _num(
+        "train.max_device_batch",
+        t.get("max_device_batch", 0),
+        low=0,
+        integer=True,
+        fix="0 means no accumulation",
+    )
     _num("train.max_epochs", t.max_epochs, low=0)
     _num("train.max_steps", t.get("max_steps", 0), low=0, integer=True)
     if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
-        raise UsageError("no training budget: set --config.train.max_epochs > 0 or --config.train.max_steps > 0")
+        raise UsageError(
+            "no training budget: set --config.train.max_epochs > 0 or --config.train.max_steps > 0"
+        )
     if "min_steps" in t:
         _num("train.min_steps", t.min_steps, low=0, integer=True)
         budget = t.get("max_steps", 0) or None
         if budget and t.min_steps > budget:
-            raise UsageError(f"train.min_steps={t.min_steps} is above the budget train.max_steps={budget}; "
-                             f"lower min_steps or raise max_steps")
+            raise UsageError(
+                f"train.min_steps={t.min_steps} is above the budget train.max_steps={budget}; "
+                f"lower min_steps or raise max_steps"
+            )
     _num("train.steps_per_loop", t.get("steps_per_loop", 1), low=1, integer=True)
-    _num("train.eval_every_examples", t.get("eval_every_examples", 0), low=0, integer=True,
-         fix="0 means once an epoch")
+    _num(
+        "train.eval_every_examples",
+        t.get("eval_every_examples", 0),
+        low=0,
+        integer=True,
+        fix="0 means once an epoch",
+    )
     _num("train.eval_batch", t.get("eval_batch", 1024), low=1, integer=True)
     _num("train.eval_train_limit", t.get("eval_train_limit", 0), low=0, integer=True)
     _choice("train.target_metric", t.target_metric, TARGET_METRICS)
     if t.target_metric.endswith("accuracy"):
-        _num("train.target_value", t.target_value, low=0, high=1, low_open=True,
-             fix="an accuracy above 1 can never be met")
+        _num(
+            "train.target_value",
+            t.target_value,
+            low=0,
+            high=1,
+            low_open=True,
+            fix="an accuracy above 1 can never be met",
+        )
     else:
-        _num("train.target_value", t.target_value, low=0, low_open=True,
-             fix="a cross-entropy loss is never 0 or below")
+        _num(
+            "train.target_value",
+            t.target_value,
+            low=0,
+            low_open=True,
+            fix="a cross-entropy loss is never 0 or below",
+        )
     _num("train.seed", t.get("seed", 0), low=0, integer=True)
-    _num("train.checkpoint_every_steps", t.get("checkpoint_every_steps", 0), low=0, integer=True,
-         fix="0 means ten checkpoints per run")
+    _num(
+        "train.checkpoint_every_steps",
+        t.get("checkpoint_every_steps", 0),
+        low=0,
+        integer=True,
+        fix="0 means ten checkpoints per run",
+    )
     _num("train.diverge_loss", t.get("diverge_loss", 1e3), low=0, low_open=True)
     _num("train.gradient_every_examples", t.get("gradient_every_examples", 0), low=0, integer=True)
     _num("train.probe_size", t.get("probe_size", 512), low=1, integer=True)
@@ -366,13 +414,20 @@ def _check_runtime(config) -> None:
     _choice("runtime.strategy", rt.get("strategy", "auto"), STRATEGIES)
     _choice("runtime.mixed_precision", rt.get("mixed_precision", "auto"), PRECISIONS)
     jit = rt.get("jit_compile", "auto")
-    if not (isinstance(jit, bool) or str(jit).lower() in ("auto", "true", "false", "1", "0", "yes", "no")):
-        raise UsageError(f"runtime.jit_compile={jit!r} is not valid; use auto, True or False "
-                         f"(--config.runtime.jit_compile=...)")
+    if not (
+        isinstance(jit, bool)
+        or str(jit).lower() in ("auto", "true", "false", "1", "0", "yes", "no")
+    ):
+        raise UsageError(
+            f"runtime.jit_compile={jit!r} is not valid; use auto, True or False "
+            f"(--config.runtime.jit_compile=...)"
+        )
     devices = list(rt.get("devices", []) or [])
     if devices and rt.get("strategy", "auto") != "cpu":
-        raise UsageError("runtime.devices lists CPU devices for the cpu strategy only; add "
-                         "--config.runtime.strategy=cpu or drop runtime.devices")
+        raise UsageError(
+            "runtime.devices lists CPU devices for the cpu strategy only; add "
+            "--config.runtime.strategy=cpu or drop runtime.devices"
+        )
 
 
 def _check_sweep(config, num_train, classes, shape) -> None:
@@ -383,10 +438,18 @@ def _check_sweep(config, num_train, classes, shape) -> None:
         _check_batch("sweep.batch_sizes", b, config, num_train)
     lrs = list(s.lr_multipliers or [])
     if not lrs:
-        raise UsageError("sweep.lr_multipliers is empty; list at least one in the config file, e.g. [1.0]")
+        raise UsageError(
+            "sweep.lr_multipliers is empty; list at least one in the config file, e.g. [1.0]"
+        )
     for lr in lrs:
-        _num("sweep.lr_multipliers", lr, low=0, low_open=True, listed=True,
-             fix="a multiplier of 0 or below makes the learning rate 0 or negative")
+        _num(
+            "sweep.lr_multipliers",
+            lr,
+            low=0,
+            low_open=True,
+            listed=True,
+            fix="a multiplier of 0 or below makes the learning rate 0 or negative",
+        )
     seeds = _ints("sweep.seeds", s.seeds, low=0)
     if len(set(seeds)) != len(seeds):
         raise UsageError(f"sweep.seeds={seeds} repeats a seed; list each seed once")
@@ -413,16 +476,20 @@ def _check_data_present(config, tfds_name) -> None:
     d = config.data
     if tfds_name is None or d.get("download", False):
         return
-    data_dir = d.get("data_dir") or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+    data_dir = (
+        d.get("data_dir")
+        or os.environ.get("TFDS_DATA_DIR")
+        or os.path.expanduser("~/tensorflow_datasets")
+    )
     if "://" in data_dir:
         return
     if glob.glob(os.path.join(data_dir, tfds_name, "*", "dataset_info.json")):
         return
     raise RuntimeProblem(
         f"TFDS data set {d.name!r} is not prepared in data_dir={data_dir}; point --config.data.data_dir "
-        f"at a prepared copy, prepare it on a machine with network (python -c \"import "
+        f'at a prepared copy, prepare it on a machine with network (python -c "import '
         f"tensorflow_datasets as tfds; tfds.builder({tfds_name!r}, data_dir={data_dir!r})"
-        f".download_and_prepare()\", or --config.data.download=True), or use the offline "
+        f'.download_and_prepare()", or --config.data.download=True), or use the offline '
         f"--config.data.name=mnist_embedded (or digits_embedded)"
     )
 
@@ -433,8 +500,11 @@ def _check_hardware(config) -> None:
     if rt is None:
         return
     name = rt.get("strategy", "auto")
-    if name == "tpu" and not rt.get("tpu") and not os.environ.get("TPU_NAME") and not any(
-        os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")
+    if (
+        name == "tpu"
+        and not rt.get("tpu")
+        and not os.environ.get("TPU_NAME")
+        and not any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
     ):
         raise RuntimeProblem(
             "runtime.strategy=tpu but this machine is not a TPU VM (no /dev/accel0 or /dev/vfio/0) and "
@@ -443,7 +513,11 @@ def _check_hardware(config) -> None:
         )
     if name == "gpu" and (
         os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
-        or not (glob.glob("/dev/nvidia[0-9]*") or os.path.exists("/dev/dxg") or os.path.exists("/dev/kfd"))
+        or not (
+            glob.glob("/dev/nvidia[0-9]*")
+            or os.path.exists("/dev/dxg")
+            or os.path.exists("/dev/kfd")
+        )
     ):
         raise RuntimeProblem(
             "runtime.strategy=gpu but this machine shows no GPU (no /dev/nvidia*, or CUDA_VISIBLE_DEVICES "
@@ -460,18 +534,28 @@ def _check_hardware(config) -> None:
         try:
             json.loads(tf_config)
         except json.JSONDecodeError as e:
-            raise RuntimeProblem(f"TF_CONFIG is not valid JSON ({e}); fix the environment variable") from None
+            raise RuntimeProblem(
+                f"TF_CONFIG is not valid JSON ({e}); fix the environment variable"
+            ) from None
 
 
 def _check_theory(config) -> None:
     t = config.get("theory")
     if t is None:
-        raise UsageError("config.kind='theory' needs a config.theory section; start from configs/theory.py")
+        raise UsageError(
+            "config.kind='theory' needs a config.theory section; start from configs/theory.py"
+        )
     for key in ("input_dim", "budget", "fixed_width", "n_samples"):
         if key in t:
             _num(f"theory.{key}", t[key], low=1, integer=True)
     if "n_inits" in t:
-        _num("theory.n_inits", t.n_inits, low=2, integer=True, fix="the intervals need two draws or more")
+        _num(
+            "theory.n_inits",
+            t.n_inits,
+            low=2,
+            integer=True,
+            fix="the intervals need two draws or more",
+        )
     for key in ("widths", "depths"):
         if key in t:
             _ints(f"theory.{key}", t[key], low=1)
@@ -511,7 +595,9 @@ def check_shard(text) -> None:
     try:
         i, n = (int(v) for v in str(text).split("/"))
     except ValueError:
-        raise UsageError(f"--shard={text!r} is not of the form i/n; e.g. --shard=0/2 and --shard=1/2") from None
+        raise UsageError(
+            f"--shard={text!r} is not of the form i/n; e.g. --shard=0/2 and --shard=1/2"
+        ) from None
     if not 0 <= i < n:
         raise UsageError(f"--shard={text!r}: need 0 <= i < n, e.g. --shard=0/{max(n, 2)}")
 
@@ -581,14 +667,19 @@ def check_workdir(config, workdir: str) -> list[str]:
     cfg_path = os.path.join(workdir, "config.json")
     has_study = os.path.exists(cfg_path) or os.path.isdir(os.path.join(workdir, "trials"))
     has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
-        os.path.join(workdir, "checkpoints"))
+        os.path.join(workdir, "checkpoints")
+    )
     kind = config.get("kind", "study")
     if kind == "study" and is_study and has_single and not has_study:
-        raise UsageError(f"--workdir={workdir} holds a single run (result.json or checkpoints/), not a "
-                         f"study; use a new --workdir for the study")
+        raise UsageError(
+            f"--workdir={workdir} holds a single run (result.json or checkpoints/), not a "
+            f"study; use a new --workdir for the study"
+        )
     if kind == "study" and not is_study and has_study:
-        raise UsageError(f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
-                         f"sweep runs in the workdir itself: use a new --workdir")
+        raise UsageError(
+            f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
+            f"sweep runs in the workdir itself: use a new --workdir"
+        )
     if is_study and os.path.exists(cfg_path):
         try:
             with open(cfg_path) as f:
@@ -622,7 +713,8 @@ def check_workdir(config, workdir: str) -> list[str]:
                         f"and its trial is taken from trials/<id>/result.json or run again"
                     )
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
-        os.path.join(workdir, "trials", "*", "result.json"))
+        os.path.join(workdir, "trials", "*", "result.json")
+    )
     for path in result_files:
         try:
             with open(path) as f:
@@ -633,7 +725,8 @@ def check_workdir(config, workdir: str) -> list[str]:
                 f"again: that run resumes from its checkpoint"
             ) from None
     ckpt_files = glob.glob(os.path.join(workdir, "checkpoints", "ckpt-*")) + glob.glob(
-        os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*"))
+        os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*")
+    )
     for path in ckpt_files:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)

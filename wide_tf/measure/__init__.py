@@ -12,8 +12,15 @@ from wide_tf.measure.per_example import (
 )
 
 __all__ = [
-    "TwoBatchNoiseScale", "UnsupportedModelError", "global_sq_norm", "gradient_stats",
-    "per_example_grad_sq_norms", "per_example_grad_sq_norms_naive", "per_example_grad_sq_norms_reference",
-    "per_example_gradients_reference", "per_example_loss", "stats_from_norms",
+    "TwoBatchNoiseScale",
+    "UnsupportedModelError",
+    "global_sq_norm",
+    "gradient_stats",
+    "per_example_grad_sq_norms",
+    "per_example_grad_sq_norms_naive",
+    "per_example_grad_sq_norms_reference",
+    "per_example_gradients_reference",
+    "per_example_loss",
+    "stats_from_norms",
     "two_batch_estimates",
 ]

@@ -21,7 +21,6 @@ Batch normalization is measured in inference mode (moving statistics): see per_e
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from wide_tf.measure import per_example
@@ -33,7 +32,7 @@ def stats_from_norms(sq_norms, sum_grad_sq_norm: float, n: int | None = None) ->
     n = len(sq_norms) if n is None else int(n)
     s1 = float(np.sum(sq_norms))
     q = float(sum_grad_sq_norm)
-    mean_sq = q / n ** 2
+    mean_sq = q / n**2
     trace_cov = s1 / n - mean_sq
     # A zero sum gradient (a minimum of the probe loss) makes the ratios infinite; say so with inf.
     diversity = s1 / q if q > 0 else float("inf")
@@ -49,8 +48,9 @@ def stats_from_norms(sq_norms, sum_grad_sq_norm: float, n: int | None = None) ->
     }
 
 
-def gradient_stats(model, x, y, chunk_size: int = 256, jit_compile: bool = False,
-                   return_per_example: bool = False) -> dict:
+def gradient_stats(
+    model, x, y, chunk_size: int = 256, jit_compile: bool = False, return_per_example: bool = False
+) -> dict:
     """Exact diversity, batch bound and noise scale of ``model`` on the probe set (x, y).
 
     One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded; the
@@ -78,11 +78,16 @@ def stats_from_per_example_gradients(grads) -> dict:
     n = flat.shape[0]
     total = flat.sum(axis=0)
     mean = total / n
-    s1 = float(np.sum(flat ** 2))
+    s1 = float(np.sum(flat**2))
     q = float(total @ total)
     trace_cov = float(np.sum((flat - mean) ** 2)) / n
     return {
-        "n": n, "sum_sq_norms": s1, "sq_norm_of_sum": q, "diversity": s1 / q, "batch_bound": n * s1 / q,
-        "noise_scale": trace_cov / float(mean @ mean), "mean_grad_sq_norm": float(mean @ mean),
+        "n": n,
+        "sum_sq_norms": s1,
+        "sq_norm_of_sum": q,
+        "diversity": s1 / q,
+        "batch_bound": n * s1 / q,
+        "noise_scale": trace_cov / float(mean @ mean),
+        "mean_grad_sq_norm": float(mean @ mean),
         "trace_cov": trace_cov,
     }

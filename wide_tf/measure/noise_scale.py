@@ -27,8 +27,10 @@ def two_batch_estimates(g_small_sq, g_big_sq, b_small: float, b_big: float):
     """
     b_small, b_big = float(b_small), float(b_big)
     if not 0 < b_small < b_big:
-        raise ValueError(f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big} "
-                         f"(with one replica and no micro-batches there is no small batch)")
+        raise ValueError(
+            f"need 0 < b_small < b_big, got b_small={b_small}, b_big={b_big} "
+            f"(with one replica and no micro-batches there is no small batch)"
+        )
     g2 = (b_big * g_big_sq - b_small * g_small_sq) / (b_big - b_small)
     s = (g_small_sq - g_big_sq) / (1.0 / b_small - 1.0 / b_big)
     return g2, s
@@ -62,7 +64,7 @@ class TwoBatchNoiseScale:
 
     def _corrected(self, ema: float) -> float:
         # Adam-style bias correction: the EMA starts at 0, so divide by the weight it has accumulated.
-        return ema / (1.0 - self.decay ** self.count)
+        return ema / (1.0 - self.decay**self.count)
 
     @property
     def g2(self) -> float | None:
@@ -87,10 +89,15 @@ class TwoBatchNoiseScale:
         return self.to_dict()
 
     def to_dict(self) -> dict:
-        return {"decay": self.decay, "g2_ema": self.g2_ema, "s_ema": self.s_ema, "count": self.count}
+        return {
+            "decay": self.decay,
+            "g2_ema": self.g2_ema,
+            "s_ema": self.s_ema,
+            "count": self.count,
+        }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "TwoBatchNoiseScale":
+    def from_dict(cls, d: dict) -> TwoBatchNoiseScale:
         est = cls(decay=d["decay"])
         est.g2_ema, est.s_ema, est.count = float(d["g2_ema"]), float(d["s_ema"]), int(d["count"])
         return est
@@ -102,4 +109,7 @@ class TwoBatchNoiseScale:
 def global_sq_norm(tensors):
     """Squared L2 norm over a list of gradient tensors, in float32 (a TF helper for the train step)."""
     import tensorflow as tf
-    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors if t is not None])
+
+    return tf.add_n(
+        [tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors if t is not None]
+    )

@@ -49,12 +49,17 @@ class UnsupportedModelError(ValueError):
 
 
 def _is_bn(layer) -> bool:
-    return isinstance(layer, keras.layers.BatchNormalization) or type(layer).__name__ in _BN_CLASS_NAMES
+    return (
+        isinstance(layer, keras.layers.BatchNormalization)
+        or type(layer).__name__ in _BN_CLASS_NAMES
+    )
 
 
 def _kind(layer) -> str | None:
     if isinstance(layer, keras.layers.Conv2D) and not isinstance(
-            layer, (keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D)):
+        layer,
+        (keras.layers.Conv2DTranspose, keras.layers.DepthwiseConv2D, keras.layers.SeparableConv2D),
+    ):
         return "conv2d"
     if isinstance(layer, keras.layers.Dense):
         return "dense"
@@ -66,7 +71,8 @@ def _kind(layer) -> str | None:
 def per_example_loss(labels, logits):
     """Sparse softmax cross-entropy per example, in float32 (the loss every quantity here refers to)."""
     return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32))
+        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32)
+    )
 
 
 def _functional_graph(model):
@@ -75,12 +81,14 @@ def _functional_graph(model):
         graph = getattr(model, "_functional", None)
         if graph is None:
             raise UnsupportedModelError(
-                "Sequential model has no functional graph yet: give it an Input (or build it) first.")
+                "Sequential model has no functional graph yet: give it an Input (or build it) first."
+            )
         return graph
     if not hasattr(model, "_run_through_graph") or not hasattr(model, "_nodes_by_depth"):
         raise UnsupportedModelError(
             f"per-example gradient norms need a Keras functional (or Sequential) model; got "
-            f"{type(model).__name__} (a subclassed model's graph cannot be replayed).")
+            f"{type(model).__name__} (a subclassed model's graph cannot be replayed)."
+        )
     return model
 
 
@@ -100,45 +108,53 @@ def _check_supported(model, graph) -> list:
             raise UnsupportedModelError(
                 f"layer '{op.name}' of type {type(op).__name__} has trainable weights, but per-example "
                 f"gradient norms support only Dense, Conv2D, BatchNormalization and GhostBatchNormalization "
-                f"layers with trainable weights (parameter-free layers of any type are fine).")
+                f"layers with trainable weights (parameter-free layers of any type are fine)."
+            )
         if counts.get(id(op), 0) != 1:
             raise UnsupportedModelError(
                 f"layer '{op.name}' is called {counts.get(id(op), 0)} times in the graph; a shared layer's "
-                f"per-example gradient is a sum over its uses and is not supported.")
+                f"per-example gradient is a sum over its uses and is not supported."
+            )
         if kind == "conv2d":
             if op.data_format != "channels_last" or op.groups != 1:
                 raise UnsupportedModelError(
                     f"Conv2D layer '{op.name}': only channels_last, groups=1 is supported "
-                    f"(data_format={op.data_format}, groups={op.groups}).")
+                    f"(data_format={op.data_format}, groups={op.groups})."
+                )
             if getattr(op, "lora_enabled", False):
                 raise UnsupportedModelError(f"Conv2D layer '{op.name}': LoRA is not supported.")
         if kind == "dense" and getattr(op, "lora_enabled", False):
             raise UnsupportedModelError(f"Dense layer '{op.name}': LoRA is not supported.")
         if kind == "bn":
-            axis = op.axis if isinstance(op.axis, int) else (op.axis[0] if len(op.axis) == 1 else None)
+            axis = (
+                op.axis if isinstance(op.axis, int) else (op.axis[0] if len(op.axis) == 1 else None)
+            )
             rank = len(op.input.shape) if hasattr(op, "input") else None
             if axis is None or (axis != -1 and (rank is None or axis != rank - 1)):
                 raise UnsupportedModelError(
                     f"batch-norm layer '{op.name}': only normalisation over the last axis is supported "
-                    f"(axis={op.axis}).")
+                    f"(axis={op.axis})."
+                )
         layers.append(op)
     covered = {id(v) for layer in layers for v in layer.trainable_weights}
     missing = [v.path for v in model.trainable_variables if id(v) not in covered]
     if missing:
         raise UnsupportedModelError(
-            f"trainable variables not reached by the supported layers of the graph: {missing}")
+            f"trainable variables not reached by the supported layers of the graph: {missing}"
+        )
     return layers
 
 
 @dataclasses.dataclass
 class _Record:
     """What the replay keeps of one parameterised layer: its input, output and what it needs to norm."""
+
     layer: Any
     kind: str
-    x: tf.Tensor      # layer input (float32); for BN the normalised input xhat
-    z: tf.Tensor      # pre-activation output, watched by the tape
+    x: tf.Tensor  # layer input (float32); for BN the normalised input xhat
+    z: tf.Tensor  # pre-activation output, watched by the tape
     has_kernel: bool  # kernel / gamma trainable
-    has_bias: bool    # bias / beta trainable
+    has_bias: bool  # bias / beta trainable
 
 
 def _f32(v):
@@ -158,8 +174,12 @@ def _conv_patches(layer, x):
         patches = x
     else:
         patches = tf.image.extract_patches(
-            x, sizes=[1, kh, kw, 1], strides=[1, sh, sw, 1], rates=[1, dh, dw, 1],
-            padding=layer.padding.upper())
+            x,
+            sizes=[1, kh, kw, 1],
+            strides=[1, sh, sw, 1],
+            rates=[1, dh, dw, 1],
+            padding=layer.padding.upper(),
+        )
     shape = tf.shape(patches)
     return tf.reshape(patches, [shape[0], -1, patches.shape[-1]])
 
@@ -203,7 +223,7 @@ def _record_stats(rec: _Record, d):
             g = tf.reduce_sum(xhat * d3, axis=1)
             out += tf.reduce_sum(tf.square(g), axis=1)
             sums.append((layer.gamma, tf.reduce_sum(g, axis=0)))
-        if rec.has_bias:    # beta
+        if rec.has_bias:  # beta
             g = tf.reduce_sum(d3, axis=1)
             out += tf.reduce_sum(tf.square(g), axis=1)
             sums.append((layer.beta, tf.reduce_sum(g, axis=0)))
@@ -242,7 +262,9 @@ class PerExampleGradients:
         self.model = model
         self.graph = _functional_graph(model)
         if len(self.graph.inputs) != 1 or len(tf.nest.flatten(self.graph.outputs)) != 1:
-            raise UnsupportedModelError("per-example gradients need a model with one input and one output")
+            raise UnsupportedModelError(
+                "per-example gradients need a model with one input and one output"
+            )
         self.layers = _check_supported(model, self.graph)
         self.variables = list(model.trainable_variables)
         self._fns: dict = {}
@@ -259,7 +281,9 @@ class PerExampleGradients:
                 if getattr(op, "trainable_weights", None):  # _check_supported already refused these
                     raise UnsupportedModelError(f"unsupported layer '{op.name}'")
                 # Layer.call skips __call__'s autocasting, so mixed-precision models stay float32 here.
-                if isinstance(op, keras.layers.Layer) and getattr(op, "_call_has_training_arg", False):
+                if isinstance(op, keras.layers.Layer) and getattr(
+                    op, "_call_has_training_arg", False
+                ):
                     kwargs = dict(kwargs, training=False)
                 return op.call(*args, **kwargs)
             (inp,) = args
@@ -279,8 +303,13 @@ class PerExampleGradients:
                 if kind == "dense":
                     z = tf.tensordot(inp, kernel, axes=[[inp.shape.rank - 1], [0]])
                 else:
-                    z = tf.nn.convolution(inp, kernel, strides=list(op.strides), padding=op.padding.upper(),
-                                          dilations=list(op.dilation_rate))
+                    z = tf.nn.convolution(
+                        inp,
+                        kernel,
+                        strides=list(op.strides),
+                        padding=op.padding.upper(),
+                        dilations=list(op.dilation_rate),
+                    )
                 if op.bias is not None:
                     z = z + _f32(op.bias)
                 rec_x, act = inp, op.activation
@@ -317,23 +346,30 @@ class PerExampleGradients:
         if fn is None:
             # autograph=False: the chunk has no tensor-dependent Python control flow, and
             # converting the model's and Keras' code on every trace cost ~2 s per training run.
-            fn = tf.function(self._chunk_impl, jit_compile=self._jit_compile, reduce_retracing=True,
-                             autograph=False)
+            fn = tf.function(
+                self._chunk_impl,
+                jit_compile=self._jit_compile,
+                reduce_retracing=True,
+                autograph=False,
+            )
             self._fns[key] = fn
         return fn(x, y, weights)
 
     @classmethod
-    def for_model(cls, model, jit_compile: bool = False) -> "PerExampleGradients":
+    def for_model(cls, model, jit_compile: bool = False) -> PerExampleGradients:
         """The cached instance for this model (rebuilt if its trainable variables changed)."""
         entry = _CACHE.get(model)
-        if (entry is None or entry._jit_compile != jit_compile
-                or [id(v) for v in entry.variables] != [id(v) for v in model.trainable_variables]):
+        if (
+            entry is None
+            or entry._jit_compile != jit_compile
+            or [id(v) for v in entry.variables] != [id(v) for v in model.trainable_variables]
+        ):
             entry = cls(model, jit_compile=jit_compile)
             _CACHE[model] = entry
         return entry
 
 
-_CACHE: "weakref.WeakKeyDictionary[Any, PerExampleGradients]" = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Any, PerExampleGradients] = weakref.WeakKeyDictionary()
 
 
 def _chunks(x, y, chunk_size):
@@ -341,7 +377,7 @@ def _chunks(x, y, chunk_size):
     n = len(x)
     size = max(1, min(int(chunk_size), n))
     for start in range(0, n, size):
-        xb, yb = x[start:start + size], y[start:start + size]
+        xb, yb = x[start : start + size], y[start : start + size]
         real = len(xb)
         w = np.ones([size], np.float32)
         if real < size:  # pad to the fixed shape so the compiled function is traced once
@@ -360,7 +396,9 @@ def run_chunks(model, x, y, chunk_size: int = 256, jit_compile: bool = False):
     x = np.asarray(x, np.float32)
     y = np.asarray(y, np.int32).reshape(-1)
     if len(x) != len(y) or len(x) == 0:
-        raise ValueError(f"need as many labels as examples and at least one (x: {len(x)}, y: {len(y)})")
+        raise ValueError(
+            f"need as many labels as examples and at least one (x: {len(x)}, y: {len(y)})"
+        )
     engine = PerExampleGradients.for_model(model, jit_compile=jit_compile)
     sq_all, loss_all = [], []
     sum_grads = [np.zeros(v.shape, np.float64) for v in engine.variables]
@@ -373,7 +411,9 @@ def run_chunks(model, x, y, chunk_size: int = 256, jit_compile: bool = False):
     return np.concatenate(sq_all), np.concatenate(loss_all), sum_grads
 
 
-def per_example_grad_sq_norms(model, x, y, chunk_size: int = 256, jit_compile: bool = False) -> np.ndarray:
+def per_example_grad_sq_norms(
+    model, x, y, chunk_size: int = 256, jit_compile: bool = False
+) -> np.ndarray:
     """|g_i|^2 (sum over all trainable variables) for every example, fast path; float64 (n,).
 
     Batch norm is measured in inference mode (moving statistics).
@@ -382,6 +422,7 @@ def per_example_grad_sq_norms(model, x, y, chunk_size: int = 256, jit_compile: b
 
 
 # -- references --------------------------------------------------------------------------------------
+
 
 def per_example_gradients_reference(model, x, y) -> list[np.ndarray]:
     """Per-example gradients by vectorised jacobians of the per-example losses (slow, obviously right).
@@ -424,5 +465,7 @@ def per_example_grad_sq_norms_naive(model, x, y) -> np.ndarray:
         grads = tape.gradient(loss, variables)
         return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
 
-    return np.array([float(one(tf.constant(x[i:i + 1]), tf.constant(y[i:i + 1]))) for i in range(len(x))],
-                    np.float64)
+    return np.array(
+        [float(one(tf.constant(x[i : i + 1]), tf.constant(y[i : i + 1]))) for i in range(len(x))],
+        np.float64,
+    )

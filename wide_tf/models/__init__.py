@@ -11,9 +11,16 @@ from wide_tf.models.resnet import build_wrn
 __all__ = ["build_model", "build_mlp", "build_wrn", "GhostBatchNormalization", "make_norm_layer"]
 
 
-def build_model(arch: str, depth: int, width: float, num_classes: int, input_shape,
-                norm: str = "batch", ghost_batch_size: int = 32,
-                name: str | None = None) -> keras.Model:
+def build_model(
+    arch: str,
+    depth: int,
+    width: float,
+    num_classes: int,
+    input_shape,
+    norm: str = "batch",
+    ghost_batch_size: int = 32,
+    name: str | None = None,
+) -> keras.Model:
     """A functional Keras model with float32 logits: arch 'mlp' (width = units) or 'wrn' (width = k)."""
     if arch == "mlp":
         if float(width) != int(width):

@@ -7,8 +7,15 @@ import keras
 from wide_tf.models.norm import make_norm_layer
 
 
-def build_mlp(depth: int, width: int, num_classes: int, input_shape, norm: str = "none",
-              ghost_batch_size: int = 32, name: str | None = None) -> keras.Model:
+def build_mlp(
+    depth: int,
+    width: int,
+    num_classes: int,
+    input_shape,
+    norm: str = "none",
+    ghost_batch_size: int = 32,
+    name: str | None = None,
+) -> keras.Model:
     """Flatten -> depth x [Dense(width) (-> norm) -> ReLU] -> Dense(num_classes) -> float32 logits.
 
     With a normalisation layer the hidden Dense layers have no bias: the norm subtracts the mean,
@@ -24,8 +31,9 @@ def build_mlp(depth: int, width: int, num_classes: int, input_shape, norm: str =
     x = keras.layers.Flatten(name="flatten")(inputs)
     for i in range(1, depth + 1):
         norm_layer = make_norm_layer(norm, ghost_batch_size, name=f"norm_{i}")
-        x = keras.layers.Dense(width, use_bias=norm_layer is None, kernel_initializer="he_normal",
-                               name=f"dense_{i}")(x)
+        x = keras.layers.Dense(
+            width, use_bias=norm_layer is None, kernel_initializer="he_normal", name=f"dense_{i}"
+        )(x)
         if norm_layer is not None:
             x = norm_layer(x)
         x = keras.layers.ReLU(name=f"relu_{i}")(x)

@@ -33,9 +33,14 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
 
     def __init__(self, ghost_batch_size: int = 32, **kwargs):
         super().__init__(**kwargs)
-        if isinstance(ghost_batch_size, bool) or int(ghost_batch_size) != ghost_batch_size \
-                or ghost_batch_size < 1:
-            raise ValueError(f"ghost_batch_size must be a positive integer, got {ghost_batch_size!r}")
+        if (
+            isinstance(ghost_batch_size, bool)
+            or int(ghost_batch_size) != ghost_batch_size
+            or ghost_batch_size < 1
+        ):
+            raise ValueError(
+                f"ghost_batch_size must be a positive integer, got {ghost_batch_size!r}"
+            )
         self.ghost_batch_size = int(ghost_batch_size)
 
     def build(self, input_shape):
@@ -57,14 +62,18 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
             raise ValueError(
                 f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
                 f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
-                f"model.ghost_batch_size or raise the batch")
+                f"model.ghost_batch_size or raise the batch"
+            )
         batch = tf.shape(x)[0]
         # Dynamic shapes only (on CPU and GPU without XLA; under XLA shapes are static and the
         # check above runs while tracing, and train.py rejects such a batch before training).
         check = tf.debugging.assert_equal(
-            batch % g, 0,
-            message=(f"{self.name}: the per-replica batch must be a multiple of "
-                     f"ghost_batch_size={g}"))
+            batch % g,
+            0,
+            message=(
+                f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
+            ),
+        )
         with tf.control_dependencies([check]):
             num_groups = batch // g
         group = g
@@ -74,10 +83,13 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         gamma = self.gamma if self.scale else None
         beta = self.beta if self.center else None
         out = tf.nn.batch_normalization(
-            grouped, mean, variance,
+            grouped,
+            mean,
+            variance,
             offset=None if beta is None else tf.cast(beta, tf.float32),
             scale=None if gamma is None else tf.cast(gamma, tf.float32),
-            variance_epsilon=self.epsilon)
+            variance_epsilon=self.epsilon,
+        )
         out = tf.reshape(out, tf.shape(x))
         # Moving statistics from the mean of the group statistics (each group has the same size,
         # so this is also the mean over examples of the batch).
@@ -90,12 +102,13 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         ctx = tf.distribute.get_replica_context()
         if ctx is not None and ctx.num_replicas_in_sync > 1:
             group_mean, group_var = ctx.all_reduce(
-                tf.distribute.ReduceOp.MEAN, [group_mean, group_var])
+                tf.distribute.ReduceOp.MEAN, [group_mean, group_var]
+            )
         m = self.momentum
-        self.moving_mean.assign(
-            tf.cast(self.moving_mean, tf.float32) * m + group_mean * (1.0 - m))
+        self.moving_mean.assign(tf.cast(self.moving_mean, tf.float32) * m + group_mean * (1.0 - m))
         self.moving_variance.assign(
-            tf.cast(self.moving_variance, tf.float32) * m + group_var * (1.0 - m))
+            tf.cast(self.moving_variance, tf.float32) * m + group_var * (1.0 - m)
+        )
         return tf.cast(out, self.compute_dtype)
 
     def get_config(self):
@@ -109,6 +122,7 @@ def make_norm_layer(norm: str, ghost_batch_size: int = 32, name: str | None = No
     if norm == "batch":
         return keras.layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
     if norm == "ghost":
-        return GhostBatchNormalization(ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM,
-                                       epsilon=BN_EPSILON, name=name)
+        return GhostBatchNormalization(
+            ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+        )
     raise ValueError(f"norm must be one of 'none', 'batch', 'ghost', got {norm!r}")

@@ -11,8 +11,15 @@ from wide_tf.models.norm import make_norm_layer
 def _conv(filters, kernel, stride, name):
     # No bias: every conv feeds a normalisation layer (or, with norm='none', the count must match
     # the closed form in wide_tf.families, which has none either).
-    return keras.layers.Conv2D(filters, kernel, strides=stride, padding="same", use_bias=False,
-                               kernel_initializer="he_normal", name=name)
+    return keras.layers.Conv2D(
+        filters,
+        kernel,
+        strides=stride,
+        padding="same",
+        use_bias=False,
+        kernel_initializer="he_normal",
+        name=name,
+    )
 
 
 def _norm_relu(x, norm, ghost_batch_size, name):
@@ -36,8 +43,15 @@ def _block(x, in_ch, out_ch, stride, norm, ghost_batch_size, name):
     return keras.layers.Add(name=f"{name}_add")([shortcut, y])
 
 
-def build_wrn(depth: int, width: float, num_classes: int, input_shape, norm: str = "batch",
-              ghost_batch_size: int = 32, name: str | None = None) -> keras.Model:
+def build_wrn(
+    depth: int,
+    width: float,
+    num_classes: int,
+    input_shape,
+    norm: str = "batch",
+    ghost_batch_size: int = 32,
+    name: str | None = None,
+) -> keras.Model:
     """WRN-depth-k: 3x3 stem conv (16 ch), 3 groups of n=(depth-4)/6 blocks with round(16k),
     round(32k), round(64k) channels (strides 1, 2, 2), final BN-ReLU, global average pool, logits.
 
@@ -54,13 +68,21 @@ def build_wrn(depth: int, width: float, num_classes: int, input_shape, norm: str
     in_ch = families.WRN_STEM_CHANNELS
     for g, (out_ch, stride) in enumerate(zip(channels, families.WRN_GROUP_STRIDES), start=1):
         for b in range(1, n + 1):
-            x = _block(x, in_ch, out_ch, stride if b == 1 else 1, norm, ghost_batch_size,
-                       name=f"group{g}_block{b}")
+            x = _block(
+                x,
+                in_ch,
+                out_ch,
+                stride if b == 1 else 1,
+                norm,
+                ghost_batch_size,
+                name=f"group{g}_block{b}",
+            )
             in_ch = out_ch
     x = _norm_relu(x, norm, ghost_batch_size, "final")
     x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
     x = keras.layers.Dense(num_classes, name="logits")(x)
     # The softmax / loss must see float32 logits also under a mixed_bfloat16 policy.
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
-    return keras.Model(inputs, outputs,
-                       name=name or f"wrn-{depth}-{families.format_width('wrn', width)}")
+    return keras.Model(
+        inputs, outputs, name=name or f"wrn-{depth}-{families.format_width('wrn', width)}"
+    )
