@@ -154,7 +154,7 @@ def test_two_workers_match_one_process(tmp_path):
 
 
 def test_main_runs_under_multi_worker(tmp_path):
-    """The whole entry point, two workers sharing one workdir, against the same run in one process."""
+    """The whole entry point, two workers sharing one workdir, against one process."""
     overrides = [
         "--config.data.name=digits_embedded",
         "--config.train.max_steps=6",

@@ -142,7 +142,8 @@ def _recorded_files(path):
 @pytest.mark.parametrize("store", ["local", "ram"])
 def test_two_shards_recording_together_lose_no_result(tmp_path, store):
     """Two writers (threads standing in for two shard processes) record at the same time. On a
-    store without locks (ram://, like gs://) the old read-modify-write of results.jsonl lost lines."""
+    store without locks (ram://, like gs://) the old read-modify-write of results.jsonl lost
+    lines."""
     import threading
 
     root = str(tmp_path) if store == "local" else f"ram://{tmp_path.name}"

@@ -1,4 +1,5 @@
-"""Tests for wide_tf.theory: analytic per-example gradients vs finite differences, budgets, the study."""
+"""Tests for wide_tf.theory: analytic per-example gradients vs finite differences, budgets, the
+study."""
 
 import csv
 import importlib.util
@@ -30,7 +31,7 @@ def test_analytic_per_example_gradients_match_finite_differences(kind, depth):
     grads = theory.per_example_gradients(weights, kind, x, y)
     eps = 1e-6
     for i in range(n):
-        for l, wmat in enumerate(weights):
+        for layer, wmat in enumerate(weights):
             fd = np.zeros_like(wmat)
             for idx in np.ndindex(wmat.shape):
                 old = wmat[idx]
@@ -40,7 +41,7 @@ def test_analytic_per_example_gradients_match_finite_differences(kind, depth):
                 down = theory.loss(weights, kind, x[i : i + 1], y[i : i + 1])
                 wmat[idx] = old
                 fd[idx] = (up - down) / (2 * eps)
-            np.testing.assert_allclose(grads[l][i], fd, rtol=1e-5, atol=1e-8)
+            np.testing.assert_allclose(grads[layer][i], fd, rtol=1e-5, atol=1e-8)
     # The fast norms agree with the explicit gradients.
     sq, total = theory.gradient_norms(weights, kind, x, y)
     flat = np.concatenate([g.reshape(n, -1) for g in grads], axis=1)
@@ -57,9 +58,9 @@ def test_analytic_gradients_match_tensorflow_jacobian():
     ws = [tf.Variable(w) for w in weights]
     with tf.GradientTape() as tape:
         h = tf.constant(x)
-        for l, w in enumerate(ws):
+        for layer, w in enumerate(ws):
             h = tf.matmul(h, w, transpose_b=True)
-            if l < len(ws) - 1:
+            if layer < len(ws) - 1:
                 h = tf.nn.relu(h)
         losses = 0.5 * (h[:, 0] - y) ** 2
     jac = tape.jacobian(losses, ws)

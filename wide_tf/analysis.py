@@ -96,7 +96,7 @@ class MemberInfo:
 
 
 def members_from_records(records: Sequence[dict]) -> list[MemberInfo]:
-    """Distinct members, ordered narrowest first (width ascending; at equal width, deepest first)."""
+    """Distinct members, narrowest first (width ascending; at equal width, deepest first)."""
     seen: dict[str, MemberInfo] = {}
     for rec in records:
         name = rec["member"]
@@ -438,12 +438,9 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     poor = [s for s in fitted if s.poor_fit]
     if poor:
         caveats.append(
-            "the knee S_min (1 + B_crit / B) describes these members poorly (R^2 of log "
-            "epochs < %g): %s"
-            % (
-                POOR_FIT_R2,
-                ", ".join(f"{s.info.name} ({s.curve.fit.r2_log_epochs:.2f})" for s in poor),
-            )
+            f"the knee S_min (1 + B_crit / B) describes these members poorly (R^2 of log "
+            f"epochs < {POOR_FIT_R2:g}): "
+            + ", ".join(f"{s.info.name} ({s.curve.fit.r2_log_epochs:.2f})" for s in poor)
         )
     bounds = [s.info.name for s in fitted if s.curve.b_crit.is_bound]
     if bounds and not reasons:

@@ -162,7 +162,8 @@ def check_workdir(config, workdir: str) -> None:
             diff = sorted(_diff_keys(theirs, mine))
             raise StudyError(
                 f"{workdir} holds a different study (config differs in: {', '.join(diff[:6])}"
-                f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that made it"
+                f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that "
+                "made it"
             )
         return
     tf.io.gfile.makedirs(workdir)
@@ -244,7 +245,8 @@ def run_study(
         logging.info("  %s", line)
 
     runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve every trial
-    mine = lambda t: _stable_index(t.group) % shard_n == shard_i  # noqa: E731  (a group stays on one shard)
+    # A (member, batch size) group stays on one shard, so its learning-rate grid is decided there.
+    mine = lambda t: _stable_index(t.group) % shard_n == shard_i
     start, ran = time.time(), 0
     queue = [t for t in trials if mine(t)]
     all_trials = list(trials)
@@ -287,7 +289,7 @@ def run_study(
         if queue:
             n_conf = sum(t.role == lr_grid.CONFIRM for t in queue)
             logging.info(
-                "Next: %d learning-rate grid extension(s) and %d confirmation run(s) in %d group(s).",
+                "Next: %d learning-rate grid extension(s), %d confirmation run(s), %d group(s).",
                 len(queue) - n_conf,
                 n_conf,
                 len({t.group for t in queue}),

@@ -1,12 +1,14 @@
-"""Theory check: the batch bound at random initialisation of linear/ReLU networks vs width, depth and input dimension.
+"""Theory check: the batch bound at random initialisation of linear and ReLU networks against width,
+depth and input dimension.
 
-No training. For fully-connected networks without biases, f(x) = W_L phi(W_{L-1} ... phi(W_1 x)) with
-input dimension d, L weight matrices (L = 2: the 2-layer networks of Chen et al. 2018; L > 2 with
-phi = identity: their deep linear networks), hidden width w and one output, on Gaussian inputs
+No training. For fully-connected networks without biases, f(x) = W_L phi(W_{L-1} ... phi(W_1 x))
+with input dimension d, L weight matrices (L = 2: the 2-layer networks of Chen et al. 2018; L > 2
+with phi = identity: their deep linear networks), hidden width w and one output, on Gaussian inputs
 x ~ N(0, I_d) with a linear teacher y = beta.x (beta ~ N(0, I_d / d), so Var y = 1) and the squared
 loss f_i = (f(x_i) - y_i)^2 / 2, we draw n examples and a random initialisation (LeCun normal,
-variance 1/fan_in, for linear layers; He normal, 2/fan_in, before a ReLU) and compute the batch bound
-n * sum_i |g_i|^2 / |sum_i g_i|^2 (docs: the batch bound, Yin et al. 2018) exactly from analytic per-example gradients:
+variance 1/fan_in, for linear layers; He normal, 2/fan_in, before a ReLU) and compute the batch
+bound n * sum_i |g_i|^2 / |sum_i g_i|^2 (docs/science.md, "Quantities"; Yin et al. 2018) exactly
+from analytic per-example gradients:
 grad W_l = delta_l a_{l-1}^T, so |grad W_l|^2 = |delta_l|^2 |a_{l-1}|^2 per example. Repeating this
 over many independent draws (data, teacher and initialisation) gives the expected batch bound and a
 95% confidence interval of that mean (normal approximation, mean +- 1.96 sd / sqrt(draws)).
@@ -42,18 +44,18 @@ from absl import logging
 Z95 = 1.959963984540054
 
 
-# -- networks and analytic per-example gradients ------------------------------------------------------
+# -- networks and analytic per-example gradients -----------------------------------------------
 
 
 def param_count(input_dim: int, depth: int, width: int) -> int:
-    """Weights of a bias-free network with ``depth`` weight matrices, hidden ``width``, one output."""
+    """Weights of a bias-free net with ``depth`` weight matrices, hidden ``width``, one output."""
     if depth < 2:
         raise ValueError(f"depth must be >= 2 weight matrices, got {depth}")
     return input_dim * width + (depth - 2) * width * width + width
 
 
 def width_for_budget(input_dim: int, depth: int, budget: int) -> int:
-    """The integer width whose parameter count is closest to ``budget`` at this depth (at least 1)."""
+    """The integer width whose parameter count is closest to ``budget`` at this depth (>= 1)."""
     a, b = depth - 2, input_dim + 1
     w = budget / b if a == 0 else (-b + math.sqrt(b * b + 4 * a * budget)) / (2 * a)
     candidates = {max(1, math.floor(w)), max(1, math.ceil(w))}
@@ -67,39 +69,41 @@ def init_weights(
     dims = [input_dim] + [width] * (depth - 1) + [1]
     gain_hidden = 2.0 if kind == "relu" else 1.0
     weights = []
-    for l in range(depth):
-        fan_in = dims[l]
-        gain = gain_hidden if l < depth - 1 else 1.0  # the output layer is linear
-        weights.append(rng.normal(0.0, math.sqrt(gain / fan_in), size=(dims[l + 1], fan_in)))
+    for layer in range(depth):
+        fan_in = dims[layer]
+        gain = gain_hidden if layer < depth - 1 else 1.0  # the output layer is linear
+        weights.append(rng.normal(0.0, math.sqrt(gain / fan_in), size=(dims[layer + 1], fan_in)))
     return weights
 
 
 def _forward_backward(weights, kind, x, y):
-    """Activations a_0..a_{L-1} (inputs of each layer) and output gradients delta_1..delta_L, per example."""
+    """Activations a_0..a_{L-1} (each layer's input) and output gradients delta_1..delta_L, per
+    example."""
     if kind not in ("linear", "relu"):
         raise ValueError(f"kind must be 'linear' or 'relu', got {kind!r}")
     acts, pre = [x], []
     a = x
-    for l, w in enumerate(weights):
+    for layer, w in enumerate(weights):
         h = a @ w.T
         pre.append(h)
-        a = np.maximum(h, 0.0) if (kind == "relu" and l < len(weights) - 1) else h
-        if l < len(weights) - 1:
+        hidden = layer < len(weights) - 1
+        a = np.maximum(h, 0.0) if (kind == "relu" and hidden) else h
+        if hidden:
             acts.append(a)
     residual = a[:, 0] - y  # d f_i / d output for the squared loss / 2
     deltas = [None] * len(weights)
     delta = residual[:, None]  # (n, 1)
-    for l in range(len(weights) - 1, -1, -1):
-        deltas[l] = delta
-        if l > 0:
-            delta = delta @ weights[l]
+    for layer in range(len(weights) - 1, -1, -1):
+        deltas[layer] = delta
+        if layer > 0:
+            delta = delta @ weights[layer]
             if kind == "relu":
-                delta = delta * (pre[l - 1] > 0)
+                delta = delta * (pre[layer - 1] > 0)
     return acts, deltas, residual
 
 
 def per_example_gradients(weights, kind, x, y) -> list:
-    """Explicit per-example gradients [(n, out, in) per layer] (for tests; the study uses the norms)."""
+    """Explicit per-example gradients [(n, out, in) per layer] (tests; the study uses the norms)."""
     acts, deltas, _ = _forward_backward(weights, kind, x, y)
     return [np.einsum("no,ni->noi", d, a) for d, a in zip(deltas, acts)]
 
@@ -139,15 +143,17 @@ def batch_bound_draw(rng, kind, input_dim, depth, width, n_samples, label_noise=
     return n_samples * s1 / q
 
 
-# -- the study -----------------------------------------------------------------------------------------
+# -- the study ---------------------------------------------------------------------------------
 
 
 @dataclass
 class Point:
-    """One (network, width) point: per draw, sum_i |g_i|^2 (s1) and |sum_i g_i|^2 (q), over n examples.
+    """One (network, width) point: per draw, sum_i |g_i|^2 (s1) and |sum_i g_i|^2 (q), over n
+    examples.
 
-    Two statistics: ``mean`` is the expected batch bound E[n s1 / q] (the headline; 95% CI of the mean
-    by the normal approximation); ``ratio`` is the ratio of expectations n E[s1] / E[q], less sensitive
+    Three statistics: ``median`` of the per-draw bound n s1 / q (the headline: deep ReLU bounds are
+    heavy-tailed; bootstrap CI), ``mean``, the expected batch bound E[n s1 / q] (95% CI by the
+    normal approximation), and ``ratio``, the ratio of expectations n E[s1] / E[q], less sensitive
     to the rare draws whose mean gradient nearly vanishes (95% CI by a seeded percentile bootstrap).
     """
 
@@ -260,7 +266,7 @@ def _plan(cfg) -> list[tuple[str, str, int, int, int]]:
 
 
 def run_points(cfg) -> list[Point]:
-    """Every point of the sweeps; draws are seeded by (seed, point index) so points are independent."""
+    """Every point of the sweeps; draws seeded by (seed, point index), so points are independent."""
     points = []
     plan = _plan(cfg)
     start = time.time()
@@ -334,7 +340,7 @@ def _stat(values: np.ndarray, s1: np.ndarray, q: np.ndarray, n: int, statistic: 
 
 
 def trend(xs, points: list[Point], statistic: str = "median") -> Trend | None:
-    """The log-log slope of `statistic` against xs with its bootstrap interval; None with < 2 points."""
+    """Log-log slope of `statistic` against xs, with its bootstrap interval (None: < 2 points)."""
     if len(points) < 2:
         return None
     lx = np.log(np.asarray(xs, dtype=float))
@@ -415,8 +421,8 @@ def verdict(summary: dict, cfg) -> str:
         return m, agree
 
     parts = [
-        "Median batch bound at initialisation (d = %d inputs, n = %d examples):"
-        % (cfg.input_dim, cfg.n_samples)
+        f"Median batch bound at initialisation (d = {cfg.input_dim} inputs, "
+        f"n = {cfg.n_samples} examples):"
     ]
     width_words = {}
     for sweep, label, _, _ in _groups(cfg):
@@ -487,9 +493,9 @@ def render_markdown(points: list[Point], cfg, summary: dict, elapsed_s: float) -
         "# Theory check: batch bound at random initialisation",
         "",
         "Batch bound n * sum_i |g_i|^2 / |sum_i g_i|^2 (Yin et al. 2018) of bias-free "
-        "fully-connected networks at random initialisation (LeCun normal for linear layers, He normal "
-        "before a ReLU), with Gaussian inputs, a linear teacher y = beta.x and the squared loss; exact "
-        "analytic per-example gradients, no training.",
+        "fully-connected networks at random initialisation (LeCun normal for linear layers, "
+        "He normal before a ReLU), with Gaussian inputs, a linear teacher y = beta.x and the "
+        "squared loss; exact analytic per-example gradients, no training.",
         "",
         "## Design",
         "",
@@ -504,9 +510,9 @@ def render_markdown(points: list[Point], cfg, summary: dict, elapsed_s: float) -
         f"beyond the paper's theory and shown for comparison;",
         f"- input-dimension sweep: d in {list(cfg.get('input_dims', []))} for 2-layer networks at "
         f"width {cfg.fixed_width} (the bound tracks d: a width effect must be read against it);",
-        "- statistics per point: the median (headline: deep ReLU bounds are heavy-tailed), the mean "
-        "(95% CI: mean +- 1.96 sd / sqrt(draws)) and the ratio of expectations n E[sum|g_i|^2] / "
-        "E[|sum g_i|^2] (95% CI: bootstrap over draws);",
+        "- statistics per point: the median (headline: deep ReLU bounds are heavy-tailed), "
+        "the mean (95% CI: mean +- 1.96 sd / sqrt(draws)) and the ratio of expectations "
+        "n E[sum|g_i|^2] / E[|sum g_i|^2] (95% CI: bootstrap over draws);",
         f"- trends: the log-log slope of each statistic along the sweep, with a 95% bootstrap "
         f"interval ({N_RESAMPLES} resamples of the draws within every point); 'grows'/'falls' when "
         "the interval excludes 0; the fold change over the sweep's range gives the magnitude.",
