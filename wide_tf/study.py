@@ -13,8 +13,11 @@ import ml_collections
 import tensorflow as tf
 from absl import logging
 
-from wide_tf import families, lr_grid
+from wide_tf import data as data_lib
+from wide_tf import families, lr_grid, report
 from wide_tf import workdir as wd
+from wide_tf.strategy import setup_runtime
+from wide_tf.train import train_and_evaluate
 
 
 class StudyError(ValueError):
@@ -220,9 +223,6 @@ def run_study(
     write_report: bool = True,
 ) -> list[dict]:
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share)."""
-    from wide_tf.strategy import setup_runtime
-    from wide_tf.train import train_and_evaluate
-
     trials = list_trials(config)
     shard_i, shard_n = parse_shard(shard)
     if only_trial is not None:
@@ -300,15 +300,11 @@ def run_study(
     )
     records = wd.read_results(workdir)
     if write_report:
-        from wide_tf import report
-
         path = report.write_report(workdir)
         logging.info("Report: %s", path)
     return records
 
 
 def list_trials(config) -> list[Trial]:
-    from wide_tf import data as data_lib
-
     info = data_lib.dataset_info(config.data)
     return expand(config, info.num_classes, info.input_shape)

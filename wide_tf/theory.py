@@ -574,6 +574,8 @@ def render_markdown(points: list[Point], cfg, summary: dict, elapsed_s: float) -
 
 
 def render_plot(points: list[Point], cfg) -> bytes:
+    # Lazy: the theory's numbers need NumPy only (its tests import this module in a second);
+    # matplotlib loads only to draw, with a file backend (no display on a TPU VM).
     import matplotlib
 
     matplotlib.use("Agg")
@@ -672,7 +674,7 @@ def run_theory(config, workdir: str) -> dict:
     Returns {'points': [row dicts], 'summary': {sweep: {network: {statistic: Trend}}},
     'verdict': str, 'paths': {...}}.
     """
-    import tensorflow as tf  # only for tf.io.gfile (gs:// workdirs)
+    import tensorflow as tf  # lazy, and only for tf.io.gfile (gs:// workdirs): see render_plot
 
     cfg = config.theory
     start = time.time()
