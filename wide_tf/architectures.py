@@ -102,8 +102,8 @@ class MLP(Architecture):
 
     def canonical_width(self, width) -> int:
         # Configs hold one width field for both architectures, so it may arrive as a float.
-        if not is_integer(width):
-            raise ValueError(f"an MLP's width is a number of units; got {width}")
+        if not is_integer(width) or width < 1:
+            raise ValueError(f"MLP width must be a positive integer (units), got {width!r}")
         return int(width)
 
     def param_count(self, depth, width, num_classes, input_shape, norm="batch") -> int:
@@ -112,9 +112,7 @@ class MLP(Architecture):
         d_in = math.prod(input_shape)
         if depth == 0:  # multinomial logistic regression; width plays no part
             return d_in * num_classes + num_classes
-        if not is_integer(width) or width < 1:
-            raise ValueError(f"MLP width must be a positive integer, got {width!r}")
-        width = int(width)
+        width = self.canonical_width(width)
         per_unit = 1 if norm == "none" else 2  # bias, or gamma + beta
         first = d_in * width + per_unit * width
         rest = (depth - 1) * (width * width + per_unit * width)

@@ -24,9 +24,7 @@ def build_mlp(
     `MLP.param_count` in wide_tf.architectures is the closed form of the trainable count.
     """
     MLP.check_depth(depth)
-    if depth and (isinstance(width, bool) or int(width) != width or width < 1):
-        raise ValueError(f"MLP width must be a positive integer, got {width!r}")
-    width = int(width)
+    width = MLP.canonical_width(width) if depth else int(width)  # depth 0: width plays no part
     inputs = keras.Input(shape=tuple(input_shape), name="input")
     x = keras.layers.Flatten(name="flatten")(inputs)
     for i in range(1, depth + 1):
