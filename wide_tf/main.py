@@ -246,6 +246,41 @@ def _checks(config) -> list[str]:
     return validate.check_workdir(config, _WORKDIR.value)
 
 
+def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[str, int]:
+    """The one line and the exit status for an error raised after TensorFlow started: 2 for the
+    usage errors, 1 for everything else (the error classes live in modules imported late)."""
+    damaged = _damaged_checkpoint(e)
+    if damaged is not None:
+        folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
+        return (
+            f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): "
+            f"it is damaged (truncated or partly copied); delete {folder} to run that trial "
+            f"from the start, or restore the files",
+            1,
+        )
+    if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+        return (
+            f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; "
+            f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
+            f"or 'local' on a TPU VM) and that this machine may reach it, or use "
+            f"--config.runtime.strategy=auto",
+            1,
+        )
+    if isinstance(e, usage_errors):
+        return _one_line(e), 2
+    if isinstance(e, runtime_errors):
+        return _one_line(e), 1
+    if isinstance(e, op_error):
+        return _tf_error_line(e), 1
+    if isinstance(e, OSError):
+        return f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
+    return (
+        f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
+        f"for the traceback, and report it)",
+        1,
+    )
+
+
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
@@ -310,37 +345,14 @@ def main(argv) -> None:
     except Exception as e:  # every error is one line unless --verbose
         if verbose:
             raise
-        damaged = _damaged_checkpoint(e)
-        if damaged is not None:
-            folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
-            _fail(
-                f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): "
-                f"it is damaged (truncated or partly copied); delete {folder} to run that trial "
-                f"from the start, or restore the files",
-                1,
-            )
-        if _raised_in(e, "/cluster_resolver/", "/tpu/"):
-            _fail(
-                f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; "
-                f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
-                f"or 'local' on a TPU VM) and that this machine may reach it, or use "
-                f"--config.runtime.strategy=auto",
-                1,
-            )
-        if isinstance(e, usage_errors):
-            _fail(_one_line(e), 2)
-        if isinstance(e, runtime_errors):
-            _fail(_one_line(e), 1)
-        if isinstance(e, tf.errors.OpError):
-            _fail(_tf_error_line(e), 1)
-        if isinstance(e, OSError):
-            _fail(
-                f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
-            )
         _fail(
-            f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
-            f"for the traceback, and report it)",
-            1,
+            *_error_line(
+                e,
+                config,
+                usage_errors=usage_errors,
+                runtime_errors=runtime_errors,
+                op_error=tf.errors.OpError,
+            )
         )
 
 

@@ -653,24 +653,12 @@ def _writable(path: str) -> None:
         ) from None
 
 
-def check_workdir(config, workdir: str) -> list[str]:
-    """Checks a local workdir without changing any of its files; returns warning lines.
-
-    Refuses (UsageError) a workdir that is a file or holds another study or another kind of run;
-    RuntimeProblem for a folder that cannot be written, an unreadable config.json or result.json,
-    and an empty (truncated) checkpoint file. Unreadable lines of results.jsonl are warnings: the
-    study ignores them and runs those trials again."""
-    if not workdir or "://" in workdir:
-        return []
-    if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise UsageError(f"--workdir={workdir} is a file, not a folder; choose another --workdir")
-    _writable(workdir)
-    if not os.path.isdir(workdir):
-        return []
-    warnings = []
+def _check_run_kind(config, workdir: str) -> None:
+    """Refuses a study in a single run's workdir, and a single run in a study's."""
     is_study = is_sweep(config)
-    cfg_path = os.path.join(workdir, "config.json")
-    has_study = os.path.exists(cfg_path) or os.path.isdir(os.path.join(workdir, "trials"))
+    has_study = os.path.exists(os.path.join(workdir, "config.json")) or os.path.isdir(
+        os.path.join(workdir, "trials")
+    )
     has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
         os.path.join(workdir, "checkpoints")
     )
@@ -685,39 +673,57 @@ def check_workdir(config, workdir: str) -> list[str]:
             f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
             f"sweep runs in the workdir itself: use a new --workdir"
         )
-    if is_study and os.path.exists(cfg_path):
-        try:
-            with open(cfg_path) as f:
-                theirs = json.load(f)
-        except (OSError, ValueError) as e:
-            raise RuntimeProblem(
-                f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
-                f"and run the same command to write it again"
-            ) from None
-        mine = study_part(json.loads(config.to_json_best_effort()))
-        diff = list(_diff_keys(study_part(theirs), mine))
-        if diff:
-            raise UsageError(
-                f"--workdir={workdir} holds a different study (config differs in: "
-                f"{', '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}); use a new --workdir, "
-                f"or the config that made it"
-            )
+
+
+def _check_same_study(config, workdir: str) -> None:
+    """Refuses a study whose results-defining config differs from the one in the workdir."""
+    cfg_path = os.path.join(workdir, "config.json")
+    if not (is_sweep(config) and os.path.exists(cfg_path)):
+        return
+    try:
+        with open(cfg_path) as f:
+            theirs = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RuntimeProblem(
+            f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
+            f"and run the same command to write it again"
+        ) from None
+    mine = study_part(json.loads(config.to_json_best_effort()))
+    diff = list(_diff_keys(study_part(theirs), mine))
+    if diff:
+        raise UsageError(
+            f"--workdir={workdir} holds a different study (config differs in: "
+            f"{', '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}); use a new --workdir, "
+            f"or the config that made it"
+        )
+
+
+def _results_warnings(workdir: str) -> list[str]:
+    """A warning for each line of results.jsonl that is not a whole result."""
     results = os.path.join(workdir, "results.jsonl")
-    if os.path.exists(results):
-        with open(results, "rb") as f:
-            for i, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                    ok = isinstance(rec, dict) and "trial_id" in rec
-                except ValueError:
-                    ok = False
-                if not ok:
-                    warnings.append(
-                        f"{results} line {i} is not a whole result (corrupted or cut short); it is "
-                        f"ignored and its trial is taken from trials/<id>/result.json or run again"
-                    )
+    if not os.path.exists(results):
+        return []
+    warnings = []
+    with open(results, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                ok = isinstance(rec, dict) and "trial_id" in rec
+            except ValueError:
+                ok = False
+            if not ok:
+                warnings.append(
+                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
+                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
+                )
+    return warnings
+
+
+def _check_run_files(workdir: str) -> None:
+    """Refuses an unreadable result.json and an empty (truncated) checkpoint file, of the single
+    run in the workdir or of any trial."""
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
         os.path.join(workdir, "trials", "*", "result.json")
     )
@@ -740,4 +746,24 @@ def check_workdir(config, workdir: str) -> list[str]:
                 f"checkpoint file {path} is empty (truncated); delete {folder} to run that trial "
                 f"from the start, or restore the file"
             )
+
+
+def check_workdir(config, workdir: str) -> list[str]:
+    """Checks a local workdir without changing any of its files; returns warning lines.
+
+    Refuses (UsageError) a workdir that is a file or holds another study or another kind of run;
+    RuntimeProblem for a folder that cannot be written, an unreadable config.json or result.json,
+    and an empty (truncated) checkpoint file. Unreadable lines of results.jsonl are warnings: the
+    study ignores them and runs those trials again."""
+    if not workdir or "://" in workdir:
+        return []
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise UsageError(f"--workdir={workdir} is a file, not a folder; choose another --workdir")
+    _writable(workdir)
+    if not os.path.isdir(workdir):
+        return []
+    _check_run_kind(config, workdir)
+    _check_same_study(config, workdir)
+    warnings = _results_warnings(workdir)
+    _check_run_files(workdir)
     return warnings
