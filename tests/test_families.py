@@ -10,6 +10,7 @@ from contextlib import redirect_stdout
 
 import pytest
 
+from wide_tf import architectures as A
 from wide_tf import families as F
 
 
@@ -29,7 +30,10 @@ def _wrn_count_by_hand(depth, k):
 
 
 def test_does_not_import_tensorflow():
-    code = "import sys, wide_tf.families; assert 'tensorflow' not in sys.modules, 'tf imported'"
+    code = (
+        "import sys, wide_tf.families, wide_tf.validate; "
+        "assert 'tensorflow' not in sys.modules, 'tf imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -60,14 +64,14 @@ def test_wrn_count_without_norm_drops_exactly_the_bn_parameters():
 
 
 def test_wrn_channels_rounding():
-    assert F.wrn_channels(1) == (16, 32, 64)
-    assert F.wrn_channels(2.5) == (40, 80, 160)
-    assert F.wrn_channels(1 / 32) == (1, 1, 2)  # half-up, not banker's rounding
-    assert F.wrn_channels(0.53) == (8, 17, 34)  # 8.48, 16.96, 33.92
+    assert A.WRN_SPEC.channels(1) == (16, 32, 64)
+    assert A.WRN_SPEC.channels(2.5) == (40, 80, 160)
+    assert A.WRN_SPEC.channels(1 / 32) == (1, 1, 2)  # half-up, not banker's rounding
+    assert A.WRN_SPEC.channels(0.53) == (8, 17, 34)  # 8.48, 16.96, 33.92
     with pytest.raises(ValueError, match="k >= 1/32"):
-        F.wrn_channels(0.02)
+        A.WRN_SPEC.channels(0.02)
     with pytest.raises(ValueError, match="positive"):
-        F.wrn_channels(-1)
+        A.WRN_SPEC.channels(-1)
 
 
 @pytest.mark.parametrize("depth", [4, 11, 0, 12.0])
@@ -156,10 +160,10 @@ def test_member_names_and_json():
     m = F.family("wrn", 1.5e6, [16])[0]
     d = json.loads(json.dumps(m.to_dict()))
     assert d["name"] == m.name == f"wrn-16-{m.width:.2f}"
-    assert d["channels"] == list(F.wrn_channels(m.width))
+    assert d["channels"] == list(A.WRN_SPEC.channels(m.width))
     assert F.Member(**{k: v for k, v in d.items() if k not in ("name", "channels")}) == m
     # A two-decimal name rebuilds exactly the same network.
-    assert F.wrn_channels(float(m.name.split("-")[-1])) == m.channels
+    assert A.WRN_SPEC.channels(float(m.name.split("-")[-1])) == m.channels
     assert F.Member("mlp", 2, 512, 669706).name == "mlp-d2-w512"
     assert F.Member("mlp", 2, 512, 669706).channels is None
     assert F.Member("wrn", 16, 2.555, 1).name == "wrn-16-2.555"  # off the grid: not rounded away
@@ -167,7 +171,7 @@ def test_member_names_and_json():
 
 def test_k_grid_is_never_on_a_rounding_tie():
     for j in range(4, 2001):
-        for base in F.WRN_GROUP_BASE:
+        for base in A.WRN_SPEC.group_base:
             frac = (base * j / 100) % 1
             assert abs(frac - 0.5) > 0.01
 
@@ -235,3 +239,26 @@ def test_published_counts_closed_form():
     assert F.param_count("wrn", 28, 10) == 36479194
     assert F.param_count("wrn", 40, 1) == 563930
     assert math.isclose(F.param_count("wrn", 40, 1) / 1e6, 0.6, rel_tol=0.07)
+
+
+def test_a_new_architecture_is_one_spec(monkeypatch):
+    class Square(A.Architecture):
+        """A toy: `depth` layers of width x width weights, integer widths from 1."""
+
+        name = "square"
+        default_input_shape = (4,)
+        min_width_index = 1
+
+        def param_count(self, depth, width, num_classes, input_shape, norm="batch"):
+            return self.check_depth(depth) * int(width) ** 2
+
+        def width_at(self, index):
+            return index
+
+        def format_width(self, width):
+            return str(int(width))
+
+    monkeypatch.setitem(A.ARCHITECTURES, "square", Square())
+    members = F.family("square", 100, [1, 4])
+    assert [(m.name, m.params) for m in members] == [("square-1-10", 100), ("square-4-5", 100)]
+    assert "square" in F.format_table(members)

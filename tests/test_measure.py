@@ -1,4 +1,5 @@
-"""Tests for wide_tf.measure: fast per-example norms vs jacobian/loop references, stats, noise scale."""
+"""Tests for wide_tf.measure: fast per-example norms vs jacobian and loop references, the stats,
+the noise scale."""
 
 import json
 
@@ -13,7 +14,7 @@ RTOL = 1e-4
 
 
 def _randomise_bn(model, rng):
-    """Give every BN layer non-trivial moving statistics and affine parameters (defaults are 0/1)."""
+    """Give every BN layer non-trivial moving statistics and affine parameters (not 0/1)."""
     for layer in model.layers:
         if isinstance(layer, keras.layers.BatchNormalization):
             c = layer.moving_mean.shape[0]
@@ -42,8 +43,9 @@ def make_mlp(use_bias=True, bn=False, seed=0):
 
 
 def make_convnet(use_bias=False, bn=True, size=8, seed=0):
-    """A small pre-activation WRN-like net: strided conv, 1x1 projection shortcut, Add, GAP, and a late
-    layer with few positions so the Gram ("ghost norm") branch is used as well as the direct one."""
+    """A small pre-activation WRN-like net: strided conv, 1x1 projection shortcut, Add, GAP, and a
+    late layer with few positions so the Gram ("ghost norm") branch is used as well as the direct
+    one."""
     keras.utils.set_random_seed(seed)
     conv = lambda c, k=3, s=1: keras.layers.Conv2D(
         c, k, strides=s, padding="same", use_bias=use_bias
@@ -135,7 +137,7 @@ def test_positions_norm_branches_match_numpy():
 
 
 def test_dense_on_sequence_and_sequential_model():
-    """Dense applied to a rank-3 input sums over positions like a 1x1 conv; Sequential models work."""
+    """Dense on a rank-3 input sums over positions like a 1x1 conv; Sequential models work."""
     keras.utils.set_random_seed(3)
     model = keras.Sequential(
         [
@@ -194,7 +196,7 @@ def test_stats_identity_and_scale_invariance():
     )
 
 
-# -- two-batch noise scale ----------------------------------------------------------------------------
+# -- two-batch noise scale -----------------------------------------------------------------------
 
 
 def _flat_ref_grads(n, seed=0):
@@ -205,8 +207,9 @@ def _flat_ref_grads(n, seed=0):
 
 
 def _two_batch_norms(flat, rng, steps, b_small, replicas):
-    """Per step: mean over replicas of |local mean grad|^2 and |global mean grad|^2, sampling examples
-    with replacement from the population of per-example gradients (via their Gram matrix: cheap)."""
+    """Per step: mean over replicas of |local mean grad|^2 and |global mean grad|^2, sampling
+    examples with replacement from the population of per-example gradients (via their Gram matrix:
+    cheap)."""
     gram = flat @ flat.T
     idx = rng.integers(0, len(flat), size=(steps, replicas, b_small))
     local = gram[idx[..., :, None], idx[..., None, :]].sum(axis=(-1, -2)) / b_small**2
@@ -262,7 +265,8 @@ def test_two_batch_bias_correction_and_ratio_of_averages():
 
 
 def test_package_models_wrn_and_ghost_mlp():
-    """The package's own builders (pre-activation WRN with BN, MLP with ghost BN) against the reference."""
+    """The package's own builders (pre-activation WRN with BN, MLP with ghost BN) against the
+    reference."""
     from wide_tf.models import build_model
 
     keras.utils.set_random_seed(0)

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf import families
+from wide_tf import architectures, families
 from wide_tf.models import (
+    BUILDERS,
     GhostBatchNormalization,
     build_mlp,
     build_model,
@@ -54,6 +55,16 @@ def test_published_wrn_counts_keras():
         del model
         keras.backend.clear_session()
     assert abs(36479194 / 36.5e6 - 1) < 0.01
+
+
+def test_every_architecture_has_a_builder_and_its_default_name():
+    assert set(BUILDERS) == set(architectures.names())
+    for arch, spec in architectures.ARCHITECTURES.items():
+        depth = spec.check_depth(10)  # a depth of every architecture here (WRN: 6n+4)
+        width = spec.width_at(spec.min_width_index)
+        model = build_model(arch, depth, width, 3, spec.default_input_shape, norm="none")
+        assert model.name == spec.member_name(depth, width)
+        keras.backend.clear_session()
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,8 @@ class ConfigFileError(UsageError, FileNotFoundError):
 
 
 def _known_files(path: str) -> list[str]:
-    """Config files beside `path` (as the user would type them), else those in the repo's configs/."""
+    """Config files beside `path` (as the user would type them), else those in the repo's
+    configs/."""
     folder = os.path.dirname(path)
     for shown, real in (
         (folder, folder or "."),
@@ -128,10 +129,11 @@ def load_config(spec: str):
             ]
         if arg is not None and names and arg not in names:
             raise UsageError(
-                f"config file {spec.partition(':')[0]} has no variant {arg!r}{suggest(arg, names)}; "
-                f"choose one of {', '.join(names)}, or none for the default "
+                f"config file {spec.partition(':')[0]} has no variant {arg!r}"
+                f"{suggest(arg, names)}; choose one of {', '.join(names)}, or none for the default "
                 f"(--config={spec.partition(':')[0]}:VARIANT)"
             ) from None
         raise UsageError(
-            f"--config={spec}: get_config({arg!r}) failed ({type(e).__name__}: {e}); fix the variant or the file"
+            f"--config={spec}: get_config({arg!r}) failed ({type(e).__name__}: {e}); fix the "
+            f"variant or the file"
         ) from None

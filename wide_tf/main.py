@@ -18,13 +18,15 @@ import re
 import sys
 import tempfile
 
-# Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
-_USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
-
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-from wide_tf import configs_loader, validate  # neither imports TensorFlow
+# None of these imports TensorFlow: the config is checked before TensorFlow starts, and the
+# modules that need it are imported in main() once the checks have passed.
+from wide_tf import configs_loader, families, validate
+
+# Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
+_USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -99,8 +101,8 @@ def _parse_flags(argv):
         spec = _config_spec(argv)
         if spec is None and not any(a in _HELP for a in argv):
             raise validate.UsageError(
-                "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, configs/wrn.py, "
-                "configs/theory.py; the variant follows the colon)"
+                "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, "
+                "configs/wrn.py, configs/theory.py; the variant follows the colon)"
             )
         if spec is not None:
             config = configs_loader.load_config(spec)
@@ -198,8 +200,8 @@ def _tf_error_line(e) -> str:
     damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
     if damaged or type(e).__name__ == "DataLossError":
         line += (
-            "; a checkpoint in the workdir is damaged (truncated or partly copied): delete that run's "
-            "checkpoints/ folder to run it from the start, or restore the files"
+            "; a checkpoint in the workdir is damaged (truncated or partly copied): delete that "
+            "run's checkpoints/ folder to run it from the start, or restore the files"
         )
     elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         line += "; check that this machine may write to --workdir (and read data.data_dir)"
@@ -244,6 +246,41 @@ def _checks(config) -> list[str]:
     return validate.check_workdir(config, _WORKDIR.value)
 
 
+def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[str, int]:
+    """The one line and the exit status for an error raised after TensorFlow started: 2 for the
+    usage errors, 1 for everything else (the error classes live in modules imported late)."""
+    damaged = _damaged_checkpoint(e)
+    if damaged is not None:
+        folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
+        return (
+            f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): "
+            f"it is damaged (truncated or partly copied); delete {folder} to run that trial "
+            f"from the start, or restore the files",
+            1,
+        )
+    if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+        return (
+            f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; "
+            f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
+            f"or 'local' on a TPU VM) and that this machine may reach it, or use "
+            f"--config.runtime.strategy=auto",
+            1,
+        )
+    if isinstance(e, usage_errors):
+        return _one_line(e), 2
+    if isinstance(e, runtime_errors):
+        return _one_line(e), 1
+    if isinstance(e, op_error):
+        return _tf_error_line(e), 1
+    if isinstance(e, OSError):
+        return f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
+    return (
+        f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
+        f"for the traceback, and report it)",
+        1,
+    )
+
+
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
@@ -257,15 +294,19 @@ def main(argv) -> None:
         _fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
+    # Deliberately late: TensorFlow (imported by every module below) starts only for a config that
+    # passed the checks, and with its C++ start-up lines filtered.
     _import_tensorflow(verbose)
     import tensorflow as tf
 
-    # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress lines.
-    logging.get_absl_handler().addFilter(_DropCheckpointChatter())
     from wide_tf import data as data_lib
-    from wide_tf import families, preemption, study, train
+    from wide_tf import preemption, study, theory, train
     from wide_tf.steps import BatchSplitError
     from wide_tf.strategy import StrategyError
+
+    # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress
+    # lines.
+    logging.get_absl_handler().addFilter(_DropCheckpointChatter())
 
     usage_errors = (
         families.FamilyError,
@@ -283,8 +324,6 @@ def main(argv) -> None:
             return
         kind = config.get("kind", "study")
         if kind == "theory":
-            from wide_tf import theory
-
             theory.run_theory(config, _WORKDIR.value)
         elif validate.is_sweep(config):
             study.run_study(
@@ -306,36 +345,14 @@ def main(argv) -> None:
     except Exception as e:  # every error is one line unless --verbose
         if verbose:
             raise
-        damaged = _damaged_checkpoint(e)
-        if damaged is not None:
-            folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
-            _fail(
-                f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {_one_line(e)}): it is damaged "
-                f"(truncated or partly copied); delete {folder} to run that trial from the start, or "
-                f"restore the files",
-                1,
-            )
-        if _raised_in(e, "/cluster_resolver/", "/tpu/"):
-            _fail(
-                f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; {type(e).__name__}: "
-                f"{_one_line(e)}); check --config.runtime.tpu (the TPU's name, or 'local' on a TPU VM) and "
-                f"that this machine may reach it, or use --config.runtime.strategy=auto",
-                1,
-            )
-        if isinstance(e, usage_errors):
-            _fail(_one_line(e), 2)
-        if isinstance(e, runtime_errors):
-            _fail(_one_line(e), 1)
-        if isinstance(e, tf.errors.OpError):
-            _fail(_tf_error_line(e), 1)
-        if isinstance(e, OSError):
-            _fail(
-                f"{_one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
-            )
         _fail(
-            f"{type(e).__name__}: {_one_line(e)} (unexpected: run the same command with --verbose "
-            f"for the traceback, and report it)",
-            1,
+            *_error_line(
+                e,
+                config,
+                usage_errors=usage_errors,
+                runtime_errors=runtime_errors,
+                op_error=tf.errors.OpError,
+            )
         )
 
 

@@ -1,7 +1,8 @@
 """Owns checking a resolved config, the command line's overrides and the workdir before TensorFlow
 starts, so that a typo or an impossible setting costs a fraction of a second and one line.
 
-Pure Python (ml_collections, json, difflib and families.py, which needs no TensorFlow). Every
+Pure Python, deliberately: ml_collections, json, difflib, and architectures.py and families.py,
+which need no TensorFlow (main.py runs these checks before it imports TensorFlow). Every
 check raises a `Problem` whose message names the problem and the fix in one line:
 `UsageError` (exit status 2) when the command or config is wrong, `RuntimeProblem` (exit status 1)
 when the machine or the workdir is. Names that are close to a valid one get a suggestion.
@@ -19,7 +20,7 @@ import math
 import os
 import tempfile
 
-from wide_tf import families
+from wide_tf import architectures, families
 
 
 class Problem(Exception):
@@ -58,12 +59,13 @@ WARMUP_FIXED = ("epochs", "steps")
 TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
-FAMILY_KINDS = ("budget", "width", "depth")
 KINDS = ("study", "theory")
 
 # Fields a sweep sets per trial: an override of one of them would be silently replaced.
 SWEEP_SETS = {
-    "model.depth": "the family's depths (sweep.family.depths, or sweep.family.depth for kind='width')",
+    "model.depth": (
+        "the family's depths (sweep.family.depths, or sweep.family.depth for kind='width')"
+    ),
     "model.width": "the family (sweep.family.budget, sweep.family.widths or sweep.family.width)",
     "train.global_batch": "sweep.batch_sizes",
     "optim.lr_multiplier": "sweep.lr_multipliers",
@@ -143,7 +145,8 @@ def _all_paths(config, prefix="") -> list[str]:
 
 
 def check_override_path(config, path: str) -> None:
-    """An unknown field in --config.<path> names the nearest valid field and the section's fields."""
+    """An unknown field in --config.<path> names the nearest valid field and the section's
+    fields."""
     node, done = config, []
     for part in path.split("."):
         if node is None:
@@ -283,15 +286,16 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
     if m.get("norm") == "ghost" and micro_batch > ghost and micro_batch % ghost:
         raise UsageError(
             f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch} into virtual "
-            f"batches of model.ghost_batch_size={ghost}, which does not divide it; use a batch that "
-            f"is a multiple of {ghost} per replica, or another --config.model.ghost_batch_size"
+            f"batches of model.ghost_batch_size={ghost}, which does not divide it; use a batch "
+            f"that is a multiple of {ghost} per replica, or another "
+            f"--config.model.ghost_batch_size"
         )
 
 
 def _check_model(config, classes, shape) -> None:
     m = config.model
-    _choice("model.arch", m.arch, families.ARCHS)
-    _choice("model.norm", m.norm, families.NORMS)
+    _choice("model.arch", m.arch, architectures.names())
+    _choice("model.norm", m.norm, architectures.NORMS)
     if m.norm == "ghost":
         _num("model.ghost_batch_size", m.get("ghost_batch_size", 0), low=1, integer=True)
     if not is_sweep(config):
@@ -433,7 +437,7 @@ def _check_runtime(config) -> None:
 def _check_sweep(config, num_train, classes, shape) -> None:
     s = config.sweep
     f = s.family
-    _choice("sweep.family.kind", f.kind, FAMILY_KINDS)
+    _choice("sweep.family.kind", f.kind, families.KINDS)
     for b in _ints("sweep.batch_sizes", s.batch_sizes):  # not empty: see is_sweep
         _check_batch("sweep.batch_sizes", b, config, num_train)
     lrs = list(s.lr_multipliers or [])
@@ -457,16 +461,13 @@ def _check_sweep(config, num_train, classes, shape) -> None:
         _ints("sweep.confirm_seeds", s.confirm_seeds, low=0, nonempty=False)
     _num("sweep.eps", s.get("eps", 0.25), low=0, low_open=True)
     _num("sweep.max_lr_extensions", s.get("max_lr_extensions", 2), low=0, integer=True)
-    common = {"num_classes": classes, "input_shape": shape, "norm": config.model.norm}
+    if f.kind == "budget":
+        _num("sweep.family.budget", f.budget, low=0, low_open=True)
     arch = config.model.arch
     try:
-        if f.kind == "budget":
-            _num("sweep.family.budget", f.budget, low=0, low_open=True)
-            families.family(arch, f.budget, list(f.depths), tolerance=f.tolerance, **common)
-        elif f.kind == "width":
-            families.width_sweep(arch, f.depth, list(f.widths), **common)
-        else:
-            families.depth_sweep(arch, f.width, list(f.depths), **common)
+        families.from_config(
+            arch, f, num_classes=classes, input_shape=shape, norm=config.model.norm
+        )
     except (ValueError, TypeError) as e:
         raise UsageError(f"sweep.family (kind={f.kind!r}, arch={arch!r}): {e}") from None
 
@@ -486,8 +487,9 @@ def _check_data_present(config, tfds_name) -> None:
     if glob.glob(os.path.join(data_dir, tfds_name, "*", "dataset_info.json")):
         return
     raise RuntimeProblem(
-        f"TFDS data set {d.name!r} is not prepared in data_dir={data_dir}; point --config.data.data_dir "
-        f'at a prepared copy, prepare it on a machine with network (python -c "import '
+        f"TFDS data set {d.name!r} is not prepared in data_dir={data_dir}; point "
+        f"--config.data.data_dir at a prepared copy, prepare it on a machine with network "
+        f'(python -c "import '
         f"tensorflow_datasets as tfds; tfds.builder({tfds_name!r}, data_dir={data_dir!r})"
         f'.download_and_prepare()", or --config.data.download=True), or use the offline '
         f"--config.data.name=mnist_embedded (or digits_embedded)"
@@ -495,7 +497,8 @@ def _check_data_present(config, tfds_name) -> None:
 
 
 def _check_hardware(config) -> None:
-    """Hardware that a strategy asks for and that is plainly absent (no TensorFlow needed to see it)."""
+    """Hardware that a strategy asks for and that is plainly absent (no TensorFlow needed to see
+    it)."""
     rt = config.get("runtime")
     if rt is None:
         return
@@ -507,8 +510,8 @@ def _check_hardware(config) -> None:
         and not any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
     ):
         raise RuntimeProblem(
-            "runtime.strategy=tpu but this machine is not a TPU VM (no /dev/accel0 or /dev/vfio/0) and "
-            "no TPU is named; run on a TPU VM, name one with --config.runtime.tpu=NAME, or use "
+            "runtime.strategy=tpu but this machine is not a TPU VM (no /dev/accel0 or /dev/vfio/0) "
+            "and no TPU is named; run on a TPU VM, name one with --config.runtime.tpu=NAME, or use "
             "--config.runtime.strategy=auto"
         )
     if name == "gpu" and (
@@ -520,16 +523,16 @@ def _check_hardware(config) -> None:
         )
     ):
         raise RuntimeProblem(
-            "runtime.strategy=gpu but this machine shows no GPU (no /dev/nvidia*, or CUDA_VISIBLE_DEVICES "
-            "hides them); run on a GPU machine with the [gpu] extra, or use --config.runtime.strategy=cpu "
-            "(or auto)"
+            "runtime.strategy=gpu but this machine shows no GPU (no /dev/nvidia*, or "
+            "CUDA_VISIBLE_DEVICES hides them); run on a GPU machine with the [gpu] extra, or use "
+            "--config.runtime.strategy=cpu (or auto)"
         )
     if name == "multi_worker":
         tf_config = os.environ.get("TF_CONFIG")
         if not tf_config:
             raise RuntimeProblem(
-                "runtime.strategy=multi_worker needs TF_CONFIG (cluster and task) in the environment; "
-                "set it on every worker, or use --config.runtime.strategy=auto"
+                "runtime.strategy=multi_worker needs TF_CONFIG (cluster and task) in the "
+                "environment; set it on every worker, or use --config.runtime.strategy=auto"
             )
         try:
             json.loads(tf_config)
@@ -626,7 +629,8 @@ def _diff_keys(a, b, prefix=""):
 
 
 def _writable(path: str) -> None:
-    """Raises RuntimeProblem unless a file can be created in `path` or its nearest existing folder."""
+    """Raises RuntimeProblem unless a file can be created in `path` or its nearest existing
+    folder."""
     probe = os.path.abspath(path)
     while not os.path.exists(probe):
         parent = os.path.dirname(probe)
@@ -635,7 +639,8 @@ def _writable(path: str) -> None:
         probe = parent
     if not os.path.isdir(probe):
         raise UsageError(
-            f"cannot create --workdir={path}: {probe} is a file, not a folder; choose another --workdir"
+            f"cannot create --workdir={path}: {probe} is a file, not a folder; choose "
+            f"another --workdir"
         )
     try:
         fd, name = tempfile.mkstemp(prefix=".wide_tf_write_test-", dir=probe)
@@ -646,6 +651,101 @@ def _writable(path: str) -> None:
             f"cannot write in {probe} ({e.strerror or e}); choose a --workdir you can write to, "
             f"or fix the folder's permissions"
         ) from None
+
+
+def _check_run_kind(config, workdir: str) -> None:
+    """Refuses a study in a single run's workdir, and a single run in a study's."""
+    is_study = is_sweep(config)
+    has_study = os.path.exists(os.path.join(workdir, "config.json")) or os.path.isdir(
+        os.path.join(workdir, "trials")
+    )
+    has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
+        os.path.join(workdir, "checkpoints")
+    )
+    kind = config.get("kind", "study")
+    if kind == "study" and is_study and has_single and not has_study:
+        raise UsageError(
+            f"--workdir={workdir} holds a single run (result.json or checkpoints/), not a "
+            f"study; use a new --workdir for the study"
+        )
+    if kind == "study" and not is_study and has_study:
+        raise UsageError(
+            f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
+            f"sweep runs in the workdir itself: use a new --workdir"
+        )
+
+
+def _check_same_study(config, workdir: str) -> None:
+    """Refuses a study whose results-defining config differs from the one in the workdir."""
+    cfg_path = os.path.join(workdir, "config.json")
+    if not (is_sweep(config) and os.path.exists(cfg_path)):
+        return
+    try:
+        with open(cfg_path) as f:
+            theirs = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RuntimeProblem(
+            f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
+            f"and run the same command to write it again"
+        ) from None
+    mine = study_part(json.loads(config.to_json_best_effort()))
+    diff = list(_diff_keys(study_part(theirs), mine))
+    if diff:
+        raise UsageError(
+            f"--workdir={workdir} holds a different study (config differs in: "
+            f"{', '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}); use a new --workdir, "
+            f"or the config that made it"
+        )
+
+
+def _results_warnings(workdir: str) -> list[str]:
+    """A warning for each line of results.jsonl that is not a whole result."""
+    results = os.path.join(workdir, "results.jsonl")
+    if not os.path.exists(results):
+        return []
+    warnings = []
+    with open(results, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                ok = isinstance(rec, dict) and "trial_id" in rec
+            except ValueError:
+                ok = False
+            if not ok:
+                warnings.append(
+                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
+                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
+                )
+    return warnings
+
+
+def _check_run_files(workdir: str) -> None:
+    """Refuses an unreadable result.json and an empty (truncated) checkpoint file, of the single
+    run in the workdir or of any trial."""
+    result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
+        os.path.join(workdir, "trials", "*", "result.json")
+    )
+    for path in result_files:
+        try:
+            with open(path) as f:
+                json.load(f)
+        except (OSError, ValueError) as e:
+            raise RuntimeProblem(
+                f"{path} is not a whole result ({type(e).__name__}); delete it and run the same "
+                f"command again: that run resumes from its checkpoint"
+            ) from None
+    ckpt_files = glob.glob(os.path.join(workdir, "checkpoints", "ckpt-*")) + glob.glob(
+        os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*")
+    )
+    for path in ckpt_files:
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            folder = os.path.dirname(path)
+            raise RuntimeProblem(
+                f"checkpoint file {path} is empty (truncated); delete {folder} to run that trial "
+                f"from the start, or restore the file"
+            )
 
 
 def check_workdir(config, workdir: str) -> list[str]:
@@ -662,76 +762,8 @@ def check_workdir(config, workdir: str) -> list[str]:
     _writable(workdir)
     if not os.path.isdir(workdir):
         return []
-    warnings = []
-    is_study = is_sweep(config)
-    cfg_path = os.path.join(workdir, "config.json")
-    has_study = os.path.exists(cfg_path) or os.path.isdir(os.path.join(workdir, "trials"))
-    has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
-        os.path.join(workdir, "checkpoints")
-    )
-    kind = config.get("kind", "study")
-    if kind == "study" and is_study and has_single and not has_study:
-        raise UsageError(
-            f"--workdir={workdir} holds a single run (result.json or checkpoints/), not a "
-            f"study; use a new --workdir for the study"
-        )
-    if kind == "study" and not is_study and has_study:
-        raise UsageError(
-            f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
-            f"sweep runs in the workdir itself: use a new --workdir"
-        )
-    if is_study and os.path.exists(cfg_path):
-        try:
-            with open(cfg_path) as f:
-                theirs = json.load(f)
-        except (OSError, ValueError) as e:
-            raise RuntimeProblem(
-                f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside and "
-                f"run the same command to write it again"
-            ) from None
-        mine = study_part(json.loads(config.to_json_best_effort()))
-        diff = list(_diff_keys(study_part(theirs), mine))
-        if diff:
-            raise UsageError(
-                f"--workdir={workdir} holds a different study (config differs in: {', '.join(diff[:6])}"
-                f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that made it"
-            )
-    results = os.path.join(workdir, "results.jsonl")
-    if os.path.exists(results):
-        with open(results, "rb") as f:
-            for i, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                try:
-                    rec = json.loads(raw)
-                    ok = isinstance(rec, dict) and "trial_id" in rec
-                except ValueError:
-                    ok = False
-                if not ok:
-                    warnings.append(
-                        f"{results} line {i} is not a whole result (corrupted or cut short); it is ignored "
-                        f"and its trial is taken from trials/<id>/result.json or run again"
-                    )
-    result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
-        os.path.join(workdir, "trials", "*", "result.json")
-    )
-    for path in result_files:
-        try:
-            with open(path) as f:
-                json.load(f)
-        except (OSError, ValueError) as e:
-            raise RuntimeProblem(
-                f"{path} is not a whole result ({type(e).__name__}); delete it and run the same command "
-                f"again: that run resumes from its checkpoint"
-            ) from None
-    ckpt_files = glob.glob(os.path.join(workdir, "checkpoints", "ckpt-*")) + glob.glob(
-        os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*")
-    )
-    for path in ckpt_files:
-        if os.path.isfile(path) and os.path.getsize(path) == 0:
-            folder = os.path.dirname(path)
-            raise RuntimeProblem(
-                f"checkpoint file {path} is empty (truncated); delete {folder} to run that trial from "
-                f"the start, or restore the file"
-            )
+    _check_run_kind(config, workdir)
+    _check_same_study(config, workdir)
+    warnings = _results_warnings(workdir)
+    _check_run_files(workdir)
     return warnings

@@ -1,7 +1,8 @@
-"""Exact gradient diversity, batch bound and noise scale on a probe set (their cost: wide_tf/bench.py).
+"""Exact gradient diversity, batch bound and noise scale on a probe set (their cost:
+wide_tf/bench.py).
 
-Definitions (SCIENCE.md, "Quantities"), with f_i the per-example cross-entropy, g_i = grad f_i and n the
-probe-set size:
+Definitions (docs/science.md, "Quantities"), with f_i the per-example cross-entropy, g_i = grad f_i
+and n the probe-set size:
 
   sum_sq_norms      = sum_i |g_i|^2
   sq_norm_of_sum    = |sum_i g_i|^2
@@ -11,8 +12,8 @@ probe-set size:
   trace_cov         = tr(Sigma) = (1/n) sum_i |g_i - G|^2 = sum_sq_norms / n - |G|^2
   noise_scale       = trace_cov / mean_grad_sq_norm                     (McCandlish et al. 2018)
 
-Sigma is normalised by 1/n (the covariance of the uniform distribution over the n probe examples), not
-1/(n-1): then noise_scale + 1 = (sum_sq_norms / n) / |G|^2 = n sum_sq_norms / |sum_i g_i|^2 =
+Sigma is normalised by 1/n (the covariance of the uniform distribution over the n probe examples),
+not 1/(n-1): then noise_scale + 1 = (sum_sq_norms / n) / |G|^2 = n sum_sq_norms / |sum_i g_i|^2 =
 batch_bound holds exactly. It is also the normalisation for which the two-batch estimator
 (noise_scale.py) is unbiased when batches are drawn with replacement from the probe set.
 
@@ -53,12 +54,13 @@ def gradient_stats(
 ) -> dict:
     """Exact diversity, batch bound and noise scale of ``model`` on the probe set (x, y).
 
-    One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded; the
-    last chunk is padded with weight-0 examples so the compiled function is traced once per model).
-    Batch norm is in inference mode. Returns the keys listed in the module docstring plus
-    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``, ``per_example_sq_norms``
-    (float64 array). Computed in float32 whatever the mixed-precision policy (sums in float64 on the
-    host). Call it outside ``strategy.run`` (it is a host-side measurement).
+    One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded;
+    the last chunk is padded with weight-0 examples so the compiled function is traced once per
+    model). Batch norm is in inference mode. Returns the keys listed in the module docstring plus
+    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
+    ``per_example_sq_norms`` (float64 array). Computed in float32 whatever the mixed-precision
+    policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
+    measurement).
     """
     sq, losses, sum_grads = per_example.run_chunks(model, x, y, chunk_size, jit_compile)
     q = float(sum(np.sum(g * g) for g in sum_grads))

@@ -1,10 +1,12 @@
-"""Two-batch estimator of the gradient noise scale during data-parallel training (McCandlish et al. 2018).
+"""Two-batch estimator of the gradient noise scale during data-parallel training (McCandlish et
+al. 2018); pure Python on the host (the squared norms come from the training step).
 
-With |G_b|^2 the squared norm of a mean gradient over b examples, E|G_b|^2 = |G|^2 + tr(Sigma)/b when
-the b examples are drawn independently (with replacement) from the distribution over which G and
-Sigma are defined; for a finite set of n examples that is the 1/n covariance used in diversity.py.
-From a small batch (the per-replica or per micro-batch batch, B_small) and a big one (the global batch,
-B_big) of the same step, two unbiased single-step estimates follow:
+With |G_b|^2 the squared norm of a mean gradient over b examples, E|G_b|^2 = |G|^2 + tr(Sigma)/b
+when the b examples are drawn independently (with replacement) from the distribution over which G
+and Sigma are defined; for a finite set of n examples that is the 1/n covariance used in
+diversity.py (docs/science.md, "Quantities"). From a small batch (the per-replica or per
+micro-batch batch, B_small) and a big one (the global batch, B_big) of the same step, two unbiased
+single-step estimates follow:
 
   G2 = (B_big |G_big|^2 - B_small |G_small|^2) / (B_big - B_small)      estimates |G|^2
   S  = (|G_small|^2 - |G_big|^2) / (1/B_small - 1/B_big)                estimates tr(Sigma)
@@ -63,7 +65,7 @@ class TwoBatchNoiseScale:
         self.count += 1
 
     def _corrected(self, ema: float) -> float:
-        # Adam-style bias correction: the EMA starts at 0, so divide by the weight it has accumulated.
+        # Adam-style bias correction: the EMA starts at 0, so divide by the weight it has gathered.
         return ema / (1.0 - self.decay**self.count)
 
     @property
@@ -78,7 +80,8 @@ class TwoBatchNoiseScale:
 
     @property
     def value(self) -> float | None:
-        """The noise-scale estimate tr(Sigma)/|G|^2, or None (no update yet, or |G|^2 estimate <= 0)."""
+        """The noise-scale estimate tr(Sigma)/|G|^2, or None (no update yet, or |G|^2 estimate
+        <= 0)."""
         if not self.count:
             return None
         g2 = self.g2
@@ -104,12 +107,3 @@ class TwoBatchNoiseScale:
 
     def __repr__(self) -> str:
         return f"TwoBatchNoiseScale(decay={self.decay}, count={self.count}, value={self.value})"
-
-
-def global_sq_norm(tensors):
-    """Squared L2 norm over a list of gradient tensors, in float32 (a TF helper for the train step)."""
-    import tensorflow as tf
-
-    return tf.add_n(
-        [tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors if t is not None]
-    )

@@ -1,14 +1,34 @@
-"""Model builders of the width study: `build_model` dispatches to the MLP and WRN builders."""
+"""Model builders of the width study, one per architecture of `wide_tf.architectures`.
+
+`BUILDERS` maps an architecture's name to its Keras builder; the spec of the same name holds
+everything that needs no TensorFlow (depth rules, exact parameter count, naming), and a test
+checks that the two registries name the same architectures and that the counts agree.
+"""
 
 from __future__ import annotations
 
 import keras
 
+from wide_tf import architectures
 from wide_tf.models.mlp import build_mlp
 from wide_tf.models.norm import GhostBatchNormalization, make_norm_layer
 from wide_tf.models.resnet import build_wrn
 
-__all__ = ["build_model", "build_mlp", "build_wrn", "GhostBatchNormalization", "make_norm_layer"]
+__all__ = [
+    "BUILDERS",
+    "build_model",
+    "build_mlp",
+    "build_wrn",
+    "GhostBatchNormalization",
+    "make_norm_layer",
+]
+
+# Every builder takes (depth, width, num_classes, input_shape, norm, ghost_batch_size, name) and
+# returns a functional Keras model with float32 logits.
+BUILDERS = {
+    architectures.MLP_SPEC.name: build_mlp,
+    architectures.WRN_SPEC.name: build_wrn,
+}
 
 
 def build_model(
@@ -21,12 +41,8 @@ def build_model(
     ghost_batch_size: int = 32,
     name: str | None = None,
 ) -> keras.Model:
-    """A functional Keras model with float32 logits: arch 'mlp' (width = units) or 'wrn' (width = k)."""
-    if arch == "mlp":
-        if float(width) != int(width):
-            raise ValueError(f"an MLP's width is a number of units; got {width}")
-        # Configs hold one width field for both architectures, so it may arrive as a float.
-        return build_mlp(depth, int(width), num_classes, input_shape, norm, ghost_batch_size, name)
-    if arch == "wrn":
-        return build_wrn(depth, width, num_classes, input_shape, norm, ghost_batch_size, name)
-    raise ValueError(f"arch must be 'mlp' or 'wrn', got {arch!r}")
+    """A functional Keras model with float32 logits, e.g. arch 'mlp' (width = units) or 'wrn'
+    (width = widening factor k); `wide_tf.families.param_count` is its exact trainable count."""
+    spec = architectures.get(arch)
+    width = spec.canonical_width(width)
+    return BUILDERS[arch](depth, width, num_classes, input_shape, norm, ghost_batch_size, name)

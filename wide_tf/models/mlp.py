@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import keras
 
+from wide_tf.architectures import MLP_SPEC as MLP
 from wide_tf.models.norm import make_norm_layer
 
 
@@ -20,13 +21,10 @@ def build_mlp(
 
     With a normalisation layer the hidden Dense layers have no bias: the norm subtracts the mean,
     which cancels a bias, and its beta plays that role (so no dead parameters are counted).
-    `wide_tf.families.param_count('mlp', ...)` is the closed form of the trainable count.
+    `MLP.param_count` in wide_tf.architectures is the closed form of the trainable count.
     """
-    if isinstance(depth, bool) or not isinstance(depth, int) or depth < 0:
-        raise ValueError(f"MLP depth must be an integer >= 0, got {depth!r}")
-    if depth and (isinstance(width, bool) or int(width) != width or width < 1):
-        raise ValueError(f"MLP width must be a positive integer, got {width!r}")
-    width = int(width)
+    MLP.check_depth(depth)
+    width = MLP.canonical_width(width) if depth else int(width)  # depth 0: width plays no part
     inputs = keras.Input(shape=tuple(input_shape), name="input")
     x = keras.layers.Flatten(name="flatten")(inputs)
     for i in range(1, depth + 1):
@@ -40,4 +38,4 @@ def build_mlp(
     x = keras.layers.Dense(num_classes, name="logits")(x)
     # The softmax / loss must see float32 logits also under a mixed_bfloat16 policy.
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
-    return keras.Model(inputs, outputs, name=name or f"mlp-d{depth}-w{width}")
+    return keras.Model(inputs, outputs, name=name or MLP.member_name(depth, width))

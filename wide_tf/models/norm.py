@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from wide_tf.architectures import check_norm
+
 # Moving-average momentum and epsilon shared by batch norm and ghost batch norm, so that switching
 # between them changes only how training-mode statistics are grouped. Momentum 0.9 (not Keras's
 # 0.99) because CPU-scale studies train for a few hundred steps, and with 0.99 the moving
@@ -117,12 +119,11 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
 
 def make_norm_layer(norm: str, ghost_batch_size: int = 32, name: str | None = None):
     """A BatchNormalization ('batch'), GhostBatchNormalization ('ghost') or None ('none')."""
+    check_norm(norm)
     if norm == "none":
         return None
     if norm == "batch":
         return keras.layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
-    if norm == "ghost":
-        return GhostBatchNormalization(
-            ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
-        )
-    raise ValueError(f"norm must be one of 'none', 'batch', 'ghost', got {norm!r}")
+    return GhostBatchNormalization(  # norm == "ghost"
+        ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+    )

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import keras
 
-from wide_tf import families
+from wide_tf.architectures import WRN_SPEC as WRN
 from wide_tf.models.norm import make_norm_layer
 
 
 def _conv(filters, kernel, stride, name):
     # No bias: every conv feeds a normalisation layer (or, with norm='none', the count must match
-    # the closed form in wide_tf.families, which has none either).
+    # the closed form in wide_tf.architectures, which has none either).
     return keras.layers.Conv2D(
         filters,
         kernel,
@@ -55,18 +55,17 @@ def build_wrn(
     """WRN-depth-k: 3x3 stem conv (16 ch), 3 groups of n=(depth-4)/6 blocks with round(16k),
     round(32k), round(64k) channels (strides 1, 2, 2), final BN-ReLU, global average pool, logits.
 
-    `width` is the multiplier k and may be fractional (see wide_tf.families.wrn_channels).
-    `wide_tf.families.param_count('wrn', ...)` is the closed form of the trainable count.
+    `width` is the multiplier k and may be fractional (see `WideResNet.channels` in
+    wide_tf.architectures, whose `param_count` is the closed form of the trainable count).
     """
-    n = families.wrn_blocks_per_group(depth)
-    channels = families.wrn_channels(width)
+    n = WRN.blocks_per_group(depth)
+    channels = WRN.channels(width)
     input_shape = tuple(input_shape)
-    if len(input_shape) != 3:
-        raise ValueError(f"WRN input_shape must be (height, width, channels), got {input_shape}")
+    WRN.check_input_shape(input_shape)
     inputs = keras.Input(shape=input_shape, name="input")
-    x = _conv(families.WRN_STEM_CHANNELS, 3, 1, "stem_conv")(inputs)
-    in_ch = families.WRN_STEM_CHANNELS
-    for g, (out_ch, stride) in enumerate(zip(channels, families.WRN_GROUP_STRIDES), start=1):
+    x = _conv(WRN.stem_channels, 3, 1, "stem_conv")(inputs)
+    in_ch = WRN.stem_channels
+    for g, (out_ch, stride) in enumerate(zip(channels, WRN.group_strides), start=1):
         for b in range(1, n + 1):
             x = _block(
                 x,
@@ -83,6 +82,4 @@ def build_wrn(
     x = keras.layers.Dense(num_classes, name="logits")(x)
     # The softmax / loss must see float32 logits also under a mixed_bfloat16 policy.
     outputs = keras.layers.Activation("linear", dtype="float32", name="logits_float32")(x)
-    return keras.Model(
-        inputs, outputs, name=name or f"wrn-{depth}-{families.format_width('wrn', width)}"
-    )
+    return keras.Model(inputs, outputs, name=name or WRN.member_name(depth, width))
