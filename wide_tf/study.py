@@ -80,16 +80,14 @@ def _study_part(config) -> dict:
 
 
 def resolve_members(config, num_classes: int, input_shape) -> list[families.Member]:
-    f = config.sweep.family
-    common = dict(num_classes=num_classes, input_shape=tuple(input_shape), norm=config.model.norm)
-    arch = config.model.arch
-    if f.kind == "budget":
-        return families.family(arch, f.budget, list(f.depths), tolerance=f.tolerance, **common)
-    if f.kind == "width":
-        return families.width_sweep(arch, f.depth, list(f.widths), **common)
-    if f.kind == "depth":
-        return families.depth_sweep(arch, f.width, list(f.depths), **common)
-    raise StudyError(f"sweep.family.kind={f.kind!r}: choose 'budget', 'width' or 'depth'")
+    """The family's members (families.from_config dispatches on sweep.family.kind)."""
+    return families.from_config(
+        config.model.arch,
+        config.sweep.family,
+        num_classes=num_classes,
+        input_shape=input_shape,
+        norm=config.model.norm,
+    )
 
 
 def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: int, cfg) -> str:
