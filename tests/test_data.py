@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from ml_collections import ConfigDict
 
-from wide_tf import data
+from wide_tf import data, defaults
 
 
 @pytest.fixture(autouse=True)
@@ -27,16 +26,11 @@ def no_network(monkeypatch):
 
 
 def make_cfg(**kw):
-    cfg = dict(
-        name="digits_embedded",
-        data_dir=None,
-        download=False,
-        augment=False,
-        shuffle_buffer=0,
-        num_train=0,
-    )
+    """defaults.data_config() on the embedded digits with a uniform shuffle, then `kw`."""
+    cfg = defaults.data_config("digits_embedded")
+    cfg.shuffle_buffer = 0
     cfg.update(kw)
-    return ConfigDict(cfg)
+    return cfg
 
 
 @pytest.fixture(scope="module")

@@ -3,12 +3,11 @@
 import math
 
 import keras
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf import optim
+from wide_tf import defaults, optim
 
 # ---------------------------------------------------------------------------------------------- NumPy reference
 
@@ -302,29 +301,12 @@ def test_one_step_under_mirrored_strategy_equals_single_device(name):
 
 
 def _cfg(**kw):
-    base = dict(
-        name="sgd",
-        base_lr=0.1,
-        reference_batch=256,
-        scaling="linear",
-        lr_multiplier=1.0,
-        momentum=0.9,
-        weight_decay=0.0,
-        lars_eta=0.001,
-        lars_trust_ratio="you",
-        lars_epsilon=0.0,
-        lars_clip=False,
-        schedule="constant",
-        warmup_epochs=0.0,
-        warmup_steps=0,
-        warmup_fixed="epochs",
-        decay_epochs=[],
-        decay_factor=0.1,
-        poly_power=2.0,
-        end_lr_fraction=0.0,
-    )
-    base.update(kw)
-    return ml_collections.ConfigDict(base)
+    """defaults.optim_config() with the linear scaling rule (the hand-computed values below use
+    it), then `kw`."""
+    cfg = defaults.optim_config()
+    cfg.scaling = "linear"
+    cfg.update(kw)
+    return cfg
 
 
 def test_scaling_rules_and_peak_lr():

@@ -118,18 +118,7 @@ _NETWORK_PROBE = ("storage.googleapis.com", 443)
 
 
 # --------------------------------------------------------------------------------------------
-# Config access and spec lookup
-
-
-def _get(cfg, key, default=None):
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    try:
-        return cfg.get(key, default)  # ml_collections.ConfigDict
-    except AttributeError:
-        return getattr(cfg, key, default)
+# Spec lookup
 
 
 def _spec(name) -> _Spec:
@@ -193,16 +182,16 @@ def _tfds_builder(data_cfg):
     """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if none."""
     import tensorflow_datasets as tfds
 
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    data_dir = _get(data_cfg, "data_dir") or None
+    data_dir = data_cfg.data_dir or None
     try:
         builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
     except Exception as e:  # e.g. an unreadable data_dir
         raise DataUnavailableError(_missing_message(name, data_dir, f"builder failed: {e}")) from e
     if _tfds_mocked() or builder.is_prepared():
         return builder
-    if not _get(data_cfg, "download", False):
+    if not data_cfg.download:
         raise DataUnavailableError(_missing_message(name, data_dir, "data.download=False"))
     if not _network_reachable():
         raise DataUnavailableError(
@@ -327,13 +316,13 @@ def _subset(images, labels, num_train):
 
 def _train_arrays(data_cfg):
     """Canonical training set (uint8 images, int32 labels), data.num_train applied."""
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    num_train = int(data_cfg.num_train)
     if spec.tfds_name is None:
         return _subset(*_embedded_arrays(name, "train"), num_train)
     mocked = _tfds_mocked()
-    key = (name, _get(data_cfg, "data_dir") or None, num_train)
+    key = (name, data_cfg.data_dir or None, num_train)
     if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
         return _TRAIN_CACHE[key]
     builder = _tfds_builder(data_cfg)
@@ -345,9 +334,9 @@ def _train_arrays(data_cfg):
 
 def dataset_info(data_cfg) -> DatasetInfo:
     """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    num_train = int(data_cfg.num_train)
     if spec.tfds_name is None:
         n_train = len(_embedded_arrays(name, "train")[1])
         n_test = len(_embedded_arrays(name, "test")[1])
@@ -428,13 +417,13 @@ def train_input_fn(
     The returned dataset yields per-replica batches (images float32 normalised, labels int32),
     infinitely, starting at global step ``start_step``.
     """
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     images, labels = _train_arrays(data_cfg)
     n = len(labels)
     if n == 0:
-        raise DataUnavailableError(f"{_get(data_cfg, 'name')!r} has no training examples")
-    augment = bool(_get(data_cfg, "augment", False))
-    shuffle_buffer = int(_get(data_cfg, "shuffle_buffer", 0) or 0)
+        raise DataUnavailableError(f"{data_cfg.name!r} has no training examples")
+    augment = bool(data_cfg.augment)
+    shuffle_buffer = int(data_cfg.shuffle_buffer)
     seed, global_batch, start_step = int(seed), int(global_batch), int(start_step)
     if global_batch <= 0 or start_step < 0:
         raise ValueError(
@@ -487,13 +476,11 @@ def _eval_source(data_cfg, split, limit):
     """(factory of a dataset of raw (image, label) in canonical order, number of examples)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     if split == "train" or spec.tfds_name is None:
         # The train split is the training subset actually trained on (data.num_train).
         images, labels = (
-            _train_arrays(data_cfg)
-            if split == "train"
-            else _embedded_arrays(_get(data_cfg, "name"), split)
+            _train_arrays(data_cfg) if split == "train" else _embedded_arrays(data_cfg.name, split)
         )
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
@@ -518,8 +505,8 @@ def _test_arrays(data_cfg):
     forward passes). None for mocked data, which change between tests."""
     if _tfds_mocked():
         return None
-    spec = _spec(_get(data_cfg, "name"))
-    key = (_get(data_cfg, "name"), _get(data_cfg, "data_dir") or None)
+    spec = _spec(data_cfg.name)
+    key = (data_cfg.name, data_cfg.data_dir or None)
     if key not in _TEST_CACHE:
         _TEST_CACHE[key] = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), spec)
     return _TEST_CACHE[key]
@@ -528,11 +515,11 @@ def _test_arrays(data_cfg):
 def _eval_arrays(data_cfg, split, limit):
     """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
     TFDS test splits, cached once per process)."""
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     if split == "train":
         images, labels = _train_arrays(data_cfg)
     elif split == "test" and spec.tfds_name is None:
-        images, labels = _embedded_arrays(_get(data_cfg, "name"), split)
+        images, labels = _embedded_arrays(data_cfg.name, split)
     elif split == "test" and _test_arrays(data_cfg) is not None:
         images, labels = _test_arrays(data_cfg)
     else:
@@ -585,7 +572,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     global batch is padded with zero images of weight 0, so all batches have the static shape
     batch_size // num_replicas and sum(weights) is the number of examples.
     """
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
@@ -627,11 +614,11 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
 
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     key = (
-        _get(data_cfg, "name"),
-        _get(data_cfg, "data_dir") or None,
-        int(_get(data_cfg, "num_train", 0) or 0),
+        data_cfg.name,
+        data_cfg.data_dir or None,
+        int(data_cfg.num_train),
         split,
         limit,
     )

@@ -307,14 +307,12 @@ def scaled_learning_rate(
 
 
 def peak_learning_rate(optim_cfg, global_batch: int) -> float:
-    """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch, scaling)
-    times lr_multiplier (the study's learning-rate grid)."""
-    return scaled_learning_rate(
-        optim_cfg.base_lr,
-        global_batch,
-        optim_cfg.get("reference_batch", 256),
-        optim_cfg.get("scaling", "linear"),
-    ) * float(optim_cfg.get("lr_multiplier", 1.0))
+    """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch,
+    scaling) times lr_multiplier (the study's learning-rate grid)."""
+    o = optim_cfg
+    return scaled_learning_rate(o.base_lr, global_batch, o.reference_batch, o.scaling) * float(
+        o.lr_multiplier
+    )
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -453,37 +451,35 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
-    """Warm-up length in steps: 'epochs' -> round(warmup_epochs * steps_per_epoch) (fewer steps as the batch
-    grows), 'steps' -> warmup_steps (the same number of steps at every batch size)."""
-    fixed = optim_cfg.get("warmup_fixed", "epochs")
+    """Warm-up length in steps: 'epochs' -> round(warmup_epochs * steps_per_epoch) (fewer steps as
+    the batch grows), 'steps' -> warmup_steps (the same number of steps at every batch size)."""
+    fixed = optim_cfg.warmup_fixed
     if fixed == "epochs":
-        return int(round(float(optim_cfg.get("warmup_epochs", 0.0) or 0.0) * steps_per_epoch))
+        return int(round(float(optim_cfg.warmup_epochs) * steps_per_epoch))
     if fixed == "steps":
-        return int(optim_cfg.get("warmup_steps", 0) or 0)
+        return int(optim_cfg.warmup_steps)
     raise ValueError(f"Unknown optim.warmup_fixed {fixed!r}; valid: epochs, steps")
 
 
 def build_schedule(
     optim_cfg, global_batch: int, steps_per_epoch: int, total_steps: int, variables: bool = False
 ) -> WarmupDecaySchedule:
-    """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then optim_cfg.schedule.
-    multistep boundaries are optim_cfg.decay_epochs converted with round(epoch * steps_per_epoch)."""
-    decay = optim_cfg.get("schedule", "constant")
+    """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then
+    optim_cfg.schedule. multistep boundaries are optim_cfg.decay_epochs converted with
+    round(epoch * steps_per_epoch)."""
+    decay = optim_cfg.schedule
     if decay not in SCHEDULE_NAMES:
         raise ValueError(f"Unknown optim.schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
-    boundaries = [
-        int(round(float(e) * steps_per_epoch)) for e in (optim_cfg.get("decay_epochs", ()) or ())
-    ]
+    boundaries = [int(round(float(e) * steps_per_epoch)) for e in optim_cfg.decay_epochs]
     return WarmupDecaySchedule(
         peak_lr=peak_learning_rate(optim_cfg, global_batch),
         total_steps=total_steps,
         warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch),
         decay=decay,
         boundaries=sorted(boundaries),
-        decay_factor=optim_cfg.get("decay_factor", 0.1),
-        power=optim_cfg.get("poly_power", 2.0),
-        end_lr_fraction=optim_cfg.get("end_lr_fraction", 0.0),
-        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0),
+        decay_factor=optim_cfg.decay_factor,
+        power=optim_cfg.poly_power,
+        end_lr_fraction=optim_cfg.end_lr_fraction,
         variables=variables,
     )
 

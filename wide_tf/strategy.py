@@ -128,18 +128,16 @@ def _default_policy(platform: str, requested: str) -> str:
 
 
 def setup_runtime(runtime_cfg) -> Runtime:
-    """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype policy."""
-
-    name = runtime_cfg.get("strategy", "auto")
-    devices = list(runtime_cfg.get("devices", None) or [])
-    strategy, platform = _select(name, runtime_cfg.get("tpu", ""), devices)
-    jit = _default_jit(platform, runtime_cfg.get("jit_compile", "auto"))
+    """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype
+    policy."""
+    strategy, platform = _select(runtime_cfg.strategy, runtime_cfg.tpu, list(runtime_cfg.devices))
+    jit = _default_jit(platform, runtime_cfg.jit_compile)
     if jit and platform == "cpu" and strategy.num_replicas_in_sync > 1:
         raise StrategyError(
             "jit_compile=True fails under MirroredStrategy over CPU devices; "
             "use --config.runtime.jit_compile=auto"
         )
-    policy = _default_policy(platform, runtime_cfg.get("mixed_precision", "auto"))
+    policy = _default_policy(platform, runtime_cfg.mixed_precision)
     runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
     runtime.apply_policy()
     logging.info(

@@ -64,9 +64,9 @@ def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
 def _budget_steps(t, n_train: int, batch: int) -> int:
     """The run's budget in steps: train.max_steps if set, else max_epochs' worth of steps but at
     least train.min_steps (a floor, so the largest batches get enough updates)."""
-    if t.get("max_steps", 0) > 0:
+    if t.max_steps > 0:
         return int(t.max_steps)
-    return max(math.ceil(t.max_epochs * n_train / batch), int(t.get("min_steps", 0)))
+    return max(math.ceil(t.max_epochs * n_train / batch), int(t.min_steps))
 
 
 def _check(config, info) -> None:
@@ -78,7 +78,7 @@ def _check(config, info) -> None:
             f"train.global_batch={t.global_batch} is larger than the training set "
             f"({info.num_train} examples); use at most {info.num_train}"
         )
-    if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
+    if t.max_steps <= 0 and t.max_epochs <= 0:
         raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
 
 
@@ -95,26 +95,24 @@ def describe_protocol(config) -> dict:
         "target": f"{t.target_metric} {'<=' if t.target_metric.endswith('loss') else '>='} {t.target_value}",
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
-        "max_steps": t.get("max_steps", 0),
-        "min_steps": t.get("min_steps", 0),
+        "max_steps": t.max_steps,
+        "min_steps": t.min_steps,
         "optimizer": o.name,
         "schedule": o.schedule,
         "warmup": (
-            f"{o.get('warmup_epochs', 0)} epochs"
-            if o.get("warmup_fixed", "epochs") == "epochs"
-            else f"{o.get('warmup_steps', 0)} steps"
+            f"{o.warmup_epochs} epochs" if o.warmup_fixed == "epochs" else f"{o.warmup_steps} steps"
         )
-        + f" (fixed in {o.get('warmup_fixed', 'epochs')})",
+        + f" (fixed in {o.warmup_fixed})",
         "scaling": o.scaling,
         "reference_batch": o.reference_batch,
-        "momentum": o.get("momentum", 0.0),
-        "weight_decay": o.get("weight_decay", 0.0),
+        "momentum": o.momentum,
+        "weight_decay": o.weight_decay,
         "norm": m.norm,
-        "ghost_batch_size": m.get("ghost_batch_size", 0) if m.norm == "ghost" else None,
+        "ghost_batch_size": m.ghost_batch_size if m.norm == "ghost" else None,
         "data": d.name,
-        "augment": d.get("augment", False),
+        "augment": d.augment,
         "shuffle_buffer": d.shuffle_buffer,
-        "max_device_batch": t.get("max_device_batch", 0),
+        "max_device_batch": t.max_device_batch,
     }
 
 
@@ -130,9 +128,9 @@ class _GradientProbe:
         from wide_tf.measure import diversity, per_example  # imported only when measuring
 
         self.stats_from_norms = diversity.stats_from_norms
-        self.every = config.train.get("gradient_every_examples", 0)
-        size = config.train.get("probe_size", 512)
-        chunk = config.train.get("probe_chunk", 256)
+        self.every = config.train.gradient_every_examples
+        size = config.train.probe_size
+        chunk = config.train.probe_chunk
         x, y = data_lib.load_arrays(config.data, "train", limit=size)
         self.n = len(y)
         engine = per_example.PerExampleGradients.for_model(model)
@@ -225,7 +223,6 @@ _SCHEDULE_NUMBERS = (
     "decay_factor",
     "poly_power",
     "end_lr_fraction",
-    "warmup_init_fraction",
 )
 
 
@@ -233,7 +230,7 @@ def _build_key(config, runtime, info, plan) -> str:
     """Everything a run's model, optimizer, traced functions and evaluation sets depend on, except
     the numbers held in variables (initial weights, learning-rate schedule, divergence threshold)."""
     optim = {k: v for k, v in config.optim.to_dict().items() if k not in _SCHEDULE_NUMBERS}
-    optim["decay_boundaries"] = len(config.optim.get("decay_epochs", ()) or ())
+    optim["decay_boundaries"] = len(config.optim.decay_epochs)
     t = config.train
     return json.dumps(
         {
@@ -245,8 +242,8 @@ def _build_key(config, runtime, info, plan) -> str:
             "plan": dataclasses.astuple(plan),
             "info": [info.num_classes, list(info.input_shape)],
             "data": config.data.to_dict(),
-            "eval": [t.get("eval_batch", 1024), t.get("eval_train_limit", 0)],
-            "probe": [t.get("probe_size", 512), t.get("probe_chunk", 256)],
+            "eval": [t.eval_batch, t.eval_train_limit],
+            "probe": [t.probe_size, t.probe_chunk],
         },
         sort_keys=True,
         default=str,
@@ -274,7 +271,7 @@ class _Built:
     def probe(self, config) -> _GradientProbe:
         if self._probe is None:
             self._probe = _GradientProbe(config, self.model, self.stepper.strategy)
-        self._probe.every = config.train.get("gradient_every_examples", 0)
+        self._probe.every = config.train.gradient_every_examples
         return self._probe
 
 
@@ -300,7 +297,7 @@ def _initial_weights(built: _Built, config, info, seed: int) -> list:
             info.num_classes,
             info.input_shape,
             norm=m.norm,
-            ghost_batch_size=m.get("ghost_batch_size", 32),
+            ghost_batch_size=m.ghost_batch_size,
         )
         built.init_weights[seed] = [w.numpy() for w in fresh.weights]
     return built.init_weights[seed]
@@ -320,7 +317,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         for v, value in zip(built.optimizer.variables, built.optimizer_init):
             v.assign(value)
         built.optimizer._learning_rate.assign_from(schedule)
-        built.stepper.reset(t.get("diverge_loss", 1e3))
+        built.stepper.reset(t.diverge_loss)
         keras.utils.set_random_seed(t.seed)
         return built
     clear_cache()  # the previous run's graphs go (a study used to do this after every run)
@@ -335,7 +332,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             info.num_classes,
             info.input_shape,
             norm=m.norm,
-            ghost_batch_size=m.get("ghost_batch_size", 32),
+            ghost_batch_size=m.ghost_batch_size,
         )
         optimizer = optim_lib.build_optimizer(
             config.optim,
@@ -357,10 +354,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             diverge_loss=t.get("diverge_loss", 1e3),
             trust_ratio_fn=trust_fn,
         )
-    eval_batch = (
-        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas
-        or runtime.num_replicas
-    )
+    eval_batch = t.eval_batch // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
 
     def eval_set(split: str, limit: int | None):
         n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
@@ -380,7 +374,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         stepper=stepper,
         trust_fn=trust_fn,
         eval_sets={
-            "train": eval_set("train", t.get("eval_train_limit", 0) or None),
+            "train": eval_set("train", t.eval_train_limit or None),
             "test": eval_set("test", None),
         },
         optimizer_init=[v.numpy() for v in optimizer.variables],
@@ -434,10 +428,8 @@ class Run:
         t, strategy = config.train, runtime.strategy
         self.info = info = data_lib.dataset_info(config.data)
         _check(config, info)
-        self.plan = plan = BatchPlan.make(
-            t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0)
-        )
-        ghost = config.model.get("ghost_batch_size", 0)
+        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.max_device_batch)
+        ghost = config.model.ghost_batch_size
         if config.model.norm == "ghost" and plan.micro_batch % ghost:
             # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
             # its statistics would then depend on the number of replicas (and micro-batches).
@@ -451,7 +443,7 @@ class Run:
         self.batch = batch = plan.global_batch
         self.steps_per_epoch = info.num_train / batch
         self.total_steps = _budget_steps(t, info.num_train, batch)
-        self.eval_every = t.get("eval_every_examples", 0) or info.num_train
+        self.eval_every = t.eval_every_examples or info.num_train
         self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
         self.name = self.trial.get("trial_id", "run")
 
@@ -474,7 +466,7 @@ class Run:
             max_to_keep=2,
         )
         self.metrics = MetricsWriter(workdir, self.chief, self.name)
-        want_probe = t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
+        want_probe = t.gradient_every_examples or t.gradient_at_init
         self.probe = built.probe(config) if want_probe else None
         self.state = RunState()
         self.noise = None
@@ -497,7 +489,7 @@ class Run:
             )
             self.metrics.log("resumed from %s at step %d", latest, self.state.step)
         t = self.config.train
-        self.noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
+        self.noise = TwoBatchNoiseScale(decay=t.noise_scale_ema)
         if self.state.noise:
             self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
         # Always the distributed iterator, even on one CPU device: a plain one is cheaper to
@@ -516,7 +508,7 @@ class Run:
         """One host call of at most train.steps_per_loop steps towards `target_step`; returns the
         loop's training scalars (also sent to TensorBoard). One device-to-host read."""
         st, plan = self.state, self.plan
-        n = min(self.config.train.get("steps_per_loop", 100), target_step - st.step)
+        n = min(self.config.train.steps_per_loop, target_step - st.step)
         t0 = time.time()
         scalars = self.stepper.train(self.train_iter, n)
         dt = time.time() - t0
@@ -639,7 +631,7 @@ class Run:
 
     def running(self) -> bool:
         st = self.state
-        stop_at_target = self.config.train.get("stop_at_target", True)
+        stop_at_target = self.config.train.stop_at_target
         return (
             st.step < self.total_steps
             and st.status != "diverged"
@@ -658,11 +650,11 @@ class Run:
             self.evaluate()
             if self.probe is not None:
                 self.measure()
-        ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, self.total_steps // 10)
+        ckpt_every = t.checkpoint_every_steps or max(1, self.total_steps // 10)
         # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between saves: a
         # run of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms here). Resume is
         # exact from any checkpoint, so this only changes how much work a kill can lose.
-        ckpt_min_s = 0.0 if t.get("checkpoint_every_steps", 0) else DEFAULT_CHECKPOINT_MIN_S
+        ckpt_min_s = 0.0 if t.checkpoint_every_steps else DEFAULT_CHECKPOINT_MIN_S
         last_ckpt, last_ckpt_time = st.step, time.time()
         while self.running():
             examples_before = st.step * self.batch
@@ -752,7 +744,7 @@ class Run:
                 "width": config.model.width,
                 "params": self.params,
                 "batch_size": batch,
-                "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
+                "lr_multiplier": config.optim.lr_multiplier,
                 "learning_rate": self.peak_lr,
                 "optimizer": config.optim.name,
                 "seed": t.seed,
