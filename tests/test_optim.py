@@ -453,6 +453,25 @@ def test_build_optimizer_by_name():
         optim.build_optimizer(_cfg(name="adam", weight_decay=1e-4), 256, 10, 100)
 
 
+def test_registry_names_and_diagnostics():
+    """OPTIMIZERS is keyed by the names validate.py reads from defaults (no TensorFlow there);
+    only LARS reports diagnostics, its trust ratios' min/mean/max, inside a tf.function."""
+    assert tuple(optim.OPTIMIZERS) == defaults.OPTIMIZER_NAMES == optim.OPTIMIZER_NAMES
+    with_diagnostics = {n for n, spec in optim.OPTIMIZERS.items() if spec.diagnostics}
+    assert with_diagnostics == {"lars"}
+    model = _dense_model(seed=0)
+    opt = optim.build_optimizer(_cfg(name="lars", weight_decay=1e-3), 256, 10, 100)
+    opt.build(model.trainable_variables)
+    grads = [tf.constant(g) for g in _grad_seq(model, 1)[0]]
+    hook = optim.OPTIMIZERS["lars"].diagnostics
+    got = tf.function(lambda gs: hook.fn(opt, gs, model.trainable_variables))(grads)
+    assert tuple(got) == hook.names
+    ratios = optim.lars_trust_ratios(opt, grads, model.trainable_variables).numpy()
+    np.testing.assert_allclose(
+        [float(got[k]) for k in hook.names], [ratios.min(), ratios.mean(), ratios.max()]
+    )
+
+
 @pytest.mark.parametrize("name", ["momentum", "adamw", "lamb"])
 @pytest.mark.parametrize("pass_variables", [True, False])
 def test_keras_weight_decay_is_decoupled_and_skips_low_rank(name, pass_variables):

@@ -1,9 +1,20 @@
 """Owns the default value of every config field, one function per sub-config (model, data, optim,
-train, runtime, sweep). Pure Python: config files import it without importing TensorFlow."""
+train, runtime, sweep), and the names a choice field accepts where the module that uses them imports
+TensorFlow. Pure Python: config files and validate.py import it without importing TensorFlow.
+
+Every config is built from `base_config`, so every field below exists in every config: code reads
+`config.section.field` and never restates a default."""
 
 from __future__ import annotations
 
 import ml_collections
+
+# optim.name: the keys of optim.OPTIMIZERS (checked there at import), here for the modules that
+# must not import TensorFlow (validate.py checks configs before TensorFlow starts).
+OPTIMIZER_NAMES = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb")
+SCHEDULE_NAMES = ("constant", "cosine", "multistep", "polynomial")  # optim.schedule
+SCALING_RULES = ("none", "linear", "sqrt")  # optim.scaling
+TRUST_RATIO_FORMS = ("you", "decayed_grad")  # optim.lars_trust_ratio
 
 
 def model_config(

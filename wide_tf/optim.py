@@ -1,21 +1,21 @@
-"""Optimizers and learning rates: LARS on Keras 3, the batch-size scaling rules, warm-up/decay schedules, the factory."""
+"""Optimizers and learning rates: LARS on Keras 3, the batch-size scaling rules, warm-up/decay
+schedules, and the optimizers by name (OPTIMIZERS, build_optimizer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-# Names accepted in optim_cfg.name / .schedule / .scaling; a config that names anything else must fail loudly,
-# because a silently substituted optimizer or schedule invalidates every comparison in a study.
-OPTIMIZER_NAMES = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb")
-SCHEDULE_NAMES = ("constant", "cosine", "multistep", "polynomial")
-SCALING_RULES = ("none", "linear", "sqrt")
-TRUST_RATIO_FORMS = ("you", "decayed_grad")
+# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in
+# defaults.py (which imports no TensorFlow) and used here under these names: a config that names
+# anything else must fail loudly, because a silently substituted optimizer or schedule invalidates
+# every comparison in a study.
+from wide_tf.defaults import OPTIMIZER_NAMES, SCALING_RULES, SCHEDULE_NAMES, TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and from weight
 # decay. By rank rather than by name: layer names change with the architecture, ranks do not.
@@ -484,9 +484,126 @@ def build_schedule(
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Factory
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# The optimizers by name
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostics:
+    """Scalars an optimizer can report about its own update, which the training step logs
+    (min/mean/max of the LARS trust ratios, say).
+
+    `fn(optimizer, grads, variables)` returns a dict of scalar tensors with the keys `names`; it
+    runs inside the compiled step, on the all-reduced gradients, before the update is applied."""
+
+    names: tuple[str, ...]
+    fn: Callable[[keras.optimizers.Optimizer, Sequence, Sequence], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """One entry of OPTIMIZERS.
+
+    `build(optim_cfg, learning_rate, variables)` returns the optimizer, not built;
+    `learning_rate` is the run's schedule and `variables`, if not None, the model's trainable
+    variables (for weight-decay exclusions that must hold before build). `diagnostics`, if any, is
+    logged by the training step on the last step of every host call."""
+
+    build: Callable[..., keras.optimizers.Optimizer]
+    diagnostics: Diagnostics | None = None
+
+
+def _lars_diagnostics(optimizer, grads, variables) -> dict:
+    ratios = lars_trust_ratios(optimizer, grads, variables)
+    return {
+        "trust_ratio_min": tf.reduce_min(ratios),
+        "trust_ratio_mean": tf.reduce_mean(ratios),
+        "trust_ratio_max": tf.reduce_max(ratios),
+    }
+
+
+LARS_DIAGNOSTICS = Diagnostics(
+    names=("trust_ratio_min", "trust_ratio_mean", "trust_ratio_max"), fn=_lars_diagnostics
+)
+
+
+def _decay_excluded(optimizer, variables):
+    """Registers the low-rank variables (biases, normalisation parameters) in Keras' weight-decay
+    exclusions now, so they hold before build too (the optimizers below add them at build)."""
+    if variables is not None:
+        optimizer.exclude_from_weight_decay(var_list=[v for v in variables if _is_low_rank(v)])
+    return optimizer
+
+
+def _sgd(momentum: bool, nesterov: bool):
+    def build(o, learning_rate, variables):
+        opt = DecayExcludingSGD(
+            learning_rate=learning_rate,
+            momentum=float(o.momentum) if momentum else 0.0,
+            nesterov=nesterov,
+            weight_decay=float(o.weight_decay) or None,
+        )
+        return _decay_excluded(opt, variables)
+
+    return build
+
+
+def _lars(o, learning_rate, variables):
+    # LARS applies the rank rule itself and logs the excluded names once, in build().
+    return LARS(
+        learning_rate=learning_rate,
+        momentum=float(o.momentum),
+        eta=o.lars_eta,
+        weight_decay=float(o.weight_decay),
+        trust_ratio=o.lars_trust_ratio,
+        epsilon=o.lars_epsilon,
+        clip=o.lars_clip,
+    )
+
+
+def _adam(o, learning_rate, variables):
+    if o.weight_decay:
+        raise ValueError(
+            "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
+        )
+    return keras.optimizers.Adam(learning_rate=learning_rate)
+
+
+def _adamw(o, learning_rate, variables):
+    opt = DecayExcludingAdamW(learning_rate=learning_rate, weight_decay=float(o.weight_decay))
+    return _decay_excluded(opt, variables)
+
+
+def _lamb(o, learning_rate, variables):
+    opt = DecayExcludingLamb(
+        learning_rate=learning_rate, weight_decay=float(o.weight_decay) or None
+    )
+    return _decay_excluded(opt, variables)
+
+
+# optim.name -> how to build it. Adding an optimizer is one entry here, and its name in
+# defaults.OPTIMIZER_NAMES (which validate.py reads without importing TensorFlow).
+OPTIMIZERS = {
+    "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
+    "momentum": OptimizerSpec(build=_sgd(momentum=True, nesterov=False)),
+    "nesterov": OptimizerSpec(build=_sgd(momentum=True, nesterov=True)),
+    "lars": OptimizerSpec(build=_lars, diagnostics=LARS_DIAGNOSTICS),
+    "adam": OptimizerSpec(build=_adam),
+    "adamw": OptimizerSpec(build=_adamw),
+    "lamb": OptimizerSpec(build=_lamb),
+}
+if tuple(OPTIMIZERS) != OPTIMIZER_NAMES:
+    raise ImportError(
+        f"optim.OPTIMIZERS {tuple(OPTIMIZERS)} and defaults.OPTIMIZER_NAMES {OPTIMIZER_NAMES} "
+        "must name the same optimizers in the same order"
+    )
+
+
+def optimizer_spec(name: str) -> OptimizerSpec:
+    if name not in OPTIMIZERS:
+        raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name]
 
 
 def build_optimizer(
@@ -496,50 +613,18 @@ def build_optimizer(
     total_steps: int,
     variables: Sequence | None = None,
 ) -> keras.optimizers.Optimizer:
-    """A Keras optimizer for optim_cfg.name with build_schedule(...) as its learning rate. Not built: build it
-    inside strategy.scope() with optimizer.build(model.trainable_variables) before the first step.
+    """The Keras optimizer OPTIMIZERS[optim_cfg.name] with build_schedule(...) as its learning
+    rate. Not built: build it inside strategy.scope() with optimizer.build(variables) before the
+    first step.
 
-    sgd/momentum/nesterov/adamw/lamb: Keras' decoupled weight decay (w -= lr * wd * w each step) when
-    optim_cfg.weight_decay > 0, excluded from variables of rank <= 1. lars: coupled decay inside the trust ratio
-    (see LARS). adam: no weight decay (use adamw; a nonzero weight_decay raises). The rank rule is applied, and
-    the excluded names logged once, when the optimizer is built; `variables`, if given, registers the Keras
-    exclusions now as well (exclude_from_weight_decay), so they hold even before build.
+    sgd/momentum/nesterov/adamw/lamb: Keras' decoupled weight decay (w -= lr * wd * w each step)
+    when optim_cfg.weight_decay > 0, excluded from variables of rank <= 1. lars: coupled decay
+    inside the trust ratio (see LARS). adam: no weight decay (use adamw; a nonzero weight_decay
+    raises). The rank rule is applied, and the excluded names logged once, when the optimizer is
+    built; `variables`, if given, registers the Keras exclusions now as well
+    (exclude_from_weight_decay), so they hold even before build.
     """
-    name = optim_cfg.get("name", "sgd")
-    if name not in OPTIMIZER_NAMES:
-        raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZER_NAMES)}")
+    spec = optimizer_spec(optim_cfg.name)
     # The schedule's numbers in variables: a run can take another learning rate without a retrace.
     lr = build_schedule(optim_cfg, global_batch, steps_per_epoch, total_steps, variables=True)
-    wd = float(optim_cfg.get("weight_decay", 0.0) or 0.0)
-    momentum = float(optim_cfg.get("momentum", 0.9))
-    kw: dict[str, Any] = {}
-    if name == "lars":
-        opt = LARS(
-            learning_rate=lr,
-            momentum=momentum,
-            eta=optim_cfg.get("lars_eta", 0.001),
-            weight_decay=wd,
-            trust_ratio=optim_cfg.get("lars_trust_ratio", "you"),
-            epsilon=optim_cfg.get("lars_epsilon", 0.0),
-            clip=optim_cfg.get("lars_clip", False),
-            nesterov=optim_cfg.get("nesterov", False),
-        )
-        return opt  # LARS applies the rank rule itself and logs the excluded names once, in build()
-    if name == "adam":
-        if wd:
-            raise ValueError(
-                "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
-            )
-        return keras.optimizers.Adam(learning_rate=lr)
-    decay_kw = dict(weight_decay=wd if wd else None)
-    if name in ("sgd", "momentum", "nesterov"):
-        kw = dict(momentum=0.0 if name == "sgd" else momentum, nesterov=name == "nesterov")
-        opt = DecayExcludingSGD(learning_rate=lr, **kw, **decay_kw)
-    elif name == "adamw":
-        opt = DecayExcludingAdamW(learning_rate=lr, weight_decay=wd)
-    else:  # lamb
-        opt = DecayExcludingLamb(learning_rate=lr, **decay_kw)
-    if variables is not None:
-        low = [v for v in variables if _is_low_rank(v)]
-        opt.exclude_from_weight_decay(var_list=low)
-    return opt
+    return spec.build(optim_cfg, lr, variables)

@@ -10,6 +10,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from wide_tf import data as data_lib
+from wide_tf.optim import Diagnostics
+
 # Scalars the training loop accumulates on the device between two host reads.
 TRAIN_SCALARS = (
     "loss_sum",
@@ -20,9 +23,6 @@ TRAIN_SCALARS = (
     "big_grad_sq",
     "update_norm_sq",
     "param_norm_sq",
-    "trust_min",
-    "trust_mean",
-    "trust_max",
     "steps",
 )
 
@@ -91,7 +91,7 @@ class Stepper:
         *,
         jit_compile: bool = False,
         diverge_loss: float = float("inf"),
-        trust_ratio_fn=None,
+        diagnostics: Diagnostics | None = None,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -102,7 +102,9 @@ class Stepper:
         # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
         # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
-        self.trust_ratio_fn = trust_ratio_fn
+        # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
+        self.diagnostics = diagnostics
+        self.scalar_names = TRAIN_SCALARS + (diagnostics.names if diagnostics else ())
         # The two-batch noise-scale estimator needs a batch smaller than the global one.
         self._two_batch = plan.num_replicas * plan.num_micro_batches > 1
         # Gradients arrive here already summed over replicas (see the class docstring).
@@ -111,9 +113,8 @@ class Stepper:
         with strategy.scope():
             self.acc = {
                 k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
-                for k in TRAIN_SCALARS
+                for k in self.scalar_names
             }
-            self.acc["trust_min"].assign(float("inf"))
             self.diverged = tf.Variable(
                 False, trainable=False, aggregation=only_first, name="diverged"
             )
@@ -181,8 +182,8 @@ class Stepper:
 
     def _replica_step(self, x, y, diagnostics: bool):
         """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
-        update norms and the LARS trust ratios; the loop asks for them on its last step only,
-        since the update norm needs a copy of every weight.
+        update norms and the optimizer's own diagnostics (the LARS trust ratios, say); the loop
+        asks for them on its last step only, since the update norm needs a copy of every weight.
 
         Divergence is checked here, on the device, with no host read: `diverged` is read at the
         start of the step (`skip`) and set by the first step whose loss (or gradient) is bad.
@@ -219,13 +220,9 @@ class Stepper:
             acc[name].assign(tf.where(live, tf.cast(value, tf.float32), acc[name]))
 
         if diagnostics:
-            if self.trust_ratio_fn is not None:
-                ratios = tf.reshape(
-                    tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1]
-                )
-                keep("trust_min", tf.reduce_min(ratios))
-                keep("trust_mean", tf.reduce_mean(ratios))
-                keep("trust_max", tf.reduce_max(ratios))
+            if self.diagnostics is not None:
+                for name, value in self.diagnostics.fn(self.optimizer, grads, variables).items():
+                    keep(name, value)
             before = [tf.identity(v) for v in variables]
         self.optimizer.apply_gradients(zip(grads, variables))
         if diagnostics:
@@ -245,9 +242,11 @@ class Stepper:
         self.diverged.assign(tf.logical_or(skip, bad))
 
     def _reset(self):
-        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call)."""
+        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call). The
+        optimizer's diagnostics start as NaN, "not measured": a call whose last step came after
+        the run diverged measures none, and non-finite values are not logged."""
         for k, v in self.acc.items():
-            v.assign(float("inf") if k == "trust_min" else 0.0)
+            v.assign(0.0 if k in TRAIN_SCALARS else float("nan"))
 
     def _packed(self):
         """Every scalar the host needs after a call, in one tensor (one device-to-host read):
@@ -255,7 +254,7 @@ class Stepper:
         lr = self.optimizer.learning_rate
         lr = lr.value if hasattr(lr, "value") and not callable(lr) else lr
         return tf.stack(
-            [tf.cast(self.acc[k].read_value(), tf.float32) for k in TRAIN_SCALARS]
+            [tf.cast(self.acc[k].read_value(), tf.float32) for k in self.scalar_names]
             + [
                 tf.cast(self.diverged.read_value(), tf.float32),
                 tf.cast(self.optimizer.iterations, tf.float32),
@@ -294,13 +293,13 @@ class Stepper:
 
     def train(self, iterator, num_steps: int) -> dict:
         """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
-        diverged) plus `diverged`, `iteration` (the optimizer's step) and `learning_rate`, all
-        from one device-to-host read."""
+        diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
+        `learning_rate`, all from one device-to-host read."""
         if self._train_fn is None:
             self._train_fn = self._build_train_fn()
         packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
-        out = {k: float(v) for k, v in zip(TRAIN_SCALARS, packed)}
-        n = len(TRAIN_SCALARS)
+        out = {k: float(v) for k, v in zip(self.scalar_names, packed)}
+        n = len(self.scalar_names)
         out["diverged"] = bool(packed[n])
         out["iteration"] = int(packed[n + 1])
         out["learning_rate"] = float(packed[n + 2])

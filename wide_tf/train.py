@@ -260,7 +260,6 @@ class _Built:
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     stepper: Stepper
-    trust_fn: object
     eval_sets: dict
     host_var: tf.Variable  # a run's host-side state, saved as a JSON string in its checkpoints
     checkpoint: tf.train.Checkpoint
@@ -341,18 +340,16 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             total_steps,
             variables=model.trainable_variables,
         )
-        optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
-        trust_fn = None
-        if isinstance(optimizer, optim_lib.LARS):
-            trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
+        # Before the first step (docs/design.md, "TensorFlow / Keras 3 facts").
+        optimizer.build(model.trainable_variables)
         stepper = Stepper(
             model,
             optimizer,
             strategy,
             plan,
             jit_compile=runtime.jit_compile,
-            diverge_loss=t.get("diverge_loss", 1e3),
-            trust_ratio_fn=trust_fn,
+            diverge_loss=t.diverge_loss,
+            diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
         )
     eval_batch = t.eval_batch // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
 
@@ -372,7 +369,6 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         model=model,
         optimizer=optimizer,
         stepper=stepper,
-        trust_fn=trust_fn,
         eval_sets={
             "train": eval_set("train", t.eval_train_limit or None),
             "test": eval_set("test", None),
@@ -524,12 +520,8 @@ class Run:
             "learning_rate": scalars["learning_rate"],  # of the next step
             "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
         }
-        if self.built.trust_fn is not None:
-            out.update(
-                trust_ratio_min=scalars["trust_min"],
-                trust_ratio_mean=scalars["trust_mean"],
-                trust_ratio_max=scalars["trust_max"],
-            )
+        if self.stepper.diagnostics is not None:  # the optimizer's own, e.g. LARS trust ratios
+            out.update({k: scalars[k] for k in self.stepper.diagnostics.names})
         if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
             # Averages over the loop's steps: G2 and S are linear in the two squared norms.
             done = max(scalars["steps"], 1.0)
