@@ -529,17 +529,30 @@ def _eval_arrays(data_cfg, split, limit):
     return images, labels
 
 
+def eval_padding(num_examples: int, batch_size: int) -> int:
+    """How many padding examples fill the last evaluation batch."""
+    return (-num_examples) % batch_size
+
+
+def pad_for_evaluation(images, labels, batch_size: int, dtype=None):
+    """(images, int32 labels, float32 weights), padded to a multiple of `batch_size` with zero
+    images of label 0 and weight 0: every batch has the same static shape and sum(weights) is the
+    number of examples. The images keep their dtype unless `dtype` is given."""
+    images = np.asarray(images, dtype)
+    n, pad = len(labels), eval_padding(len(labels), batch_size)
+    return (
+        np.concatenate([images, np.zeros((pad,) + images.shape[1:], images.dtype)]),
+        np.concatenate([np.asarray(labels, np.int32), np.zeros(pad, np.int32)]),
+        np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]),
+    )
+
+
 def _in_memory_eval_fn(arrays, batch_size, spec):
     """Evaluation over in-memory arrays, padded and cut with NumPy and normalised per batch.
 
     Evaluation runs on a cadence inside every training run, so its cost matters: a per-example
     tf.data map costs ~80 us an example here, ten times the forward pass of a small MLP."""
-    images, labels = arrays
-    n = len(labels)
-    pad = (-n) % batch_size
-    images = np.concatenate([images, np.zeros((pad,) + images.shape[1:], images.dtype)])
-    labels = np.concatenate([np.asarray(labels, np.int32), np.zeros(pad, np.int32)])
-    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
+    images, labels, weights = pad_for_evaluation(*arrays, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
@@ -582,7 +595,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
             _in_memory_eval_fn(arrays, batch_size, spec)
         )
     factory, n = _eval_source(data_cfg, split, limit)
-    pad = (-n) % batch_size
+    pad = eval_padding(n, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size

@@ -73,6 +73,24 @@ def _sq_norm(tensors) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
 
+def losses_and_hits(model, x, y, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-example cross-entropy (from float32 logits, whatever the model's dtype policy) and
+    per-example hits (1.0 where the arg-max class is the label) of `model` on (x, y)."""
+    logits = tf.cast(model(x, training=training), tf.float32)
+    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    predicted = tf.argmax(logits, -1, output_type=tf.int32)
+    hits = tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.float32)
+    return losses, hits
+
+
+def weighted_sums(model, x, y, w) -> tf.Tensor:
+    """[loss sum, hits, examples] of `model` in inference mode over a batch whose padding rows
+    have weight 0 (see data.pad_for_evaluation)."""
+    losses, hits = losses_and_hits(model, x, y, training=False)
+    w = tf.cast(w, tf.float32)
+    return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
+
+
 class Stepper:
     """The device side of a run. Build it inside `strategy.scope()` after the model and optimizer.
 
@@ -138,18 +156,10 @@ class Stepper:
 
         def one(xb, yb):
             with tf.GradientTape() as tape:
-                logits = tf.cast(self.model(xb, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    yb, logits, from_logits=True
-                )
+                per_example, hits = losses_and_hits(self.model, xb, yb, training=True)
                 loss = tf.reduce_sum(per_example) / plan.global_batch
             grads = tape.gradient(loss, variables)
-            correct = tf.reduce_sum(
-                tf.cast(
-                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)),
-                    tf.float32,
-                )
-            )
+            correct = tf.reduce_sum(hits)
             # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
             # only when there is a batch smaller than the global one to compare with.
             if self._two_batch:
@@ -166,10 +176,10 @@ class Stepper:
         first = one(xs[0], ys[0])
 
         def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
-            l_i, c_i, g_i, s_i = one(xs[i], ys[i])
+            loss_i, c_i, g_i, s_i = one(xs[i], ys[i])
             loss_sum, correct, grads, small_sq = totals
             return i + 1, (
-                loss_sum + l_i,
+                loss_sum + loss_i,
                 correct + c_i,
                 [a + b for a, b in zip(grads, g_i)],
                 small_sq + s_i,
@@ -316,14 +326,7 @@ class Stepper:
 
     def _build_eval_fn(self):
         def replica_eval(x, y, w):
-            logits = tf.cast(self.model(x, training=False), tf.float32)
-            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            hit = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)),
-                tf.float32,
-            )
-            w = tf.cast(w, tf.float32)
-            return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
+            return weighted_sums(self.model, x, y, w)
 
         if self.jit_compile:  # no synchronisation inside (sums are reduced outside)
             replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
@@ -339,12 +342,7 @@ class Stepper:
 
                 def add():
                     out = self.strategy.run(replica_eval, args=batch.get_value())
-                    return sums + tf.stack(
-                        [
-                            self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None)
-                            for t in out
-                        ]
-                    )
+                    return sums + self.strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
                 return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
 
@@ -379,11 +377,7 @@ class InMemoryEvalSet:
     MAX_BYTES = 64 << 20
 
     def __init__(self, x, y, batch_size: int):
-        n = len(y)
-        pad = (-n) % batch_size
-        w = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-        x = np.concatenate([np.asarray(x, np.float32), np.zeros((pad,) + x.shape[1:], np.float32)])
-        y = np.concatenate([np.asarray(y, np.int32), np.zeros(pad, np.int32)])
+        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size, dtype=np.float32)
         batches = len(w) // batch_size
         self.x = tf.constant(x.reshape((batches, batch_size) + x.shape[1:]))
         self.y = tf.constant(y.reshape(batches, batch_size))
@@ -401,17 +395,7 @@ class InMemoryEvalSet:
             @tf.function(autograph=False)
             def fn():
                 def add(i, sums):
-                    logits = tf.cast(model(self.x[i], training=False), tf.float32)
-                    per_example = keras.losses.sparse_categorical_crossentropy(
-                        self.y[i], logits, from_logits=True
-                    )
-                    hit = tf.cast(
-                        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), self.y[i]), tf.float32
-                    )
-                    w = self.w[i]
-                    return i + 1, sums + tf.stack(
-                        [tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)]
-                    )
+                    return i + 1, sums + weighted_sums(model, self.x[i], self.y[i], self.w[i])
 
                 _, sums = tf.while_loop(
                     lambda i, _: i < tf.shape(self.w)[0], add, [tf.constant(0), tf.zeros([3])]
