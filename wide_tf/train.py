@@ -18,6 +18,7 @@ from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
 from wide_tf import preemption
 from wide_tf import workdir as wd
+from wide_tf.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.models import build_model
 from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.strategy import Runtime, setup_runtime
@@ -29,6 +30,11 @@ DEFAULT_CHECKPOINT_MIN_S = 10.0
 
 class ConfigError(ValueError):
     """A run's config asks for something that cannot be done; the message says what to change."""
+
+
+def _comparison(metric: str) -> str:
+    """How `metric` meets its target: a loss at or below it, an accuracy at or above it."""
+    return "<=" if metric.endswith("loss") else ">="
 
 
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
@@ -84,7 +90,7 @@ def _check(config, info) -> None:
 
 def _model_policy(model) -> str:
     """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
-    layer = next((l for l in model.layers if l.weights), None)
+    layer = next((candidate for candidate in model.layers if candidate.weights), None)
     return (layer or model).dtype_policy.name
 
 
@@ -92,7 +98,7 @@ def describe_protocol(config) -> dict:
     """The settings a reader needs to compare runs; copied into every result.json."""
     t, o, m, d = config.train, config.optim, config.model, config.data
     return {
-        "target": f"{t.target_metric} {'<=' if t.target_metric.endswith('loss') else '>='} {t.target_value}",
+        "target": f"{t.target_metric} {_comparison(t.target_metric)} {t.target_value}",
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
         "max_steps": t.max_steps,
@@ -125,9 +131,6 @@ class _GradientProbe:
     summed gradient, loss), and one packed tensor of three numbers comes back per measurement."""
 
     def __init__(self, config, model, strategy):
-        from wide_tf.measure import diversity, per_example  # imported only when measuring
-
-        self.stats_from_norms = diversity.stats_from_norms
         self.every = config.train.gradient_every_examples
         size = config.train.probe_size
         chunk = config.train.probe_chunk
@@ -169,7 +172,7 @@ class _GradientProbe:
 
     def __call__(self, model=None) -> dict:
         s1, q, _ = (float(v) for v in self._sums().numpy())
-        stats = self.stats_from_norms([s1], q, n=self.n)
+        stats = diversity.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
 
@@ -228,7 +231,8 @@ _SCHEDULE_NUMBERS = (
 
 def _build_key(config, runtime, info, plan) -> str:
     """Everything a run's model, optimizer, traced functions and evaluation sets depend on, except
-    the numbers held in variables (initial weights, learning-rate schedule, divergence threshold)."""
+    the numbers held in variables (initial weights, learning-rate schedule, divergence
+    threshold)."""
     optim = {k: v for k, v in config.optim.to_dict().items() if k not in _SCHEDULE_NUMBERS}
     optim["decay_boundaries"] = len(config.optim.decay_epochs)
     t = config.train
@@ -432,8 +436,9 @@ class Run:
             raise ConfigError(
                 f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
                 f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
-                f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
-                f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
+                f"{plan.global_batch} over {plan.num_replicas} replica(s) x "
+                f"{plan.num_micro_batches} micro-batch(es)); lower model.ghost_batch_size (to a "
+                f"divisor of {plan.micro_batch}) "
                 f"or raise the batch"
             )
         self.batch = batch = plan.global_batch
@@ -473,8 +478,6 @@ class Run:
 
     def restore(self) -> None:
         """Continues from the chief's last checkpoint, if any; opens the data stream at the step."""
-        from wide_tf.measure import TwoBatchNoiseScale
-
         latest = tf.train.latest_checkpoint(self.checkpoint_dir)
         if latest:
             self.built.checkpoint.restore(latest).assert_existing_objects_matched()
@@ -744,7 +747,8 @@ class Run:
                 "status": st.status,
                 "target": {"metric": t.target_metric, "value": t.target_value},
                 "steps_to_target": s_target,
-                # The crossing interpolated between the two evaluations around it (the analysis uses it).
+                # The crossing interpolated between the two evaluations around it (the analysis uses
+                # it).
                 "steps_to_target_interp": None
                 if s_target is None
                 else (
