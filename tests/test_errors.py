@@ -501,7 +501,7 @@ def test_unwritable_workdir(tmp_path):
 
 
 def test_validate_names_agree_with_the_modules_that_use_them():
-    from wide_tf import data, optim, strategy, study, train
+    from wide_tf import data, defaults, optim, strategy, study, train
 
     assert validate.OPTIMIZERS == optim.OPTIMIZER_NAMES
     assert validate.SCHEDULES == optim.SCHEDULE_NAMES
@@ -511,7 +511,7 @@ def test_validate_names_agree_with_the_modules_that_use_them():
     assert validate.STRATEGIES == strategy.STRATEGIES
     assert set(validate.DATASETS) == set(data.DATASETS)
     for name in ("mnist_embedded", "digits_embedded"):
-        info = data.dataset_info({"name": name})
+        info = data.dataset_info(defaults.data_config(name))
         assert validate.DATASETS[name][:4] == (
             info.num_train,
             info.num_test,

@@ -1,20 +1,22 @@
-"""Tests for wide_tf.optim: LARS against a NumPy reference, schedules against hand-computed values, the factory."""
+"""Tests for wide_tf.optim: LARS against a NumPy reference, schedules against hand-computed values,
+the optimizers by name."""
 
 import math
 
 import keras
-import ml_collections
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf import optim
+from wide_tf import defaults, optim
 
-# ---------------------------------------------------------------------------------------------- NumPy reference
+# ----------------------------------------------------------------------------------------------
+# NumPy reference
 
 
 def np_trust(w, g, eta, wd, eps, form):
-    """Independent LARS trust ratio (You et al. form or the |g + wd w| form), 1 where a norm is 0."""
+    """Independent LARS trust ratio (You et al. form or the |g + wd w| form), 1 where a norm is
+    0."""
     wn = np.sqrt(np.sum(w.astype(np.float64) ** 2))
     gn = np.sqrt(np.sum(g.astype(np.float64) ** 2))
     if form == "you":
@@ -28,7 +30,8 @@ def np_trust(w, g, eta, wd, eps, form):
 
 
 def np_lars(params, grads_seq, lrs, *, momentum, eta, wd, eps, form, clip, nesterov):
-    """Reference LARS: params is {name: array}; rank <= 1 arrays are excluded (plain momentum, no decay)."""
+    """Reference LARS: params is {name: array}; rank <= 1 arrays are excluded (plain momentum, no
+    decay)."""
     params = {k: v.astype(np.float64).copy() for k, v in params.items()}
     vel = {k: np.zeros_like(v) for k, v in params.items()}
     for grads, lr in zip(grads_seq, lrs):
@@ -67,7 +70,8 @@ def _names(model):
     return ["kernel", "bias"]  # Dense's trainable_variables order
 
 
-# ---------------------------------------------------------------------------------------------- LARS updates
+# ----------------------------------------------------------------------------------------------
+# LARS updates
 
 
 @pytest.mark.parametrize("form", ["you", "decayed_grad"])
@@ -85,8 +89,8 @@ def test_lars_matches_numpy_reference_over_five_steps(form, clip, momentum, nest
     model = _dense_model()
     init = {k: v.numpy() for k, v in zip(_names(model), model.trainable_variables)}
     grads = _grad_seq(model, 5)
-    # lr from a schedule (Keras' boundaries are inclusive: steps 0-1, 2, 3-4), so the test also checks that
-    # update_step gets the step's learning rate.
+    # lr from a schedule (Keras' boundaries are inclusive: steps 0-1, 2, 3-4), so the test also
+    # checks that update_step gets the step's learning rate.
     sched = keras.optimizers.schedules.PiecewiseConstantDecay([1, 2, 4], [0.05, 0.1, 0.2, 0.1])
     lr_values = [0.05, 0.05, 0.1, 0.2, 0.2]
     kw = dict(
@@ -118,7 +122,8 @@ def test_lars_matches_numpy_reference_over_five_steps(form, clip, momentum, nest
     for k, v in zip(_names(model), model.trainable_variables):
         np.testing.assert_allclose(v.numpy(), ref[k], rtol=2e-5, atol=1e-6, err_msg=k)
     assert int(opt.iterations.numpy()) == 5
-    # The reference must be sensitive to what is tested: clipping, the form, and the exclusion all change it.
+    # The reference must be sensitive to what is tested: clipping, the form, and the exclusion all
+    # change it.
     other = np_lars(
         init,
         [dict(zip(_names(model), gs)) for gs in grads],
@@ -135,7 +140,8 @@ def test_lars_matches_numpy_reference_over_five_steps(form, clip, momentum, nest
 
 
 def test_lars_bias_is_excluded_from_adaptation_and_decay():
-    """The bias (rank 1) gets plain momentum SGD with no weight decay, the kernel the trust ratio."""
+    """The bias (rank 1) gets plain momentum SGD with no weight decay, the kernel the trust
+    ratio."""
     model = _dense_model()
     b0 = model.layers[0].bias.numpy().copy()
     opt = optim.LARS(learning_rate=0.1, momentum=0.0, eta=0.001, weight_decay=0.5)
@@ -156,7 +162,8 @@ def test_lars_zero_norms_give_ratio_one():
     assert float(
         optim.compute_trust_ratio(tf.constant(2.0), tf.constant(3.0), zero, 0.1, 0.5, 0.0, "you")
     ) == pytest.approx(0.05)
-    # Through update_step: a zero kernel with nonzero gradient moves by lr * g (ratio 1), not by 0 or NaN.
+    # Through update_step: a zero kernel with nonzero gradient moves by lr * g (ratio 1), not by 0
+    # or NaN.
     model = _dense_model(kernel=np.zeros((5, 3), np.float32))
     opt = optim.LARS(learning_rate=0.1, momentum=0.9, eta=0.001, weight_decay=0.1)
     opt.build(model.trainable_variables)
@@ -184,7 +191,7 @@ def test_lars_trust_ratios_in_tf_function_match_numpy():
         opt.build(model.trainable_variables)
         grads = _grad_seq(model, 1)[0]
         ratios = tf.function(
-            lambda gs: optim.lars_trust_ratios(opt, gs, model.trainable_variables)
+            lambda gs, opt=opt: optim.lars_trust_ratios(opt, gs, model.trainable_variables)
         )([tf.constant(g) for g in grads])
         expected = [
             np_trust(v.numpy(), g, 0.02, 0.01, 1e-4, form)
@@ -298,33 +305,17 @@ def test_one_step_under_mirrored_strategy_equals_single_device(name):
     assert not np.allclose(init, model2.trainable_variables[0].numpy())  # the step did something
 
 
-# ---------------------------------------------------------------------------------------------- schedules
+# ----------------------------------------------------------------------------------------------
+# schedules
 
 
 def _cfg(**kw):
-    base = dict(
-        name="sgd",
-        base_lr=0.1,
-        reference_batch=256,
-        scaling="linear",
-        lr_multiplier=1.0,
-        momentum=0.9,
-        weight_decay=0.0,
-        lars_eta=0.001,
-        lars_trust_ratio="you",
-        lars_epsilon=0.0,
-        lars_clip=False,
-        schedule="constant",
-        warmup_epochs=0.0,
-        warmup_steps=0,
-        warmup_fixed="epochs",
-        decay_epochs=[],
-        decay_factor=0.1,
-        poly_power=2.0,
-        end_lr_fraction=0.0,
-    )
-    base.update(kw)
-    return ml_collections.ConfigDict(base)
+    """defaults.optim_config() with the linear scaling rule (the hand-computed values below use
+    it), then `kw`."""
+    cfg = defaults.optim_config()
+    cfg.scaling = "linear"
+    cfg.update(kw)
+    return cfg
 
 
 def test_scaling_rules_and_peak_lr():
@@ -378,7 +369,8 @@ def test_cosine_polynomial_multistep_values():
         10,
         110,
     )
-    # t = 0.5 at step 60: end + (peak-end)/2 = 0.01 + 0.045; t=0.25 at 35: 0.01 + 0.09*(1+cos(pi/4))/2.
+    # t = 0.5 at step 60: end + (peak-end)/2 = 0.01 + 0.045; t=0.25 at 35: 0.01 +
+    # 0.09*(1+cos(pi/4))/2.
     np.testing.assert_allclose(
         _values(cos, [5, 10, 35, 60, 110, 200]),
         [0.05, 0.1, 0.01 + 0.09 * (1 + math.cos(math.pi / 4)) / 2, 0.055, 0.01, 0.01],
@@ -428,7 +420,8 @@ def test_schedule_serialisation_round_trip_and_warmup_init_fraction():
     )
 
 
-# ---------------------------------------------------------------------------------------------- factory
+# ----------------------------------------------------------------------------------------------
+# factory
 
 
 def test_build_optimizer_by_name():
@@ -471,10 +464,30 @@ def test_build_optimizer_by_name():
         optim.build_optimizer(_cfg(name="adam", weight_decay=1e-4), 256, 10, 100)
 
 
+def test_registry_names_and_diagnostics():
+    """OPTIMIZERS is keyed by the names validate.py reads from defaults (no TensorFlow there);
+    only LARS reports diagnostics, its trust ratios' min/mean/max, inside a tf.function."""
+    assert tuple(optim.OPTIMIZERS) == defaults.OPTIMIZER_NAMES == optim.OPTIMIZER_NAMES
+    with_diagnostics = {n for n, spec in optim.OPTIMIZERS.items() if spec.diagnostics}
+    assert with_diagnostics == {"lars"}
+    model = _dense_model(seed=0)
+    opt = optim.build_optimizer(_cfg(name="lars", weight_decay=1e-3), 256, 10, 100)
+    opt.build(model.trainable_variables)
+    grads = [tf.constant(g) for g in _grad_seq(model, 1)[0]]
+    hook = optim.OPTIMIZERS["lars"].diagnostics
+    got = tf.function(lambda gs: hook.fn(opt, gs, model.trainable_variables))(grads)
+    assert tuple(got) == hook.names
+    ratios = optim.lars_trust_ratios(opt, grads, model.trainable_variables).numpy()
+    np.testing.assert_allclose(
+        [float(got[k]) for k in hook.names], [ratios.min(), ratios.mean(), ratios.max()]
+    )
+
+
 @pytest.mark.parametrize("name", ["momentum", "adamw", "lamb"])
 @pytest.mark.parametrize("pass_variables", [True, False])
 def test_keras_weight_decay_is_decoupled_and_skips_low_rank(name, pass_variables):
-    """With zero gradients only the decay moves weights: kernel *= (1 - lr*wd), bias and BN untouched."""
+    """With zero gradients only the decay moves weights: kernel *= (1 - lr*wd), bias and BN
+    untouched."""
     keras.utils.set_random_seed(0)
     model = keras.Sequential(
         [

@@ -27,12 +27,13 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["status"] == "reached"
     assert result["final"]["train_accuracy"] >= 0.95
-    # Steps/epochs agree, and the target was met on the evaluation cadence (multiples of 2,000 examples).
+    # Steps/epochs agree, and the target was met on the evaluation cadence (multiples of 2,000
+    # examples).
     assert result["epochs_to_target"] == pytest.approx(result["steps_to_target"] * 64 / 4000)
     assert result["examples_to_target"] % 2000 < 64
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["steps_to_target"] == result["steps_to_target"]
-    history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert history[0]["step"] == 0 and history[-1]["train_accuracy"] >= 0.95
     tags = set()
     for f in tf.io.gfile.glob(str(tmp_path / "train" / "events*")):
@@ -78,7 +79,7 @@ def test_lars_run_logs_trust_ratios_and_accumulates(tmp_path):
     config.optim.name, config.optim.base_lr, config.optim.weight_decay = "lars", 2.0, 1e-4
     config.optim.warmup_epochs, config.optim.schedule = 0.5, "polynomial"
     result = train.train_and_evaluate(config, str(tmp_path))
-    history = [json.loads(l) for l in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     last = history[-1]
     assert 0 < last["trust_ratio_min"] <= last["trust_ratio_mean"] <= last["trust_ratio_max"]
     # Accumulation over 4 micro-batches feeds the two-batch noise-scale estimator.
@@ -160,8 +161,8 @@ def test_killed_run_resumes_to_the_same_result(tmp_path):
     a = json.loads((ref / "result.json").read_text())
     b = json.loads((killed / "result.json").read_text())
     assert comparable(a) == comparable(b)
-    ha = [json.loads(l) for l in (ref / "metrics.jsonl").read_text().splitlines()]
-    hb = [json.loads(l) for l in (killed / "metrics.jsonl").read_text().splitlines()]
+    ha = [json.loads(line) for line in (ref / "metrics.jsonl").read_text().splitlines()]
+    hb = [json.loads(line) for line in (killed / "metrics.jsonl").read_text().splitlines()]
     assert [h["step"] for h in ha] == [h["step"] for h in hb]
     assert [round(h["train_loss"], 4) for h in ha] == [round(h["train_loss"], 4) for h in hb]
 

@@ -124,7 +124,8 @@ def test_unknown_strategy_name():
 
 
 def test_jit_with_mirrored_cpu_is_refused():
-    # A string, as --config.runtime.jit_compile=True arrives (the field is typed str by its default).
+    # A string, as --config.runtime.jit_compile=True arrives (the field is typed str by its
+    # default).
     _one_line_error(
         _cfg(strategy="cpu", devices=_two_cpus(), jit_compile="True"),
         "jit_compile",

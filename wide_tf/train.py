@@ -18,6 +18,7 @@ from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
 from wide_tf import preemption
 from wide_tf import workdir as wd
+from wide_tf.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.models import build_model
 from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.strategy import Runtime, setup_runtime
@@ -29,6 +30,11 @@ DEFAULT_CHECKPOINT_MIN_S = 10.0
 
 class ConfigError(ValueError):
     """A run's config asks for something that cannot be done; the message says what to change."""
+
+
+def _comparison(metric: str) -> str:
+    """How `metric` meets its target: a loss at or below it, an accuracy at or above it."""
+    return "<=" if metric.endswith("loss") else ">="
 
 
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
@@ -64,9 +70,9 @@ def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
 def _budget_steps(t, n_train: int, batch: int) -> int:
     """The run's budget in steps: train.max_steps if set, else max_epochs' worth of steps but at
     least train.min_steps (a floor, so the largest batches get enough updates)."""
-    if t.get("max_steps", 0) > 0:
+    if t.max_steps > 0:
         return int(t.max_steps)
-    return max(math.ceil(t.max_epochs * n_train / batch), int(t.get("min_steps", 0)))
+    return max(math.ceil(t.max_epochs * n_train / batch), int(t.min_steps))
 
 
 def _check(config, info) -> None:
@@ -78,13 +84,13 @@ def _check(config, info) -> None:
             f"train.global_batch={t.global_batch} is larger than the training set "
             f"({info.num_train} examples); use at most {info.num_train}"
         )
-    if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
+    if t.max_steps <= 0 and t.max_epochs <= 0:
         raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
 
 
 def _model_policy(model) -> str:
     """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
-    layer = next((l for l in model.layers if l.weights), None)
+    layer = next((candidate for candidate in model.layers if candidate.weights), None)
     return (layer or model).dtype_policy.name
 
 
@@ -92,29 +98,27 @@ def describe_protocol(config) -> dict:
     """The settings a reader needs to compare runs; copied into every result.json."""
     t, o, m, d = config.train, config.optim, config.model, config.data
     return {
-        "target": f"{t.target_metric} {'<=' if t.target_metric.endswith('loss') else '>='} {t.target_value}",
+        "target": f"{t.target_metric} {_comparison(t.target_metric)} {t.target_value}",
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
-        "max_steps": t.get("max_steps", 0),
-        "min_steps": t.get("min_steps", 0),
+        "max_steps": t.max_steps,
+        "min_steps": t.min_steps,
         "optimizer": o.name,
         "schedule": o.schedule,
         "warmup": (
-            f"{o.get('warmup_epochs', 0)} epochs"
-            if o.get("warmup_fixed", "epochs") == "epochs"
-            else f"{o.get('warmup_steps', 0)} steps"
+            f"{o.warmup_epochs} epochs" if o.warmup_fixed == "epochs" else f"{o.warmup_steps} steps"
         )
-        + f" (fixed in {o.get('warmup_fixed', 'epochs')})",
+        + f" (fixed in {o.warmup_fixed})",
         "scaling": o.scaling,
         "reference_batch": o.reference_batch,
-        "momentum": o.get("momentum", 0.0),
-        "weight_decay": o.get("weight_decay", 0.0),
+        "momentum": o.momentum,
+        "weight_decay": o.weight_decay,
         "norm": m.norm,
-        "ghost_batch_size": m.get("ghost_batch_size", 0) if m.norm == "ghost" else None,
+        "ghost_batch_size": m.ghost_batch_size if m.norm == "ghost" else None,
         "data": d.name,
-        "augment": d.get("augment", False),
+        "augment": d.augment,
         "shuffle_buffer": d.shuffle_buffer,
-        "max_device_batch": t.get("max_device_batch", 0),
+        "max_device_batch": t.max_device_batch,
     }
 
 
@@ -127,12 +131,9 @@ class _GradientProbe:
     summed gradient, loss), and one packed tensor of three numbers comes back per measurement."""
 
     def __init__(self, config, model, strategy):
-        from wide_tf.measure import diversity, per_example  # imported only when measuring
-
-        self.stats_from_norms = diversity.stats_from_norms
-        self.every = config.train.get("gradient_every_examples", 0)
-        size = config.train.get("probe_size", 512)
-        chunk = config.train.get("probe_chunk", 256)
+        self.every = config.train.gradient_every_examples
+        size = config.train.probe_size
+        chunk = config.train.probe_chunk
         x, y = data_lib.load_arrays(config.data, "train", limit=size)
         self.n = len(y)
         engine = per_example.PerExampleGradients.for_model(model)
@@ -171,7 +172,7 @@ class _GradientProbe:
 
     def __call__(self, model=None) -> dict:
         s1, q, _ = (float(v) for v in self._sums().numpy())
-        stats = self.stats_from_norms([s1], q, n=self.n)
+        stats = diversity.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
 
@@ -225,15 +226,15 @@ _SCHEDULE_NUMBERS = (
     "decay_factor",
     "poly_power",
     "end_lr_fraction",
-    "warmup_init_fraction",
 )
 
 
 def _build_key(config, runtime, info, plan) -> str:
     """Everything a run's model, optimizer, traced functions and evaluation sets depend on, except
-    the numbers held in variables (initial weights, learning-rate schedule, divergence threshold)."""
+    the numbers held in variables (initial weights, learning-rate schedule, divergence
+    threshold)."""
     optim = {k: v for k, v in config.optim.to_dict().items() if k not in _SCHEDULE_NUMBERS}
-    optim["decay_boundaries"] = len(config.optim.get("decay_epochs", ()) or ())
+    optim["decay_boundaries"] = len(config.optim.decay_epochs)
     t = config.train
     return json.dumps(
         {
@@ -245,8 +246,8 @@ def _build_key(config, runtime, info, plan) -> str:
             "plan": dataclasses.astuple(plan),
             "info": [info.num_classes, list(info.input_shape)],
             "data": config.data.to_dict(),
-            "eval": [t.get("eval_batch", 1024), t.get("eval_train_limit", 0)],
-            "probe": [t.get("probe_size", 512), t.get("probe_chunk", 256)],
+            "eval": [t.eval_batch, t.eval_train_limit],
+            "probe": [t.probe_size, t.probe_chunk],
         },
         sort_keys=True,
         default=str,
@@ -263,7 +264,6 @@ class _Built:
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     stepper: Stepper
-    trust_fn: object
     eval_sets: dict
     host_var: tf.Variable  # a run's host-side state, saved as a JSON string in its checkpoints
     checkpoint: tf.train.Checkpoint
@@ -274,7 +274,7 @@ class _Built:
     def probe(self, config) -> _GradientProbe:
         if self._probe is None:
             self._probe = _GradientProbe(config, self.model, self.stepper.strategy)
-        self._probe.every = config.train.get("gradient_every_examples", 0)
+        self._probe.every = config.train.gradient_every_examples
         return self._probe
 
 
@@ -300,7 +300,7 @@ def _initial_weights(built: _Built, config, info, seed: int) -> list:
             info.num_classes,
             info.input_shape,
             norm=m.norm,
-            ghost_batch_size=m.get("ghost_batch_size", 32),
+            ghost_batch_size=m.ghost_batch_size,
         )
         built.init_weights[seed] = [w.numpy() for w in fresh.weights]
     return built.init_weights[seed]
@@ -320,7 +320,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         for v, value in zip(built.optimizer.variables, built.optimizer_init):
             v.assign(value)
         built.optimizer._learning_rate.assign_from(schedule)
-        built.stepper.reset(t.get("diverge_loss", 1e3))
+        built.stepper.reset(t.diverge_loss)
         keras.utils.set_random_seed(t.seed)
         return built
     clear_cache()  # the previous run's graphs go (a study used to do this after every run)
@@ -335,7 +335,7 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             info.num_classes,
             info.input_shape,
             norm=m.norm,
-            ghost_batch_size=m.get("ghost_batch_size", 32),
+            ghost_batch_size=m.ghost_batch_size,
         )
         optimizer = optim_lib.build_optimizer(
             config.optim,
@@ -344,23 +344,18 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             total_steps,
             variables=model.trainable_variables,
         )
-        optimizer.build(model.trainable_variables)  # before the first step (DESIGN.md)
-        trust_fn = None
-        if isinstance(optimizer, optim_lib.LARS):
-            trust_fn = lambda g, v: optim_lib.lars_trust_ratios(optimizer, g, v)  # noqa: E731
+        # Before the first step (docs/design.md, "TensorFlow / Keras 3 facts").
+        optimizer.build(model.trainable_variables)
         stepper = Stepper(
             model,
             optimizer,
             strategy,
             plan,
             jit_compile=runtime.jit_compile,
-            diverge_loss=t.get("diverge_loss", 1e3),
-            trust_ratio_fn=trust_fn,
+            diverge_loss=t.diverge_loss,
+            diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
         )
-    eval_batch = (
-        t.get("eval_batch", 1024) // runtime.num_replicas * runtime.num_replicas
-        or runtime.num_replicas
-    )
+    eval_batch = t.eval_batch // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
 
     def eval_set(split: str, limit: int | None):
         n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
@@ -378,9 +373,8 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         model=model,
         optimizer=optimizer,
         stepper=stepper,
-        trust_fn=trust_fn,
         eval_sets={
-            "train": eval_set("train", t.get("eval_train_limit", 0) or None),
+            "train": eval_set("train", t.eval_train_limit or None),
             "test": eval_set("test", None),
         },
         optimizer_init=[v.numpy() for v in optimizer.variables],
@@ -434,24 +428,23 @@ class Run:
         t, strategy = config.train, runtime.strategy
         self.info = info = data_lib.dataset_info(config.data)
         _check(config, info)
-        self.plan = plan = BatchPlan.make(
-            t.global_batch, runtime.num_replicas, t.get("max_device_batch", 0)
-        )
-        ghost = config.model.get("ghost_batch_size", 0)
+        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.max_device_batch)
+        ghost = config.model.ghost_batch_size
         if config.model.norm == "ghost" and plan.micro_batch % ghost:
             # Also a batch smaller than the ghost size: the virtual batch is never shrunk, since
             # its statistics would then depend on the number of replicas (and micro-batches).
             raise ConfigError(
                 f"ghost batch norm needs each per-replica (micro-)batch to be a multiple of "
                 f"model.ghost_batch_size={ghost}, but it is {plan.micro_batch} (global batch "
-                f"{plan.global_batch} over {plan.num_replicas} replica(s) x {plan.num_micro_batches} "
-                f"micro-batch(es)); lower model.ghost_batch_size (to a divisor of {plan.micro_batch}) "
+                f"{plan.global_batch} over {plan.num_replicas} replica(s) x "
+                f"{plan.num_micro_batches} micro-batch(es)); lower model.ghost_batch_size (to a "
+                f"divisor of {plan.micro_batch}) "
                 f"or raise the batch"
             )
         self.batch = batch = plan.global_batch
         self.steps_per_epoch = info.num_train / batch
         self.total_steps = _budget_steps(t, info.num_train, batch)
-        self.eval_every = t.get("eval_every_examples", 0) or info.num_train
+        self.eval_every = t.eval_every_examples or info.num_train
         self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
         self.name = self.trial.get("trial_id", "run")
 
@@ -474,7 +467,7 @@ class Run:
             max_to_keep=2,
         )
         self.metrics = MetricsWriter(workdir, self.chief, self.name)
-        want_probe = t.get("gradient_every_examples", 0) or t.get("gradient_at_init", False)
+        want_probe = t.gradient_every_examples or t.gradient_at_init
         self.probe = built.probe(config) if want_probe else None
         self.state = RunState()
         self.noise = None
@@ -485,8 +478,6 @@ class Run:
 
     def restore(self) -> None:
         """Continues from the chief's last checkpoint, if any; opens the data stream at the step."""
-        from wide_tf.measure import TwoBatchNoiseScale
-
         latest = tf.train.latest_checkpoint(self.checkpoint_dir)
         if latest:
             self.built.checkpoint.restore(latest).assert_existing_objects_matched()
@@ -497,7 +488,7 @@ class Run:
             )
             self.metrics.log("resumed from %s at step %d", latest, self.state.step)
         t = self.config.train
-        self.noise = TwoBatchNoiseScale(decay=t.get("noise_scale_ema", 0.95))
+        self.noise = TwoBatchNoiseScale(decay=t.noise_scale_ema)
         if self.state.noise:
             self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
         # Always the distributed iterator, even on one CPU device: a plain one is cheaper to
@@ -516,7 +507,7 @@ class Run:
         """One host call of at most train.steps_per_loop steps towards `target_step`; returns the
         loop's training scalars (also sent to TensorBoard). One device-to-host read."""
         st, plan = self.state, self.plan
-        n = min(self.config.train.get("steps_per_loop", 100), target_step - st.step)
+        n = min(self.config.train.steps_per_loop, target_step - st.step)
         t0 = time.time()
         scalars = self.stepper.train(self.train_iter, n)
         dt = time.time() - t0
@@ -532,12 +523,8 @@ class Run:
             "learning_rate": scalars["learning_rate"],  # of the next step
             "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
         }
-        if self.built.trust_fn is not None:
-            out.update(
-                trust_ratio_min=scalars["trust_min"],
-                trust_ratio_mean=scalars["trust_mean"],
-                trust_ratio_max=scalars["trust_max"],
-            )
+        if self.stepper.diagnostics is not None:  # the optimizer's own, e.g. LARS trust ratios
+            out.update({k: scalars[k] for k in self.stepper.diagnostics.names})
         if plan.num_replicas * plan.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
             # Averages over the loop's steps: G2 and S are linear in the two squared norms.
             done = max(scalars["steps"], 1.0)
@@ -639,7 +626,7 @@ class Run:
 
     def running(self) -> bool:
         st = self.state
-        stop_at_target = self.config.train.get("stop_at_target", True)
+        stop_at_target = self.config.train.stop_at_target
         return (
             st.step < self.total_steps
             and st.status != "diverged"
@@ -658,11 +645,11 @@ class Run:
             self.evaluate()
             if self.probe is not None:
                 self.measure()
-        ckpt_every = t.get("checkpoint_every_steps", 0) or max(1, self.total_steps // 10)
+        ckpt_every = t.checkpoint_every_steps or max(1, self.total_steps // 10)
         # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between saves: a
         # run of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms here). Resume is
         # exact from any checkpoint, so this only changes how much work a kill can lose.
-        ckpt_min_s = 0.0 if t.get("checkpoint_every_steps", 0) else DEFAULT_CHECKPOINT_MIN_S
+        ckpt_min_s = 0.0 if t.checkpoint_every_steps else DEFAULT_CHECKPOINT_MIN_S
         last_ckpt, last_ckpt_time = st.step, time.time()
         while self.running():
             examples_before = st.step * self.batch
@@ -752,7 +739,7 @@ class Run:
                 "width": config.model.width,
                 "params": self.params,
                 "batch_size": batch,
-                "lr_multiplier": config.optim.get("lr_multiplier", 1.0),
+                "lr_multiplier": config.optim.lr_multiplier,
                 "learning_rate": self.peak_lr,
                 "optimizer": config.optim.name,
                 "seed": t.seed,
@@ -760,7 +747,8 @@ class Run:
                 "status": st.status,
                 "target": {"metric": t.target_metric, "value": t.target_value},
                 "steps_to_target": s_target,
-                # The crossing interpolated between the two evaluations around it (the analysis uses it).
+                # The crossing interpolated between the two evaluations around it (the analysis uses
+                # it).
                 "steps_to_target_interp": None
                 if s_target is None
                 else (
