@@ -20,7 +20,7 @@ import math
 import os
 import tempfile
 
-from wide_tf import architectures, families
+from wide_tf import architectures, defaults, families
 
 
 class Problem(Exception):
@@ -51,10 +51,12 @@ DATASETS = {
     "cifar100": (50000, 10000, 100, (32, 32, 3), "cifar100"),
     "svhn_cropped": (73257, 26032, 10, (32, 32, 3), "svhn_cropped"),
 }
-OPTIMIZERS = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb")
-SCHEDULES = ("constant", "cosine", "multistep", "polynomial")
-SCALING_RULES = ("none", "linear", "sqrt")
-TRUST_RATIO_FORMS = ("you", "decayed_grad")
+# The optimizer and schedule names have one home, defaults.py (TensorFlow-free; optim.py checks
+# its registry against them).
+OPTIMIZERS = defaults.OPTIMIZER_NAMES
+SCHEDULES = defaults.SCHEDULE_NAMES
+SCALING_RULES = defaults.SCALING_RULES
+TRUST_RATIO_FORMS = defaults.TRUST_RATIO_FORMS
 WARMUP_FIXED = ("epochs", "steps")
 TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
