@@ -81,7 +81,7 @@ def fake(tmp_path):
             timeout=60,
             env=env,
         )
-        calls = [json.loads(l) for l in log.read_text().splitlines()]
+        calls = [json.loads(line) for line in log.read_text().splitlines()]
         for c in calls:
             assert c[:3] == G, c
         return p, [c[3:] for c in calls]
@@ -314,8 +314,8 @@ def test_dry_run_calls_nothing_and_prints_every_branch(fake):
     p, calls = fake(*REQUIRED, "--dry_run", "--accelerator=v4-32")
     assert p.returncode == 0, p.stderr
     assert calls == []
-    lines = [l for l in p.stdout.splitlines() if l.startswith("gcloud ")]
-    assert [l.split()[4] for l in lines] == ["create", "ssh", "scp", "ssh", "ssh"]
+    lines = [line for line in p.stdout.splitlines() if line.startswith("gcloud ")]
+    assert [line.split()[4] for line in lines] == ["create", "ssh", "scp", "ssh", "ssh"]
     assert "# PREEMPTED or TERMINATED: gcloud compute tpus tpu-vm delete wide-v4" in p.stdout
     assert "# STOPPED: gcloud compute tpus tpu-vm start wide-v4" in p.stdout
     p2 = _launch(*REQUIRED, "--dry_run")  # and no gcloud on PATH at all

@@ -30,7 +30,9 @@ def _results(workdir):
     out = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*.json"))]
     if (workdir / "results.jsonl").exists():
         out += [
-            json.loads(l) for l in (workdir / "results.jsonl").read_text().splitlines() if l.strip()
+            json.loads(line)
+            for line in (workdir / "results.jsonl").read_text().splitlines()
+            if line.strip()
         ]
     return out
 
