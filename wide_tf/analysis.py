@@ -49,6 +49,12 @@ DECISIVE = (SUPPORTED, CONTRADICTED)
 POOR_FIT_R2 = 0.5
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of `metric` is better: losses (train_loss, test_loss), not
+    accuracies. The one rule for which way a target is met and which way a run gets closer."""
+    return metric.endswith("loss")
+
+
 # ----------------------------------------------------------------------------------------------
 # Records
 # ----------------------------------------------------------------------------------------------
