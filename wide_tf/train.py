@@ -115,6 +115,26 @@ def describe_protocol(config) -> dict:
         "augment": d.get("augment", False),
         "shuffle_buffer": d.shuffle_buffer,
         "max_device_batch": t.get("max_device_batch", 0),
+        # What "diverged" means, and what the training metric is measured on.
+        "diverge_loss": t.get("diverge_loss", 1e3),
+        "eval_train_limit": t.get("eval_train_limit", 0),
+        # The numbers of the schedule and of LARS that change the run (only those in use).
+        "schedule_settings": {
+            k: o.get(k)
+            for k in {
+                "cosine": ("end_lr_fraction",),
+                "polynomial": ("poly_power", "end_lr_fraction"),
+                "multistep": ("decay_factor", "decay_epochs"),
+            }.get(o.schedule, ())
+        },
+        "lars": (
+            {k: o.get(f"lars_{k}") for k in ("eta", "trust_ratio", "epsilon", "clip")}
+            if o.name == "lars"
+            else None
+        ),
+        # The gradient statistics: how often, and on how many examples (n of the batch bound).
+        "gradient_every_examples": t.get("gradient_every_examples", 0),
+        "probe_size": t.get("probe_size", 512),
     }
 
 
