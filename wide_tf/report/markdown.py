@@ -202,7 +202,11 @@ def md_header(config, records, n_bad, verdicts) -> list[str]:
 
 def md_protocol(config, records, eps: float) -> list[str]:
     rows = [[k, str(v).replace("|", "\\|")] for k, v in protocol_rows(config, records, eps)]
-    return ["## Protocol", ""] + _md_table(["setting", "value"], rows) + [""]
+    intro = (
+        "How the trials ran, from the settings each trial recorded in its result.json (a setting "
+        "where trials differ says so); then the study's design, from config.json."
+    )
+    return ["## Protocol", "", intro, ""] + _md_table(["setting", "value"], rows) + [""]
 
 
 def md_plots(plots) -> list[str]:
