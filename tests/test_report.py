@@ -366,6 +366,20 @@ def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     assert not os.path.exists(os.path.join(wd, "report", "batch_bound_vs_width.png"))
 
 
+def test_report_gradient_measured_at_init_only(tmp_path):
+    # One measurement per trial (at initialisation): the bound against width is drawn, the bound
+    # over training (a single point per line: nothing to see) is not made at all.
+    recs = make_records(MEMBERS[:2], seeds=(0,), batches=(32, 64, 128))
+    for r in recs:
+        r["gradient"]["history"] = r["gradient"]["history"][:1]
+    wd = make_workdir(tmp_path, recs)
+    md = open(report.write_report(wd)).read()
+    out = os.path.join(wd, "report")
+    assert os.path.exists(os.path.join(out, "batch_bound_vs_width.png"))
+    assert not os.path.exists(os.path.join(out, "batch_bound_over_training.png"))
+    assert "batch_bound_vs_width.png" in md and "batch_bound_over_training.png" not in md
+
+
 def test_report_empty_results(tmp_path):
     wd = make_workdir(tmp_path, [])
     md = open(report.write_report(wd)).read()

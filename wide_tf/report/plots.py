@@ -76,6 +76,9 @@ def _no_data(ax, what: str) -> None:
     # An empty log axis cannot be drawn; say why the panel is empty instead.
     ax.set_xscale("linear")
     ax.set_yscale("linear")
+    if not any(len(line.get_xdata()) for line in ax.lines) and not ax.collections:
+        ax.set_xticks([])  # the ticks of an empty panel would be numbers that mean nothing
+        ax.set_yticks([])
     ax.text(
         0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4"
     )
@@ -210,8 +213,10 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
             bb = np.array([c.batch_size for c in s.cells], dtype=float)
             ax.plot(bb, pts[0][1] * pts[0][0] / bb, ":", color=col, alpha=0.6)
         _mark_unreached(ax, s, col, marked)
-    ax.plot([], [], "k-", alpha=0.8, linewidth=1, label="fit S_min (1 + B_crit / B), 95% band")
-    ax.plot([], [], "k:", alpha=0.6, label="perfect scaling S ~ 1/B")
+    if any(s.curve is not None and s.curve.fit is not None for s in summaries):
+        ax.plot([], [], "k-", alpha=0.8, linewidth=1, label="fit S_min (1 + B_crit / B), 95% band")
+    if any(_seed_points(s, epochs=False) for s in summaries):
+        ax.plot([], [], "k:", alpha=0.6, label="perfect scaling S ~ 1/B")
     return _finish_batch_plot(
         fig,
         ax,
@@ -278,10 +283,11 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
     )
 
 
-def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> bool:
+def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> tuple[bool, bool]:
     """One panel of batch_vs_width.png: `field` (b_crit or max_batch) of every member against its
-    width, one colour per architecture, and the architecture's slope line. False: nothing drawn."""
-    drawn = False
+    width, one colour per architecture, and the architecture's slope line. Returns (anything
+    drawn, any value beyond the batches tried)."""
+    drawn = bound = False
     for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
         col = f"C{i}"
         mine = [
@@ -297,6 +303,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             w, v = float(s.info.width), _clipped(iv)
             if iv.is_bound:
                 ax.plot([w], [v], "^" if iv.above_range else "v", color=col, markersize=10)
+                bound = True
             else:
                 lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
                 hi = min(iv.high, iv.range_hi * 2) if iv.high is not None else v
@@ -323,7 +330,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
                 alpha=0.6,
                 label=f"{arch}: slope {sl.value:+.2f} [{sl.low:+.2f}, {sl.high:+.2f}]",
             )
-    return drawn
+    return drawn, bound
 
 
 def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
@@ -341,7 +348,8 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ),
     )
     for ax, (field, ylabel, title, slope_name) in zip(axes, panels):
-        if _width_panel(ax, summaries, field, slope_name, verdicts):
+        drawn, bound = _width_panel(ax, summaries, field, slope_name, verdicts)
+        if drawn:
             _plain_log_axis(ax, "x")
             _plain_log_axis(ax, "y")
             _width_ticks(ax, summaries)
@@ -351,8 +359,10 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
-        ax.plot([], [], "k^", label="beyond the batches tried (bound)")
-        ax.legend(fontsize=7)
+        if bound:
+            ax.plot([], [], "k^", label="beyond the batches tried (bound)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
     return _save(
         fig,
         outdir,
@@ -475,18 +485,26 @@ def _representative_trial(s, records):
     return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
 
 
-def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot:
-    """The batch bound during training of each member's representative trial."""
+def _bound_history(s, records) -> tuple[dict | None, list[dict]]:
+    """The member's representative trial and its batch-bound measurements, in training order."""
+    rec = _representative_trial(s, records)
+    hist = [
+        h
+        for h in ((rec or {}).get("gradient") or {}).get("history") or []
+        if h.get("batch_bound") is not None and h.get("examples") is not None
+    ]
+    return rec, sorted(hist, key=lambda h: h["examples"])
+
+
+def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot | None:
+    """The batch bound during training of each member's representative trial; None (no figure)
+    when no such trial measured it more than once (at initialisation only: nothing to draw)."""
+    histories = [_bound_history(s, records) for s in summaries]
+    if not any(len(hist) > 1 for _, hist in histories):
+        return None
     fig, ax = _figure()
-    for s, col in zip(summaries, colors):
-        rec = _representative_trial(s, records)
-        hist = [
-            h
-            for h in ((rec or {}).get("gradient") or {}).get("history") or []
-            if h.get("batch_bound") is not None and h.get("examples") is not None
-        ]
+    for s, col, (rec, hist) in zip(summaries, colors, histories):
         if hist:
-            hist.sort(key=lambda h: h["examples"])
             x = np.array([h["examples"] for h in hist], dtype=float)
             ax.plot(
                 np.maximum(x, 1.0),
@@ -527,5 +545,7 @@ def make_plots(
     with_bb = [s for s in summaries if s.batch_bound_init is not None]
     if with_bb:
         plots.append(plot_batch_bound_vs_width(with_bb, outdir))
-        plots.append(plot_batch_bound_over_training(summaries, records, colors, outdir))
+        over_training = plot_batch_bound_over_training(summaries, records, colors, outdir)
+        if over_training is not None:
+            plots.append(over_training)
     return plots
