@@ -161,11 +161,11 @@ def _gradient_stats(p: dict, r: dict) -> str | None:
 
 
 def _precision(p: dict, r: dict) -> str | None:
-    return r.get("dtype_policy")  # the policy the model was built with, not only the one asked
+    return r.get("dtype_policy")  # the policy the model was built with
 
 
 # (label, the protocol keys it shows, its text); a protocol key no row shows gets a row of its own.
-TRIAL_ROWS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | None]], ...] = (
+TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | None]], ...] = (
     ("Target", ("target",), _target),
     ("Budget", ("max_epochs", "max_steps", "min_steps"), _budget),
     ("Evaluation cadence", ("eval_every_examples", "eval_train_limit"), _evaluation),
@@ -200,18 +200,18 @@ def _value_text(v) -> str:
     return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
 
 
-def trial_rows(records: list[dict]) -> list[tuple[str, str]]:
+def trial_settings_rows(records: list[dict]) -> list[tuple[str, str]]:
     """How the trials ran, from the `protocol` each trial's result.json carries; a setting where
     the trials differ says how. Empty when no record carries a protocol."""
     recorded = [r for r in records if isinstance(r.get("protocol"), dict) and r["protocol"]]
     if not recorded:
         return []
     rows = []
-    for label, _, text in TRIAL_ROWS:
+    for label, _, text in TRIAL_SETTINGS:
         value = _agreed([text(r["protocol"], r) for r in recorded])
         if value is not None:
             rows.append((label, value))
-    shown = {k for _, keys, _ in TRIAL_ROWS for k in keys}
+    shown = {k for _, keys, _ in TRIAL_SETTINGS for k in keys}
     for key in sorted({k for r in recorded for k in r["protocol"]} - shown):
         value = _agreed(
             [_value_text(r["protocol"][key]) if key in r["protocol"] else None for r in recorded]
@@ -230,7 +230,7 @@ def trial_rows(records: list[dict]) -> list[tuple[str, str]]:
 # ----------------------------------------------------------------------------------------------
 
 
-def study_rows(config: dict) -> list[tuple[str, str]]:
+def study_design_rows(config: dict) -> list[tuple[str, str]]:
     """Batch sizes, the learning-rate grid, the seeds and the family, from config.json."""
     sweep = config.get("sweep") or {}
     rows = []
@@ -265,7 +265,7 @@ def study_rows(config: dict) -> list[tuple[str, str]]:
 def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[tuple[str, str]]:
     """The protocol table as (setting, value) rows: how the trials ran (from their records), the
     study's design (from config.json), and the eps of max_batch."""
-    rows = trial_rows(records)
+    rows = trial_settings_rows(records)
     if not rows:
         rows.append(
             (
@@ -290,6 +290,6 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
             ),
         )
     else:
-        rows += study_rows(config)
+        rows += study_design_rows(config)
     rows.append(("eps (max_batch)", f"{eps:g}"))
     return rows
