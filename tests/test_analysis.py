@@ -443,3 +443,8 @@ def test_simulated_study_follows_the_protocol():
         for r in recs
         if r["status"] == "reached"
     )
+
+
+def test_lower_is_better_for_losses_only():
+    assert A.lower_is_better("train_loss") and A.lower_is_better("test_loss")
+    assert not A.lower_is_better("train_accuracy") and not A.lower_is_better("test_accuracy")

@@ -7,14 +7,15 @@ import os
 import subprocess
 import sys
 
+import ml_collections
 import pytest
 
-from wide_tf import analysis, report
+from wide_tf import analysis, report, train
 
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
-# Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): E(B) is proportional to B + Bc,
-# so max_batch(0.25) crosses near 1.25 * 32 + Bc / 4 = 48, 72 and 168.
+# Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): E(B) is proportional to
+# B + Bc, so max_batch(0.25) crosses near 1.25 * 32 + Bc / 4 = 48, 72 and 168.
 MEMBERS = [("mlp-d8-w128", 8, 128, 32), ("mlp-d4-w181", 4, 181, 128), ("mlp-d2-w256", 2, 256, 512)]
 
 
@@ -80,7 +81,7 @@ def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True
                         "wall_time_s": 3.0,
                         "examples_per_s": 2000.0,
                         "gradient": {"history": [], "noise_scale_ema": None},
-                        "protocol": {"target": "x"},
+                        "protocol": PROTOCOL,
                     }
                     if history and status != "diverged":
                         r["gradient"] = {
@@ -139,6 +140,9 @@ CONFIG = {
         "eps": 0.25,
     },
 }
+
+# What train.py records in every result.json of this study (the report's protocol table reads it).
+PROTOCOL = train.describe_protocol(ml_collections.ConfigDict(CONFIG))
 
 
 def make_workdir(path, records, config=CONFIG):
@@ -233,7 +237,11 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "every 4000 examples",
         "momentum",
         "cosine",
-        "held fixed in epochs",
+        "2.0 epochs (fixed in epochs)",
+        "cosine (end at 0.0 x peak)",
+        "loss > 1000.0 or non-finite",
+        "mnist_embedded, 4096 training examples",
+        "multipliers [0.5, 1.0, 2.0] of the base rate 0.05",
         "ghost",
         "virtual batch 32",
         "mnist_embedded",
@@ -358,6 +366,20 @@ def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     assert not os.path.exists(os.path.join(wd, "report", "batch_bound_vs_width.png"))
 
 
+def test_report_gradient_measured_at_init_only(tmp_path):
+    # One measurement per trial (at initialisation): the bound against width is drawn, the bound
+    # over training (a single point per line: nothing to see) is not made at all.
+    recs = make_records(MEMBERS[:2], seeds=(0,), batches=(32, 64, 128))
+    for r in recs:
+        r["gradient"]["history"] = r["gradient"]["history"][:1]
+    wd = make_workdir(tmp_path, recs)
+    md = open(report.write_report(wd)).read()
+    out = os.path.join(wd, "report")
+    assert os.path.exists(os.path.join(out, "batch_bound_vs_width.png"))
+    assert not os.path.exists(os.path.join(out, "batch_bound_over_training.png"))
+    assert "batch_bound_vs_width.png" in md and "batch_bound_over_training.png" not in md
+
+
 def test_report_empty_results(tmp_path):
     wd = make_workdir(tmp_path, [])
     md = open(report.write_report(wd)).read()
@@ -403,6 +425,19 @@ def test_report_without_config_uses_protocol_records(tmp_path):
     )
     md = open(report.write_report(wd, eps=0.5)).read()
     assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
+    # how the trials ran comes from their records all the same
+    assert "| Target | train_accuracy >= 0.99 (first seen" in md and "| Budget | 40.0 epochs" in md
+    assert "Batch sizes" not in md  # the study's design is in config.json only
+
+
+def test_report_protocol_says_where_trials_differ(tmp_path):
+    recs = make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64, 128), history=False)
+    recs[0] = dict(recs[0], protocol=dict(PROTOCOL, max_epochs=20.0))
+    del recs[1]["protocol"]
+    md = open(report.write_report(make_workdir(tmp_path, recs))).read()
+    assert "| Budget | differs across trials: 40.0 epochs (7 trials); 20.0 epochs (1 trial) |" in md
+    assert "| Trials without settings | 1 (older result files) |" in md
+    assert "| Optimizer | momentum, momentum 0.9 |" in md  # the same in every trial: one value
 
 
 def test_bad_workdir_errors(tmp_path):

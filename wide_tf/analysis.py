@@ -33,6 +33,7 @@ import numpy as np
 
 from wide_tf import critical_batch as cb
 from wide_tf import lr_grid
+from wide_tf.lr_grid import lower_is_better  # noqa: F401  (re-exported: the report uses it)
 
 STATUSES = ("reached", "not_reached", "diverged")
 # Numeric status code for TensorBoard HParams (which only takes numbers as metrics).

@@ -70,6 +70,13 @@ def _median(values: Sequence[float]) -> float:
     return v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
 
 
+def lower_is_better(metric: str) -> bool:
+    """Whether a smaller value of `metric` is better: losses (train_loss, test_loss), not
+    accuracies. The one rule for which way a target is met and which way a run gets closer
+    (train.py, this module, the report through analysis)."""
+    return metric.endswith("loss")
+
+
 def _progress(rec: dict) -> float | None:
     """How close a run that did not reach the target got to it: its final value of the target
     metric, signed so that larger is closer (None when the run recorded none)."""
@@ -78,7 +85,7 @@ def _progress(rec: dict) -> float | None:
     v = (rec.get("final") or {}).get(metric) if metric else None
     if v is None or not math.isfinite(float(v)):
         return None
-    return -float(v) if metric.endswith("loss") else float(v)
+    return -float(v) if lower_is_better(metric) else float(v)
 
 
 def grid_points(tuning_records: Sequence[dict]) -> list[GridPoint]:

@@ -17,6 +17,7 @@ from absl import logging
 from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
 from wide_tf import preemption
+from wide_tf.lr_grid import lower_is_better
 from wide_tf import workdir as wd
 from wide_tf.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.models import build_model
@@ -34,12 +35,12 @@ class ConfigError(ValueError):
 
 def _comparison(metric: str) -> str:
     """How `metric` meets its target: a loss at or below it, an accuracy at or above it."""
-    return "<=" if metric.endswith("loss") else ">="
+    return "<=" if lower_is_better(metric) else ">="
 
 
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
     got = evaluation[metric]
-    return got <= value if metric.endswith("loss") else got >= value
+    return got <= value if lower_is_better(metric) else got >= value
 
 
 def interpolated_crossing(prev: dict | None, now: dict, metric: str, target: float) -> float:
@@ -119,6 +120,26 @@ def describe_protocol(config) -> dict:
         "augment": d.augment,
         "shuffle_buffer": d.shuffle_buffer,
         "max_device_batch": t.max_device_batch,
+        # What "diverged" means, and what the training metric is measured on.
+        "diverge_loss": t.diverge_loss,
+        "eval_train_limit": t.eval_train_limit,
+        # The numbers of the schedule and of LARS that change the run (only those in use).
+        "schedule_settings": {
+            k: o[k]
+            for k in {
+                "cosine": ("end_lr_fraction",),
+                "polynomial": ("poly_power", "end_lr_fraction"),
+                "multistep": ("decay_factor", "decay_epochs"),
+            }.get(o.schedule, ())
+        },
+        "lars": (
+            {k: o[f"lars_{k}"] for k in ("eta", "trust_ratio", "epsilon", "clip")}
+            if o.name == "lars"
+            else None
+        ),
+        # The gradient statistics: how often, and on how many examples (n of the batch bound).
+        "gradient_every_examples": t.gradient_every_examples,
+        "probe_size": t.probe_size,
     }
 
 

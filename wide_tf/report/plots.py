@@ -1,0 +1,551 @@
+"""Owns the report's figures: one function per PNG, each returning (file name, caption, PNG bytes),
+and the small axis helpers they share.
+
+Figures are drawn with matplotlib's object API (`Figure`, no pyplot), so importing the report
+neither picks a backend nor needs a display (absent on TPU VMs) nor keeps figures open."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import matplotlib
+import numpy as np
+import tensorflow as tf
+from matplotlib import ticker
+from matplotlib.figure import Figure
+
+from wide_tf import lr_grid
+
+Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
+BATCH_LABEL = "batch size B (examples per step)"
+WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
+NOTHING_REACHED = "no learning rate reached the target at any batch size"
+
+
+# ----------------------------------------------------------------------------------------------
+# Shared helpers
+# ----------------------------------------------------------------------------------------------
+
+
+def _colors(n: int):
+    # Ordered colours (dark = narrow, bright = wide) so width reads off every plot.
+    cmap = matplotlib.colormaps["viridis"]
+    return [cmap(0.1 + 0.75 * i / max(n - 1, 1)) for i in range(n)]
+
+
+def _label(s) -> str:
+    w = s.info.width
+    return f"{s.info.name} (width {w:g})" if isinstance(w, (int, float)) else s.info.name
+
+
+def _plain_numbers() -> ticker.FuncFormatter:
+    return ticker.FuncFormatter(lambda v, _: f"{v:g}")
+
+
+def _log2_axis(ax, axis="x"):
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log", base=2)
+    (ax.xaxis if axis == "x" else ax.yaxis).set_major_formatter(_plain_numbers())
+
+
+def _plain_log_axis(ax, axis: str) -> None:
+    # Plain-number ticks on a log axis of any range (a narrow range has no decade tick to label).
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    a.set_major_locator(ticker.LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    a.set_major_formatter(_plain_numbers())
+    a.set_minor_formatter(ticker.NullFormatter())
+
+
+def _plain_log_y(ax) -> None:
+    # Log axes label "2x10^2" by default; researchers read plain numbers faster. Narrow ranges
+    # get labelled 2 and 5 minor ticks, wide ranges only decades.
+    if ax.get_yscale() != "log":
+        return
+    lo, hi = ax.get_ylim()
+    fmt = _plain_numbers()
+    ax.yaxis.set_major_formatter(fmt)
+    if lo > 0 and hi / lo < 30:
+        ax.yaxis.set_minor_locator(ticker.LogLocator(base=10, subs=(2.0, 5.0)))
+        ax.yaxis.set_minor_formatter(fmt)
+    else:
+        ax.yaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _no_data(ax, what: str) -> None:
+    # An empty log axis cannot be drawn; say why the panel is empty instead.
+    ax.set_xscale("linear")
+    ax.set_yscale("linear")
+    if not any(len(line.get_xdata()) for line in ax.lines) and not ax.collections:
+        ax.set_xticks([])  # the ticks of an empty panel would be numbers that mean nothing
+        ax.set_yticks([])
+    ax.text(
+        0.5, 0.5, what, ha="center", va="center", transform=ax.transAxes, fontsize=10, color="0.4"
+    )
+
+
+def _width_ticks(ax, summaries) -> None:
+    # Family widths are rarely powers of two: tick exactly the members' widths.
+    ws = sorted({float(s.info.width) for s in summaries if isinstance(s.info.width, (int, float))})
+    if 0 < len(ws) <= 12:
+        ax.set_xticks(ws)
+        ax.xaxis.set_minor_locator(ticker.NullLocator())
+
+
+def _figure(figsize=(7.5, 5)):
+    fig = Figure(figsize=figsize)
+    return fig, fig.subplots()
+
+
+def _save(fig, outdir: str, filename: str, caption: str) -> Plot:
+    """Writes the figure to OUTDIR/FILENAME and returns its (file name, caption, PNG bytes)."""
+    for ax in fig.axes:
+        if ax.get_yscale() == "log" and not isinstance(
+            ax.yaxis.get_major_formatter(), ticker.FuncFormatter
+        ):
+            _plain_log_y(ax)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    data = buf.getvalue()
+    with tf.io.gfile.GFile(os.path.join(outdir, filename), "wb") as f:
+        f.write(data)
+    return filename, caption, data
+
+
+def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y):
+    """The common end of the plots against batch size: log2 batch axis (or a note saying why the
+    panel is empty), labels, grid, legend; saves the figure."""
+    if nothing is None:
+        _log2_axis(ax)
+        if log_y:
+            ax.set_yscale("log")
+    else:
+        _no_data(ax, nothing)
+    ax.set_xlabel(BATCH_LABEL)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return _save(fig, outdir, filename, caption)
+
+
+def _mark_unreached(ax, s, color, labelled: list):
+    # Batches whose median seed did not reach the target within its budget are censored: draw an
+    # upward triangle at the budget (S is larger than that). Cells where every run diverged have
+    # no value at all: mark them on the x axis.
+    cens = [(c.batch_size, c.censored_bound) for c in s.cells if c.censored_bound is not None]
+    if cens:
+        label = None if "cens" in labelled else "censored: did not reach within budget (S > marker)"
+        labelled.append("cens")
+        ax.plot(
+            *zip(*cens),
+            linestyle="none",
+            marker="^",
+            markersize=8,
+            markerfacecolor="none",
+            color=color,
+            label=label,
+        )
+    xs = [c.batch_size for c in s.cells if c.median_steps is None and c.censored_bound is None]
+    if xs:
+        label = None if "none" in labelled else "no value (every run diverged)"
+        labelled.append("none")
+        ax.plot(
+            xs,
+            [0.03] * len(xs),
+            linestyle="none",
+            marker="x",
+            markersize=8,
+            color=color,
+            transform=ax.get_xaxis_transform(),
+            clip_on=False,
+            label=label,
+        )
+
+
+def _seed_points(s, epochs: bool):
+    """(batch, median, low, high) of the cells with a median; low/high span the seeds."""
+    out = []
+    for c in s.cells:
+        if c.median_steps is None:
+            continue
+        lo, hi = c.steps_range
+        conv = c.epochs if epochs else (lambda v: v)
+        out.append((c.batch_size, conv(c.median_steps), conv(lo), conv(hi)))
+    return out
+
+
+def _draw_medians(ax, s, col, epochs: bool) -> None:
+    pts = _seed_points(s, epochs)
+    if not pts:
+        return
+    b, m, lo, hi = map(np.array, zip(*pts))
+    ax.errorbar(b, m, yerr=[m - lo, hi - m], fmt="o", color=col, capsize=3, label=_label(s))
+
+
+def _clipped(iv) -> float:
+    """An interval's value drawn at the edge of the batches tried when it lies beyond them."""
+    return min(max(iv.value, iv.range_lo), iv.range_hi)
+
+
+# ----------------------------------------------------------------------------------------------
+# The figures
+# ----------------------------------------------------------------------------------------------
+
+
+def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
+    """Steps to target vs batch: seed medians and ranges, the fitted curve with its 95% band, and
+    the perfect-scaling line from the smallest batch."""
+    fig, ax = _figure()
+    marked: list = []
+    for s, col in zip(summaries, colors):
+        _draw_medians(ax, s, col, epochs=False)
+        cv = s.curve
+        if cv is not None and cv.fit is not None:
+            g = cv.band_batches
+            ax.plot(
+                g, cv.fit.s_min * (1 + cv.fit.b_crit / g), "-", color=col, alpha=0.8, linewidth=1
+            )
+            ax.fill_between(g, cv.band_low, cv.band_high, color=col, alpha=0.15, linewidth=0)
+        pts = _seed_points(s, epochs=False)
+        if pts:
+            bb = np.array([c.batch_size for c in s.cells], dtype=float)
+            ax.plot(bb, pts[0][1] * pts[0][0] / bb, ":", color=col, alpha=0.6)
+        _mark_unreached(ax, s, col, marked)
+    if any(s.curve is not None and s.curve.fit is not None for s in summaries):
+        ax.plot([], [], "k-", alpha=0.8, linewidth=1, label="fit S_min (1 + B_crit / B), 95% band")
+    if any(_seed_points(s, epochs=False) for s in summaries):
+        ax.plot([], [], "k:", alpha=0.6, label="perfect scaling S ~ 1/B")
+    return _finish_batch_plot(
+        fig,
+        ax,
+        outdir,
+        "steps_vs_batch.png",
+        "Steps to target vs batch size (log-log)",
+        "steps to target (median over seeds; bars: seed range)",
+        f"Steps to reach {target} vs batch size (best LR per batch)",
+        nothing=nothing,
+        log_y=True,
+    )
+
+
+def _draw_max_batch(ax, cv, col) -> None:
+    """A member's (1 + eps) x E_ref threshold and max_batch(eps) on it, with its interval."""
+    ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
+    mb = cv.max_batch
+    if mb is not None and mb.low is not None:
+        ax.errorbar(
+            [mb.value],
+            [cv.threshold_epochs],
+            xerr=[[mb.value - mb.low], [mb.high - mb.value]],
+            fmt="*",
+            markersize=13,
+            color=col,
+            capsize=4,
+        )
+    elif mb is not None:
+        ax.plot([mb.value], [cv.threshold_epochs], "*", markersize=13, color=col)
+
+
+def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
+    """Epochs to target vs batch: flat while scaling is perfect; max_batch(eps) marked with its
+    interval on each member's (1 + eps) threshold."""
+    fig, ax = _figure()
+    marked: list = []
+    for s, col in zip(summaries, colors):
+        _draw_medians(ax, s, col, epochs=True)
+        cv = s.curve
+        if cv is not None and cv.fit is not None and s.cells and s.cells[0].num_train:
+            g = cv.band_batches
+            n = s.cells[0].num_train
+            ax.plot(
+                g, cv.fit.s_min * (g + cv.fit.b_crit) / n, "-", color=col, alpha=0.8, linewidth=1
+            )
+            ax.fill_between(
+                g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15, linewidth=0
+            )
+        if cv is not None and cv.threshold_epochs is not None:
+            _draw_max_batch(ax, cv, col)
+        _mark_unreached(ax, s, col, marked)
+    ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
+    ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps), 95% interval")
+    return _finish_batch_plot(
+        fig,
+        ax,
+        outdir,
+        "epochs_vs_batch.png",
+        "Epochs to target vs batch size",
+        "epochs to target (median over seeds; bars: seed range)",
+        "Epochs to target vs batch size (flat = perfect scaling)",
+        nothing=nothing,
+        log_y=True,
+    )
+
+
+def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> tuple[bool, bool]:
+    """One panel of batch_vs_width.png: `field` (b_crit or max_batch) of every member against its
+    width, one colour per architecture, and the architecture's slope line. Returns (anything
+    drawn, any value beyond the batches tried)."""
+    drawn = bound = False
+    for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
+        col = f"C{i}"
+        mine = [
+            s
+            for s in summaries
+            if s.info.arch == arch
+            and isinstance(s.info.width, (int, float))
+            and s.curve is not None
+            and getattr(s.curve, field) is not None
+        ]
+        for s in mine:
+            iv = getattr(s.curve, field)
+            w, v = float(s.info.width), _clipped(iv)
+            if iv.is_bound:
+                ax.plot([w], [v], "^" if iv.above_range else "v", color=col, markersize=10)
+                bound = True
+            else:
+                lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
+                hi = min(iv.high, iv.range_hi * 2) if iv.high is not None else v
+                ax.errorbar([w], [v], yerr=[[v - lo], [hi - v]], fmt="o", color=col, capsize=4)
+            ax.annotate(
+                f"depth {s.info.depth}",
+                (w, v),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(5, 4),
+            )
+            drawn = True
+        sl = getattr(verdicts[arch].decision, slope_name) if verdicts.get(arch) else None
+        if sl is not None and mine:
+            ws = np.array([float(s.info.width) for s in mine])
+            pts = np.log([_clipped(getattr(s.curve, field)) for s in mine])
+            c0 = pts.mean() - sl.value * np.log(ws).mean()
+            g = np.geomspace(ws.min(), ws.max(), 20)
+            ax.plot(
+                g,
+                np.exp(c0 + sl.value * np.log(g)),
+                "--",
+                color=col,
+                alpha=0.6,
+                label=f"{arch}: slope {sl.value:+.2f} [{sl.low:+.2f}, {sl.high:+.2f}]",
+            )
+    return drawn, bound
+
+
+def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
+    """B_crit and max_batch(eps) against width with 95% intervals; values beyond the batches
+    tried are drawn as arrows at the range edge; the slope across members in the legend."""
+    fig = Figure(figsize=(11.5, 4.6))
+    axes = fig.subplots(1, 2)
+    panels = (
+        ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
+        (
+            "max_batch",
+            f"max_batch(eps={eps:g}) (examples per step)",
+            f"Largest batch without slow-down (eps={eps:g})",
+            "max_batch_slope",
+        ),
+    )
+    for ax, (field, ylabel, title, slope_name) in zip(axes, panels):
+        drawn, bound = _width_panel(ax, summaries, field, slope_name, verdicts)
+        if drawn:
+            _plain_log_axis(ax, "x")
+            _plain_log_axis(ax, "y")
+            _width_ticks(ax, summaries)
+        else:
+            _no_data(ax, "undefined for every member (see the tables)")
+        ax.set_xlabel(WIDTH_LABEL)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=10)
+        ax.grid(True, which="both", alpha=0.3)
+        if bound:
+            ax.plot([], [], "k^", label="beyond the batches tried (bound)")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    return _save(
+        fig,
+        outdir,
+        "batch_vs_width.png",
+        "B_crit and max_batch(eps) vs width, with 95% intervals",
+    )
+
+
+def plot_test_accuracy(summaries, colors, outdir) -> Plot:
+    """Best test accuracy (over learning rates and seeds) vs batch."""
+    fig, ax = _figure()
+    for s, col in zip(summaries, colors):
+        pts = [
+            (c.batch_size, c.best_test_accuracy_any_lr)
+            for c in s.cells
+            if c.best_test_accuracy_any_lr is not None
+        ]
+        if pts:
+            ax.plot(*zip(*pts), "o-", color=col, label=_label(s))
+    has_accuracy = any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells)
+    return _finish_batch_plot(
+        fig,
+        ax,
+        outdir,
+        "test_accuracy_vs_batch.png",
+        "Best test accuracy vs batch size",
+        "best test accuracy (fraction, best LR of the grid)",
+        "Best test accuracy vs batch size (max over learning rates and seeds)",
+        nothing=None if has_accuracy else "no test accuracy recorded",
+        log_y=False,
+    )
+
+
+def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
+    """The chosen learning rate vs batch, with the cells at the edge of their grid ringed."""
+    fig, ax = _figure()
+    edge_labelled = False
+    for s, col in zip(summaries, colors):
+        pts = [
+            (c.batch_size, c.learning_rate, c.lr_at_grid_edge)
+            for c in s.cells
+            if c.learning_rate is not None
+        ]
+        if not pts:
+            continue
+        b, lr, _ = zip(*pts)
+        ax.plot(b, lr, "o-", color=col, label=_label(s))
+        eb = [(bi, li) for bi, li, ei in pts if ei]
+        if eb:
+            ax.plot(
+                *zip(*eb),
+                "o",
+                markersize=13,
+                markerfacecolor="none",
+                markeredgecolor="red",
+                label=None if edge_labelled else "at the edge of the LR grid",
+            )
+            edge_labelled = True
+    return _finish_batch_plot(
+        fig,
+        ax,
+        outdir,
+        "learning_rate_vs_batch.png",
+        "Chosen learning rate vs batch size",
+        "chosen peak learning rate",
+        "Learning rate that reaches the target in the fewest steps",
+        nothing=nothing,
+        log_y=True,
+    )
+
+
+def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
+    """The gradient-diversity batch bound at initialisation against width, per architecture."""
+    fig, ax = _figure()
+    for i, arch in enumerate(sorted({s.info.arch for s in with_bb})):
+        mine = [
+            s for s in with_bb if s.info.arch == arch and isinstance(s.info.width, (int, float))
+        ]
+        if mine:
+            ax.errorbar(
+                [s.info.width for s in mine],
+                [s.batch_bound_init for s in mine],
+                yerr=[s.batch_bound_init_std for s in mine],
+                fmt="o-",
+                capsize=3,
+                color=f"C{i}",
+                label=f"{arch} family" if arch else "family",
+            )
+    _log2_axis(ax, "x")
+    _width_ticks(ax, with_bb)
+    ax.set_yscale("log")
+    ax.set_xlabel(WIDTH_LABEL)
+    ax.set_ylabel("batch bound n x diversity at init (examples)")
+    ax.set_title(
+        "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
+    )
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
+
+
+def _representative_trial(s, records):
+    """The member's chosen-rate trial at its smallest batch (first seed), else any with history."""
+    mine = [
+        r
+        for r in records
+        if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))
+    ]
+    for c in s.cells:
+        if c.best_multiplier is None:
+            continue
+        chosen = [
+            r
+            for r in mine
+            if r["batch_size"] == c.batch_size
+            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == c.best_multiplier
+        ]
+        if chosen:
+            return min(chosen, key=lambda r: r.get("seed") or 0)
+    return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
+
+
+def _bound_history(s, records) -> tuple[dict | None, list[dict]]:
+    """The member's representative trial and its batch-bound measurements, in training order."""
+    rec = _representative_trial(s, records)
+    hist = [
+        h
+        for h in ((rec or {}).get("gradient") or {}).get("history") or []
+        if h.get("batch_bound") is not None and h.get("examples") is not None
+    ]
+    return rec, sorted(hist, key=lambda h: h["examples"])
+
+
+def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot | None:
+    """The batch bound during training of each member's representative trial; None (no figure)
+    when no such trial measured it more than once (at initialisation only: nothing to draw)."""
+    histories = [_bound_history(s, records) for s in summaries]
+    if not any(len(hist) > 1 for _, hist in histories):
+        return None
+    fig, ax = _figure()
+    for s, col, (rec, hist) in zip(summaries, colors, histories):
+        if hist:
+            x = np.array([h["examples"] for h in hist], dtype=float)
+            ax.plot(
+                np.maximum(x, 1.0),
+                [h["batch_bound"] for h in hist],
+                "-",
+                color=col,
+                label=f"{_label(s)}, B={rec['batch_size']}",
+            )
+    smallest = min((c.batch_size for s in summaries for c in s.cells), default=1)
+    ax.set_xscale("symlog", linthresh=max(1.0, float(smallest)))
+    ax.set_yscale("log")
+    ax.set_xlabel("training examples seen")
+    ax.set_ylabel("batch bound n x diversity (examples)")
+    ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
+    ax.grid(True, which="both", alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
+
+
+def make_plots(
+    summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
+) -> list[Plot]:
+    """Writes the PNGs into `outdir`; returns (file name, caption, PNG bytes) for each."""
+    if not summaries:
+        return []
+    colors = _colors(len(summaries))
+    any_reached = any(c.median_steps is not None for s in summaries for c in s.cells)
+    nothing = None if any_reached else NOTHING_REACHED
+    plots = [
+        plot_steps(summaries, colors, outdir, target, nothing),
+        plot_epochs(summaries, colors, outdir, eps, nothing),
+        plot_batch_vs_width(summaries, outdir, eps, verdicts or {}),
+        plot_test_accuracy(summaries, colors, outdir),
+        plot_learning_rate(summaries, colors, outdir, nothing),
+    ]
+    # Gradient statistics, when the trials measured them.
+    with_bb = [s for s in summaries if s.batch_bound_init is not None]
+    if with_bb:
+        plots.append(plot_batch_bound_vs_width(with_bb, outdir))
+        over_training = plot_batch_bound_over_training(summaries, records, colors, outdir)
+        if over_training is not None:
+            plots.append(over_training)
+    return plots

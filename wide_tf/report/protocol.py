@@ -1,0 +1,295 @@
+"""Owns what the report says about how the study was run: the protocol table (how the trials ran,
+from the `protocol` each result.json carries; the study's design, from config.json) and the few
+settings the report itself takes from config.json (eps, the target in the plots' titles)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+
+from wide_tf import analysis
+
+# The sweep fields that have a row of their own; the others are shown as "Family / sweep".
+_SWEEP_ROWS = (
+    "batch_sizes",
+    "lr_multipliers",
+    "extend_lr_grid",
+    "max_lr_extensions",
+    "seeds",
+    "confirm_seeds",
+    "eps",
+)
+
+
+def config_value(config: dict | None, dotted: str, default=None):
+    """config["a"]["b"] for "a.b", or `default` where the path is missing."""
+    node = config
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return default
+        node = node[part]
+    return node
+
+
+def eps_from_config(config: dict | None) -> float:
+    for key in ("report.eps", "analysis.eps", "sweep.eps", "sweep.max_batch_eps", "eps"):
+        v = config_value(config, key)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return analysis.DEFAULT_EPS
+
+
+def target_label(config: dict | None) -> str:
+    """The target as the plots' titles name it ("train_accuracy 0.99"), or "the target"."""
+    metric = config_value(config, "train.target_metric")
+    if not metric:
+        return "the target"
+    return f"{metric} {config_value(config, 'train.target_value')}"
+
+
+# ----------------------------------------------------------------------------------------------
+# How the trials ran: one row per setting, each a function of (protocol, record) -> text or None
+# ----------------------------------------------------------------------------------------------
+
+
+def _join(*parts) -> str | None:
+    parts = [str(p) for p in parts if p not in (None, "", [])]
+    return " ".join(parts) if parts else None
+
+
+def _target(p: dict, r: dict) -> str | None:
+    if not p.get("target"):
+        return None
+    return (
+        f"{p['target']} (first seen at an evaluation; the crossing interpolated between it and "
+        "the one before)"
+    )
+
+
+def _budget(p: dict, r: dict) -> str | None:
+    return _join(
+        f"{p['max_epochs']} epochs" if p.get("max_epochs") else None,
+        f"/ {p['max_steps']} steps" if p.get("max_steps") else None,
+        f"(at least {p['min_steps']} steps at every batch size)" if p.get("min_steps") else None,
+    )
+
+
+def _evaluation(p: dict, r: dict) -> str | None:
+    if "eval_every_examples" not in p:
+        return None
+    every, limit = p["eval_every_examples"], p.get("eval_train_limit")
+    return _join(
+        f"every {every} examples" if every else "once per epoch",
+        f"(training metric on the first {limit} training examples)" if limit else None,
+    )
+
+
+def _divergence(p: dict, r: dict) -> str | None:
+    if p.get("diverge_loss") is None:
+        return None
+    return f"loss > {p['diverge_loss']} or non-finite"
+
+
+def _optimizer(p: dict, r: dict) -> str | None:
+    name = p.get("optimizer")
+    if not name:
+        return None
+    parts = [name]
+    if name in ("momentum", "nesterov", "lars"):
+        parts.append(f"momentum {p.get('momentum')}")
+    if p.get("weight_decay"):
+        parts.append(f"weight decay {p['weight_decay']}")
+    lars = p.get("lars")
+    if lars:
+        parts.append(
+            f"eta {lars.get('eta')}, trust ratio '{lars.get('trust_ratio')}', "
+            f"epsilon {lars.get('epsilon')}, clip {lars.get('clip')}"
+        )
+    return ", ".join(str(x) for x in parts)
+
+
+def _scaling(p: dict, r: dict) -> str | None:
+    if not p.get("scaling"):
+        return None
+    return f"rule '{p['scaling']}' from the reference batch {p.get('reference_batch')}"
+
+
+def _schedule(p: dict, r: dict) -> str | None:
+    sched = p.get("schedule")
+    if not sched:
+        return None
+    s = p.get("schedule_settings") or {}
+    extra = ""
+    if sched == "multistep" and s:
+        extra = f" (decay x{s.get('decay_factor')} at epochs {s.get('decay_epochs')})"
+    elif sched == "polynomial" and s:
+        extra = f" (power {s.get('poly_power')}, end at {s.get('end_lr_fraction')} x peak)"
+    elif sched == "cosine" and s:
+        extra = f" (end at {s.get('end_lr_fraction')} x peak)"
+    return f"{sched}{extra}"
+
+
+def _norm(p: dict, r: dict) -> str | None:
+    norm = p.get("norm")
+    if not norm:
+        return None
+    ghost = f"(virtual batch {p.get('ghost_batch_size')})" if norm == "ghost" else None
+    return _join(norm, ghost)
+
+
+def _data(p: dict, r: dict) -> str | None:
+    if not p.get("data"):
+        return None
+    parts = [p["data"]]
+    if r.get("num_train"):
+        parts.append(f"{r['num_train']} training examples")
+    parts += [f"augment={p.get('augment')}", f"shuffle buffer {p.get('shuffle_buffer')} (fixed)"]
+    return ", ".join(str(x) for x in parts)
+
+
+def _accumulation(p: dict, r: dict) -> str | None:
+    if not p.get("max_device_batch"):
+        return None
+    return f"micro-batches of at most {p['max_device_batch']}"
+
+
+def _gradient_stats(p: dict, r: dict) -> str | None:
+    if not p.get("gradient_every_examples"):
+        return None
+    return f"every {p['gradient_every_examples']} examples on a probe set of {p.get('probe_size')}"
+
+
+def _precision(p: dict, r: dict) -> str | None:
+    return r.get("dtype_policy")  # the policy the model was built with
+
+
+# (label, the protocol keys it shows, its text); a protocol key no row shows gets a row of its own.
+TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | None]], ...] = (
+    ("Target", ("target",), _target),
+    ("Budget", ("max_epochs", "max_steps", "min_steps"), _budget),
+    ("Evaluation cadence", ("eval_every_examples", "eval_train_limit"), _evaluation),
+    ("Divergence", ("diverge_loss",), _divergence),
+    ("Optimizer", ("optimizer", "momentum", "weight_decay", "lars"), _optimizer),
+    ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),
+    ("Schedule", ("schedule", "schedule_settings"), _schedule),
+    ("Warm-up", ("warmup",), lambda p, r: p.get("warmup")),
+    ("Normalisation", ("norm", "ghost_batch_size"), _norm),
+    ("Data", ("data", "augment", "shuffle_buffer"), _data),
+    ("Gradient accumulation", ("max_device_batch",), _accumulation),
+    ("Gradient statistics", ("gradient_every_examples", "probe_size"), _gradient_stats),
+    ("Precision", (), _precision),
+)
+
+
+def _agreed(texts: list[str | None]) -> str | None:
+    """The one text every trial gives, or what each group of trials gives when they differ."""
+    counts = Counter(texts)
+    if set(counts) == {None}:
+        return None
+    if len(counts) == 1:
+        return texts[0]
+    groups = sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+    return "differs across trials: " + "; ".join(
+        f"{'none or not recorded' if t is None else t} ({n} trial{'s' if n > 1 else ''})"
+        for t, n in groups
+    )
+
+
+def _value_text(v) -> str:
+    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
+
+
+def trial_settings_rows(records: list[dict]) -> list[tuple[str, str]]:
+    """How the trials ran, from the `protocol` each trial's result.json carries; a setting where
+    the trials differ says how. Empty when no record carries a protocol."""
+    recorded = [r for r in records if isinstance(r.get("protocol"), dict) and r["protocol"]]
+    if not recorded:
+        return []
+    rows = []
+    for label, _, text in TRIAL_SETTINGS:
+        value = _agreed([text(r["protocol"], r) for r in recorded])
+        if value is not None:
+            rows.append((label, value))
+    shown = {k for _, keys, _ in TRIAL_SETTINGS for k in keys}
+    for key in sorted({k for r in recorded for k in r["protocol"]} - shown):
+        value = _agreed(
+            [_value_text(r["protocol"][key]) if key in r["protocol"] else None for r in recorded]
+        )
+        if value is not None:
+            rows.append((key, value))
+    if len(recorded) < len(records):
+        rows.append(
+            ("Trials without settings", f"{len(records) - len(recorded)} (older result files)")
+        )
+    return rows
+
+
+# ----------------------------------------------------------------------------------------------
+# The study's design: only config.json has it
+# ----------------------------------------------------------------------------------------------
+
+
+def study_design_rows(config: dict) -> list[tuple[str, str]]:
+    """Batch sizes, the learning-rate grid, the seeds and the family, from config.json."""
+    sweep = config.get("sweep") or {}
+    rows = []
+    if sweep.get("batch_sizes"):
+        rows.append(("Batch sizes", str(sweep["batch_sizes"])))
+    if sweep.get("lr_multipliers"):
+        grid = (
+            f"multipliers {sweep['lr_multipliers']} of the base rate "
+            f"{config_value(config, 'optim.base_lr')} scaled to the batch size"
+        )
+        if "extend_lr_grid" in sweep:
+            grid += (
+                f"; extended by up to {sweep.get('max_lr_extensions')} points past an edge that "
+                "wins"
+                if sweep["extend_lr_grid"]
+                else "; not extended"
+            )
+        rows.append(("Learning-rate grid", grid))
+    rows.append(
+        (
+            "Seeds",
+            f"tuning {sweep.get('seeds')}, confirmation of the chosen rate "
+            f"{sweep.get('confirm_seeds') or 'none'} (a cell is the median over its seeds)",
+        )
+    )
+    family = {k: v for k, v in sweep.items() if k not in _SWEEP_ROWS}
+    if family:
+        rows.append(("Family / sweep", json.dumps(family, sort_keys=True)))
+    return rows
+
+
+def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[tuple[str, str]]:
+    """The protocol table as (setting, value) rows: how the trials ran (from their records), the
+    study's design (from config.json), and the eps of max_batch."""
+    rows = trial_settings_rows(records)
+    if not rows:
+        rows.append(
+            (
+                "Trial settings",
+                "not recorded in the trials' results"
+                if records
+                else "no trial has finished yet (each records its settings in its result.json)",
+            )
+        )
+        metric = config_value(config, "train.target_metric")
+        if metric:  # until a trial says, the study's target is what config.json asks for
+            op = "<=" if analysis.lower_is_better(metric) else ">="
+            value = config_value(config, "train.target_value")
+            rows.append(("Target", f"{metric} {op} {value} (config.json)"))
+    if config is None:
+        rows.insert(
+            0,
+            (
+                "config.json",
+                "missing: the study's design (batch sizes, learning-rate grid, seeds, family) is "
+                "unknown; the trials' settings come from their results",
+            ),
+        )
+    else:
+        rows += study_design_rows(config)
+    rows.append(("eps (max_batch)", f"{eps:g}"))
+    return rows
