@@ -17,8 +17,8 @@ from absl import logging
 from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
 from wide_tf import preemption
-from wide_tf.lr_grid import lower_is_better
 from wide_tf import workdir as wd
+from wide_tf.lr_grid import lower_is_better
 from wide_tf.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.models import build_model
 from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
