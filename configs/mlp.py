@@ -49,7 +49,6 @@ def get_config(arg=None):
         # A quarter epoch: epochs-to-target is resolved to 0.25 epochs at every batch size.
         config.train.eval_every_examples = 360
         config.train.gradient_at_init = True
-        config.train.probe_size = 1438  # the whole training set: the batch bound saturates near it
     elif variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 2, 120

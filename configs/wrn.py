@@ -78,7 +78,6 @@ def get_config(arg=None):
         config.train.max_epochs = 40.0
         config.train.min_steps = 200
         config.train.gradient_at_init = True
-        config.train.probe_size = 1438  # the whole training set
         if variant == "single":
             config.sweep = None
             config.model.depth, config.model.width = 16, 0.53

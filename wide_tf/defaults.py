@@ -94,7 +94,9 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             diverge_loss=1e3,  # a loss above this (or non-finite) ends the run as 'diverged'
             gradient_every_examples=0,
             gradient_at_init=False,
-            probe_size=512,
+            # Examples of the gradient probe; 0: the whole training set (the batch bound
+            # n x diversity saturates near the probe size n, so a small probe caps it).
+            probe_size=0,
             probe_chunk=256,
             noise_scale_ema=0.95,
         )

@@ -155,7 +155,7 @@ class _GradientProbe:
         self.every = config.train.gradient_every_examples
         size = config.train.probe_size
         chunk = config.train.probe_chunk
-        x, y = data_lib.load_arrays(config.data, "train", limit=size)
+        x, y = data_lib.load_arrays(config.data, "train", limit=size or None)
         self.n = len(y)
         engine = per_example.PerExampleGradients.for_model(model)
         with strategy.scope():

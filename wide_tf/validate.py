@@ -408,7 +408,7 @@ def _check_train(config, num_train) -> None:
     )
     _num("train.diverge_loss", t.get("diverge_loss", 1e3), low=0, low_open=True)
     _num("train.gradient_every_examples", t.get("gradient_every_examples", 0), low=0, integer=True)
-    _num("train.probe_size", t.get("probe_size", 512), low=1, integer=True)
+    _num("train.probe_size", t.probe_size, low=0, integer=True)
     _num("train.probe_chunk", t.get("probe_chunk", 256), low=1, integer=True)
     _num("train.noise_scale_ema", t.get("noise_scale_ema", 0.95), low=0, high=1, high_open=True)
 
