@@ -30,7 +30,7 @@ def get_config(arg=None):
     # multiple of it; at the smallest global batch (128) a ghost size of 32 works on up to 4
     # replicas (a v4-8), while 128 would only work on one. More replicas need a larger batch.
     config.model.ghost_batch_size = 32
-    config.data.augment = False  # the outcome is convergence on the training set (SCIENCE.md)
+    config.data.augment = False  # the outcome is convergence on the training set (docs/science.md)
     config.optim.name = "lars"
     config.optim.base_lr = 2.0  # LARS global lr at batch 256 with eta = 0.001
     config.optim.lars_eta = 0.001
