@@ -101,7 +101,9 @@ while (($#)); do
   shift
 done
 
-GCLOUD=(gcloud compute tpus tpu-vm)
+# The Cloud CLI; WIDE_TF_GCLOUD names another binary (the tests use it to hide the real one).
+GCLOUD_BIN="${WIDE_TF_GCLOUD:-gcloud}"
+GCLOUD=("$GCLOUD_BIN" compute tpus tpu-vm)
 WHERE=("--zone=$ZONE")
 [[ -n "$PROJECT" ]] && WHERE+=("--project=$PROJECT")
 
@@ -132,6 +134,15 @@ check_name() {
     || die "--name=$NAME is not a valid TPU name (lower-case letters, digits and '-')"
 }
 
+need_gcloud() {  # one line and exit 1, not a 'command not found' in the middle of a launch
+  ((DRY_RUN)) && return 0
+  command -v "$GCLOUD_BIN" >/dev/null 2>&1 && return 0
+  echo "$PROG: error: $GCLOUD_BIN is not on PATH; install the Google Cloud CLI" \
+    "(https://cloud.google.com/sdk/docs/install) and run 'gcloud auth login'," \
+    "or add --dry_run to print the commands" >&2
+  exit 1
+}
+
 check_workdir() {
   [[ -n "$WORKDIR" ]] || die "--workdir is required (a gs:// path, e.g. --workdir=gs://BUCKET/wrn)"
   # The run writes checkpoints, events and results there; a worker's disk goes with the VM (a
@@ -154,6 +165,7 @@ vm_state() {  # the VM's state (READY, PREEMPTED, ...), or nothing when there is
 case "$ACTION" in
   status)
     check_name
+    need_gcloud
     state="$(vm_state)"
     if [[ -z "$state" ]]; then
       echo "TPU VM $NAME: not found in $ZONE"
@@ -167,6 +179,7 @@ case "$ACTION" in
     exit 0 ;;
   logs)
     check_name
+    need_gcloud
     [[ "$LINES" =~ ^[0-9]+$ ]] || die "--lines=$LINES: give a number"
     TAIL="tail -n $LINES"
     ((FOLLOW)) && TAIL+=" -F"
@@ -174,6 +187,7 @@ case "$ACTION" in
     exit 0 ;;
   delete)
     check_name
+    need_gcloud
     run "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet
     exit 0 ;;
   report)
@@ -223,6 +237,7 @@ else
     esac
   fi
 fi
+need_gcloud  # after every usage check: a typo is reported before a missing tool
 if [[ "$PJRT" == auto ]]; then
   if ((!MULTI_HOST)) && [[ "$FAMILY" =~ ^(v5litepod|v5p|v6e)$ ]]; then PJRT=on; else PJRT=off; fi
 fi

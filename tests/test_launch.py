@@ -3,6 +3,7 @@ recorded by a fake `gcloud` on PATH that answers `describe` with a chosen VM sta
 check with a chosen answer."""
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -368,3 +369,51 @@ def test_bad_arguments_are_refused(args, needle):
     p = _launch(*args, "--dry_run")
     assert p.returncode == 2 and needle in p.stderr.splitlines()[0], p.stderr
     assert p.stdout == ""
+
+
+def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
+    """No Cloud CLI: a launch, --status, --logs and --delete say so in one line (exit 1) after
+    the usage checks; --dry_run needs none. WIDE_TF_GCLOUD hides the real binary (this machine
+    may have one on PATH)."""
+    _bash()
+    env = dict(os.environ, WIDE_TF_GCLOUD="no-such-gcloud-here")
+    for args in (
+        REQUIRED,
+        ["--status", "--name=wide-v4"],
+        ["--logs", "--name=wide-v4"],
+        ["--delete", "--name=wide-v4"],
+    ):
+        p = subprocess.run(
+            ["bash", str(SCRIPT), *args],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env=env,
+            check=False,
+        )
+        lines = p.stderr.strip().splitlines()
+        assert p.returncode == 1, (args, p.stderr)
+        assert "no-such-gcloud-here is not on PATH" in lines[-1] and "--dry_run" in lines[-1]
+        assert "+ " not in p.stderr  # nothing was run
+    # A typo is still a usage error first (exit 2), and --dry_run prints without the tool.
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "--name=Bad_Name", *REQUIRED[1:]],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert p.returncode == 2 and "not a valid TPU name" in p.stderr
+    p = subprocess.run(
+        ["bash", str(SCRIPT), *REQUIRED, "--dry_run"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=30,
+        env=env,
+        check=False,
+    )
+    assert p.returncode == 0 and "tpu-vm create wide-v4" in p.stdout
