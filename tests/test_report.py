@@ -10,7 +10,7 @@ import sys
 import ml_collections
 import pytest
 
-from wide_tf import analysis, report, train
+from wide_tf import analysis, defaults, report, train
 
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
@@ -141,8 +141,20 @@ CONFIG = {
     },
 }
 
+
 # What train.py records in every result.json of this study (the report's protocol table reads it).
-PROTOCOL = train.describe_protocol(ml_collections.ConfigDict(CONFIG))
+def _full_config(partial: dict) -> ml_collections.ConfigDict:
+    """A whole config (defaults.py, the one source of defaults) with this study's settings."""
+    config = defaults.base_config()
+    for section, values in partial.items():
+        if isinstance(values, dict) and section in config:
+            for k, v in values.items():
+                if k in config[section]:
+                    config[section][k] = v
+    return config
+
+
+PROTOCOL = train.describe_protocol(_full_config(CONFIG))
 
 
 def make_workdir(path, records, config=CONFIG):
