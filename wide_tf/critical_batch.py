@@ -257,18 +257,24 @@ class Interval:
         return self.below_range or self.above_range
 
 
-def _interval(point: float, reps: np.ndarray, lo: float, hi: float) -> Interval:
-    """Interval in natural units from log-space point and replicates, marked against [lo, hi]."""
+def _interval(point: float, reps: np.ndarray, lo: float | None = None, hi: float | None = None):
+    """Interval in natural units from a log-space point and replicates; with a range [lo, hi]
+    (the batches tried), values and ends beyond it are marked as bounds."""
     q = np.percentile(reps, [2.5, 97.5]) if reps.size else np.array([np.nan, np.nan])
-    tol = 1e-9
-    return Interval(
+    iv = Interval(
         value=float(np.exp(point)),
         low=float(np.exp(q[0])) if np.isfinite(q[0]) else None,
         high=float(np.exp(q[1])) if np.isfinite(q[1]) else None,
-        below_range=bool(point < np.log(lo) - tol),
-        above_range=bool(point > np.log(hi) + tol),
-        low_open=bool(np.isfinite(q[0]) and q[0] < np.log(lo) - tol),
-        high_open=bool(np.isfinite(q[1]) and q[1] > np.log(hi) + tol),
+    )
+    if lo is None or hi is None:
+        return iv
+    tol, llo, lhi = 1e-9, np.log(lo), np.log(hi)
+    return dataclasses.replace(
+        iv,
+        below_range=bool(point < llo - tol),
+        above_range=bool(point > lhi + tol),
+        low_open=bool(np.isfinite(q[0]) and q[0] < llo - tol),
+        high_open=bool(np.isfinite(q[1]) and q[1] > lhi + tol),
         range_lo=float(lo),
         range_hi=float(hi),
     )
@@ -381,16 +387,7 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
     mb_r = mb_r[st_r != 2]
     b_crit = _interval(fit_.log_b_crit, lbc_r, lo, hi)
-    s_min = _interval(fit_.log_s_min, a_r, 1e-300, np.inf)
-    s_min = dataclasses.replace(
-        s_min,
-        below_range=False,
-        above_range=False,
-        low_open=False,
-        high_open=False,
-        range_lo=None,
-        range_hi=None,
-    )
+    s_min = _interval(fit_.log_s_min, a_r)  # steps: no batch range to be beyond
     mb = None if status == 2 else _interval(float(mb_point[0]), mb_r, lo, hi)
     grid_b = np.exp(np.linspace(np.log(lo), np.log(hi), 40))
     curves = predict_log_steps(a_r, lbc_r, grid_b)
