@@ -377,13 +377,9 @@ def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
     may have one on PATH)."""
     _bash()
     env = dict(os.environ, WIDE_TF_GCLOUD="no-such-gcloud-here")
-    for args in (
-        REQUIRED,
-        ["--status", "--name=wide-v4"],
-        ["--logs", "--name=wide-v4"],
-        ["--delete", "--name=wide-v4"],
-    ):
-        p = subprocess.run(
+
+    def launch(*args):
+        return subprocess.run(
             ["bash", str(SCRIPT), *args],
             cwd="/",
             capture_output=True,
@@ -392,28 +388,20 @@ def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
             env=env,
             check=False,
         )
+
+    for args in (
+        REQUIRED,
+        ["--status", "--name=wide-v4"],
+        ["--logs", "--name=wide-v4"],
+        ["--delete", "--name=wide-v4"],
+    ):
+        p = launch(*args)
         lines = p.stderr.strip().splitlines()
         assert p.returncode == 1, (args, p.stderr)
         assert "no-such-gcloud-here is not on PATH" in lines[-1] and "--dry_run" in lines[-1]
         assert "+ " not in p.stderr  # nothing was run
     # A typo is still a usage error first (exit 2), and --dry_run prints without the tool.
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "--name=Bad_Name", *REQUIRED[1:]],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=env,
-        check=False,
-    )
+    p = launch("--name=Bad_Name", *REQUIRED[1:])
     assert p.returncode == 2 and "not a valid TPU name" in p.stderr
-    p = subprocess.run(
-        ["bash", str(SCRIPT), *REQUIRED, "--dry_run"],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=env,
-        check=False,
-    )
+    p = launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0 and "tpu-vm create wide-v4" in p.stdout

@@ -123,6 +123,17 @@ def trial_rows(records: list[dict]) -> list[dict]:
     return rows
 
 
+def _member_fields(info) -> dict:
+    """The columns that name a member, first in every per-member and per-cell row."""
+    return {
+        "member": info.name,
+        "arch": info.arch,
+        "depth": info.depth,
+        "width": info.width,
+        "params": info.params,
+    }
+
+
 def best_rows(summaries) -> list[dict]:
     """One row per (member, batch size): the chosen learning rate and its seeds."""
     rows = []
@@ -133,11 +144,7 @@ def best_rows(summaries) -> list[dict]:
                 {
                     k: _cell(v)
                     for k, v in {
-                        "member": s.info.name,
-                        "arch": s.info.arch,
-                        "depth": s.info.depth,
-                        "width": s.info.width,
-                        "params": s.info.params,
+                        **_member_fields(s.info),
                         "batch_size": c.batch_size,
                         "best_learning_rate": c.learning_rate,
                         "best_lr_multiplier": c.best_multiplier,
@@ -186,11 +193,7 @@ def member_rows(summaries, eps: float) -> list[dict]:
             {
                 k: _cell(v)
                 for k, v in {
-                    "member": s.info.name,
-                    "arch": s.info.arch,
-                    "depth": s.info.depth,
-                    "width": s.info.width,
-                    "params": s.info.params,
+                    **_member_fields(s.info),
                     "eps": eps,
                     "b_crit": bc[0],
                     "b_crit_low": bc[1],
