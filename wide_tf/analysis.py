@@ -45,7 +45,6 @@ SUPPORTED = "supported"
 CONTRADICTED = "contradicted"
 NO_EFFECT = "no detectable effect"
 INCONCLUSIVE = "inconclusive"
-DECISIVE = (SUPPORTED, CONTRADICTED)
 # Below this R^2 of log epochs-to-target the knee shape does not describe a member's curve.
 POOR_FIT_R2 = 0.5
 
@@ -167,10 +166,6 @@ class Cell:
     @property
     def epochs_to_target(self) -> float | None:
         return self.epochs(self.median_steps)
-
-    @property
-    def steps_to_target(self) -> float | None:
-        return self.median_steps
 
 
 def _finite(v) -> float | None:

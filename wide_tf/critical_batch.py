@@ -58,10 +58,6 @@ class Observations:
     censored: np.ndarray  # (n,) bool: did not reach the target within log_steps
     num_train: int
 
-    @property
-    def batches(self) -> np.ndarray:
-        return np.unique(self.batch)
-
     @classmethod
     def make(cls, batch, steps, censored, num_train) -> Observations:
         b = np.asarray(batch, dtype=float)

@@ -137,12 +137,6 @@ def draw_norms(
     return float(np.sum(sq)), total
 
 
-def batch_bound_draw(rng, kind, input_dim, depth, width, n_samples, label_noise=0.0) -> float:
-    """One draw's exact batch bound n sum_i |g_i|^2 / |sum_i g_i|^2."""
-    s1, q = draw_norms(rng, kind, input_dim, depth, width, n_samples, label_noise)
-    return n_samples * s1 / q
-
-
 # -- the study ---------------------------------------------------------------------------------
 
 
