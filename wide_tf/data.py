@@ -461,9 +461,16 @@ def train_input_fn(
 
         ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(one_epoch).skip(offset)
         ds = _shard_chunks(ds, global_batch, ctx)
-        ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.batch(per_replica, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
-        return ds.with_options(_options())
+        if augment:  # per example: each image gets its own crop and flip
+            ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+            ds = ds.batch(per_replica, drop_remainder=True)
+        else:
+            # The same batches, gathered a batch of indices at a time: one gather per batch
+            # instead of one map call per example (0.35 vs 5-7 ms per batch of 256 digits here,
+            # where the per-example map was slower than the training step it fed).
+            ds = ds.batch(per_replica, drop_remainder=True)
+            ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
+        return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return dataset_fn
 
