@@ -245,6 +245,88 @@ def test_metrics_writer_writes_only_on_the_chief(tmp_path):
     assert tags == {"loss"}  # non-finite and missing values are skipped
 
 
+def _summaries(folder) -> dict:
+    """{tag: [(step, Summary.Value)]} of every event file in `folder`."""
+    out = {}
+    for f in sorted(tf.io.gfile.glob(str(folder / "events*"))):
+        for ev in tf.compat.v1.train.summary_iterator(f):
+            for v in ev.summary.value:
+                out.setdefault(v.tag, []).append((ev.step, v))
+    return out
+
+
+def test_metrics_writer_events_are_those_of_tf_summary_scalar(tmp_path):
+    """The writer's events hold what tf.summary.scalar writes (the reference): the same tags,
+    steps, float32 tensors and scalars-plugin metadata, so TensorBoard reads them alike."""
+    values = [(0, {"loss": 2.25, "lr": 0.1}), (7, {"loss": 0.5, "lr": 1e-3, "acc": 1})]
+    w = train.MetricsWriter(str(tmp_path / "ours"), True, "run")
+    for step, v in values:
+        w.scalars("train", step, v)
+    w.close()
+    ref = tf.summary.create_file_writer(str(tmp_path / "ref" / "train"))
+    with ref.as_default():
+        for step, v in values:
+            for k, x in v.items():
+                tf.summary.scalar(k, x, step=step)
+    ref.close()
+    ours, want = _summaries(tmp_path / "ours" / "train"), _summaries(tmp_path / "ref" / "train")
+    assert sorted(ours) == sorted(want) == ["acc", "loss", "lr"]
+    for tag in want:
+        assert [s for s, _ in ours[tag]] == [s for s, _ in want[tag]]
+        for (_, a), (_, b) in zip(ours[tag], want[tag], strict=True):
+            assert a.metadata.plugin_data.plugin_name == b.metadata.plugin_data.plugin_name
+            assert tf.make_ndarray(a.tensor).dtype == tf.make_ndarray(b.tensor).dtype
+            assert tf.make_ndarray(a.tensor) == tf.make_ndarray(b.tensor)
+
+
+def test_runs_of_one_seed_measure_the_initial_model_once(tmp_path, monkeypatch):
+    """The step-0 evaluations and gradient diversity depend on the seed's initial weights only:
+    the learning rates of a grid share them (same numbers, measured once), another seed does
+    not."""
+
+    def config(lr_multiplier, seed):
+        c = _single(
+            "digits_embedded",
+            global_batch=64,
+            max_epochs=1.0,
+            eval_every_examples=1000,
+            gradient_at_init=True,
+            seed=seed,
+        )
+        c.optim.lr_multiplier = lr_multiplier
+        return c
+
+    calls = []
+    real_probe, real_eval = train._GradientProbe.__call__, train.Stepper.evaluate
+    monkeypatch.setattr(
+        train._GradientProbe, "__call__", lambda *a: calls.append("probe") or real_probe(*a)
+    )
+    monkeypatch.setattr(train.Stepper, "evaluate", lambda *a: calls.append("eval") or real_eval(*a))
+    from wide_tf.strategy import setup_runtime
+
+    runtime = setup_runtime(config(1.0, 0).runtime)
+    train.clear_cache()
+    results, counts = [], []
+    for i, (lr, seed) in enumerate([(1.0, 0), (4.0, 0), (1.0, 5)]):
+        del calls[:]
+        results.append(train.train_and_evaluate(config(lr, seed), str(tmp_path / str(i)), runtime))
+        counts.append((calls.count("probe"), calls.count("eval")))
+    first, same_seed, other_seed = results
+    assert [c[0] for c in counts] == [1, 0, 1]  # the probe, at step 0 only (no later cadence)
+    assert counts[1][1] == counts[0][1] - 2  # the two step-0 evaluations are reused
+    assert counts[2][1] == counts[0][1]
+    assert same_seed["gradient"]["history"] == first["gradient"]["history"]
+    assert other_seed["gradient"]["history"][0]["step"] == 0
+    assert other_seed["gradient"]["history"][0] != first["gradient"]["history"][0]
+    step0 = [
+        json.loads((tmp_path / str(i) / "metrics.jsonl").read_text().splitlines()[0])
+        for i in range(3)
+    ]
+    assert step0[0]["step"] == step0[1]["step"] == step0[2]["step"] == 0
+    assert step0[1] == step0[0] and step0[2] != step0[0]
+    train.clear_cache()
+
+
 def test_run_state_round_trips_and_reads_older_checkpoints():
     st = train.RunState(
         step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1}

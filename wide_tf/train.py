@@ -13,6 +13,10 @@ import keras
 import numpy as np
 import tensorflow as tf
 from absl import logging
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorboard.summary.writer.event_file_writer import EventFileWriter
+from tensorboard.util import tensor_util
 
 from wide_tf import data as data_lib
 from wide_tf import optim as optim_lib
@@ -201,7 +205,14 @@ class MetricsWriter:
     """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (the run's
     train/ or eval/ events; non-finite values are skipped), `history` rewrites metrics.jsonl (one
     line per evaluation, atomically) and `log` writes the log line. Only the chief writes files;
-    every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`."""
+    every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`.
+
+    Events are written by TensorBoard's own event-file writer (a background thread; tf.gfile
+    paths, so gs:// works) in the format of tf.summary.scalar (a float32 tensor with the scalars
+    plugin's metadata): tf.summary costs ~0.3 ms of eager ops per value, this ~0.01 ms, and a
+    run in a study writes a dozen values per host loop."""
+
+    _SCALAR = scalar_metadata.create_summary_metadata(display_name=None, description=None)
 
     def __init__(self, workdir: str, chief: bool, name: str):
         self.workdir, self.chief, self.name = workdir, chief, name
@@ -213,11 +224,21 @@ class MetricsWriter:
         if not self.chief:
             return
         if kind not in self._writers:
-            self._writers[kind] = tf.summary.create_file_writer(wd.join(self.workdir, kind))
-        with self._writers[kind].as_default(step=step):
-            for k, v in values.items():
-                if v is not None and math.isfinite(v):
-                    tf.summary.scalar(k, v)
+            # (Its file name holds the time, host, pid and a counter: a resumed run adds a file.)
+            self._writers[kind] = EventFileWriter(wd.join(self.workdir, kind))
+        value = [
+            summary_pb2.Summary.Value(
+                tag=k, tensor=tensor_util.make_tensor_proto(np.float32(v)), metadata=self._SCALAR
+            )
+            for k, v in values.items()
+            if v is not None and math.isfinite(v)
+        ]
+        if value:
+            self._writers[kind].add_event(
+                event_pb2.Event(
+                    wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=value)
+                )
+            )
 
     def history(self, records: list) -> None:
         if self.chief:
@@ -231,6 +252,11 @@ class MetricsWriter:
     def flush(self) -> None:
         for w in self._writers.values():
             w.flush()
+
+    def close(self) -> None:
+        for w in self._writers.values():
+            w.close()
+        self._writers.clear()
 
 
 # Settings of config.optim that are numbers in the schedule's variables: runs that differ only in
@@ -290,6 +316,10 @@ class _Built:
     checkpoint: tf.train.Checkpoint
     optimizer_init: list  # the optimizer's variables right after build (iterations 0, zero slots)
     init_weights: dict  # seed -> the model's initial weights
+    # seed -> {what: value}: the initial model's evaluations and gradient diversity, which every
+    # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
+    # learning rates of a grid measure them once (see Run.at_init).
+    at_init: dict = dataclasses.field(default_factory=dict)
     _probe: _GradientProbe | None = None
 
     def probe(self, config) -> _GradientProbe:
@@ -573,8 +603,9 @@ class Run:
         """Training and test accuracy and loss at the current step, into the history; with
         `check_target`, whether the target is met (the first time: the run has reached it)."""
         st, t = self.state, self.config.train
-        tr = self.stepper.evaluate(self.built.eval_sets["train"])
-        te = self.stepper.evaluate(self.built.eval_sets["test"])
+        sets = self.built.eval_sets
+        tr = self.at_init("train", lambda: self.stepper.evaluate(sets["train"]))
+        te = self.at_init("test", lambda: self.stepper.evaluate(sets["test"]))
         ev = {
             "step": st.step,
             "epoch": st.step * self.batch / self.info.num_train,
@@ -613,10 +644,20 @@ class Run:
                 )
         return ev
 
+    def at_init(self, what: str, compute) -> dict:
+        """`compute()`, a dict of numbers of the model at the current step; at step 0 (the initial
+        weights of this seed) computed once per seed and key, and copied for the other runs."""
+        if self.state.step != 0:
+            return compute()
+        cache = self.built.at_init.setdefault(self.config.train.seed, {})
+        if what not in cache:
+            cache[what] = compute()
+        return dict(cache[what])
+
     def measure(self) -> None:
         """Exact gradient diversity on the probe set at the current step."""
         st = self.state
-        g = self.probe(self.model)
+        g = self.at_init("gradient", lambda: self.probe(self.model))
         g.update(step=st.step, examples=st.step * self.batch)
         st.gradient.append(g)
         self.metrics.scalars(
@@ -644,6 +685,7 @@ class Run:
         self.built.host_var.assign(self.state.to_json())
         self.manager.save(checkpoint_number=self.state.step)
         self.metrics.history(self.state.history)
+        self.metrics.flush()  # the events up to this checkpoint, with it
 
     def running(self) -> bool:
         st = self.state
@@ -696,7 +738,7 @@ class Run:
                 check_target=False
             )  # the final numbers; the target counts on the cadence only
         self.save()
-        self.metrics.flush()
+        self.metrics.close()
         return self.result()
 
     def log_start(self) -> None:
