@@ -461,6 +461,41 @@ def test_sweep_lists_are_checked():
         validate.check_config(config)
 
 
+def test_a_config_has_exactly_the_fields_of_defaults():
+    """A config file written by hand that lacks a field, or holds one the code never reads, is
+    one line naming it (the code reads every field with no fallback: defaults.py has them all)."""
+    config = _config("configs/mlp.py:smoke")
+    validate.check_config(config)
+    del config.optim["momentum"]
+    with pytest.raises(validate.UsageError, match="optim.momentum is missing.*base_config"):
+        validate.check_config(config)
+    config = _config("configs/mlp.py:smoke")
+    config.train.max_epoch = 3  # a typo in a config file (overrides are checked separately)
+    with pytest.raises(
+        validate.UsageError, match="train.max_epoch is not a config field.*max_epochs"
+    ):
+        validate.check_config(config)
+    config = _config("configs/mlp.py:smoke")
+    config.sweep.family.budgte = 1.0
+    with pytest.raises(validate.UsageError, match="sweep.family.budgte.*budget"):
+        validate.check_config(config)
+    config = _config("configs/mlp.py:smoke")
+    del config["runtime"]
+    with pytest.raises(validate.UsageError, match="no runtime section"):
+        validate.check_config(config)
+    validate.check_config(_config("configs/mlp.py:single"))  # sweep None: one run
+
+
+def test_a_batch_smaller_than_the_ghost_size_is_refused_before_tensorflow():
+    config = _config("configs/wrn.py:single")
+    config.model.norm, config.model.ghost_batch_size = "ghost", 32
+    config.train.global_batch = 64
+    validate.check_config(config)
+    config.train.global_batch = 16  # would need a virtual batch of 16: never shrunk
+    with pytest.raises(validate.UsageError, match="ghost_batch_size=32, which does not divide"):
+        validate.check_config(config)
+
+
 def test_new_fields_confirm_seeds_and_min_steps_are_checked_when_present():
     config = _config("configs/mlp.py:smoke")
     config.sweep.confirm_seeds = [1, 2]

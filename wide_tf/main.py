@@ -260,7 +260,7 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
         )
     if _raised_in(e, "/cluster_resolver/", "/tpu/"):
         return (
-            f"cannot reach the TPU (runtime.tpu={config.runtime.get('tpu', '')!r}; "
+            f"cannot reach the TPU (runtime.tpu={config.runtime.tpu!r}; "
             f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
             f"or 'local' on a TPU VM) and that this machine may reach it, or use "
             f"--config.runtime.strategy=auto",

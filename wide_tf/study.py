@@ -199,7 +199,7 @@ def next_trials(config, trials: list[Trial], results: dict[str, dict]) -> list[T
             done,
             s.lr_multipliers,
             s.seeds,
-            s.get("confirm_seeds", []),
+            s.confirm_seeds,
             s.max_lr_extensions,
             extend=s.extend_lr_grid,
         ):

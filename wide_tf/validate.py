@@ -249,16 +249,16 @@ def _dataset(config):
     name = config.data.name
     _choice("data.name", name, tuple(DATASETS))
     num_train, _, classes, shape, tfds_name = DATASETS[name]
-    n = int(config.data.get("num_train", 0) or 0)
+    n = int(config.data.num_train or 0)
     return (min(num_train, n) if n else num_train), classes, shape, tfds_name
 
 
 def _replicas(config) -> int:
     """Replicas known before TensorFlow starts: only a cpu strategy's device list says; 1 otherwise
     (the trainer checks again once it sees the hardware)."""
-    rt = config.get("runtime") or {}
-    if rt.get("strategy", "auto") == "cpu" and rt.get("devices"):
-        return len(rt.get("devices"))
+    rt = config.runtime
+    if rt.strategy == "cpu" and rt.devices:
+        return len(rt.devices)
     return 1
 
 
@@ -276,7 +276,7 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
             f"(runtime.devices); use a multiple of {replicas}"
         )
     per_replica = batch // replicas
-    cap = config.train.get("max_device_batch", 0) or 0
+    cap = config.train.max_device_batch or 0
     micro = 1
     if cap and per_replica > cap:
         micro = -(-per_replica // cap)
@@ -284,8 +284,10 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
             micro += 1
     micro_batch = per_replica // micro
     m = config.model
-    ghost = m.get("ghost_batch_size", 0)
-    if m.get("norm") == "ghost" and micro_batch > ghost and micro_batch % ghost:
+    ghost = m.ghost_batch_size
+    # Also a batch smaller than the ghost size: the virtual batch is never shrunk (its statistics
+    # would then depend on the number of replicas); the trainer checks again with the hardware.
+    if m.norm == "ghost" and micro_batch % ghost:
         raise UsageError(
             f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch} into virtual "
             f"batches of model.ghost_batch_size={ghost}, which does not divide it; use a batch "
@@ -299,7 +301,7 @@ def _check_model(config, classes, shape) -> None:
     _choice("model.arch", m.arch, architectures.names())
     _choice("model.norm", m.norm, architectures.NORMS)
     if m.norm == "ghost":
-        _num("model.ghost_batch_size", m.get("ghost_batch_size", 0), low=1, integer=True)
+        _num("model.ghost_batch_size", m.ghost_batch_size, low=1, integer=True)
     if not is_sweep(config):
         try:
             families.param_count(m.arch, m.depth, m.width, classes, shape, norm=m.norm)
@@ -320,66 +322,64 @@ def _check_optim(config) -> None:
     _num("optim.base_lr", o.base_lr, low=0, low_open=True, fix=fix_lr)
     _num("optim.reference_batch", o.reference_batch, low=1, integer=True)
     _choice("optim.scaling", o.scaling, SCALING_RULES)
-    _num("optim.lr_multiplier", o.get("lr_multiplier", 1.0), low=0, low_open=True)
-    _num("optim.momentum", o.get("momentum", 0.0), low=0, high=1, high_open=True)
-    _num("optim.weight_decay", o.get("weight_decay", 0.0), low=0)
-    if o.name == "adam" and o.get("weight_decay", 0.0) > 0:
+    _num("optim.lr_multiplier", o.lr_multiplier, low=0, low_open=True)
+    _num("optim.momentum", o.momentum, low=0, high=1, high_open=True)
+    _num("optim.weight_decay", o.weight_decay, low=0)
+    if o.name == "adam" and o.weight_decay > 0:
         raise UsageError(
             "optim.name='adam' with optim.weight_decay > 0: use --config.optim.name=adamw "
             "(decoupled decay), or --config.optim.weight_decay=0"
         )
-    _num("optim.lars_eta", o.get("lars_eta", 0.001), low=0, low_open=True)
-    _choice("optim.lars_trust_ratio", o.get("lars_trust_ratio", "you"), TRUST_RATIO_FORMS)
-    _num("optim.lars_epsilon", o.get("lars_epsilon", 0.0), low=0)
+    _num("optim.lars_eta", o.lars_eta, low=0, low_open=True)
+    _choice("optim.lars_trust_ratio", o.lars_trust_ratio, TRUST_RATIO_FORMS)
+    _num("optim.lars_epsilon", o.lars_epsilon, low=0)
     _choice("optim.schedule", o.schedule, SCHEDULES)
-    _num("optim.warmup_epochs", o.get("warmup_epochs", 0.0), low=0)
-    _num("optim.warmup_steps", o.get("warmup_steps", 0), low=0, integer=True)
-    _choice("optim.warmup_fixed", o.get("warmup_fixed", "epochs"), WARMUP_FIXED)
-    decay = list(o.get("decay_epochs", []) or [])
+    _num("optim.warmup_epochs", o.warmup_epochs, low=0)
+    _num("optim.warmup_steps", o.warmup_steps, low=0, integer=True)
+    _choice("optim.warmup_fixed", o.warmup_fixed, WARMUP_FIXED)
+    decay = list(o.decay_epochs or [])
     for d in decay:
         _num("optim.decay_epochs", d, low=0, low_open=True, listed=True)
     if decay != sorted(decay):
         raise UsageError(
             f"optim.decay_epochs={decay} must increase; fix the list in the config file"
         )
-    _num("optim.decay_factor", o.get("decay_factor", 0.1), low=0, high=1, low_open=True)
-    _num("optim.poly_power", o.get("poly_power", 2.0), low=0, low_open=True)
-    _num("optim.end_lr_fraction", o.get("end_lr_fraction", 0.0), low=0, high=1)
+    _num("optim.decay_factor", o.decay_factor, low=0, high=1, low_open=True)
+    _num("optim.poly_power", o.poly_power, low=0, low_open=True)
+    _num("optim.end_lr_fraction", o.end_lr_fraction, low=0, high=1)
 
 
 def _check_train(config, num_train) -> None:
     t = config.train
     _num(
         "train.max_device_batch",
-        t.get("max_device_batch", 0),
+        t.max_device_batch,
         low=0,
         integer=True,
         fix="0 means no accumulation",
     )
     _num("train.max_epochs", t.max_epochs, low=0)
-    _num("train.max_steps", t.get("max_steps", 0), low=0, integer=True)
-    if t.get("max_steps", 0) <= 0 and t.max_epochs <= 0:
+    _num("train.max_steps", t.max_steps, low=0, integer=True)
+    if t.max_steps <= 0 and t.max_epochs <= 0:
         raise UsageError(
             "no training budget: set --config.train.max_epochs > 0 or --config.train.max_steps > 0"
         )
-    if "min_steps" in t:
-        _num("train.min_steps", t.min_steps, low=0, integer=True)
-        budget = t.get("max_steps", 0) or None
-        if budget and t.min_steps > budget:
-            raise UsageError(
-                f"train.min_steps={t.min_steps} is above the budget train.max_steps={budget}; "
-                f"lower min_steps or raise max_steps"
-            )
-    _num("train.steps_per_loop", t.get("steps_per_loop", 1), low=1, integer=True)
+    _num("train.min_steps", t.min_steps, low=0, integer=True)
+    if t.max_steps and t.min_steps > t.max_steps:
+        raise UsageError(
+            f"train.min_steps={t.min_steps} is above the budget train.max_steps={t.max_steps}; "
+            f"lower min_steps or raise max_steps"
+        )
+    _num("train.steps_per_loop", t.steps_per_loop, low=1, integer=True)
     _num(
         "train.eval_every_examples",
-        t.get("eval_every_examples", 0),
+        t.eval_every_examples,
         low=0,
         integer=True,
         fix="0 means once an epoch",
     )
-    _num("train.eval_batch", t.get("eval_batch", 1024), low=1, integer=True)
-    _num("train.eval_train_limit", t.get("eval_train_limit", 0), low=0, integer=True)
+    _num("train.eval_batch", t.eval_batch, low=1, integer=True)
+    _num("train.eval_train_limit", t.eval_train_limit, low=0, integer=True)
     _choice("train.target_metric", t.target_metric, TARGET_METRICS)
     if t.target_metric.endswith("accuracy"):
         _num(
@@ -398,28 +398,28 @@ def _check_train(config, num_train) -> None:
             low_open=True,
             fix="a cross-entropy loss is never 0 or below",
         )
-    _num("train.seed", t.get("seed", 0), low=0, integer=True)
+    _num("train.seed", t.seed, low=0, integer=True)
     _num(
         "train.checkpoint_every_steps",
-        t.get("checkpoint_every_steps", 0),
+        t.checkpoint_every_steps,
         low=0,
         integer=True,
         fix="0 means ten checkpoints per run",
     )
-    _num("train.diverge_loss", t.get("diverge_loss", 1e3), low=0, low_open=True)
-    _num("train.gradient_every_examples", t.get("gradient_every_examples", 0), low=0, integer=True)
+    _num("train.diverge_loss", t.diverge_loss, low=0, low_open=True)
+    _num("train.gradient_every_examples", t.gradient_every_examples, low=0, integer=True)
     _num("train.probe_size", t.probe_size, low=0, integer=True)
-    _num("train.probe_chunk", t.get("probe_chunk", 256), low=1, integer=True)
-    _num("train.noise_scale_ema", t.get("noise_scale_ema", 0.95), low=0, high=1, high_open=True)
+    _num("train.probe_chunk", t.probe_chunk, low=1, integer=True)
+    _num("train.noise_scale_ema", t.noise_scale_ema, low=0, high=1, high_open=True)
 
 
 def _check_runtime(config) -> None:
     rt = config.get("runtime")
     if rt is None:
         return
-    _choice("runtime.strategy", rt.get("strategy", "auto"), STRATEGIES)
-    _choice("runtime.mixed_precision", rt.get("mixed_precision", "auto"), PRECISIONS)
-    jit = rt.get("jit_compile", "auto")
+    _choice("runtime.strategy", rt.strategy, STRATEGIES)
+    _choice("runtime.mixed_precision", rt.mixed_precision, PRECISIONS)
+    jit = rt.jit_compile
     if not (
         isinstance(jit, bool)
         or str(jit).lower() in ("auto", "true", "false", "1", "0", "yes", "no")
@@ -428,8 +428,8 @@ def _check_runtime(config) -> None:
             f"runtime.jit_compile={jit!r} is not valid; use auto, True or False "
             f"(--config.runtime.jit_compile=...)"
         )
-    devices = list(rt.get("devices", []) or [])
-    if devices and rt.get("strategy", "auto") != "cpu":
+    devices = list(rt.devices or [])
+    if devices and rt.strategy != "cpu":
         raise UsageError(
             "runtime.devices lists CPU devices for the cpu strategy only; add "
             "--config.runtime.strategy=cpu or drop runtime.devices"
@@ -459,10 +459,9 @@ def _check_sweep(config, num_train, classes, shape) -> None:
     seeds = _ints("sweep.seeds", s.seeds, low=0)
     if len(set(seeds)) != len(seeds):
         raise UsageError(f"sweep.seeds={seeds} repeats a seed; list each seed once")
-    if "confirm_seeds" in s:
-        _ints("sweep.confirm_seeds", s.confirm_seeds, low=0, nonempty=False)
-    _num("sweep.eps", s.get("eps", 0.25), low=0, low_open=True)
-    _num("sweep.max_lr_extensions", s.get("max_lr_extensions", 2), low=0, integer=True)
+    _ints("sweep.confirm_seeds", s.confirm_seeds, low=0, nonempty=False)
+    _num("sweep.eps", s.eps, low=0, low_open=True)
+    _num("sweep.max_lr_extensions", s.max_lr_extensions, low=0, integer=True)
     if f.kind == "budget":
         _num("sweep.family.budget", f.budget, low=0, low_open=True)
     arch = config.model.arch
@@ -477,12 +476,10 @@ def _check_sweep(config, num_train, classes, shape) -> None:
 def _check_data_present(config, tfds_name) -> None:
     """A TFDS set that is not prepared, found without importing TensorFlow (local folders only)."""
     d = config.data
-    if tfds_name is None or d.get("download", False):
+    if tfds_name is None or d.download:
         return
     data_dir = (
-        d.get("data_dir")
-        or os.environ.get("TFDS_DATA_DIR")
-        or os.path.expanduser("~/tensorflow_datasets")
+        d.data_dir or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
     )
     if "://" in data_dir:
         return
@@ -504,10 +501,10 @@ def _check_hardware(config) -> None:
     rt = config.get("runtime")
     if rt is None:
         return
-    name = rt.get("strategy", "auto")
+    name = rt.strategy
     if (
         name == "tpu"
-        and not rt.get("tpu")
+        and not rt.tpu
         and not os.environ.get("TPU_NAME")
         and not any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
     ):
@@ -570,6 +567,45 @@ def _check_theory(config) -> None:
         _choice("theory.kinds", kind, ("linear", "relu"))
 
 
+# The sections of a training config and the defaults.py function that makes each: every field
+# of these exists in every config, so the code reads `config.section.field` with no fallback.
+SECTIONS = {
+    "model": defaults.model_config,
+    "data": defaults.data_config,
+    "optim": defaults.optim_config,
+    "train": defaults.train_config,
+    "runtime": defaults.runtime_config,
+    "sweep": defaults.sweep_config,
+}
+
+
+def _check_fields(config) -> None:
+    """Each section has exactly the fields that defaults.py gives it (`sweep` may be None: one
+    run), so that a config file written by hand fails here, not as an AttributeError mid-run."""
+    fix = "build the config from wide_tf.defaults.base_config(), which sets every field"
+    for section, make in SECTIONS.items():
+        have = config.get(section)
+        if have is None and section == "sweep":
+            continue
+        if have is None:
+            raise UsageError(f"the config has no {section} section; {fix}")
+        _same_fields(section, have, make(), fix)
+
+
+def _same_fields(where: str, have, want, fix: str) -> None:
+    for k in want:
+        if k not in have:
+            raise UsageError(f"{where}.{k} is missing from the config; {fix}")
+    for k in have:
+        if k not in want:
+            raise UsageError(
+                f"{where}.{k} is not a config field{suggest(k, list(want))}; remove or rename it "
+                f"in the config file"
+            )
+        if hasattr(want[k], "keys") and hasattr(have[k], "keys"):  # sweep.family
+            _same_fields(f"{where}.{k}", have[k], want[k], fix)
+
+
 def check_config(config, overrides=()) -> None:
     """Raises a Problem for the first thing in `config` (and the overrides that made it) that
     cannot work; returns None when the config is fit to run."""
@@ -579,9 +615,10 @@ def check_config(config, overrides=()) -> None:
     if kind == "theory":
         _check_theory(config)
         return
+    _check_fields(config)
     num_train, classes, shape, tfds_name = _dataset(config)
-    _num("data.num_train", config.data.get("num_train", 0), low=0, integer=True, fix="0 means all")
-    _num("data.shuffle_buffer", config.data.get("shuffle_buffer", 1), low=1, integer=True)
+    _num("data.num_train", config.data.num_train, low=0, integer=True, fix="0 means all")
+    _num("data.shuffle_buffer", config.data.shuffle_buffer, low=1, integer=True)
     _check_model(config, classes, shape)
     _check_optim(config)
     _check_train(config, num_train)
