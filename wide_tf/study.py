@@ -224,14 +224,58 @@ def run_study(
     write_report: bool = True,
 ) -> list[dict]:
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share)."""
-    trials = list_trials(config)
+    trials = _pick_trial(list_trials(config), only_trial)
     shard_i, shard_n = parse_shard(shard)
-    if only_trial is not None:
-        picked = [t for i, t in enumerate(trials) if only_trial in (t.trial_id, str(i))]
-        if not picked:
-            raise StudyError(f"--trial={only_trial!r} matches no trial; --list_trials shows them")
-        trials = picked
     check_workdir(config, workdir)
+    _log_plan(config, trials, shard_i, shard_n)
+    runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve every trial
+    # A (member, batch size) group stays on one shard, so its learning-rate grid is decided there.
+    mine = lambda t: _stable_index(t.group) % shard_n == shard_i
+    start, ran = time.time(), 0
+    queue = [t for t in trials if mine(t)]
+    all_trials = list(trials)
+    while queue:
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+        todo = [t for t in queue if t.trial_id not in results]
+        for k, t in enumerate(todo):
+            eta = (time.time() - start) / ran * (len(todo) - k) if ran else None
+            _log_trial_start(t, len(queue) - len(todo) + k + 1, len(queue), len(todo), eta)
+            result = train_lib.train_and_evaluate(
+                t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta()
+            )
+            if runtime.strategy.extended.should_checkpoint:  # the chief records; others only help
+                wd.record_result(workdir, result)
+            # No clear_session() here: the next trial of the same member and batch size reuses this
+            # one's model and traced step; train.py drops them (and clears the session) when the
+            # next trial needs another model.
+            ran += 1
+        if only_trial is not None:
+            break
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+        queue = next_trials(config, [t for t in all_trials if mine(t)], results)
+        _log_next(queue)
+        all_trials += queue
+    logging.info(
+        "Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start)
+    )
+    records = wd.read_results(workdir)
+    if write_report:
+        path = report.write_report(workdir)
+        logging.info("Report: %s", path)
+    return records
+
+
+def _pick_trial(trials: list[Trial], only_trial: str | None) -> list[Trial]:
+    """All trials, or the one `--trial` names (by id or by its index in --list_trials)."""
+    if only_trial is None:
+        return trials
+    picked = [t for i, t in enumerate(trials) if only_trial in (t.trial_id, str(i))]
+    if not picked:
+        raise StudyError(f"--trial={only_trial!r} matches no trial; --list_trials shows them")
+    return picked
+
+
+def _log_plan(config, trials: list[Trial], shard_i: int, shard_n: int) -> None:
     members = sorted({t.member for t in trials}, key=lambda m: m.depth)
     logging.info(
         "Study: %d trials (%d members x %d batch sizes x %d learning rates x %d seeds)%s",
@@ -245,65 +289,31 @@ def run_study(
     for line in families.format_table(members).splitlines():
         logging.info("  %s", line)
 
-    runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve every trial
-    # A (member, batch size) group stays on one shard, so its learning-rate grid is decided there.
-    mine = lambda t: _stable_index(t.group) % shard_n == shard_i
-    start, ran = time.time(), 0
-    queue = [t for t in trials if mine(t)]
-    all_trials = list(trials)
-    while queue:
-        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-        todo = [t for t in queue if t.trial_id not in results]
-        for k, t in enumerate(todo):
-            remaining = len(todo) - k
-            eta = (
-                f", about {_fmt_time((time.time() - start) / ran * remaining)} left" if ran else ""
-            )
-            logging.info(
-                "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s ===",
-                len(queue) - len(todo) + k + 1,
-                len(queue),
-                f" ({len(queue) - len(todo)} done before)" if len(todo) < len(queue) else "",
-                t.member.name,
-                t.batch_size,
-                t.lr_multiplier,
-                t.seed,
-                eta,
-            )
-            result = train_lib.train_and_evaluate(
-                t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta()
-            )
-            if (
-                runtime.strategy.extended.should_checkpoint
-            ):  # the chief records; other workers only help
-                wd.record_result(workdir, result)
-            # No clear_session() here: the next trial of the same member and batch size reuses this
-            # one's model and traced step; train.py drops them (and clears the session) when the
-            # next trial needs another model.
-            ran += 1
-        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-        queue = [
-            t
-            for t in next_trials(config, [t for t in all_trials if mine(t)], results)
-            if only_trial is None
-        ]
-        if queue:
-            n_conf = sum(t.role == lr_grid.CONFIRM for t in queue)
-            logging.info(
-                "Next: %d learning-rate grid extension(s), %d confirmation run(s), %d group(s).",
-                len(queue) - n_conf,
-                n_conf,
-                len({t.group for t in queue}),
-            )
-            all_trials += queue
+
+def _log_trial_start(t: Trial, k: int, n: int, todo: int, eta_s: float | None) -> None:
+    """The progress line: trial k of n (and how many were done before), what it runs, time left."""
     logging.info(
-        "Study done in this process: %d trials run in %s.", ran, _fmt_time(time.time() - start)
+        "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s ===",
+        k,
+        n,
+        f" ({n - todo} done before)" if todo < n else "",
+        t.member.name,
+        t.batch_size,
+        t.lr_multiplier,
+        t.seed,
+        "" if eta_s is None else f", about {_fmt_time(eta_s)} left",
     )
-    records = wd.read_results(workdir)
-    if write_report:
-        path = report.write_report(workdir)
-        logging.info("Report: %s", path)
-    return records
+
+
+def _log_next(queue: list[Trial]) -> None:
+    if queue:
+        n_conf = sum(t.role == lr_grid.CONFIRM for t in queue)
+        logging.info(
+            "Next: %d learning-rate grid extension(s), %d confirmation run(s), %d group(s).",
+            len(queue) - n_conf,
+            n_conf,
+            len({t.group for t in queue}),
+        )
 
 
 def list_trials(config) -> list[Trial]:
