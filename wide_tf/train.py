@@ -339,55 +339,57 @@ def clear_cache() -> None:
         keras.backend.clear_session()
 
 
+def _new_model(config, info) -> keras.Model:
+    m = config.model
+    return build_model(
+        m.arch,
+        m.depth,
+        m.width,
+        info.num_classes,
+        info.input_shape,
+        norm=m.norm,
+        ghost_batch_size=m.ghost_batch_size,
+    )
+
+
 def _initial_weights(built: _Built, config, info, seed: int) -> list:
     """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
     if seed not in built.init_weights:
         keras.utils.set_random_seed(seed)
-        m = config.model
-        fresh = build_model(
-            m.arch,
-            m.depth,
-            m.width,
-            info.num_classes,
-            info.input_shape,
-            norm=m.norm,
-            ghost_batch_size=m.ghost_batch_size,
-        )
-        built.init_weights[seed] = [w.numpy() for w in fresh.weights]
+        built.init_weights[seed] = [w.numpy() for w in _new_model(config, info).weights]
     return built.init_weights[seed]
 
 
 def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int) -> _Built:
     """A model, optimizer and Stepper for this run: the kept ones, reset, when the key matches
     (no retrace, no rebuild), else new ones (and the old ones are dropped)."""
-    t, strategy = config.train, runtime.strategy
+    t = config.train
     key = _build_key(config, runtime, info, plan)
     built = _BUILT.get(key)
+    if built is None:
+        clear_cache()  # the previous run's graphs go (a study used to do this after every run)
+        keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+        runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
+        built = _BUILT[key] = _new_built(
+            key, config, runtime, info, plan, steps_per_epoch, total_steps
+        )
+        return built
+    built.model.set_weights(_initial_weights(built, config, info, t.seed))
+    for v, value in zip(built.optimizer.variables, built.optimizer_init):
+        v.assign(value)
     schedule = optim_lib.build_schedule(
         config.optim, plan.global_batch, steps_per_epoch, total_steps
     )
-    if built is not None:
-        built.model.set_weights(_initial_weights(built, config, info, t.seed))
-        for v, value in zip(built.optimizer.variables, built.optimizer_init):
-            v.assign(value)
-        built.optimizer._learning_rate.assign_from(schedule)
-        built.stepper.reset(t.diverge_loss)
-        keras.utils.set_random_seed(t.seed)
-        return built
-    clear_cache()  # the previous run's graphs go (a study used to do this after every run)
-    keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
-    runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
+    built.optimizer._learning_rate.assign_from(schedule)
+    built.stepper.reset(t.diverge_loss)
+    keras.utils.set_random_seed(t.seed)
+    return built
+
+
+def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps) -> _Built:
+    t, strategy = config.train, runtime.strategy
     with strategy.scope():
-        m = config.model
-        model = build_model(
-            m.arch,
-            m.depth,
-            m.width,
-            info.num_classes,
-            info.input_shape,
-            norm=m.norm,
-            ghost_batch_size=m.ghost_batch_size,
-        )
+        model = _new_model(config, info)
         optimizer = optim_lib.build_optimizer(
             config.optim,
             plan.global_batch,
@@ -406,18 +408,9 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
             diverge_loss=t.diverge_loss,
             diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
         )
-    eval_batch = t.eval_batch // runtime.num_replicas * runtime.num_replicas or runtime.num_replicas
-
-    def eval_set(split: str, limit: int | None):
-        n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
-        if runtime.num_replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
-            x, y = data_lib.load_arrays(config.data, split, limit=limit)
-            return InMemoryEvalSet(x, y, eval_batch)
-        return data_lib.make_eval_dataset(config.data, split, eval_batch, strategy, limit=limit)
-
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)
-    built = _Built(
+    return _Built(
         key=key,
         host_var=host_var,
         checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var),
@@ -425,14 +418,23 @@ def _build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int
         optimizer=optimizer,
         stepper=stepper,
         eval_sets={
-            "train": eval_set("train", t.eval_train_limit or None),
-            "test": eval_set("test", None),
+            "train": _eval_set(config, runtime, info, "train", t.eval_train_limit or None),
+            "test": _eval_set(config, runtime, info, "test", None),
         },
         optimizer_init=[v.numpy() for v in optimizer.variables],
         init_weights={t.seed: [w.numpy() for w in model.weights]},
     )
-    _BUILT[key] = built
-    return built
+
+
+def _eval_set(config, runtime, info, split: str, limit: int | None):
+    """An evaluation set: in memory on one replica when it fits, else a distributed dataset."""
+    replicas = runtime.num_replicas
+    batch = config.train.eval_batch // replicas * replicas or replicas
+    n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
+    if replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
+        x, y = data_lib.load_arrays(config.data, split, limit=limit)
+        return InMemoryEvalSet(x, y, batch)
+    return data_lib.make_eval_dataset(config.data, split, batch, runtime.strategy, limit=limit)
 
 
 @dataclasses.dataclass
