@@ -218,13 +218,14 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     train.clear_cache()
     fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
     assert comparable(reused) == comparable(fresh)
-    # Float32 sums may be reduced in another order from one process state to the next (the
-    # thread pool decides), so the probe's numbers are compared to a relative 1e-4, entry by
-    # entry: pytest.approx does not take a list of dicts.
+    # A fresh build may reduce float32 sums in another order (CI saw the last digits differ), and
+    # 32 steps of training carry that on, so the probe's numbers are compared to a relative 1e-3,
+    # entry by entry (pytest.approx takes no list of dicts); a run that was not reset properly
+    # differs by far more.
     got, want = reused["gradient"]["history"], fresh["gradient"]["history"]
     assert [sorted(g) for g in got] == [sorted(w) for w in want]
     for g, w in zip(got, want, strict=True):
-        assert {k: pytest.approx(v, rel=1e-4) for k, v in w.items()} == g
+        assert {k: pytest.approx(v, rel=1e-3) for k, v in w.items()} == g
     train.clear_cache()
 
 
