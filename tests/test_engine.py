@@ -142,16 +142,8 @@ def test_batch_plan_errors_and_splits():
 
 
 def test_divergence_stops_the_loop_and_is_flagged():
-    one = tf.distribute.OneDeviceStrategy("/cpu:0")
-    x, y = _data()
-    x = x * 1e3
-    keras.utils.set_random_seed(0)
-    with one.scope():
-        model = build_model("mlp", 2, 16, 4, (6, 6, 1))
-        opt = keras.optimizers.SGD(1e4)
-        opt.build(model.trainable_variables)
-        stepper = Stepper(model, opt, one, BatchPlan.make(16, 1), diverge_loss=50.0)
-    out = stepper.train(iter(_dist_dataset(one, x, y, 16)), 50)
+    stepper, batches = _diverging_stepper()
+    out = stepper.train(batches, 50)
     assert bool(stepper.diverged.numpy())
     assert out["steps"] < 50  # stopped early, on the device
 
