@@ -14,6 +14,15 @@ from helpers import REPO
 
 SCRIPT = REPO / "launch_tpu.sh"
 REQUIRED = ["--name=wide-v4", "--config=configs/wrn.py", "--workdir=gs://bucket/wrn"]
+# A launch onto a missing VM: look it up, create it, copy the checkout and install on every worker,
+# start on worker 0.
+FRESH_LAUNCH = [
+    ("describe", None),
+    ("create", None),
+    ("scp", "--worker=all"),
+    ("install", "--worker=all"),
+    ("start", "--worker=0"),
+]
 G = ["compute", "tpus", "tpu-vm"]
 
 FAKE_GCLOUD = f"""#!{sys.executable}
@@ -123,13 +132,7 @@ def test_shellcheck_is_clean():
 def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     p, calls = fake(*REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2")
     assert p.returncode == 0, p.stderr
-    assert _verbs(calls) == [
-        ("describe", None),
-        ("create", None),
-        ("scp", "--worker=all"),
-        ("install", "--worker=all"),
-        ("start", "--worker=0"),
-    ]
+    assert _verbs(calls) == FRESH_LAUNCH
     describe, create, scp, install, start = calls
     assert create == [
         "create",
@@ -210,13 +213,7 @@ def test_v5p_and_v6e_single_hosts(fake, accelerator, image):
 def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
     p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--project=proj")
     assert p.returncode == 0, p.stderr
-    assert _verbs(calls) == [
-        ("describe", None),
-        ("create", None),
-        ("scp", "--worker=all"),
-        ("install", "--worker=all"),
-        ("start", "--worker=0"),
-    ]
+    assert _verbs(calls) == FRESH_LAUNCH
     create, install, start = calls[1], calls[3], calls[4]
     assert create == [
         "create",
