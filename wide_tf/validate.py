@@ -414,9 +414,7 @@ def _check_train(config, num_train) -> None:
 
 
 def _check_runtime(config) -> None:
-    rt = config.get("runtime")
-    if rt is None:
-        return
+    rt = config.runtime
     _choice("runtime.strategy", rt.strategy, STRATEGIES)
     _choice("runtime.mixed_precision", rt.mixed_precision, PRECISIONS)
     jit = rt.jit_compile
@@ -498,9 +496,7 @@ def _check_data_present(config, tfds_name) -> None:
 def _check_hardware(config) -> None:
     """Hardware that a strategy asks for and that is plainly absent (no TensorFlow needed to see
     it)."""
-    rt = config.get("runtime")
-    if rt is None:
-        return
+    rt = config.runtime
     name = rt.strategy
     if (
         name == "tpu"
