@@ -13,10 +13,14 @@ Variants (after the colon):
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
+  predict the local study's members at its smallest batch, the learning-rate grid on one seed and
+          the chosen rate on two more, B_simple measured at every evaluation: the critical batch
+          predicted from the gradient noise scale at the target, without the sweep (under 2
+          minutes; docs/prediction.md).
   smoke   seconds; for the tests.
 """
 
-from wide_tf import defaults
+from wide_tf import defaults, predict
 
 
 def get_config(arg=None):
@@ -75,8 +79,12 @@ def get_config(arg=None):
         config.train.max_epochs = 3.0
         config.train.target_value = 0.5
         config.train.steps_per_loop = 10
+    elif variant == "predict":
+        # The local study at its smallest batch on three seeds, B_simple measured along training:
+        # the critical batch predicted without the sweep (wide_tf/predict.py, docs/prediction.md).
+        return predict.as_predict_config(get_config("local"))
     else:
         raise ValueError(
-            f"unknown variant {variant!r} of configs/mlp.py: local, single, paper or smoke"
+            f"unknown variant {variant!r} of configs/mlp.py: local, single, paper, predict or smoke"
         )
     return config

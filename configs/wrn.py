@@ -16,10 +16,14 @@ Variants (after the colon):
           rate confirmed on two more seeds: the same protocol at CPU scale (a rehearsal of the
           pipeline; 8x8 digits are not CIFAR). See the README for its measured time.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
+  predict the paper study's members at batch 128 on three seeds (grid on one), B_simple measured
+          at every evaluation: B_crit per member predicted from the gradient noise scale, for
+          a fraction of the sweep's cost (`python -m wide_tf.predict --config=configs/wrn.py`
+          prints both; docs/prediction.md). predict_local: the same for the local study.
   smoke   seconds; for the tests.
 """
 
-from wide_tf import defaults
+from wide_tf import defaults, predict
 
 
 def get_config(arg=None):
@@ -90,9 +94,15 @@ def get_config(arg=None):
             s.extend_lr_grid = False
             config.train.max_epochs = 2.0
             config.train.target_value = 0.5
+    elif variant == "predict":
+        # The CIFAR-10 study at its smallest batch on three seeds, B_simple measured at every
+        # evaluation (wide_tf/predict.py, docs/prediction.md).
+        return predict.as_predict_config(get_config("paper"))
+    elif variant == "predict_local":
+        return predict.as_predict_config(get_config("local"))
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: "
-            "paper (default), local, single or smoke"
+            "paper (default), local, single, predict, predict_local or smoke"
         )
     return config

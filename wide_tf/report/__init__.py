@@ -30,6 +30,7 @@ import tensorflow as tf  # noqa: E402
 
 from wide_tf import analysis  # noqa: E402
 from wide_tf import workdir as wd  # noqa: E402
+from wide_tf.report import prediction  # noqa: E402
 from wide_tf.report.markdown import render_markdown  # noqa: E402
 from wide_tf.report.plots import make_plots  # noqa: E402
 from wide_tf.report.protocol import (  # noqa: E402
@@ -115,6 +116,12 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
+    # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
+    result["prediction"] = prediction.compare_study(config, records, result) if records else None
+    if result["prediction"] is not None:
+        pred_plot = prediction.plot_prediction(result["prediction"], outdir)
+        plots += [pred_plot] if pred_plot else []
+        prediction.log_prediction(result["prediction"])
     tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written)
     path = os.path.join(outdir, "report.md")

@@ -1,0 +1,194 @@
+"""Tests for wide_tf.predict (NumPy only: hand-made histories and records with known answers) and
+the report's prediction section on a synthetic study."""
+
+import math
+import types
+
+import numpy as np
+import pytest
+
+from wide_tf import critical_batch as cb
+from wide_tf import predict as pr
+
+
+def _rec(member="m", width=100, seed=0, batch=16, mult=1.0, steps=100.0, hist=(), **kw):
+    rec = {
+        "trial_id": f"{member}-b{batch}-m{mult}-s{seed}",
+        "member": member,
+        "width": width,
+        "batch_size": batch,
+        "lr_multiplier": mult,
+        "seed": seed,
+        "status": "reached",
+        "steps_to_target": math.ceil(steps),
+        "steps_to_target_interp": steps,
+        "gradient": {
+            "history": [{"step": s, "noise_scale": v, "batch_bound": v + 1} for s, v in hist],
+            "noise_scale_ema": None,
+        },
+    }
+    rec.update(kw)
+    return rec
+
+
+# -- one run ------------------------------------------------------------------------------------
+
+
+def test_at_step_interpolates_in_log_space_and_extrapolates_one_interval_at_most():
+    steps, vals = np.array([0.0, 50.0, 100.0]), np.array([10.0, 100.0, 1000.0])
+    v, how = pr.at_step(steps, vals, 25.0)
+    assert how == pr.INTERPOLATED and v == pytest.approx(math.sqrt(1000.0))  # not 55 (linear)
+    assert pr.at_step(steps, vals, 50.0) == (100.0, pr.MEASURED)
+    v, how = pr.at_step(steps, vals, 120.0)
+    assert how == pr.EXTRAPOLATED and v == pytest.approx(1000.0 * 10 ** (20 / 50))
+    assert pr.at_step(steps, vals, 151.0)[0] is None  # more than one interval past the last
+    assert pr.at_step(steps[1:], vals[1:], 10.0)[0] is None  # before the first measurement
+    assert pr.at_step(np.array([]), np.array([]), 10.0)[0] is None
+
+
+def test_run_average_is_the_step_weighted_mean_up_to_the_target():
+    steps, vals = np.array([0.0, 100.0, 200.0]), np.array([10.0, 30.0, 50.0])
+    # trapezoid over [0, 150], the end value log-interpolated (sqrt(30 x 50), not 40):
+    # (10 + 30) / 2 x 100 + (30 + sqrt(1500)) / 2 x 50, over 150 steps
+    want = (2000.0 + (30.0 + math.sqrt(1500.0)) * 25.0) / 150.0
+    assert pr.run_average(steps, vals, 150.0) == pytest.approx(want, rel=1e-9)
+    # no measurement at initialisation: no run average
+    assert pr.run_average(steps[1:], vals[1:], 150.0) is None
+
+
+def test_run_noise_reads_the_primary_target_and_skips_bad_points():
+    hist = [(0, 10.0), (50, float("nan")), (50, 100.0), (100, 1000.0), (150, -1.0)]
+    rec = _rec(steps=75.0, hist=hist)
+    rn = pr.run_noise(rec)
+    assert rn.at_init == 10.0 and rn.n_measurements == 3
+    assert rn.at_target == pytest.approx(10**2.5) and rn.how == pr.INTERPOLATED
+    # Several targets: the first one is the primary, whatever the top-level fields say.
+    rec["targets"] = [
+        {"metric": "train_loss", "status": "reached", "steps_to_target_interp": 50.0},
+        {"metric": "train_accuracy", "status": "reached", "steps_to_target_interp": 75.0},
+    ]
+    assert pr.run_noise(rec).at_target == pytest.approx(100.0)
+    rec["targets"][0]["status"] = "not_reached"
+    assert pr.run_noise(rec) is None
+    assert pr.run_noise(_rec(status="diverged")) is None
+
+
+# -- intervals ----------------------------------------------------------------------------------
+
+
+def test_geometric_mean_and_t_interval_on_logs():
+    e = pr.geometric([1.0, math.exp(2.0)])
+    # logs 0 and 2: mean 1, sd sqrt(2), se 1, t(1 df) = 12.706
+    assert e.value == pytest.approx(math.e) and e.se_log == pytest.approx(1.0)
+    assert math.log(e.high) - 1 == pytest.approx(12.7062, rel=1e-4)
+    one = pr.geometric([5.0, None, -1.0])
+    assert one.value == pytest.approx(5.0) and one.low is None and one.n == 1
+    assert pr.geometric([]) is None
+
+
+def test_ratio_combines_both_intervals_and_refuses_a_bound():
+    pred = pr.geometric([100.0, 100.0 * math.exp(0.2), 100.0 * math.exp(-0.2)])
+    measured = cb.Interval(value=50.0, low=50.0 * math.exp(-0.3), high=50.0 * math.exp(0.3))
+    r = pr.ratio(pred, measured)
+    assert r.value == pytest.approx(2.0)
+    se_p = (math.log(pred.high) - math.log(pred.low)) / (2 * pr.Z95)
+    se_m = 0.6 / (2 * pr.Z95)
+    assert r.se_log == pytest.approx(math.hypot(se_p, se_m))
+    assert r.low < 2.0 < r.high
+    bound = cb.Interval(value=1024.0, low=600.0, high=None, above_range=True, high_open=True)
+    rb = pr.ratio(pred, bound)
+    assert rb.value == pytest.approx(100 / 1024) and rb.low is None
+
+
+def test_agreement_words_follow_the_interval():
+    assert "factor of 2" in pr.agreement_words(pr.Estimate(1.2, 0.8, 1.7, 0.1, 3))
+    assert "order of magnitude" in pr.agreement_words(pr.Estimate(3.0, 0.9, 9.0, 0.1, 3))
+    assert "underestimate" in pr.agreement_words(pr.Estimate(0.01, 0.005, 0.03, 0.1, 3))
+    assert "overestimate" in pr.agreement_words(pr.Estimate(40.0, 20.0, 90.0, 0.1, 3))
+    assert "not resolved" in pr.agreement_words(pr.Estimate(1.0, 0.05, 20.0, 0.1, 3))
+
+
+# -- members against the sweep --------------------------------------------------------------------
+
+
+def _summary(name, width, b_crit, batches=(16, 64), best=1.0):
+    cells = tuple(
+        types.SimpleNamespace(batch_size=b, best_multiplier=best if b == batches[0] else 1.0)
+        for b in batches
+    )
+    curve = types.SimpleNamespace(b_crit=b_crit)
+    info = types.SimpleNamespace(name=name, width=width, depth=1)
+    return types.SimpleNamespace(info=info, cells=cells, curve=curve)
+
+
+def test_member_prediction_uses_the_chosen_rate_of_the_smallest_batch_on_every_seed():
+    recs = []
+    for seed, top in enumerate((100.0, 200.0, 400.0)):
+        recs.append(_rec(seed=seed, hist=[(0, 10.0), (100, top)], steps=100.0))
+    # Another rate of the same cell and another batch must not count.
+    recs.append(_rec(seed=0, mult=2.0, hist=[(0, 10.0), (100, 9999.0)]))
+    recs.append(_rec(seed=0, batch=64, hist=[(0, 10.0), (100, 9999.0)]))
+    b_crit = cb.Interval(value=100.0, low=80.0, high=125.0)
+    m = pr.member_prediction(_summary("m", 100, b_crit), recs)
+    assert m.batch_size == 16 and len(m.runs) == 3
+    assert m.at_target.value == pytest.approx(200.0) and m.at_target.n == 3
+    assert m.ratio_b_crit.value == pytest.approx(2.0)
+    assert m.at_init.value == pytest.approx(10.0)
+    assert m.b_model_free is None and m.ratio_model_free is None
+
+
+def test_compare_says_what_to_set_when_the_cadence_was_off():
+    recs = [_rec(hist=[(0, 10.0)])]  # initialisation only: the local study's default
+    c = pr.compare(
+        recs,
+        [_summary("m", 100, None)],
+        {"train": {"gradient_every_examples": 0, "eval_every_examples": 360}},
+    )
+    assert not c.has_history
+    text = pr.sentence(c)
+    assert "train.gradient_every_examples" in text and "=360" in text
+
+
+def test_sentence_reports_the_pooled_ratio_of_a_sweep():
+    recs, sums = [], []
+    for k, (w, bc) in enumerate(((50, 100.0), (100, 200.0), (200, 400.0))):
+        name = f"m{k}"
+        for seed in range(3):
+            top = 20.0 * bc * (1.0 + 0.05 * seed)  # 20x the measured B_crit
+            recs.append(_rec(member=name, width=w, seed=seed, hist=[(0, 5.0), (100, top)]))
+        sums.append(_summary(name, w, cb.Interval(value=bc, low=0.8 * bc, high=1.25 * bc)))
+    c = pr.compare(recs, sums, None)
+    assert c.sweep and c.has_history
+    assert c.pooled_ratio.value == pytest.approx(20.0 * (1.05 * 1.10) ** (1 / 3))
+    assert "overestimate by more than 10x" in pr.sentence(c)
+
+
+# -- the predict study and its cost --------------------------------------------------------------
+
+
+def test_as_predict_config_follows_the_local_config():
+    from configs import mlp
+
+    local, pred = mlp.get_config("local"), mlp.get_config("predict")
+    assert pred.sweep.batch_sizes == [min(local.sweep.batch_sizes)]
+    assert pred.sweep.family.to_dict() == local.sweep.family.to_dict()
+    assert (pred.train.target_metric, pred.train.target_value) == (
+        local.train.target_metric,
+        local.train.target_value,
+    )
+    assert len(pred.sweep.seeds) + len(pred.sweep.confirm_seeds) == 3
+    assert pred.train.gradient_every_examples == local.train.eval_every_examples > 0
+    assert pred.train.gradient_at_init and pred.sweep.max_lr_extensions <= 1
+
+
+def test_plan_counts_runs_and_examples_by_hand():
+    from configs import mlp
+
+    cfg = mlp.get_config("smoke")  # 2 members, batches 32 and 256, one rate, no extension
+    p = pr.plan(cfg, num_train=1000)
+    assert (p.runs_min, p.runs_max) == (4, 4)
+    # 3 epochs of 1,000 examples; the step floor min_steps is 0 here
+    steps = {32: math.ceil(3000 / 32), 256: math.ceil(3000 / 256)}
+    assert p.examples_max == 2 * sum(s * b for b, s in steps.items())
+    lo, hi = p.chip_hours()
+    assert 0 < lo < hi and hi / lo == pytest.approx(5.0)
