@@ -2,6 +2,7 @@
 the noise scale."""
 
 import json
+import math
 
 import keras
 import numpy as np
@@ -262,6 +263,66 @@ def test_two_batch_bias_correction_and_ratio_of_averages():
     assert est.value == pytest.approx((w @ [s, sb]) / (w @ [g2, g2b]))
     with pytest.raises(ValueError):
         est.update(1.0, 1.0, 8, 8)
+
+
+def test_two_batch_estimator_agrees_with_the_exact_probe_within_its_noise():
+    """On a small model: the exact per-example B_simple of a probe set (the engine's norms), and
+    the two-batch estimator from real mini-batch gradients (4 micro-batches of 8 drawn with
+    replacement from the same set, |G|^2 and tr(Sigma) averaged before the ratio) agree within
+    3 standard errors of the estimator; and n x diversity = 1 + B_simple on the same gradients,
+    B_simple from the explicit per-example gradients."""
+    n, micro, parts, steps = 64, 8, 4, 1000
+    model = make_mlp(seed=3)
+    x, y = _data((10,), n=n, seed=4)
+    sq = per_example.per_example_grad_sq_norms(model, x, y)
+    with tf.GradientTape() as tape:
+        total = tf.reduce_sum(per_example.per_example_loss(y, model(x)))
+    summed = tape.gradient(total, model.trainable_variables)
+    q = float(sum(np.sum(np.square(g.numpy().astype(np.float64))) for g in summed))
+    exact = diversity.stats_from_norms(sq, q, n=n)
+    flat = np.concatenate(
+        [g.reshape(n, -1) for g in per_example.per_example_gradients_reference(model, x, y)],
+        axis=1,
+    )
+    mean = flat.mean(axis=0)
+    b_simple = float(np.sum((flat - mean) ** 2)) / n / float(mean @ mean)
+    assert exact["batch_bound"] == pytest.approx(1.0 + b_simple, rel=RTOL)
+    assert exact["noise_scale"] == pytest.approx(b_simple, rel=RTOL)
+
+    xs, ys = tf.constant(x), tf.constant(y)
+
+    @tf.function
+    def norms(idx):  # idx: (parts, micro) example indices of one step
+        local = []
+        for k in range(parts):
+            with tf.GradientTape() as tape:
+                logits = model(tf.gather(xs, idx[k]))
+                loss = tf.reduce_mean(per_example.per_example_loss(tf.gather(ys, idx[k]), logits))
+            local.append(tape.gradient(loss, model.trainable_variables))
+        big = [tf.add_n(gs) / parts for gs in zip(*local)]
+        sq_norm = lambda gs: tf.add_n([tf.reduce_sum(tf.square(g)) for g in gs])
+        return tf.reduce_mean(tf.stack([sq_norm(gs) for gs in local])), sq_norm(big)
+
+    rng = np.random.default_rng(0)
+    small, big = np.array(
+        [[float(v) for v in norms(rng.integers(0, n, (parts, micro)))] for _ in range(steps)]
+    ).T
+    est, se = noise_scale.averaged_estimate(small, big, micro, micro * parts)
+    assert se < 0.1 * b_simple  # the check has teeth: the noise is small against the value
+    print(f"two-batch {est:.4g} +- {se:.2g} (1 se), exact {b_simple:.4g}")
+    assert abs(est - b_simple) < 3 * se, (est, se, b_simple)
+
+
+def test_averaged_estimate_by_hand():
+    # Two steps: G2 = (8 x 1.5 - 2 x 2) / 6 = 4/3 and (8 x 1 - 2 x 3) / 6 = 1/3; S = 0.5 / 0.375
+    # = 4/3 and 2 / 0.375 = 16/3. Means 5/6 and 10/3: ratio of means 4 (the mean of the single-step
+    # ratios, 1 and 16, would be 8.5).
+    value, se = noise_scale.averaged_estimate([2.0, 3.0], [1.5, 1.0], 2, 8)
+    assert value == pytest.approx(4.0)
+    # Residuals S - 4 G2: 4/3 - 16/3 = -4 and 16/3 - 4/3 = 4; sd sqrt(32), / (sqrt(2) x 5/6)
+    assert se == pytest.approx(math.sqrt(32) / (math.sqrt(2) * 5 / 6))
+    with pytest.raises(ValueError):
+        noise_scale.averaged_estimate([2.0], [1.5], 2, 8)
 
 
 def test_package_models_wrn_and_ghost_mlp():

@@ -1,7 +1,11 @@
 """Gradient measurements: per-example gradient norms, diversity, batch bound and the noise scale."""
 
 from wide_tf.measure.diversity import gradient_stats, stats_from_norms
-from wide_tf.measure.noise_scale import TwoBatchNoiseScale, two_batch_estimates
+from wide_tf.measure.noise_scale import (
+    TwoBatchNoiseScale,
+    averaged_estimate,
+    two_batch_estimates,
+)
 from wide_tf.measure.per_example import (
     UnsupportedModelError,
     per_example_grad_sq_norms,
@@ -14,6 +18,7 @@ from wide_tf.measure.per_example import (
 __all__ = [
     "TwoBatchNoiseScale",
     "UnsupportedModelError",
+    "averaged_estimate",
     "gradient_stats",
     "per_example_grad_sq_norms",
     "per_example_grad_sq_norms_naive",

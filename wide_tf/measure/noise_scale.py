@@ -15,11 +15,18 @@ G2 and S are averaged separately over steps (exponential moving averages with Ad
 correction) and only divided at read time: the ratio of single-step estimates is biased (and often
 negative). |G_small|^2 should be the mean over replicas of each replica's local squared norm, which
 lowers its variance without changing its expectation.
+
+`averaged_estimate` is the same estimator over a stretch of steps without the moving average (a
+plain mean of G2 and of S, then the ratio) with its standard error: what the exact probe is checked
+against (tests/test_measure.py), and how a run's two-batch norms can be read where the exact
+per-example pass is too costly (docs/prediction.md).
 """
 
 from __future__ import annotations
 
 import math
+
+import numpy as np
 
 
 def two_batch_estimates(g_small_sq, g_big_sq, b_small: float, b_big: float):
@@ -36,6 +43,25 @@ def two_batch_estimates(g_small_sq, g_big_sq, b_small: float, b_big: float):
     g2 = (b_big * g_big_sq - b_small * g_small_sq) / (b_big - b_small)
     s = (g_small_sq - g_big_sq) / (1.0 / b_small - 1.0 / b_big)
     return g2, s
+
+
+def averaged_estimate(g_small_sq, g_big_sq, b_small: float, b_big: float) -> tuple[float, float]:
+    """(B_simple, its standard error) from per-step squared norms: G2 and S are each averaged over
+    the steps before the ratio (McCandlish et al. 2018, appendix A.1), and the standard error is
+    the delta method's for a ratio of means, with the steps taken as independent draws."""
+    g2, s = two_batch_estimates(
+        np.asarray(g_small_sq, float), np.asarray(g_big_sq, float), b_small, b_big
+    )
+    g2, s = np.atleast_1d(g2), np.atleast_1d(s)
+    if g2.size < 2:
+        raise ValueError(f"need at least 2 steps for a standard error, got {g2.size}")
+    mg = float(g2.mean())
+    if not mg > 0:
+        raise ValueError("the averaged |G|^2 estimate is not positive: the noise swamps the signal")
+    value = float(s.mean()) / mg
+    # Var(mean S / mean G2) ~ Var(S - value * G2) / (n mean(G2)^2) (first-order delta method).
+    se = float(np.std(s - value * g2, ddof=1) / (math.sqrt(g2.size) * mg))
+    return value, se
 
 
 class TwoBatchNoiseScale:
