@@ -192,3 +192,50 @@ def test_plan_counts_runs_and_examples_by_hand():
     assert p.examples_max == 2 * sum(s * b for b, s in steps.items())
     lo, hi = p.chip_hours()
     assert 0 < lo < hi and hi / lo == pytest.approx(5.0)
+
+
+# -- the report section on a synthetic study ----------------------------------------------------
+
+
+def test_report_has_the_prediction_section_and_plot(tmp_path):
+    """A synthetic sweep (test_report's: B_crit 32, 128 and 512 by member) whose runs measured
+    B_simple rising to 2 x the member's B_crit at the target: the section says so and the
+    log-log plot is written."""
+    from test_report import MEMBERS, make_records, make_workdir
+
+    from wide_tf import report
+
+    bc = {name: b for name, _, _, b in MEMBERS}
+    recs = make_records()
+    for r in recs:
+        if r["status"] != "reached":
+            continue
+        s = float(r["steps_to_target"])
+        top = 2.0 * bc[r["member"]] * (1.0 + 0.02 * r["seed"])
+        r["gradient"]["history"] = [
+            {"step": k * s / 4, "noise_scale": 5.0 * (top / 5.0) ** (k / 4)} for k in range(5)
+        ]
+    wd = str(tmp_path / "study")
+    make_workdir(wd, recs)
+    md = open(report.write_report(wd)).read()
+    section = md.split("## Does the gradient noise scale predict the critical batch?")[1]
+    assert "times the measured B_crit" in section
+    ratios = [row.split("|")[10].strip() for row in section.splitlines() if row.startswith("| mlp")]
+    assert len(ratios) == 3
+    for cell in ratios:  # about 2 (the fitted B_crit is close to the true one here)
+        assert 1.5 < float(cell.split()[0]) < 2.7, cell
+    assert (tmp_path / "study" / "report" / "noise_scale_vs_b_crit.png").stat().st_size > 1000
+
+
+def test_report_without_history_says_what_to_set(tmp_path):
+    from test_report import make_records, make_workdir
+
+    from wide_tf import report
+
+    recs = make_records(history=False)
+    wd = str(tmp_path / "study")
+    make_workdir(wd, recs)
+    md = open(report.write_report(wd)).read()
+    section = md.split("## Does the gradient noise scale predict the critical batch?")[1]
+    assert "train.gradient_every_examples" in section.split("\n\n")[1]
+    assert not (tmp_path / "study" / "report" / "noise_scale_vs_b_crit.png").exists()

@@ -227,7 +227,10 @@ def width_slope(widths: Sequence[float], estimates: Sequence[Estimate | None]):
     ]
     if len(use) < 3 or len({w for w, _ in use}) < 2:
         return None
-    from wide_tf.stats.meta import random_effects_slope
+    try:
+        from wide_tf.stats.meta import random_effects_slope
+    except ImportError:  # TEMPORARY until wide_tf.stats lands on main
+        return None
 
     x = np.log([float(w) for w, _ in use])
     y = np.array([e.log for _, e in use])
@@ -469,14 +472,22 @@ def cadence_fix(c: Comparison) -> str:
 # The predict study: any study config, one small batch per member
 # ----------------------------------------------------------------------------------------------
 
+PROBE_CAP = 4096  # the largest exact probe a predict study uses (as_predict_config)
 
-def as_predict_config(config, batch: int | None = None, seeds: int = 3, max_lr_extensions: int = 1):
+
+def as_predict_config(
+    config,
+    batch: int | None = None,
+    seeds: int = 3,
+    max_lr_extensions: int = 1,
+    probe_cap: int = PROBE_CAP,
+):
     """Turns a study config into its `predict` study, in place (and returns it): the same members,
     target, optimizer and learning-rate grid, at one batch size (`batch`, default the sweep's
     smallest), the grid on the tuning seed with at most `max_lr_extensions` extensions, the chosen
     rate on `seeds` seeds in all, and the exact B_simple measured at every evaluation (and at
-    initialisation). A given learning rate: set `sweep.lr_multipliers = [m]` and
-    `sweep.extend_lr_grid = False` afterwards.
+    initialisation) on a probe of at most `probe_cap` training examples. A given learning rate: set
+    `sweep.lr_multipliers = [m]` and `sweep.extend_lr_grid = False` afterwards.
 
     The report of such a study carries the prediction (wide_tf/report/prediction.py)."""
     s, t = config.sweep, config.train
@@ -498,7 +509,22 @@ def as_predict_config(config, batch: int | None = None, seeds: int = 3, max_lr_e
     # so a measurement lands on (or one interval after) the interpolated crossing.
     t.gradient_every_examples = int(t.eval_every_examples)
     t.gradient_at_init = True
+    # A probe of the whole of a large training set would cost more than the training between two
+    # measurements (60,000 MNIST digits every 30,000 examples); a probe of n examples measures
+    # B_simple up to about n, so the cap only matters for sets far larger than the critical batch.
+    n_train = _num_train(config)
+    if n_train and probe_cap and (t.probe_size or n_train) > probe_cap:
+        t.probe_size = int(probe_cap)
     return config
+
+
+def _num_train(config) -> int | None:
+    from wide_tf import validate  # TensorFlow-free: the sizes of the known data sets
+
+    try:
+        return validate._dataset(config)[0]
+    except Exception:  # noqa: BLE001  (an unknown data set is validate's to report, not ours)
+        return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -618,3 +644,93 @@ def agreement_entry(c: Comparison, study: str, source: str) -> dict:
             for m in c.members
         ],
     }
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+def cost_lines(config, spec: str = "the study") -> list[str]:
+    """The predict study of `config` against the full sweep: runs, training examples (every run
+    to its budget: an upper bound) and, for a WRN, v4 chip-hours on the README's cost model."""
+    import copy
+
+    from wide_tf import validate
+
+    n_train = validate._dataset(config)[0]
+    full = plan(config, n_train)
+    small = plan(as_predict_config(copy.deepcopy(config)), n_train)
+    lines = [
+        f"{spec}: {full.members} members, batches {', '.join(map(str, full.batches))}; "
+        f"its predict study: batch {small.batches[0]}",
+        f"  runs: full sweep {full.runs_min}-{full.runs_max}, predict {small.runs_min}-"
+        f"{small.runs_max} ({small.runs_max / full.runs_max:.0%} of the sweep at most)",
+        f"  training examples, every run to its budget: full sweep {full.examples_max:.3g}, "
+        f"predict {small.examples_max:.3g} ({small.examples_max / full.examples_max:.0%}); exact "
+        f"probe examples {full.probe_examples_max:.3g} vs {small.probe_examples_max:.3g}",
+    ]
+    if config.model.arch == "wrn" and validate.DATASETS[config.data.name][4] is not None:
+        (flo, fhi), (plo, phi) = full.chip_hours(), small.chip_hours()
+        lines.append(
+            f"  v4 chip-hours at 2-10% of peak (README cost model, runs to their budget): full "
+            f"sweep {flo:.0f}-{fhi:.0f}, predict {plo:.1f}-{phi:.1f}"
+        )
+    return lines
+
+
+def _fail(message: str) -> int:
+    import sys
+
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    return 2
+
+
+def main(argv=None) -> int:
+    """`--workdir=DIR`: the agreement table of a finished study (and its LOCAL_AGREEMENT entry
+    with `--source=TEXT`); `--config=SPEC`: what its predict study costs against the sweep."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog="python -m wide_tf.predict", description=main.__doc__)
+    ap.add_argument("--workdir", help="a study workdir: the noise-scale prediction against it")
+    ap.add_argument("--config", help="a study config (configs/wrn.py): its predict study's cost")
+    ap.add_argument("--source", help="with --workdir: print a LOCAL_AGREEMENT entry with this")
+    args = ap.parse_args(argv)
+    if not (args.workdir or args.config):
+        return _fail("nothing to do; pass --workdir=DIR (a finished study) or --config=SPEC")
+    if args.config:
+        from wide_tf import configs_loader, validate
+
+        try:
+            config = configs_loader.load_config(args.config)
+        except validate.UsageError as e:
+            return _fail(str(e).splitlines()[0])
+        if config.get("sweep") is None or config.get("kind", "study") != "study":
+            return _fail(f"{args.config} is not a study with a sweep; pass a study config")
+        print("\n".join(cost_lines(config, args.config)))
+    if args.workdir:
+        from wide_tf import analysis, report
+        from wide_tf.report import prediction
+
+        try:
+            config, records, _ = report.read_workdir(args.workdir)
+        except report.ReportError as e:
+            return _fail(f"{e}; pass the workdir of a study (python -m wide_tf.main ...)")
+        if not records:
+            return _fail(f"{args.workdir} holds no finished trial; run the study first")
+        result = analysis.analyze(records, analysis.DEFAULT_EPS)
+        c = prediction.compare_study(config, records, result)
+        print("\n".join(prediction.md_prediction(c)))
+        if args.source:
+            entry = agreement_entry(c, config_name(config, args.workdir), args.source)
+            print(json.dumps(entry, indent=1))
+    return 0
+
+
+def config_name(config: dict | None, workdir: str) -> str:
+    return str((config or {}).get("name") or workdir)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
