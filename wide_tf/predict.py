@@ -333,6 +333,7 @@ class Comparison:
     gradient_every_examples: int | None
     eval_every_examples: int | None
     sweep: bool  # the study measured more than one batch per member
+    spent: dict  # what the study's finished runs cost (measured_cost)
 
     @property
     def n_extrapolated(self) -> int:
@@ -370,7 +371,21 @@ def compare(records: Sequence[dict], summaries, config: dict | None = None, swee
         gradient_every_examples=_cfg(config, "train", "gradient_every_examples"),
         eval_every_examples=_cfg(config, "train", "eval_every_examples"),
         sweep=any(len({c.batch_size for c in s.cells}) > 1 for s in summaries),
+        spent=measured_cost(records),
     )
+
+
+def measured_cost(records: Sequence[dict]) -> dict:
+    """What the finished runs cost: runs, training examples, exact-probe examples (measurements x
+    probe size, the probe size from the run's protocol, else its training set) and the summed
+    wall time in seconds."""
+    examples = probes = wall = 0.0
+    for r in records:
+        examples += float(r.get("steps") or 0) * float(r.get("batch_size") or 0)
+        n = ((r.get("protocol") or {}).get("probe_size")) or r.get("num_train") or 0
+        probes += len(((r.get("gradient") or {}).get("history")) or []) * float(n)
+        wall += float(r.get("wall_time_s") or 0)
+    return {"runs": len(records), "examples": examples, "probe_examples": probes, "wall_s": wall}
 
 
 def agreement_words(r: Estimate) -> str:

@@ -160,6 +160,14 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         )
     if any(m.at_target is not None for m in c.members):
         lines += [f"- The plot: [{PLOT_CAPTION}]({PLOT_FILE})"] if c.sweep else []
+    sp = c.spent
+    lines.append(
+        f"- This study's finished runs: {sp['runs']} runs, {sp['examples']:.3g} training examples "
+        f"and {sp['probe_examples']:.3g} exact-probe examples (about 2 training examples each), "
+        f"{sp['wall_s'] / 60:.1f} minutes of run time summed over runs; "
+        "`python -m wide_tf.predict --config=<the study>` compares a predict study's plan with "
+        "the full sweep's."
+    )
     lines += ["", "What the prediction has been worth on the local sweeps:", ""]
     lines += pr.format_local_agreement()
     return lines + [""]
