@@ -108,6 +108,21 @@ def test_agreement_words_follow_the_interval():
     assert "not resolved" in pr.agreement_words(pr.Estimate(1.0, 0.05, 20.0, 0.1, 3))
 
 
+def test_width_slope_is_the_random_effects_slope_of_the_logs():
+    widths = [50.0, 100.0, 200.0, 400.0]
+    # B_simple exactly proportional to width^0.5, seed spread 0.1 in log: slope 0.5, tight
+    ests = [pr.Estimate(10 * w**0.5, None, None, 0.1, 3) for w in widths]
+    sl = pr.width_slope(widths, ests)
+    assert sl.value == pytest.approx(0.5) and sl.low < 0.5 < sl.high and sl.n_members == 4
+    # A member off the line by far more than its seed error widens the interval (tau^2 > 0).
+    off = list(ests)
+    off[1] = pr.Estimate(ests[1].value * 4, None, None, 0.1, 3)
+    wide = pr.width_slope(widths, off)
+    assert wide.tau2 > 0 and wide.high - wide.low > 5 * (sl.high - sl.low)
+    # Fewer than three members with a seed interval: no slope.
+    assert pr.width_slope(widths[:3], ests[:2] + [pr.Estimate(5.0, None, None, None, 1)]) is None
+
+
 # -- members against the sweep --------------------------------------------------------------------
 
 

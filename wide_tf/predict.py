@@ -227,14 +227,11 @@ def width_slope(widths: Sequence[float], estimates: Sequence[Estimate | None]):
     ]
     if len(use) < 3 or len({w for w, _ in use}) < 2:
         return None
-    try:
-        from wide_tf.stats.meta import random_effects_slope
-    except ImportError:  # TEMPORARY until wide_tf.stats lands on main
-        return None
+    from wide_tf.stats.meta import random_effects_slope
 
     x = np.log([float(w) for w, _ in use])
     y = np.array([e.log for _, e in use])
-    var = np.array([max(e.se_log, 1e-6) ** 2 for _, e in use])
+    var = np.array([e.se_log**2 for _, e in use])
     return random_effects_slope(x, y, var)
 
 
