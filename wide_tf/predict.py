@@ -608,9 +608,50 @@ def plan(config, num_train: int, members: int | None = None) -> Plan:
 # What the prediction was worth on the local sweeps (measured; see docs/prediction.md)
 # ----------------------------------------------------------------------------------------------
 
-# Filled from `python -m wide_tf.predict --workdir=DIR` on the local studies; each entry says
-# where its numbers came from. Ratios are B_simple at the target / the sweep's B_crit.
-LOCAL_AGREEMENT: tuple = ()
+# From `python -m wide_tf.predict --workdir=DIR --study=NAME --source=TEXT` on the local studies
+# (it prints the entry); each entry says where its numbers came from. Ratios are B_simple at the
+# target / the sweep's fitted B_crit. Replace an entry when its study's design changes.
+LOCAL_AGREEMENT: tuple = (
+    {
+        "study": "configs/mlp.py:local (4 MLPs at 50k parameters, widths 79-667, 8x8 digits)",
+        "source": "the 230-run sweep at daad131 with --config.train.gradient_every_examples=720, "
+        "run 2026-12-01 on a shared 2-core machine (12m26s wall); B_simple read at batch 16 on 5 "
+        "seeds per member; the sweep's B_crit equal to the README's",
+        "pooled_ratio": "1.69 (0.859 to 3.32)",
+        "slope_predicted": "+0.08 (95% CI -0.70 to +0.86)",
+        "slope_measured": "-0.23 (95% CI -0.55 to +0.08)",
+        "rows": [
+            {
+                "member": "mlp-d8-w79",
+                "width": 79.0,
+                "predicted": "169 (107 to 269)",
+                "measured": "92.9 (95% CI 51.1 to 179)",
+                "ratio": "1.82 (0.838 to 3.97)",
+            },
+            {
+                "member": "mlp-d4-w117",
+                "width": 117.0,
+                "predicted": "163 (77.3 to 344)",
+                "measured": "150 (95% CI 112 to 198)",
+                "ratio": "1.09 (0.488 to 2.42)",
+            },
+            {
+                "member": "mlp-d2-w189",
+                "width": 189.0,
+                "predicted": "177 (79 to 396)",
+                "measured": "126 (95% CI 102 to 157)",
+                "ratio": "1.4 (0.608 to 3.22)",
+            },
+            {
+                "member": "mlp-d1-w667",
+                "width": 667.0,
+                "predicted": "203 (72.8 to 566)",
+                "measured": "69.2 (95% CI 45.2 to 109)",
+                "ratio": "2.93 (0.962 to 8.94)",
+            },
+        ],
+    },
+)
 
 
 def format_local_agreement(entries: Sequence[dict] = LOCAL_AGREEMENT) -> list[str]:
@@ -708,6 +749,7 @@ def main(argv=None) -> int:
     ap.add_argument("--workdir", help="a study workdir: the noise-scale prediction against it")
     ap.add_argument("--config", help="a study config (configs/wrn.py): its predict study's cost")
     ap.add_argument("--source", help="with --workdir: print a LOCAL_AGREEMENT entry with this")
+    ap.add_argument("--study", help="with --source: the study's name in that entry")
     args = ap.parse_args(argv)
     if not (args.workdir or args.config):
         return _fail("nothing to do; pass --workdir=DIR (a finished study) or --config=SPEC")
@@ -735,13 +777,9 @@ def main(argv=None) -> int:
         c = prediction.compare_study(config, records, result)
         print("\n".join(prediction.md_prediction(c)))
         if args.source:
-            entry = agreement_entry(c, config_name(config, args.workdir), args.source)
+            entry = agreement_entry(c, args.study or args.workdir, args.source)
             print(json.dumps(entry, indent=1))
     return 0
-
-
-def config_name(config: dict | None, workdir: str) -> str:
-    return str((config or {}).get("name") or workdir)
 
 
 if __name__ == "__main__":

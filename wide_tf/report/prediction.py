@@ -58,6 +58,9 @@ def plot_prediction(c: pr.Comparison, outdir: str):
         if m.run_average is not None:
             ax.plot([x], [m.run_average.value], "s", mfc="none", color=col[m.name])
             ys.append(m.run_average.value)
+        if m.at_init is not None:  # the value at initialisation, to show how far it rises
+            ax.plot([x], [m.at_init.value], "x", color=col[m.name])
+            ys.append(m.at_init.value)
         if m.b_model_free is not None and m.b_model_free.value:
             ax.plot([m.b_model_free.value], [y], "^", mfc="none", color=col[m.name])
             xs.append(m.b_model_free.value)
@@ -73,7 +76,7 @@ def plot_prediction(c: pr.Comparison, outdir: str):
     plots_lib._plain_log_axis(ax, "x")
     plots_lib._plain_log_axis(ax, "y")
     ax.set_xlabel("measured B_crit (sweep fit, 95% CI; triangles: model-free batch)")
-    ax.set_ylabel("B_simple at the target (95% CI over seeds; squares: run average)")
+    ax.set_ylabel("B_simple at the target (95% CI over seeds); squares: run average; x: at init")
     ax.set_title("Does the gradient noise scale predict the critical batch?")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(fontsize=7)
