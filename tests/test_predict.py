@@ -196,6 +196,19 @@ def test_as_predict_config_follows_the_local_config():
     assert pred.train.gradient_at_init and pred.sweep.max_lr_extensions <= 1
 
 
+def test_as_predict_config_measures_once_an_epoch_and_caps_the_probe():
+    from configs import mlp
+
+    cfg = mlp.get_config("paper")  # TFDS MNIST: 60,000 training digits, probe_size 0 (all)
+    cfg.train.eval_every_examples = 0
+    pred = pr.as_predict_config(cfg, batch=128, seeds=2)
+    assert pred.train.gradient_every_examples == 60000
+    assert pred.train.probe_size == pr.PROBE_CAP
+    assert pred.sweep.batch_sizes == [128] and len(pred.sweep.confirm_seeds) == 1
+    with pytest.raises(ValueError):
+        pr.as_predict_config(mlp.get_config("single"))  # no sweep
+
+
 def test_plan_counts_runs_and_examples_by_hand():
     from configs import mlp
 

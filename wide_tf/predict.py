@@ -505,10 +505,6 @@ def as_predict_config(
     s, t = config.sweep, config.train
     if s is None or not list(s.batch_sizes):
         raise ValueError("as_predict_config needs a study config with sweep.batch_sizes")
-    if t.eval_every_examples <= 0:
-        raise ValueError(
-            "as_predict_config needs train.eval_every_examples > 0 (the probe cadence follows it)"
-        )
     if seeds < 1:
         raise ValueError(f"seeds must be >= 1, got {seeds}")
     s.batch_sizes = [int(batch or min(s.batch_sizes))]
@@ -519,12 +515,19 @@ def as_predict_config(
     s.max_lr_extensions = min(s.max_lr_extensions, max_lr_extensions)
     # At every evaluation: with stop_at_target the run ends at the evaluation that sees the target,
     # so a measurement lands on (or one interval after) the interpolated crossing.
-    t.gradient_every_examples = int(t.eval_every_examples)
+    # With eval_every_examples = 0 a study evaluates once an epoch: measure once an epoch too.
+    n_train = _num_train(config)
+    every = int(t.eval_every_examples) or n_train
+    if not every:
+        raise ValueError(
+            f"as_predict_config: set train.eval_every_examples (data set {config.data.name!r} "
+            "has no known size, so no epoch to measure once per)"
+        )
+    t.gradient_every_examples = every
     t.gradient_at_init = True
     # A probe of the whole of a large training set would cost more than the training between two
     # measurements (60,000 MNIST digits every 30,000 examples); a probe of n examples measures
     # B_simple up to about n, so the cap only matters for sets far larger than the critical batch.
-    n_train = _num_train(config)
     if n_train and probe_cap and (t.probe_size or n_train) > probe_cap:
         t.probe_size = int(probe_cap)
     return config
