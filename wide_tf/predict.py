@@ -400,13 +400,17 @@ def agreement_words(r: Estimate) -> str:
     return "not resolved: its interval reaches beyond a factor of 10"
 
 
-def fmt_est(e: Estimate | None, digits: str = "{:.3g}") -> str:
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def fmt_est(e: Estimate | None) -> str:
+    """'175 (163 to 189)': the value and its 95% interval; '(1 seed)' when it has none."""
     if e is None:
         return "-"
-    head = digits.format(e.value) if e.value < 1e4 else f"{e.value:,.0f}"
     if e.low is None:
-        return head + (" (1 seed)" if e.n == 1 else "")
-    return f"{head} ({digits.format(e.low)} to {digits.format(e.high)})"
+        return _num(e.value) + (" (1 seed)" if e.n == 1 else "")
+    return f"{_num(e.value)} ({_num(e.low)} to {_num(e.high)})"
 
 
 def fmt_slope(sl) -> str:

@@ -138,6 +138,8 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         "at target / model-free",
         "run average / B_crit",
     ]
+    if not c.sweep:  # a predict study: nothing measured to compare with, so no such columns
+        header, rows = header[:7], [row[:7] for row in rows]
     lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
     lines += [
