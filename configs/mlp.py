@@ -13,11 +13,11 @@ Variants (after the colon):
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
+  smoke   seconds; for the tests.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
           predicted from the gradient noise scale at the target, without the sweep (under 2
           minutes; docs/prediction.md).
-  smoke   seconds; for the tests.
 """
 
 from wide_tf import defaults, predict

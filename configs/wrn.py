@@ -16,11 +16,12 @@ Variants (after the colon):
           rate confirmed on two more seeds: the same protocol at CPU scale (a rehearsal of the
           pipeline; 8x8 digits are not CIFAR). See the README for its measured time.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
+  smoke   seconds; for the tests.
   predict the paper study's members at batch 128 on three seeds (grid on one), B_simple measured
           at every evaluation: B_crit per member predicted from the gradient noise scale, for
           a fraction of the sweep's cost (`python -m wide_tf.predict --config=configs/wrn.py`
-          prints both; docs/prediction.md). predict_local: the same for the local study.
-  smoke   seconds; for the tests.
+          prints both; docs/prediction.md).
+  predict_local  the same for the local study (batch 16).
 """
 
 from wide_tf import defaults, predict

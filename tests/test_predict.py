@@ -268,3 +268,18 @@ def test_report_without_history_says_what_to_set(tmp_path):
     section = md.split("## Does the gradient noise scale predict the critical batch?")[1]
     assert "train.gradient_every_examples" in section.split("\n\n")[1]
     assert not (tmp_path / "study" / "report" / "noise_scale_vs_b_crit.png").exists()
+
+
+def test_predict_configs_pass_validation(tmp_path):
+    from wide_tf import configs_loader, validate
+
+    for spec in ("configs/mlp.py:predict", "configs/wrn.py:predict_local"):
+        validate.check_config(configs_loader.load_config(spec))
+    # TFDS CIFAR-10: a folder that looks prepared to the check (as test_errors does).
+    info = tmp_path / "cifar10" / "3.0.0" / "dataset_info.json"
+    info.parent.mkdir(parents=True)
+    info.write_text("{}")
+    config = configs_loader.load_config("configs/wrn.py:predict")
+    config.data.data_dir = str(tmp_path)
+    validate.check_config(config)
+    assert config.sweep.batch_sizes == [128] and config.train.probe_size == 1024
