@@ -5,8 +5,8 @@ up to larger batches than the deepest? (Chen et al. 2018, fully-connected experi
 
 Variants (after the colon):
   local   scikit-learn's 1,797 real 8x8 digits (1,438 for training), 7 members (1, 2, 3, 4, 6, 8 and
-          12 hidden layers) at 50k parameters whose widths span 10.4x (667 to 64), 5 batch sizes
-          from 8 to 128 (at most n / 11: sampling without replacement keeps 91% or more of the
+          12 hidden layers) at 50k parameters whose widths span 10.4x (667 to 64), 6 batch sizes
+          from 8 to 176 (at most n / 8: sampling without replacement keeps 88% or more of the
           gradient-noise variance), plain SGD (the theory's setting: no momentum ramp, so the
           steps to target are not an optimizer transient), a x2-spaced learning-rate grid per
           batch size on 2 tuning seeds, extended up to 4 times until the best rate is interior,
@@ -54,8 +54,9 @@ def get_config(arg=None):
         elif variant == "local_depth":
             s.family.kind, s.family.width = "depth", 128.0
             s.family.depths = [1, 2, 3, 4, 6, 12]
-        # At most n / 11 of the 1,438 training digits (the old design went to 1,024, 71%).
-        s.batch_sizes = [8, 16, 32, 64, 128]
+        # At most n / 8 of the 1,438 training digits (the old design went to 1,024, 71%): the
+        # gradient-noise variance of sampling without replacement keeps (n - B) / (n - 1) >= 0.88.
+        s.batch_sizes = [8, 16, 32, 64, 128, 176]
         s.lr_multipliers = [0.5, 1.0, 2.0]  # x2 spacing, extended past a winning edge
         s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
         s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds

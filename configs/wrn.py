@@ -13,7 +13,7 @@ Variants (after the colon):
           is the slope of log B_crit against log width, with its interval.
   local   small WRNs on the embedded 8x8 digits (1,438 training images), WRN-10/16/22/28/40/52 at
           50k parameters (widths 0.79 to 0.25, 3.2x: a WRN's width falls like 1/sqrt(blocks), so
-          4x would need WRN-100), batches 8 to 128 (at most n / 11), plain SGD on 2 tuning seeds
+          4x would need WRN-100), batches 8 to 176 (at most n / 8), plain SGD on 2 tuning seeds
           with up to 4 learning-rate extensions, the chosen rate confirmed on 2 more seeds: the
           same protocol at CPU scale (a rehearsal of the pipeline; 8x8 digits are not CIFAR).
           See the README for what it costs.
@@ -77,7 +77,7 @@ def get_config(arg=None):
         # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10 to WRN-52 give k =
         # 0.79 to 0.25, a 3.2x range.
         s.family.depths = [10, 16, 22, 28, 40, 52]
-        s.batch_sizes = [8, 16, 32, 64, 128]  # at most n / 11 of the training digits
+        s.batch_sizes = [8, 16, 32, 64, 128, 176]  # at most n / 8 of the training digits
         s.lr_multipliers = [0.5, 1.0, 2.0]
         s.max_lr_extensions = 4
         s.seeds = [0, 1]

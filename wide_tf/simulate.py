@@ -43,7 +43,7 @@ class Design:
 
     widths: tuple = (64.0, 79.0, 92.0, 117.0, 140.0, 189.0, 667.0)
     depths: tuple = (12, 8, 6, 4, 3, 2, 1)
-    batch_sizes: tuple = (8, 16, 32, 64, 128)
+    batch_sizes: tuple = (8, 16, 32, 64, 128, 176)
     lr_multipliers: tuple = (0.5, 1.0, 2.0)
     tuning_seeds: tuple = (0, 1)
     confirm_seeds: tuple = (2, 3, 4)
