@@ -11,10 +11,12 @@ Variants (after the colon):
           batch of 32 (up to 4 replicas at batch 128), target 99% training accuracy within
           max(100 epochs, 1,000 steps), the chosen rate confirmed on two more seeds. Its verdict
           is the slope of log B_crit against log width, with its interval.
-  local   small WRNs on the embedded 8x8 digits (1,438 training images), WRN-10/28/52 at 50k
-          parameters (widths 0.79/0.36/0.25, 3.2x), batches 16 to 1,024, the chosen learning
-          rate confirmed on two more seeds: the same protocol at CPU scale (a rehearsal of the
-          pipeline; 8x8 digits are not CIFAR). See the README for its measured time.
+  local   small WRNs on the embedded 8x8 digits (1,438 training images), WRN-10/16/22/28/40/52 at
+          50k parameters (widths 0.79 to 0.25, 3.2x: a WRN's width falls like 1/sqrt(blocks), so
+          4x would need WRN-100), batches 8 to 176 (at most n / 8), plain SGD on 2 tuning seeds
+          with up to 4 learning-rate extensions, the chosen rate confirmed on 2 more seeds: the
+          same protocol at CPU scale (a rehearsal of the pipeline; 8x8 digits are not CIFAR).
+          See the README for what it costs.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
   predict the paper study's members at batch 128 on three seeds (grid on one), B_simple measured
@@ -66,22 +68,28 @@ def get_config(arg=None):
         config.train.probe_size = 1024
     elif variant in ("local", "single", "smoke"):
         config.data.name = "digits_embedded"
-        config.model.ghost_batch_size = 16
-        config.optim.name = "momentum"
+        config.model.ghost_batch_size = 8  # divides every batch from 8 up
+        # Plain SGD: no momentum ramp inside the steps to target.
+        config.optim.name = "sgd"
+        config.optim.momentum = 0.0
         config.optim.base_lr = 0.1
+        config.optim.reference_batch = 32
         config.optim.weight_decay = 0.0
         config.optim.schedule = "constant"
         config.optim.warmup_epochs = 0.0
-        config.train.eval_every_examples = 360
+        config.train.eval_every_examples = 144
         s.family.budget = 5.0e4
-        # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10/28/52 give k =
-        # 0.79/0.36/0.25, a 3.2x range (WRN-10/16/22 spanned only 1.9x).
-        s.family.depths = [10, 28, 52]
-        s.batch_sizes = [16, 64, 256, 1024]
-        s.lr_multipliers = [0.7071, 1.0, 1.4142]
-        s.confirm_seeds = [1, 2]
-        config.train.max_epochs = 40.0
-        config.train.min_steps = 200
+        # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10 to WRN-52 give k =
+        # 0.79 to 0.25, a 3.2x range.
+        s.family.depths = [10, 16, 22, 28, 40, 52]
+        s.batch_sizes = [8, 16, 32, 64, 128, 176]  # at most n / 8 of the training digits
+        s.lr_multipliers = [0.5, 1.0, 2.0]
+        s.max_lr_extensions = 4
+        s.seeds = [0, 1]
+        s.confirm_seeds = [2, 3]
+        config.train.target_value = 0.97
+        config.train.max_epochs = 30.0
+        config.train.min_steps = 400
         config.train.gradient_at_init = True
         if variant == "single":
             config.sweep = None

@@ -38,7 +38,7 @@ CASES = [
         "variant_unknown",
         ["--config=configs/mlp.py:no_such_variant", "--workdir={wd}"],
         2,
-        ["no variant 'no_such_variant'", "local, single, paper, smoke"],
+        ["no variant 'no_such_variant'", "local, local_width, local_depth, single, paper, smoke"],
     ),
     (
         "variant_misspelt",
@@ -520,6 +520,16 @@ def test_corrupted_results_line_is_a_warning_and_nothing_changes(tmp_path):
     warnings = validate.check_workdir(config, str(tmp_path))
     assert len(warnings) == 1 and "line 2" in warnings[0] and "run again" in warnings[0]
     assert _snapshot(tmp_path) == before
+
+
+def test_batches_above_a_quarter_of_the_data_are_a_warning():
+    config = _config("configs/mlp.py:smoke")
+    assert validate.design_warnings(config) == []  # 256 of 1,438 digits: below n / 4
+    config.sweep.batch_sizes = [32, 1024]
+    (w,) = validate.design_warnings(config)
+    assert "1024, 71% of the 1438" in w and "(n - B) / (n - 1) = 0.29" in w and "n / 8" in w
+    for spec in ("configs/mlp.py:local", "configs/wrn.py:local"):  # the shipped designs: none
+        assert validate.design_warnings(_config(spec)) == []
 
 
 def test_unwritable_workdir(tmp_path):

@@ -136,7 +136,7 @@ def sweep_config() -> ml_collections.ConfigDict:
             seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
             confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
             # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's.
-            eps=0.25,
+            eps=1.0,
         )
     )
 

@@ -243,7 +243,7 @@ def _checks(config) -> list[str]:
         raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
     if _LIST.value:
         return []
-    return validate.check_workdir(config, _WORKDIR.value)
+    return validate.design_warnings(config) + validate.check_workdir(config, _WORKDIR.value)
 
 
 def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[str, int]:

@@ -627,6 +627,23 @@ def check_config(config, overrides=()) -> None:
     _check_data_present(config, tfds_name)
 
 
+def design_warnings(config) -> list[str]:
+    """What a study can run but a reader should doubt (warnings, not errors)."""
+    if config.get("kind", "study") != "study" or not is_sweep(config):
+        return []
+    num_train = _dataset(config)[0]
+    big = max(int(b) for b in config.sweep.batch_sizes)
+    if big <= num_train / 4:
+        return []
+    return [
+        f"sweep.batch_sizes reach {big}, {big / num_train:.0%} of the {num_train} training "
+        f"examples: sampling without replacement scales the gradient-noise variance by "
+        f"(n - B) / (n - 1) = {(num_train - big) / (num_train - 1):.2f} there, so large batches "
+        f"look better than they would on more data; keep batches at most n / 8 "
+        f"({num_train // 8}) or use a larger data set"
+    ]
+
+
 def check_shard(text) -> None:
     if not text:
         return

@@ -115,7 +115,7 @@ def _slope_only(x, y, v, tau2=None) -> tuple[float, float, float, float]:
     beta, cov, r = _wls(x, y, w)
     m = x.size
     q = float(np.sum(w * r**2)) / (m - 2) if m > 2 else 1.0
-    se = math.sqrt(max(q, 1.0) * cov[1, 1])
+    se = math.sqrt(q * cov[1, 1])
     return float(beta[1]), se, t2, q
 
 
