@@ -23,7 +23,7 @@ Variants (after the colon):
           at every evaluation: B_crit per member predicted from the gradient noise scale, for
           a fraction of the sweep's cost (`python -m wide_tf.predict --config=configs/wrn.py`
           prints both; docs/prediction.md).
-  predict_local  the same for the local study (batch 16).
+  predict_local  the same for the local study (its smallest batch).
 """
 
 from wide_tf import defaults, predict

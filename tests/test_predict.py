@@ -126,14 +126,14 @@ def test_width_slope_is_the_random_effects_slope_of_the_logs():
 # -- members against the sweep --------------------------------------------------------------------
 
 
-def _summary(name, width, b_crit, batches=(16, 64), best=1.0):
+def _summary(name, width, b_crit, batches=(16, 64), best=1.0, model_free=None):
     cells = tuple(
         types.SimpleNamespace(batch_size=b, best_multiplier=best if b == batches[0] else 1.0)
         for b in batches
     )
     curve = types.SimpleNamespace(b_crit=b_crit)
     info = types.SimpleNamespace(name=name, width=width, depth=1)
-    return types.SimpleNamespace(info=info, cells=cells, curve=curve)
+    return types.SimpleNamespace(info=info, cells=cells, curve=curve, b_model_free=model_free)
 
 
 def test_member_prediction_uses_the_chosen_rate_of_the_smallest_batch_on_every_seed():
@@ -144,12 +144,14 @@ def test_member_prediction_uses_the_chosen_rate_of_the_smallest_batch_on_every_s
     recs.append(_rec(seed=0, mult=2.0, hist=[(0, 10.0), (100, 9999.0)]))
     recs.append(_rec(seed=0, batch=64, hist=[(0, 10.0), (100, 9999.0)]))
     b_crit = cb.Interval(value=100.0, low=80.0, high=125.0)
-    m = pr.member_prediction(_summary("m", 100, b_crit), recs)
+    model_free = cb.Interval(value=50.0, low=40.0, high=62.5)
+    m = pr.member_prediction(_summary("m", 100, b_crit, model_free=model_free), recs)
     assert m.batch_size == 16 and len(m.runs) == 3
     assert m.at_target.value == pytest.approx(200.0) and m.at_target.n == 3
     assert m.ratio_b_crit.value == pytest.approx(2.0)
     assert m.at_init.value == pytest.approx(10.0)
-    assert m.b_model_free is None and m.ratio_model_free is None
+    assert m.ratio_model_free.value == pytest.approx(4.0)
+    assert pr.member_prediction(_summary("m", 100, b_crit), recs).ratio_model_free is None
 
 
 def test_compare_says_what_to_set_when_the_cadence_was_off():
@@ -226,7 +228,7 @@ def test_plan_counts_runs_and_examples_by_hand():
 
 
 def test_report_has_the_prediction_section_and_plot(tmp_path):
-    """A synthetic sweep (test_report's: B_crit 32, 128 and 512 by member) whose runs measured
+    """A synthetic sweep (test_report's, whose members' B_crit are known) whose runs measured
     B_simple rising to 2 x the member's B_crit at the target: the section says so and the
     log-log plot is written."""
     from test_report import MEMBERS, make_records, make_workdir
@@ -250,7 +252,7 @@ def test_report_has_the_prediction_section_and_plot(tmp_path):
     section = section.split("What the prediction has been worth")[0]  # this study's rows only
     assert "times the measured B_crit" in section
     ratios = [row.split("|")[10].strip() for row in section.splitlines() if row.startswith("| mlp")]
-    assert len(ratios) == 3
+    assert len(ratios) == len(MEMBERS)
     for cell in ratios:  # about 2 (the fitted B_crit is close to the true one here)
         assert 1.5 < float(cell.split()[0]) < 2.7, cell
     assert (tmp_path / "study" / "report" / "noise_scale_vs_b_crit.png").stat().st_size > 1000

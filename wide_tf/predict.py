@@ -260,7 +260,7 @@ class MemberPrediction:
     at_init: Estimate | None
     two_batch: Estimate | None
     b_crit: object | None  # critical_batch.Interval from the sweep's fit
-    b_model_free: object | None  # critical_batch.Interval: steps 20% above perfect scaling
+    b_model_free: object | None  # critical_batch.Interval: the sweep's model-free critical batch
     ratio_b_crit: Estimate | None  # at_target / B_crit
     ratio_model_free: Estimate | None  # at_target / model-free
     ratio_avg_b_crit: Estimate | None  # run_average / B_crit
@@ -298,7 +298,7 @@ def member_prediction(summary, records: Sequence[dict]) -> MemberPrediction:
     at = geometric([r.at_target for r in runs])
     avg = geometric([r.run_average for r in runs])
     b_crit = summary.curve.b_crit if summary.curve else None
-    model_free = getattr(summary, "b_model_free", None)
+    model_free = summary.b_model_free
     return MemberPrediction(
         name=summary.info.name,
         width=summary.info.width,
@@ -323,9 +323,10 @@ class Comparison:
 
     members: tuple  # MemberPrediction, narrowest first
     slope_predicted: object | None  # MetaSlope of log B_simple(target) on log width
-    slope_measured: object | None  # the sweep's slope of log B_crit (critical_batch.Slope)
-    slope_model_free: object | None  # MetaSlope of log model-free batch on log width
+    slope_measured: object | None  # the sweep's slope of log B_crit (a MetaSlope)
+    slope_model_free: object | None  # the sweep's slope of its model-free batch (the verdict's)
     pooled_ratio: Estimate | None  # geometric mean over members of at_target / B_crit
+    pooled_ratio_model_free: Estimate | None  # ... of at_target / the model-free batch
     has_history: bool  # some run measured B_simple after initialisation
     gradient_every_examples: int | None
     eval_every_examples: int | None
@@ -344,10 +345,17 @@ def _cfg(config: dict | None, section: str, key: str):
         return None
 
 
-def compare(records: Sequence[dict], summaries, config: dict | None = None, sweep_slope=None):
+def compare(
+    records: Sequence[dict],
+    summaries,
+    config: dict | None = None,
+    sweep_slope=None,
+    model_free_slope=None,
+):
     """The prediction for every member of `summaries` (analysis.summarize_members of `records`),
-    against the sweep's measurements. `sweep_slope` is the study's own B_crit slope (the
-    verdict's, `analysis.decide(...).b_crit_slope`)."""
+    against the sweep's measurements. `sweep_slope` and `model_free_slope` are the study's own
+    slopes of log B_crit and of its model-free batch on log width (the verdict's:
+    `analysis.decide(...).b_crit_slope` and `.primary_slope`)."""
     members = tuple(member_prediction(s, records) for s in summaries)
     has_history = any(
         any(
@@ -358,12 +366,14 @@ def compare(records: Sequence[dict], summaries, config: dict | None = None, swee
     )
     widths = [m.width for m in members]
     logs = [m.ratio_b_crit.log for m in members if m.ratio_b_crit is not None]
+    logs_mf = [m.ratio_model_free.log for m in members if m.ratio_model_free is not None]
     return Comparison(
         members=members,
         slope_predicted=width_slope(widths, [m.at_target for m in members]),
         slope_measured=sweep_slope,
-        slope_model_free=width_slope(widths, [interval_estimate(m.b_model_free) for m in members]),
+        slope_model_free=model_free_slope,
         pooled_ratio=geometric([math.exp(v) for v in logs]) if logs else None,
+        pooled_ratio_model_free=geometric([math.exp(v) for v in logs_mf]) if logs_mf else None,
         has_history=has_history,
         gradient_every_examples=_cfg(config, "train", "gradient_every_examples"),
         eval_every_examples=_cfg(config, "train", "eval_every_examples"),
@@ -451,7 +461,16 @@ def sentence(c: Comparison) -> str:
         f"The noise scale at the target is {fmt_est(r)} times the measured B_crit (geometric mean "
         f"over {r.n} members, 95% CI over members): {agreement_words(r)}."
     ]
-    d = slopes_differ(c.slope_predicted, c.slope_measured)
+    if c.pooled_ratio_model_free is not None:
+        parts.append(
+            f"Against the model-free critical batch it is {fmt_est(c.pooled_ratio_model_free)} "
+            "times."
+        )
+    # The trend against the verdict's own slope (the model-free batch), else B_crit's.
+    theirs, name = c.slope_model_free, "the sweep's model-free batch"
+    if theirs is None:
+        theirs, name = c.slope_measured, "the sweep's B_crit"
+    d = slopes_differ(c.slope_predicted, theirs)
     if d is None:
         parts.append(
             "Its width trend cannot be compared (fewer than three members with a B_simple "
@@ -461,7 +480,7 @@ def sentence(c: Comparison) -> str:
         same = d[1] <= 0 <= d[2]
         parts.append(
             f"Across width, log B_simple changes at slope {fmt_slope(c.slope_predicted)} against "
-            f"the sweep's {fmt_slope(c.slope_measured)}: "
+            f"{fmt_slope(theirs)} for {name}: "
             + (
                 f"the two slopes are consistent (difference {d[0]:+.2f}, 95% CI {d[1]:+.2f} to "
                 f"{d[2]:+.2f})."

@@ -18,10 +18,11 @@ PLOT_CAPTION = "Noise scale at the target vs measured critical batch"
 def compare_study(config, records, result) -> pr.Comparison:
     """The prediction check of a study from `analysis.analyze`'s result."""
     verdicts = result.get("verdicts") or {}
-    sweep_slope = None
+    b_crit_slope = model_free_slope = None
     if len(verdicts) == 1:
-        sweep_slope = next(iter(verdicts.values())).decision.b_crit_slope
-    return pr.compare(records, result["summaries"], config, sweep_slope)
+        decision = next(iter(verdicts.values())).decision
+        b_crit_slope, model_free_slope = decision.b_crit_slope, decision.primary_slope
+    return pr.compare(records, result["summaries"], config, b_crit_slope, model_free_slope)
 
 
 def _err(center: float, e) -> tuple[float, float]:
@@ -146,10 +147,8 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         "",
         f"- Width slope of log B_simple at the target (random effects over members): "
         f"{pr.fmt_slope(c.slope_predicted)}",
-        "- The sweep's width slope of log B_crit (the verdict's): "
-        f"{pr.fmt_slope(c.slope_measured)}",
-        f"- Width slope of the log model-free batch (random effects): "
-        f"{pr.fmt_slope(c.slope_model_free)}",
+        "- The sweep's width slope of its log model-free batch (the verdict's): "
+        f"{pr.fmt_slope(c.slope_model_free)}; of log B_crit: {pr.fmt_slope(c.slope_measured)}",
     ]
     n_ex = c.n_extrapolated
     if n_ex:
