@@ -307,7 +307,10 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             else:
                 lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
                 hi = min(iv.high, iv.range_hi * 2) if iv.high is not None else v
-                ax.errorbar([w], [v], yerr=[[v - lo], [hi - v]], fmt="o", color=col, capsize=4)
+                # Clipped at 0: with one batch per member (a predict study) the range is a point
+                # and the clipped ends can fall on the wrong side of the value.
+                err = [[max(v - lo, 0.0)], [max(hi - v, 0.0)]]
+                ax.errorbar([w], [v], yerr=err, fmt="o", color=col, capsize=4)
             ax.annotate(
                 f"depth {s.info.depth}",
                 (w, v),
