@@ -147,9 +147,12 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         "",
         f"- Width slope of log B_simple at the target (random effects over members): "
         f"{pr.fmt_slope(c.slope_predicted)}",
-        "- The sweep's width slope of its log model-free batch (the verdict's): "
-        f"{pr.fmt_slope(c.slope_model_free)}; of log B_crit: {pr.fmt_slope(c.slope_measured)}",
     ]
+    if c.sweep:
+        lines.append(
+            "- The sweep's width slope of its log model-free batch (the verdict's): "
+            f"{pr.fmt_slope(c.slope_model_free)}; of log B_crit: {pr.fmt_slope(c.slope_measured)}"
+        )
     n_ex = c.n_extrapolated
     if n_ex:
         lines.append(
