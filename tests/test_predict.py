@@ -222,6 +222,8 @@ def test_plan_counts_runs_and_examples_by_hand():
     assert p.examples_max == 2 * sum(s * b for b, s in steps.items())
     lo, hi = p.chip_hours()
     assert 0 < lo < hi and hi / lo == pytest.approx(5.0)
+    cfg.sweep.family.kind, cfg.sweep.family.widths = "width", [8, 16, 32]
+    assert pr.plan(cfg, num_train=1000).members == 3
 
 
 # -- the report section on a synthetic study ----------------------------------------------------

@@ -605,7 +605,9 @@ class Plan:
 def plan(config, num_train: int, members: int | None = None) -> Plan:
     """The plan of a study config whose training set has `num_train` examples."""
     s, t = config.sweep, config.train
-    m = members if members is not None else len(s.family.depths or s.family.widths or [1])
+    if members is None:  # the family's members: widths at a fixed depth, else depths
+        members = len(s.family.widths if s.family.kind == "width" else s.family.depths) or 1
+    m = members
     batches = tuple(int(b) for b in s.batch_sizes)
     grid = len(s.lr_multipliers) * len(s.seeds)
     ext = (s.max_lr_extensions if s.extend_lr_grid else 0) * len(s.seeds)
