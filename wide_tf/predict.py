@@ -38,12 +38,18 @@ MEASURED = "measured"  # a measurement at the crossing's step
 
 
 def primary_target(rec: dict) -> dict:
-    """The run's primary target: `rec["targets"][0]` when the record has several targets, else
-    the top-level fields (status, steps_to_target, steps_to_target_interp)."""
+    """The run's target: of `rec["targets"]` (several targets per run) the one `rec["target"]`
+    names, else the first (the primary); without `targets`, the top-level fields (status,
+    steps_to_target, steps_to_target_interp)."""
     targets = rec.get("targets")
-    if isinstance(targets, list) and targets and isinstance(targets[0], dict):
-        return targets[0]
-    return rec
+    if not (isinstance(targets, list) and targets and isinstance(targets[0], dict)):
+        return rec
+    # A record re-aimed at another target (analysis.records_for_target) names it in "target".
+    want = rec.get("target") or {}
+    for t in targets:
+        if (t.get("metric"), t.get("value")) == (want.get("metric"), want.get("value")):
+            return t
+    return targets[0]
 
 
 def target_step(rec: dict) -> float | None:
