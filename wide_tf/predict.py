@@ -26,6 +26,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from wide_tf import lr_grid
+
 Z95 = 1.959963984540054
 
 # ----------------------------------------------------------------------------------------------
@@ -276,10 +278,6 @@ class MemberPrediction:
         return sum(r.how == EXTRAPOLATED for r in self.runs)
 
 
-def _mult(v) -> float:
-    return float(f"{float(v):.6g}")  # as lr_grid.mult_key: float noise never splits a rate
-
-
 def prediction_runs(summary, records: Sequence[dict]) -> tuple[int | None, list[RunNoise]]:
     """The chosen-rate runs, on every seed, of the member's smallest batch whose learning rate was
     chosen (the cell the prediction is read from), as RunNoise (reached runs only)."""
@@ -291,7 +289,7 @@ def prediction_runs(summary, records: Sequence[dict]) -> tuple[int | None, list[
             for r in records
             if r["member"] == summary.info.name
             and int(r["batch_size"]) == cell.batch_size
-            and _mult(r.get("lr_multiplier", 1.0)) == cell.best_multiplier
+            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == cell.best_multiplier
         ]
         return cell.batch_size, sorted(
             (r for r in runs if r is not None), key=lambda r: (r.seed, r.trial_id)
