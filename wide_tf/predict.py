@@ -418,12 +418,12 @@ def _num(v: float) -> str:
     return f"{v:,.0f}" if abs(v) >= 1000 else f"{v:.3g}"
 
 
-def fmt_est(e: Estimate | None) -> str:
+def fmt_est(e: Estimate | None, unit: str = "seed") -> str:
     """'175 (163 to 189)': the value and its 95% interval; '(1 seed)' when it has none."""
     if e is None:
         return "-"
     if e.low is None:
-        return _num(e.value) + (" (1 seed)" if e.n == 1 else "")
+        return _num(e.value) + (f" (1 {unit})" if e.n == 1 else "")
     return f"{_num(e.value)} ({_num(e.low)} to {_num(e.high)})"
 
 
@@ -462,13 +462,14 @@ def sentence(c: Comparison) -> str:
         )
     r = c.pooled_ratio
     parts = [
-        f"The noise scale at the target is {fmt_est(r)} times the measured B_crit (geometric mean "
+        f"The noise scale at the target is {fmt_est(r, 'member')} times the measured B_crit "
+        "(geometric mean "
         f"over {r.n} members, 95% CI over members): {agreement_words(r)}."
     ]
     if c.pooled_ratio_model_free is not None:
         parts.append(
-            f"Against the model-free critical batch it is {fmt_est(c.pooled_ratio_model_free)} "
-            "times."
+            "Against the model-free critical batch it is "
+            f"{fmt_est(c.pooled_ratio_model_free, 'member')} times."
         )
     # The trend against the verdict's own slope (the model-free batch), else B_crit's.
     theirs, name = c.slope_model_free, "the sweep's model-free batch"
@@ -750,7 +751,7 @@ def agreement_entry(c: Comparison, study: str, source: str) -> dict:
     return {
         "study": study,
         "source": source,
-        "pooled_ratio": fmt_est(c.pooled_ratio),
+        "pooled_ratio": fmt_est(c.pooled_ratio, "member"),
         "slope_predicted": fmt_slope(c.slope_predicted),
         "slope_measured": fmt_slope(c.slope_measured),
         "rows": [
