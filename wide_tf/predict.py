@@ -646,7 +646,85 @@ def plan(config, num_train: int, members: int | None = None) -> Plan:
 # target / the sweep's fitted B_crit. Replace an entry when its study's design changes.
 LOCAL_AGREEMENT: tuple = (
     {
-        "study": "configs/mlp.py:local (4 MLPs at 50k parameters, widths 79-667, 8x8 digits)",
+        "study": "configs/mlp.py:local (7 MLPs at 50k parameters, widths 64-667, 8x8 digits, "
+        "target 97%)",
+        "source": "the 458-run sweep of main's design (edbe519) at 16e19f7 with "
+        "--config.train.gradient_every_examples=288, run 2026-12-01 on a shared 2-core "
+        "machine (32m08s wall); B_simple read at batch 8 on 5 seeds per member",
+        "pooled_ratio": "2.37 (1.47 to 3.83)",
+        "pooled_ratio_model_free": "1.59 (0.905 to 2.78)",
+        "slope_predicted": "-0.19 (95% CI -0.81 to +0.43)",
+        "slope_measured": "+0.41 (95% CI +0.21 to +0.61)",
+        "slope_model_free": "+0.30 (95% CI +0.19 to +0.42)",
+        "rows": [
+            {
+                "member": "mlp-d12-w64",
+                "width": 64.0,
+                "predicted": "320 (225 to 456)",
+                "measured": "48.8 (95% CI 36.9 to 64.7)",
+                "ratio": "6.55 (4.17 to 10.3)",
+                "measured_model_free": "59.4 (95% CI 45.5 to 80.4)",
+                "ratio_model_free": "5.39 (3.42 to 8.48)",
+            },
+            {
+                "member": "mlp-d8-w79",
+                "width": 79.0,
+                "predicted": "137 (65.6 to 287)",
+                "measured": "46.3 (95% CI 37.5 to 55.8)",
+                "ratio": "2.96 (1.38 to 6.37)",
+                "measured_model_free": "71.5 (95% CI 53.8 to 85.5)",
+                "ratio_model_free": "1.92 (0.885 to 4.16)",
+            },
+            {
+                "member": "mlp-d6-w92",
+                "width": 92.0,
+                "predicted": "77.2 (23.6 to 252)",
+                "measured": "49.5 (95% CI 45.3 to 53.8)",
+                "ratio": "1.56 (0.476 to 5.11)",
+                "measured_model_free": "79.4 (95% CI 62.7 to 94.3)",
+                "ratio_model_free": "0.971 (0.292 to 3.23)",
+            },
+            {
+                "member": "mlp-d4-w117",
+                "width": 117.0,
+                "predicted": "149 (94.7 to 234)",
+                "measured": "54.7 (95% CI 41.8 to 73)",
+                "ratio": "2.72 (1.6 to 4.62)",
+                "measured_model_free": "79.1 (95% CI 54.6 to 100)",
+                "ratio_model_free": "1.88 (1.09 to 3.24)",
+            },
+            {
+                "member": "mlp-d3-w140",
+                "width": 140.0,
+                "predicted": "95 (34.5 to 262)",
+                "measured": "61.3 (95% CI 49.4 to 76)",
+                "ratio": "1.55 (0.55 to 4.37)",
+                "measured_model_free": "93.4 (95% CI 61.4 to 132)",
+                "ratio_model_free": "1.02 (0.344 to 3.01)",
+            },
+            {
+                "member": "mlp-d2-w189",
+                "width": 189.0,
+                "predicted": "115 (59.5 to 223)",
+                "measured": "60.5 (95% CI 38.9 to 92.1)",
+                "ratio": "1.9 (0.865 to 4.19)",
+                "measured_model_free": "93 (95% CI 54.8 to 140)",
+                "ratio_model_free": "1.24 (0.551 to 2.78)",
+            },
+            {
+                "member": "mlp-d1-w667",
+                "width": 667.0,
+                "predicted": "139 (71.7 to 270)",
+                "measured": "79.8 (95% CI 46.8 to 153)",
+                "ratio": "1.74 (0.716 to 4.24)",
+                "measured_model_free": "130 (95% CI 86 to 176)",
+                "ratio_model_free": "1.07 (0.503 to 2.27)",
+            },
+        ],
+    },
+    {
+        "study": "the earlier configs/mlp.py:local (4 MLPs at 50k parameters, widths 79-667, "
+        "8x8 digits, target 99%)",
         "source": "the 230-run sweep at daad131 with --config.train.gradient_every_examples=720, "
         "run 2026-12-01 on a shared 2-core machine (12m26s wall); B_simple read at batch 16 on 5 "
         "seeds per member; the sweep's B_crit equal to the README's",
@@ -685,7 +763,8 @@ LOCAL_AGREEMENT: tuple = (
         ],
     },
     {
-        "study": "configs/wrn.py:local (WRN-52/28/10 at 50k parameters, k 0.25-0.79, 8x8 digits)",
+        "study": "the earlier configs/wrn.py:local (WRN-52/28/10 at 50k parameters, k "
+        "0.25-0.79, 8x8 digits, target 99%)",
         "source": "predicted by configs/wrn.py:predict_local at 08e37ba (16 runs at batch 16, 3 "
         "seeds per member, B_simple once an epoch: --config.train.gradient_every_examples=1440; "
         "10m38s wall on a shared 2-core machine), measured: the README's 70-run sweep of the same "
@@ -728,16 +807,26 @@ def format_local_agreement(entries: Sequence[dict] = LOCAL_AGREEMENT) -> list[st
         return ["No local sweep has been measured with the gradient cadence yet."]
     lines = []
     for e in entries:
+        mf = e.get("slope_model_free")
         lines += [
-            f"**{e['study']}** ({e['source']}): pooled ratio {e['pooled_ratio']}; width slope of "
-            f"log B_simple {e['slope_predicted']} against the sweep's {e['slope_measured']}.",
+            f"**{e['study']}** ({e['source']}): B_simple at the target / B_crit, pooled over "
+            f"members: {e['pooled_ratio']}"
+            + (
+                f"; / the model-free batch: {e['pooled_ratio_model_free']}"
+                if e.get("pooled_ratio_model_free", "-") != "-"
+                else ""
+            )
+            + f". Width slope of log B_simple {e['slope_predicted']}; the sweep's: log B_crit "
+            f"{e['slope_measured']}" + (f", model-free {mf}" if mf and mf != "-" else "") + ".",
             "",
-            "| member | width | B_simple at target | measured B_crit | ratio |",
-            "|---|---|---|---|---|",
+            "| member | width | B_simple at target | measured B_crit | ratio | model-free batch "
+            "| ratio |",
+            "|---|---|---|---|---|---|---|",
         ]
         lines += [
             f"| {r['member']} | {r['width']:g} | {r['predicted']} | {r['measured']} | "
-            f"{r['ratio']} |"
+            f"{r['ratio']} | {r.get('measured_model_free', '-')} | "
+            f"{r.get('ratio_model_free', '-')} |"
             for r in e["rows"]
         ]
         lines.append("")
@@ -752,8 +841,10 @@ def agreement_entry(c: Comparison, study: str, source: str) -> dict:
         "study": study,
         "source": source,
         "pooled_ratio": fmt_est(c.pooled_ratio, "member"),
+        "pooled_ratio_model_free": fmt_est(c.pooled_ratio_model_free, "member"),
         "slope_predicted": fmt_slope(c.slope_predicted),
         "slope_measured": fmt_slope(c.slope_measured),
+        "slope_model_free": fmt_slope(c.slope_model_free),
         "rows": [
             {
                 "member": m.name,
@@ -761,6 +852,8 @@ def agreement_entry(c: Comparison, study: str, source: str) -> dict:
                 "predicted": fmt_est(m.at_target),
                 "measured": analysis.fmt_interval(m.b_crit),
                 "ratio": fmt_est(m.ratio_b_crit),
+                "measured_model_free": analysis.fmt_interval(m.b_model_free),
+                "ratio_model_free": fmt_est(m.ratio_model_free),
             }
             for m in c.members
         ],
