@@ -80,7 +80,7 @@ def plot_prediction(c: pr.Comparison, outdir: str):
     ax.set_ylabel("B_simple at the target (95% CI over seeds); squares: run average; x: at init")
     ax.set_title("Does the gradient noise scale predict the critical batch?")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1.0))  # beside: never on a point
     return plots_lib._save(fig, outdir, PLOT_FILE, PLOT_CAPTION)
 
 
