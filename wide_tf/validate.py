@@ -434,11 +434,6 @@ def _check_train(config, num_train) -> None:
     _num("train.eval_train_limit", t.eval_train_limit, low=0, integer=True)
     _choice("train.target_metric", t.target_metric, TARGET_METRICS)
     _target_value("train.target_value", t.target_metric, t.target_value)
-    if isinstance(t.extra_targets, str):
-        raise UsageError(
-            f"train.extra_targets={t.extra_targets!r} is one string; make it a list, "
-            f'e.g. ["{t.extra_targets}"] (in the config file)'
-        )
     for i, spec in enumerate(t.extra_targets or []):
         parse_target(f"train.extra_targets[{i}]", spec)
     _choice("train.target_bn", t.target_bn, defaults.TARGET_BN_MODES)
