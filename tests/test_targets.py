@@ -351,3 +351,22 @@ def test_momentum_warmup_is_in_the_protocol_and_a_run_trains(tmp_path):
     r = train.train_and_evaluate(config, str(tmp_path))
     assert r["status"] == "reached"
     assert r["protocol"]["momentum_warmup_steps"] == 20
+
+
+def test_the_report_protocol_table_describes_the_new_fields():
+    from wide_tf.report import protocol
+
+    config = _config(
+        norm="batch", target_bn="recompute", extra_targets=["train_loss:0.1"], target_bn_batch=128
+    )
+    config.optim.momentum_warmup_steps = 50
+    rows = dict(protocol.trial_settings_rows([{"protocol": train.describe_protocol(config)}]))
+    assert "also train_loss <= 0.1" in rows["Target"]
+    assert "stops once every target is met" in rows["Target"]
+    assert (
+        "first 1024 training examples in batches of 128"
+        in (rows["Batch-norm statistics at evaluation"])
+    )
+    assert "over the first 50 steps" in rows["Optimizer"]
+    # Every new protocol key is shown by a named row (none falls through to a raw row).
+    assert not {"extra_targets", "target_bn", "momentum_warmup_steps"} & set(rows)
