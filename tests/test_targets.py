@@ -370,3 +370,21 @@ def test_the_report_protocol_table_describes_the_new_fields():
     assert "over the first 50 steps" in rows["Optimizer"]
     # Every new protocol key is shown by a named row (none falls through to a raw row).
     assert not {"extra_targets", "target_bn", "momentum_warmup_steps"} & set(rows)
+
+
+def test_recompute_on_two_replicas_gives_the_statistics_of_one(tmp_path):
+    stats = {}
+    for devices in ([], ["/cpu:0", "/cpu:1"]):
+        config = _config(
+            norm="batch", depth=2, target_bn="recompute", target_bn_examples=256, target_bn_batch=64
+        )
+        config.runtime.devices = devices
+        train.clear_cache()
+        run = train.Run(config, str(tmp_path / str(len(devices))), setup_runtime(config.runtime))
+        run.restore()  # the initial weights of seed 0: the same for both
+        saved = run.built.bn_recompute.recompute()
+        stats[len(devices)] = [v.numpy() for v in run.built.bn_recompute.variables]
+        run.built.bn_recompute.restore(saved)
+    train.clear_cache()
+    for one, two in zip(stats[0], stats[2]):
+        np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-6)
