@@ -306,6 +306,34 @@ CASES = [
     ),
     ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
+    (
+        "target_bn_misspelt",
+        [SINGLE, "--config.train.target_bn=recompue", "--workdir={wd}"],
+        2,
+        ["train.target_bn='recompue'", "did you mean 'recompute'"],
+    ),
+    (
+        "target_bn_batch_over_its_subset",
+        [
+            SINGLE,
+            "--config.train.target_bn=recompute",
+            "--config.train.target_bn_examples=100",
+            "--workdir={wd}",
+        ],
+        2,
+        ["train.target_bn_batch=256", "at most 100"],
+    ),
+    (
+        "momentum_warmup_without_momentum",
+        [
+            SINGLE,
+            "--config.optim.name=adam",
+            "--config.optim.momentum_warmup_steps=50",
+            "--workdir={wd}",
+        ],
+        2,
+        ["optim.momentum_warmup_steps=50", "momentum, nesterov or lars"],
+    ),
 ]
 
 
@@ -624,3 +652,50 @@ def test_a_named_tpu_that_cannot_be_reached_is_one_line(tmp_path):
         -3000:
     ]
     assert "--config.runtime.tpu" in last and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "entries,words",
+    [
+        (
+            ["train_accuracy"],
+            ["train.extra_targets[0]='train_accuracy' is not a target", "metric:value"],
+        ),
+        (
+            ["train_loss:0.1", "test_acuracy:0.9"],
+            ["train.extra_targets[1]", "did you mean 'test_accuracy'"],
+        ),
+        (["train_accuracy:1.5"], ["train.extra_targets[0]=1.5", "an accuracy above 1"]),
+        (["train_accuracy:0"], ["train.extra_targets[0]=0.0", "> 0"]),
+        (["train_loss:-1"], ["train.extra_targets[0]=-1.0", "never 0 or below"]),
+        (["train_loss:abc"], ["train.extra_targets[0]='train_loss:abc'", "no number"]),
+    ],
+)
+def test_extra_targets_are_checked(entries, words):
+    config = _config()
+    config.train.extra_targets = entries
+    with pytest.raises(validate.UsageError) as bad:
+        validate.check_config(config)
+    line = str(bad.value)
+    assert "\n" not in line and "; " in line and bad.value.exit_code == 2
+    for w in words:
+        assert w in line, (w, line)
+    config.train.extra_targets = ["train_loss:0.1", "test_accuracy:0.9", " train_accuracy : 1 "]
+    validate.check_config(config)
+
+
+def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(
+        "from wide_tf import defaults\n"
+        "def get_config(arg=None):\n"
+        "    c = defaults.base_config('mlp', 'digits_embedded')\n"
+        "    c.sweep = None\n"
+        "    c.train.extra_targets = ['train_loss:0.1', 'train_accuracy']\n"
+        "    return c\n"
+    )
+    proc = _main([f"--config={path}", f"--workdir={tmp_path / 'wd'}"], _env(True, tmp_path))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("error: train.extra_targets[1]='train_accuracy'"), lines[0]
+    assert not (tmp_path / "wd").exists()

@@ -324,6 +324,13 @@ def _check_optim(config) -> None:
     _choice("optim.scaling", o.scaling, SCALING_RULES)
     _num("optim.lr_multiplier", o.lr_multiplier, low=0, low_open=True)
     _num("optim.momentum", o.momentum, low=0, high=1, high_open=True)
+    _num("optim.momentum_warmup_steps", o.momentum_warmup_steps, low=0, integer=True)
+    if o.momentum_warmup_steps and o.name not in ("momentum", "nesterov", "lars"):
+        raise UsageError(
+            f"optim.momentum_warmup_steps={o.momentum_warmup_steps} needs an optimizer with "
+            f"momentum, but optim.name={o.name!r}; use momentum, nesterov or lars, or "
+            f"--config.optim.momentum_warmup_steps=0"
+        )
     _num("optim.weight_decay", o.weight_decay, low=0)
     if o.name == "adam" and o.weight_decay > 0:
         raise UsageError(
@@ -347,6 +354,51 @@ def _check_optim(config) -> None:
     _num("optim.decay_factor", o.decay_factor, low=0, high=1, low_open=True)
     _num("optim.poly_power", o.poly_power, low=0, low_open=True)
     _num("optim.end_lr_fraction", o.end_lr_fraction, low=0, high=1)
+
+
+def _target_value(where: str, metric: str, value, *, listed: bool = False) -> None:
+    """A target's value: an accuracy in (0, 1], a loss above 0."""
+    if metric.endswith("accuracy"):
+        _num(
+            where,
+            value,
+            low=0,
+            high=1,
+            low_open=True,
+            fix="an accuracy above 1 can never be met",
+            listed=listed,
+        )
+    else:
+        _num(
+            where,
+            value,
+            low=0,
+            low_open=True,
+            fix="a cross-entropy loss is never 0 or below",
+            listed=listed,
+        )
+
+
+def parse_target(where: str, spec) -> tuple[str, float]:
+    """An entry of train.extra_targets, "metric:value" (e.g. "train_loss:0.1"), as (metric,
+    value); a UsageError naming `where` if it is malformed."""
+    fix = (
+        'write "metric:value", e.g. "train_loss:0.1", with metric one of '
+        f"{', '.join(TARGET_METRICS)} (a list: change it in the config file)"
+    )
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise UsageError(f"{where}={spec!r} is not a target; {fix}")
+    metric, text = (part.strip() for part in spec.split(":"))
+    if metric not in TARGET_METRICS:
+        raise UsageError(
+            f"{where}={spec!r} names no target metric{suggest(metric, TARGET_METRICS)}; {fix}"
+        )
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{where}={spec!r} has no number after the colon; {fix}") from None
+    _target_value(where, metric, value, listed=True)
+    return metric, value
 
 
 def _check_train(config, num_train) -> None:
@@ -381,22 +433,25 @@ def _check_train(config, num_train) -> None:
     _num("train.eval_batch", t.eval_batch, low=1, integer=True)
     _num("train.eval_train_limit", t.eval_train_limit, low=0, integer=True)
     _choice("train.target_metric", t.target_metric, TARGET_METRICS)
-    if t.target_metric.endswith("accuracy"):
-        _num(
-            "train.target_value",
-            t.target_value,
-            low=0,
-            high=1,
-            low_open=True,
-            fix="an accuracy above 1 can never be met",
+    _target_value("train.target_value", t.target_metric, t.target_value)
+    for i, spec in enumerate(t.extra_targets or []):
+        parse_target(f"train.extra_targets[{i}]", spec)
+    _choice("train.target_bn", t.target_bn, defaults.TARGET_BN_MODES)
+    _num("train.target_bn_examples", t.target_bn_examples, low=1, integer=True)
+    _num("train.target_bn_batch", t.target_bn_batch, low=1, integer=True)
+    subset = min(t.target_bn_examples, num_train)
+    if t.target_bn == "recompute" and t.target_bn_batch > subset:
+        raise UsageError(
+            f"train.target_bn_batch={t.target_bn_batch} is larger than the subset its statistics "
+            f"come from ({subset} examples: train.target_bn_examples and the training set); "
+            f"use at most {subset} (--config.train.target_bn_batch=...)"
         )
-    else:
-        _num(
-            "train.target_value",
-            t.target_value,
-            low=0,
-            low_open=True,
-            fix="a cross-entropy loss is never 0 or below",
+    ghost = config.model.ghost_batch_size
+    if t.target_bn == "recompute" and config.model.norm == "ghost" and t.target_bn_batch % ghost:
+        raise UsageError(
+            f"train.target_bn_batch={t.target_bn_batch} is not a multiple of "
+            f"model.ghost_batch_size={ghost}, as ghost batch norm in training mode needs; use a "
+            f"multiple of {ghost} (--config.train.target_bn_batch=...)"
         )
     _num("train.seed", t.seed, low=0, integer=True)
     _num(
