@@ -89,10 +89,20 @@ replicas_of() {  # FAMILY SIZE
     v4 | v5p) echo $(($2 / 2)) ;;
   esac
 }
-# The zone when --zone is not given: only v4 has one (us-central2-b, Google's v4 zone); it offers
-# no v5e or v6e, and those families' zones differ by use (docs/tpu.md, "Zones and quotas").
+# The zone when --zone is not given: only v4 has one (us-central2-b, its only zone); it offers no
+# v5e, v5p or v6e. The zones per family, for the message (Google, cloud.google.com/tpu/docs/
+# regions-zones, North America and Europe; docs/tpu.md has the table).
 default_zone() {
   case "$1" in v4) echo us-central2-b ;; esac
+}
+zones_of() {
+  case "$1" in
+    v2) echo "us-central1-b, us-central1-c, europe-west4-a" ;;
+    v3) echo "us-central1-a, us-central1-b, europe-west4-a" ;;
+    v5litepod) echo "us-central1-a, us-south1-a, us-west1-c, us-west4-a" ;;
+    v5p) echo "us-central1-a, us-east5-a" ;;
+    v6e) echo "us-central1-b, us-east1-d, us-east5-a, us-east5-b, europe-west4-a" ;;
+  esac
 }
 
 usage() {
@@ -337,7 +347,7 @@ REPLICAS="$(replicas_of "$FAMILY" "$SIZE")"
 if [[ -z "$ZONE" ]]; then
   ZONE="$(default_zone "$FAMILY")"
   [[ -n "$ZONE" ]] || die "--accelerator=$ACCELERATOR needs --zone: us-central2-b (the v4 default) has" \
-    "no $FAMILY; pick a zone that offers it for training (docs/tpu.md, 'Zones and quotas'), e.g. --zone=us-east5-b"
+    "no $FAMILY; Google lists $FAMILY in $(zones_of "$FAMILY") (docs/tpu.md, 'Zones and quotas')"
 fi
 set_where
 [[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"
@@ -377,9 +387,10 @@ fi
   "TensorFlow 2.20 and 2.21 only (docs/tpu.md); $TF_MINOR is not measured with it"
 if ((MULTI_HOST)); then
   # Google documents TensorFlow pod images (tpu-vm-tf-X.Y.Z-pod-pjrt) for v2-v4, v5e and v5p;
-  # TensorFlow is not in its v6e support list (docs/tpu.md).
-  [[ "$FAMILY" == v6e ]] && die "--accelerator=$ACCELERATOR: Google lists no TensorFlow support for" \
-    "multi-host v6e; use v6e-8 or smaller, or N x v4-8 with --shards=N"
+  # TensorFlow is not in its v6e support list (docs/tpu.md): no default image there.
+  [[ "$FAMILY" == v6e && -z "$VERSION" ]] && die "--accelerator=$ACCELERATOR: Google documents no" \
+    "TensorFlow pod image for multi-host v6e; use v6e-8 or smaller, N x v4-8 with --shards=N, or" \
+    "--version=tpu-vm-tf-X.Y.Z-pod-pjrt if 'gcloud compute tpus tpu-vm versions list' shows one"
   VERSION="${VERSION:-tpu-vm-tf-$TF_TPU-pod-pjrt}"
 else
   if [[ -z "$VERSION" ]]; then

@@ -638,10 +638,10 @@ def test_a_missing_flag_is_a_one_line_error(missing):
         ),
         ([*REQUIRED, "--accelerator=v4"], "expected TYPE-SIZE"),
         ([*REQUIRED, "--accelerator=v4-1"], "no such slice"),
-        ([*REQUIRED, "--accelerator=v5litepod-8"], "needs --zone"),
+        ([*REQUIRED, "--accelerator=v5litepod-8"], "lists v5litepod in us-central1-a, us-south1-a"),
         (
             [*REQUIRED, "--accelerator=v6e-16", "--zone=us-east5-b"],
-            "no TensorFlow support for multi-host v6e",
+            "no TensorFlow pod image for multi-host v6e",
         ),
         (
             [*REQUIRED, "--accelerator=v4-32", "--version=tpu-ubuntu2204-base"],
