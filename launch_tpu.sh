@@ -97,8 +97,8 @@ default_zone() {
 }
 zones_of() {
   case "$1" in
-    v2) echo "us-central1-b, us-central1-c, europe-west4-a" ;;
-    v3) echo "us-central1-a, us-central1-b, europe-west4-a" ;;
+    v2) echo "us-central1-b, us-central1-c (v2-8)" ;;
+    v3) echo "us-central1-a, us-central1-b (v3-8)" ;;
     v5litepod) echo "us-central1-a, us-south1-a, us-west1-c, us-west4-a" ;;
     v5p) echo "us-central1-a, us-east5-a" ;;
     v6e) echo "us-central1-b, us-east1-d, us-east5-a, us-east5-b, europe-west4-a" ;;

@@ -5,7 +5,7 @@ with larger batches than the deep, narrow ones? (Chen et al. 2018, residual-netw
   ./launch_tpu.sh --name=wide-v4 --config=configs/wrn.py --workdir=gs://BUCKET/wrn
 
 Variants (after the colon):
-  (none)  the full study for an accelerator: CIFAR-10 (TFDS; prepare it first, see README), WRN-10,
+  (none)  the full study for an accelerator: CIFAR-10 (TFDS; prepare it: docs/tpu.md), WRN-10,
           -16, -22, -28 and -40 at 1.5M parameters, batches 256 to 16,384, LARS with a 5-epoch
           warm-up (held fixed in epochs) and polynomial decay, ghost batch norm with a virtual
           batch of 16 (runs on 1 to 16 replicas), target 99% training accuracy within
