@@ -91,7 +91,7 @@ replicas_of() {  # FAMILY SIZE
 }
 # The zone when --zone is not given: only v4 has one (us-central2-b, its only zone); it offers no
 # v5e, v5p or v6e. The zones per family, for the message (Google, cloud.google.com/tpu/docs/
-# regions-zones, North America and Europe; docs/tpu.md has the table).
+# regions-zones, North America and Europe; docs/tpu.md, "Which config runs where", has the table).
 default_zone() {
   case "$1" in v4) echo us-central2-b ;; esac
 }
@@ -347,7 +347,7 @@ REPLICAS="$(replicas_of "$FAMILY" "$SIZE")"
 if [[ -z "$ZONE" ]]; then
   ZONE="$(default_zone "$FAMILY")"
   [[ -n "$ZONE" ]] || die "--accelerator=$ACCELERATOR needs --zone: us-central2-b (the v4 default) has" \
-    "no $FAMILY; Google lists $FAMILY in $(zones_of "$FAMILY") (docs/tpu.md, 'Zones and quotas')"
+    "no $FAMILY; Google lists $FAMILY in $(zones_of "$FAMILY") (docs/tpu.md, 'Which config runs where')"
 fi
 set_where
 [[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"

@@ -286,7 +286,9 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
             f"from the start, or restore the files",
             1,
         )
-    if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+    # TensorFlow's own TPU modules only: a bare "/tpu/" also matched any checkout in a folder
+    # named tpu (every error then read as "cannot reach the TPU").
+    if _raised_in(e, "/distribute/cluster_resolver/", "/tensorflow/python/tpu/"):
         return (
             f"cannot reach the TPU (runtime.tpu={config.runtime.tpu!r}; "
             f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
