@@ -334,6 +334,26 @@ CASES = [
         2,
         ["optim.momentum_warmup_steps=50", "momentum, nesterov or lars"],
     ),
+    # --dry_run --replicas=N: the check launch_tpu.sh runs on the workstation before a VM exists.
+    (
+        "dry_run_too_many_replicas",
+        ["--config=configs/wrn.py", "--dry_run", "--replicas=32"],
+        2,
+        ["batch of 8 on 32 replicas (--replicas)", "ghost_batch_size=16", "at least 512"],
+    ),
+    (
+        "dry_run_batch_does_not_divide",
+        [SMOKE, "--dry_run", "--replicas=3"],
+        2,
+        ["does not divide over 3 replicas (--replicas)"],
+    ),
+    ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
+    (
+        "replicas_without_dry_run",
+        [SMOKE, "--replicas=4", "--workdir={wd}"],
+        2,
+        ["--replicas is for --dry_run"],
+    ),
 ]
 
 
@@ -699,3 +719,16 @@ def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
     assert lines[0].startswith("error: train.extra_targets[1]='train_accuracy'"), lines[0]
     assert not (tmp_path / "wd").exists()
+
+
+@pytest.mark.parametrize("replicas", [1, 4, 8, 16])
+def test_the_paper_wrn_config_fits_every_listed_slice(replicas, tmp_path):
+    """configs/wrn.py on 1 to 16 replicas (v4-8: 4; v2-8, v3-8, v4-16, v5litepod-8, v6e-8: 8;
+    v4-32: 16), checked without TensorFlow and without the data (it is on the target)."""
+    proc = _main(
+        ["--config=configs/wrn.py", "--dry_run", f"--replicas={replicas}", "--shard=1/4"],
+        _env(fake_tf=True, tmp_path=tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"dry run: the config fits {replicas} replica(s): batches [256,")
+    assert "ghost batch 16" in proc.stdout and not list(tmp_path.glob("*/config.json"))

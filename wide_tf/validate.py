@@ -13,6 +13,7 @@ train.py, strategy.py); tests/test_errors.py checks that they agree.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import json
@@ -253,9 +254,32 @@ def _dataset(config):
     return (min(num_train, n) if n else num_train), classes, shape, tfds_name
 
 
+# The replica count of the machine a config is checked for, when that is not this machine
+# (`main --dry_run --replicas=N`, which launch_tpu.sh runs on the workstation before it creates a
+# VM); None: this machine. Set only inside `for_target`.
+_TARGET_REPLICAS: int | None = None
+
+
+@contextlib.contextmanager
+def for_target(replicas: int | None):
+    """Inside: check_config checks the batches for `replicas` replicas (a TPU slice or GPU box that
+    does not exist yet) and skips the checks of this machine's hardware and data, which say
+    nothing about the target."""
+    global _TARGET_REPLICAS
+    if replicas is not None and (isinstance(replicas, bool) or int(replicas) < 1):
+        raise UsageError(f"--replicas={replicas}: give the target's replica count, 1 or more")
+    saved, _TARGET_REPLICAS = _TARGET_REPLICAS, (int(replicas) if replicas else 1)
+    try:
+        yield
+    finally:
+        _TARGET_REPLICAS = saved
+
+
 def _replicas(config) -> int:
     """Replicas known before TensorFlow starts: only a cpu strategy's device list says; 1 otherwise
     (the trainer checks again once it sees the hardware)."""
+    if _TARGET_REPLICAS is not None:
+        return _TARGET_REPLICAS
     rt = config.runtime
     if rt.strategy == "cpu" and rt.devices:
         return len(rt.devices)
@@ -270,10 +294,11 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
             f"({num_train} examples); use at most {num_train}"
         )
     replicas = _replicas(config)
+    source = "--replicas" if _TARGET_REPLICAS is not None else "runtime.devices"
     if batch % replicas:
         raise UsageError(
             f"{where}: batch {batch} does not divide over {replicas} replicas "
-            f"(runtime.devices); use a multiple of {replicas}"
+            f"({source}); use a multiple of {replicas}"
         )
     per_replica = batch // replicas
     cap = config.train.max_device_batch or 0
@@ -288,11 +313,12 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
     # Also a batch smaller than the ghost size: the virtual batch is never shrunk (its statistics
     # would then depend on the number of replicas); the trainer checks again with the hardware.
     if m.norm == "ghost" and micro_batch % ghost:
+        on = f" on {replicas} replicas ({source})" if replicas > 1 else ""
         raise UsageError(
-            f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch} into virtual "
-            f"batches of model.ghost_batch_size={ghost}, which does not divide it; use a batch "
-            f"that is a multiple of {ghost} per replica, or another "
-            f"--config.model.ghost_batch_size"
+            f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch}{on} into "
+            f"virtual batches of model.ghost_batch_size={ghost}, which does not divide it; use a "
+            f"batch that is a multiple of {ghost} per replica (at least {ghost * replicas} here), "
+            f"fewer replicas, or another --config.model.ghost_batch_size"
         )
 
 
@@ -678,8 +704,9 @@ def check_config(config, overrides=()) -> None:
         _check_sweep(config, num_train, classes, shape)
     else:
         _check_batch("train.global_batch", config.train.global_batch, config, num_train)
-    _check_hardware(config)
-    _check_data_present(config, tfds_name)
+    if _TARGET_REPLICAS is None:  # this machine is the one that runs it
+        _check_hardware(config)
+        _check_data_present(config, tfds_name)
 
 
 def design_warnings(config) -> list[str]:
