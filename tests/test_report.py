@@ -297,7 +297,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     )
     assert "(95% CI" in row and "(0 censored)" in row
     # the narrowest member's B = 32 cell: S = 400 (1 + 40 / 32) = 900, seeds 890-910
-    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 900.0 (890-910) | 7.03 (6.95-7.11) |" in md
+    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 900.0 (890.0-910.0) | 7.03 (6.95-7.11) |" in md
 
 
 def _events(dirpath):

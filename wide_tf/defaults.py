@@ -151,7 +151,8 @@ def sweep_config() -> ml_collections.ConfigDict:
             max_lr_extensions=2,
             seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
             confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
-            # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's.
+            # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the
+            # two smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
             eps=1.0,
         )
     )
