@@ -38,7 +38,10 @@ CASES = [
         "variant_unknown",
         ["--config=configs/mlp.py:no_such_variant", "--workdir={wd}"],
         2,
-        ["no variant 'no_such_variant'", "local, local_width, local_depth, single, paper, smoke"],
+        [
+            "no variant 'no_such_variant'",
+            "local, local_replicate, local_width, local_depth, single, paper, smoke",
+        ],
     ),
     (
         "variant_misspelt",
