@@ -289,6 +289,16 @@ def _claim_order(groups: list[tuple[str, int]], members: dict[str, families.Memb
     return sorted(groups, key=lambda g: (g[1], -members[g[0]].depth, g[0]))
 
 
+class WorkerStopped(preemption.Preempted):
+    """SIGTERM reached a worker between trials: nothing to checkpoint, same exit (143)."""
+
+    def __init__(self):
+        Exception.__init__(
+            self, "worker stopped by SIGTERM between trials; run the same command again to resume"
+        )
+        self.name, self.step = "worker", 0
+
+
 class LostClaim(Exception):
     """Another worker took this worker's group over (its heartbeat was judged stale)."""
 
@@ -318,6 +328,8 @@ def run_worker(
     ran, waited = 0, False
     try:
         while True:
+            if preemption.requested():  # SIGTERM between groups (or while waiting for one)
+                raise WorkerStopped()
             results = {r["trial_id"]: r for r in wd.read_results(workdir)}
             open_groups = [g for g in order if expand_group(config, initial[g], results)[1]]
             if not open_groups:
