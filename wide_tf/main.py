@@ -290,15 +290,20 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
     )
 
 
-def _workers_for(config, study) -> int:
-    """--workers, or the machine's default (never more than the study has groups); 1 for
-    --trial."""
-    if _TRIAL.value is not None:
+def _workers_for(config) -> int:
+    """The processes a study runs in: --workers, or the machine's default (never more than the
+    study has groups); 1 for --trial, --list_trials, a single run and the theory check."""
+    if (
+        _TRIAL.value is not None
+        or _LIST.value
+        or config.get("kind", "study") == "theory"
+        or not validate.is_sweep(config)
+    ):
         return 1
     n = validate.parse_workers(_WORKERS.value)
     if n is not None:
         return n
-    return workers.default_workers(config, len(study.group_trials(study.list_trials(config))))
+    return workers.default_workers(config, workers.count_groups(config))
 
 
 def main(argv) -> None:
@@ -319,6 +324,10 @@ def main(argv) -> None:
     worker = workers.child_spec()
     if worker is not None:
         workers.pin_before_tensorflow(worker)
+    # The parent of --workers=N starts its workers first, so that their start-up does not wait for
+    # its own (TensorFlow's import); it then only watches them and writes the report.
+    n_workers = 1 if worker is not None else _workers_for(config)
+    started = workers.start(_WORKDIR.value, n_workers, sys.argv, config) if n_workers > 1 else None
     # Deliberately late: TensorFlow (imported by every module below) starts only for a config that
     # passed the checks, and with its C++ start-up lines filtered.
     _import_tensorflow(verbose)
@@ -349,7 +358,8 @@ def main(argv) -> None:
         validate.RuntimeProblem,
         workers.WorkerFailed,
     )
-    preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
+    if started is None:  # (the parent of workers passes SIGTERM on to them instead)
+        preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
         if _LIST.value:
             for i, t in enumerate(study.list_trials(config)):
@@ -360,12 +370,11 @@ def main(argv) -> None:
             theory.run_theory(config, _WORKDIR.value)
         elif validate.is_sweep(config) and worker is not None:
             study.run_worker(config, _WORKDIR.value, worker.run_id, shard=_SHARD.value)
-        elif validate.is_sweep(config) and _workers_for(config, study) > 1:
-            code = workers.run_parent(
+        elif started is not None:
+            code = workers.supervise(
+                started,
                 config,
                 _WORKDIR.value,
-                _workers_for(config, study),
-                sys.argv,
                 shard=_SHARD.value,
                 write_report=not _NO_REPORT.value,
                 log=lambda line: logging.info("%s", line),

@@ -319,6 +319,9 @@ def run_worker(
     trials = list_trials(config)
     shard_i, shard_n = parse_shard(shard)
     trials = [t for t in trials if _stable_index(t.group) % shard_n == shard_i]
+    # Every worker checks (or writes) config.json: the parent starts them before it could. Two
+    # writing it at once write the same text, each atomically.
+    check_workdir(config, workdir)
     initial = group_trials(trials)
     members = {t.member.name: t.member for t in trials}
     order = _claim_order(list(initial), members)

@@ -200,62 +200,95 @@ class _Signals:
     def __exit__(self, *exc):
         for sig, old in self._old.items():
             signal.signal(sig, old)
+        self._old = {}
 
 
-def run_parent(
-    config,
-    workdir: str,
-    n: int,
-    argv: list[str],
-    shard: str | None = None,
-    write_report: bool = True,
-    log=print,
-) -> int:
-    """Starts n workers on `workdir`, prints the study's progress until they are all done, writes
-    the report, and returns the exit status for the command (0, 1 if a worker failed, 143 / 130
-    after SIGTERM / SIGINT). Results are never touched here: a re-run resumes."""
-    from wide_tf import report, study
-    from wide_tf import workdir as wd
+def count_groups(config) -> int:
+    """The study's (member, batch size) groups, without TensorFlow: members x batch sizes."""
+    s = config.sweep
+    f = s.family
+    members = list(f.widths) if f.kind == "width" else list(f.depths)
+    return max(1, len(members) * len(s.batch_sizes))
 
-    study.check_workdir(config, workdir)  # once, before the workers race to write config.json
-    trials = study.list_trials(config)
-    shard_i, shard_n = study.parse_shard(shard)
-    trials = [t for t in trials if study._stable_index(t.group) % shard_n == shard_i]
-    initial = study.group_trials(trials)
+
+@dataclasses.dataclass
+class Started:
+    """Workers started by `start`, supervised by `supervise`."""
+
+    procs: list[subprocess.Popen]
+    paths: list[str]
+    specs: list[WorkerSpec]
+    signals: _Signals
+    remote_logs: bool
+    start: float
+
+
+def start(workdir: str, n: int, argv: list[str], config) -> Started:
+    """Starts n workers running `argv` (this command line). Called before the parent imports
+    TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM and SIGINT to
+    the parent are passed on from here on."""
     run_id = uuid.uuid4().hex[:12]
     logs, remote_logs = log_dir(workdir)
     os.makedirs(logs, exist_ok=True)
     specs = plan(n, run_id, config)
     procs, paths = [], []
-    start = time.time()
-    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-    done_before = study.estimate_progress(config, initial, results).done
-    log(
-        f"Study: {len(initial)} groups, {n} workers ("
-        + ", ".join(
-            f"{s.index}: cores {','.join(map(str, s.cpus))}"
-            + ("" if s.gpu is None else f" GPU {s.gpu}")
-            for s in specs
-        )
-        + f"); logs in {os.path.join(workdir, LOGS)}"
-    )
-    with _Signals(procs) as signals:
-        for s in specs:
-            path = os.path.join(logs, f"worker-{s.index}.log")
-            paths.append(path)
-            env = dict(os.environ, **{ENV: s.to_env()})
-            with open(path, "a") as f:
-                # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on
-                # as SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt mid-step.
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "wide_tf.main", *argv[1:]],
-                        env=env,
-                        stdout=f,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
+    signals = _Signals(procs).__enter__()
+    for s in specs:
+        path = os.path.join(logs, f"worker-{s.index}.log")
+        paths.append(path)
+        env = dict(os.environ, **{ENV: s.to_env()})
+        with open(path, "a") as f:
+            # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on as
+            # SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt in the middle of a step.
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "wide_tf.main", *argv[1:]],
+                    env=env,
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
                 )
+            )
+    # The parent only watches from here on: its own start-up (TensorFlow's import, to read the
+    # results) must not take CPU from the workers'.
+    try:
+        os.nice(5)
+    except OSError:
+        pass
+    return Started(procs, paths, specs, signals, remote_logs, time.time())
+
+
+def supervise(
+    started: Started,
+    config,
+    workdir: str,
+    shard: str | None = None,
+    write_report: bool = True,
+    log=print,
+) -> int:
+    """Prints the study's progress until every worker has exited, writes the report, and returns
+    the exit status for the command (0; 143 / 130 after SIGTERM / SIGINT), or raises WorkerFailed
+    (one line) when a worker failed. Results are never touched here: a re-run resumes."""
+    from wide_tf import report, study
+    from wide_tf import workdir as wd
+
+    procs, paths, signals = started.procs, started.paths, started.signals
+    try:
+        trials = study.list_trials(config)
+        shard_i, shard_n = study.parse_shard(shard)
+        trials = [t for t in trials if study._stable_index(t.group) % shard_n == shard_i]
+        initial = study.group_trials(trials)
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+        done_before = study.estimate_progress(config, initial, results).done
+        log(
+            f"Study: {len(initial)} groups, {len(procs)} workers ("
+            + ", ".join(
+                f"{s.index}: cores {','.join(map(str, s.cpus))}"
+                + ("" if s.gpu is None else f" GPU {s.gpu}")
+                for s in started.specs
+            )
+            + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>.log"
+        )
         failed: dict[int, int] = {}
         last_line, last_print, last_done = "", 0.0, -1
         while True:
@@ -269,11 +302,11 @@ def run_parent(
                             f"{_last_line(paths[k]) or '(no output)'}"
                         )
             now = time.time()
-            if now - last_print >= min(PROGRESS_EVERY_S, 5.0) or not running:
+            if now - last_print >= 5.0 or not running:
                 results = {r["trial_id"]: r for r in wd.read_results(workdir)}
                 p = study.estimate_progress(config, initial, results)
                 ran = p.done - done_before
-                left = (now - start) / ran * (p.expected - p.done) if ran > 0 else None
+                left = (now - started.start) / ran * (p.expected - p.done) if ran > 0 else None
                 line = f"progress: {p.describe()}, {len(running)} workers running" + (
                     "" if left is None else f", about {study._fmt_time(left)} left"
                 )
@@ -284,13 +317,20 @@ def run_parent(
             if not running:
                 break
             time.sleep(POLL_S)
-    if remote_logs:
+    finally:
+        for p in procs:  # the parent failing must not leave workers behind
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        signals.__exit__()
+    if started.remote_logs:
         import tensorflow as tf
 
         tf.io.gfile.makedirs(os.path.join(workdir, LOGS))
         for path in paths:
             tf.io.gfile.copy(path, os.path.join(workdir, LOGS, os.path.basename(path)), True)
-    log(f"Workers done in {study._fmt_time(time.time() - start)}.")
+    log(f"Workers done in {study._fmt_time(time.time() - started.start)}.")
     if signals.received:
         log(
             "stopped by "
@@ -315,9 +355,14 @@ def run_parent(
     if not complete:
         raise WorkerFailed(
             f"{p.groups_total - p.groups_done} groups are unfinished although every worker "
-            "exited; other machines may hold them: run the same command again to resume"
+            "exited; run the same command again to resume"
         )
     return 0
+
+
+def run_parent(config, workdir: str, n: int, argv: list[str], **kwargs) -> int:
+    """`start` then `supervise` (for callers that have imported TensorFlow already)."""
+    return supervise(start(workdir, n, argv, config), config, workdir, **kwargs)
 
 
 class WorkerFailed(RuntimeError):
