@@ -300,10 +300,18 @@ def _workers_for(config) -> int:
         or not validate.is_sweep(config)
     ):
         return 1
+    groups = workers.count_groups(config)
     n = validate.parse_workers(_WORKERS.value)
     if n is not None:
-        return n
-    return workers.default_workers(config, workers.count_groups(config))
+        return max(1, min(n, groups))  # a worker more than there are groups would only wait
+    n = workers.default_workers(config, groups)
+    if n > 1:
+        try:
+            validate.check_workers(str(n), config, None, _WORKDIR.value)
+        except validate.UsageError as e:  # e.g. gs:// without google-cloud-storage: one process
+            print(f"warning: running in one process, not {n}: {e}", file=sys.stderr, flush=True)
+            return 1
+    return n
 
 
 def main(argv) -> None:
