@@ -196,15 +196,19 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path):
         start_main(*SMOKE, f"--workdir={one}", "--workers=1"),
         start_main(*SMOKE, f"--workdir={two}", "--workers=2"),
     ]
+    errs = []
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
+        errs.append(err)
     expected = {t.trial_id for t in study.list_trials(load_config("configs/mlp.py:smoke"))}
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
     assert len(os.listdir(two / "logs")) == 2 and not (one / "logs").exists()
     assert _report_without_timings(one) == _report_without_timings(two)
-    assert "progress: 4/4 trials (expected), 4/4 groups done" in err
+    # Both progress lines count the whole study: the parent's, and one process's per trial.
+    assert "progress: 4/4 trials (expected), 4/4 groups done" in errs[1]
+    assert "; study 3/4 trials (expected), 3/4 groups done, about" in errs[0]
 
 
 def _wait_for(condition, timeout=240):
