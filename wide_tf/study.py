@@ -375,7 +375,7 @@ def run_worker(
             except LostClaim:
                 logging.warning("Group %s was taken over by another worker; moving on.", key)
                 continue
-            except preemption.Preempted:
+            except (preemption.Preempted, KeyboardInterrupt):  # free for anyone at once
                 claims.release(key, claims_lib.STOPPED)
                 raise
             except BaseException:
