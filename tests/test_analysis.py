@@ -2,6 +2,7 @@
 tables whose answers are computed by hand, and of the verdict's calibration on simulated studies
 with a known answer. NumPy only: seconds, no TensorFlow."""
 
+import dataclasses
 import json
 import math
 
@@ -157,16 +158,27 @@ def test_interpolated_steps_are_preferred_and_ties_go_to_the_smaller_rate():
 
 
 def test_censored_and_diverged_seeds():
-    # Median of 100, >400 (censored) and a diverged seed (excluded, counted): even count, so the
-    # median is the mean of 100 and +inf -> censored at the budget.
+    # 100, >400 (out of budget) and a seed that diverged at the chosen rate (censored at its
+    # budget, 700: it failed to reach the target, which is evidence, not a missing value): the
+    # median of three is the middle one, +inf -> censored at the smallest budget.
     recs = [
         rec(mult=1.0, steps=100),
         rec(mult=1.0, seed=1, role="confirm", status="not_reached", budget=400),
-        rec(mult=1.0, seed=2, role="confirm", status="diverged"),
+        rec(mult=1.0, seed=2, role="confirm", status="diverged", budget_steps=700),
     ]
     (cell,) = A.cells_of(recs)
     assert cell.median_steps is None and cell.censored_bound == 400
-    assert cell.n_diverged_excluded == 1 and cell.n_seeds == 2
+    assert cell.n_diverged_censored == 1 and cell.n_seeds == 3
+    assert sorted(cell.censored_budgets) == [400.0, 700.0]
+    # Without a recorded budget it is recomputed from the run's protocol, as train.py sets it.
+    recs[2] = rec(
+        mult=1.0,
+        seed=2,
+        role="confirm",
+        status="diverged",
+        protocol={"max_epochs": 10.0, "max_steps": 0, "min_steps": 500},
+    )
+    assert A.budget_steps(recs[2]) == 500.0  # max(10 x 1000 / 32 = 313, 500)
     # Two finished and one censored: the median is the larger finished one.
     recs[2] = rec(mult=1.0, seed=2, role="confirm", steps=150)
     (cell,) = A.cells_of(recs)
@@ -264,7 +276,7 @@ def test_bootstrap_interval_covers_the_truth():
             cb.Observations.make(b, s, np.zeros(b.size, bool), 1438), 0.25, n_boot=200
         )
         covered += est.b_crit.low <= 150 <= est.b_crit.high
-    assert covered >= 51  # 95% nominal; >= 85% of 60
+    assert covered >= 54  # 95% nominal; >= 90% of 60
 
 
 # ---------------------------------------------------------------- max_batch(eps)
@@ -272,14 +284,20 @@ def test_bootstrap_interval_covers_the_truth():
 
 def test_max_batch_is_the_first_crossing_interpolated_in_log_log():
     bs = np.array([16, 32, 64, 128])
-    e = np.log([[10.0, 11.0, 14.0, 20.0]])
+    e = np.log([[10.0, 10.0, 14.0, 20.0]])
+    # The reference is the geometric mean of the two smallest batches' epochs (10 here).
     val, st = cb.first_crossing(bs, e, np.zeros_like(e, bool), 0.25)
-    frac = (math.log(12.5) - math.log(11)) / (math.log(14) - math.log(11))
+    frac = (math.log(12.5) - math.log(10)) / (math.log(14) - math.log(10))
     assert st[0] == 0 and math.exp(val[0]) == pytest.approx(32 * 2**frac)
+    e1 = np.log([[9.0, 11.0, 14.0, 20.0]])  # reference sqrt(99)
+    val, _ = cb.first_crossing(bs, e1, np.zeros_like(e1, bool), 0.25)
+    thr = math.log(1.25 * math.sqrt(99))
+    frac = (thr - math.log(11)) / (math.log(14) - math.log(11))
+    assert math.exp(val[0]) == pytest.approx(32 * 2**frac)
     # A later dip below the threshold does not matter: the first crossing counts.
-    e2 = np.log([[10.0, 13.0, 11.0, 12.0]])
+    e2 = np.log([[10.0, 10.0, 14.0, 11.0]])
     val, st = cb.first_crossing(bs, e2, np.zeros_like(e2, bool), 0.25)
-    assert st[0] == 0 and 16 < math.exp(val[0]) < 32
+    assert st[0] == 0 and 32 < math.exp(val[0]) < 64
     # No crossing: a lower bound at the largest batch. Smallest batch censored: undefined.
     e3 = np.log([[10.0, 10.5, 11.0, 12.0]])
     val, st = cb.first_crossing(bs, e3, np.zeros_like(e3, bool), 0.25)
@@ -290,19 +308,26 @@ def test_max_batch_is_the_first_crossing_interpolated_in_log_log():
 
 def test_member_estimate_of_a_known_curve():
     recs = curve_records("m", 64, 2, 500, 200, [16, 32, 64, 128, 256, 512, 1024])
-    (s,) = A.summarize_members(recs, 0.25, n_boot=50)
-    # E(B) = S_min (B + B_crit) / n: the crossing of 1.25 E(16) lies near 1.25*16 + 0.25*200 = 70.
-    assert 55 < s.curve.max_batch.value < 75
+    (s,) = A.summarize_members(recs, 1.0, n_boot=50)
+    # E(B) = S_min (B + B_crit) / n; the reference is the geometric mean of E(16) and E(32),
+    # sqrt(216 x 232) = 223.9 in units of S_min / n, so E doubles at B = 2 x 223.9 - 200 = 247.7
+    # (the crossing is interpolated linearly in log-log between 128 and 256: a little below).
+    ref = math.sqrt((16 + 200) * (32 + 200))
+    assert s.curve.reference_epochs == pytest.approx(500 * ref / 1000)
+    assert 0.95 * (2 * ref - 200) < s.curve.max_batch.value <= 2 * ref - 200
+    assert s.b_model_free is s.curve.max_batch
     assert s.curve.b_crit.value == pytest.approx(200, rel=0.02)
-    assert s.curve.reference_epochs == pytest.approx(500 * (1 + 200 / 16) * 16 / 1000)
 
 
 # ---------------------------------------------------------------- slopes and the verdict
 
 
-def family(alpha, noise, rng, widths=(100, 200, 400), budget_epochs=None):
+WIDTHS = (100, 141, 200, 283, 400)
+
+
+def family(alpha, noise, rng, widths=WIDTHS, budget_epochs=None):
     recs = []
-    for w, d in zip(widths, (4, 2, 1)):
+    for w, d in zip(widths, (16, 8, 4, 2, 1)):
         recs += curve_records(
             f"m{d}",
             w,
@@ -321,19 +346,25 @@ def test_slope_of_exact_power_law_members():
     recs = family(0.5, 0.0, None)
     d = A.decide(A.summarize_members(recs, n_boot=50))
     assert d.b_crit_slope.value == pytest.approx(0.5, abs=0.02)
+    # The model-free measure of an exact curve family: E doubles over the reference at
+    # 2 ref - B_crit with ref = sqrt((16 + B_crit)(32 + B_crit)), read off the cells by linear
+    # interpolation in log-log: 145 for B_crit = 100 and 246 for 200 (worked by hand), a slope
+    # of log(246 / 145) / log 4 = 0.38 against B_crit's 0.5. The reference includes the small
+    # batches' own rise, which attenuates the measure where B_crit is not far above them.
+    assert d.primary_slope.value == pytest.approx(math.log(246 / 145) / math.log(4), abs=0.01)
 
 
 def test_verdicts_supported_contradicted_and_no_effect():
     rng = np.random.default_rng(0)
     v = A.analyze(family(1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
-    assert v.outcome == A.SUPPORTED
-    assert "slope +1.0" in v.text or "slope +0.9" in v.text or "slope +1.1" in v.text
+    assert v.outcome == A.SUPPORTED, v.text
+    assert "random-effects interval" in v.text and "Leaving one member out" in v.text
     assert "95% CI" in v.text and "detects a slope of" in v.text
     v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
-    assert v.outcome == A.CONTRADICTED
+    assert v.outcome == A.CONTRADICTED, v.text
     v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
-    assert v.outcome in (A.NO_EFFECT, A.SUPPORTED, A.CONTRADICTED)
-    assert v.decision.b_crit_slope.low < 0.4 and v.decision.b_crit_slope.high > -0.4
+    assert v.outcome == A.NO_EFFECT, v.text
+    assert v.decision.primary_slope.low < 0 < v.decision.primary_slope.high
 
 
 def test_verdict_inconclusive_cases():
@@ -341,22 +372,53 @@ def test_verdict_inconclusive_cases():
     assert A.verdict([]).outcome == A.INCONCLUSIVE
     one = A.summarize_members(curve_records("m", 64, 2, 500, 200, [16, 64, 256]), n_boot=20)
     v = A.verdict(one)
-    assert v.outcome == A.INCONCLUSIVE and "only one member" in v.text
-    same = family(0.0, 0.05, rng, widths=(100, 100, 100))
+    assert v.outcome == A.INCONCLUSIVE and "needs at least 3" in v.text
+    same = family(0.0, 0.05, rng, widths=(100,) * 5)
     assert A.analyze(same, n_boot=20)["verdicts"]["mlp"].outcome == A.INCONCLUSIVE
     # Every member still scales perfectly up to the largest batch: a ceiling, not "no effect".
-    ceiling = family(0.0, 0.02, rng, widths=(100, 200, 400))
+    ceiling = family(0.0, 0.02, rng)
     for r in ceiling:
         b = r["batch_size"]
         if r["status"] == "reached":
             r["steps_to_target"] = 1e6 / b * (1.5 if r["lr_multiplier"] != 1.0 else 1.0)
     v = A.analyze(ceiling, n_boot=20)["verdicts"]["mlp"]
-    assert v.outcome == A.INCONCLUSIVE and "above the largest batch" in v.text
-    # A member with finished runs at fewer than 3 batches has no fit.
-    short = family(0.0, 0.05, rng)
+    assert v.outcome == A.INCONCLUSIVE and "extend the batch range" in v.text
+    # A member with finished runs at fewer than 3 batches has no B_crit fit: it is named and left
+    # out of the B_crit slope, and still counts in the model-free one.
+    short = family(1.0, 0.05, rng)
     short = [r for r in short if not (r["member"] == "m1" and r["batch_size"] > 32)]
-    v = A.analyze(short, n_boot=20)["verdicts"]["mlp"]
-    assert v.outcome == A.INCONCLUSIVE and "m1 has no B_crit fit" in v.text
+    d = A.analyze(short, n_boot=50)["verdicts"]["mlp"].decision
+    assert "not in the B_crit slope: m1 (no estimate)" in "; ".join(d.caveats)
+    assert "m1" not in d.b_crit_members
+
+
+def test_a_slope_that_rests_on_one_member_is_inconclusive():
+    # Four members whose critical batch falls a little with width, and one far wider member with
+    # a much larger one: the slope is positive with every member, negative without the wide one.
+    rng = np.random.default_rng(2)
+    recs = []
+    for w, d in zip((100, 110, 120, 130, 800), (16, 8, 4, 2, 1)):
+        bc = 400 if w == 800 else 100 * (100 / w) ** 1.5
+        recs += curve_records(
+            f"m{d}", w, d, 300, bc, [16, 32, 64, 128, 256, 512, 1024], noise=0.03, rng=rng
+        )
+    d = A.decide(A.summarize_members(recs, n_boot=100))
+    assert d.primary_slope.value > 0 and d.primary_slope.max_leverage > 0.6
+    assert d.outcome in (A.INCONCLUSIVE, A.NO_EFFECT)
+    assert d.primary_slope.loo[-1] < 0 and not d.primary_slope.loo_agree
+    if d.outcome == A.INCONCLUSIVE:
+        assert "without m1" in "; ".join(d.reasons)
+
+
+def test_an_unresolved_grid_edge_makes_the_verdict_inconclusive():
+    rng = np.random.default_rng(3)
+    recs = family(1.0, 0.05, rng)
+    # m2's best rate at B = 64 is now the largest one tried (and no extension followed).
+    for r in recs:
+        if r["member"] == "m2" and r["batch_size"] == 64 and r["lr_multiplier"] == 2.0:
+            r["steps_to_target"] = 0.5 * r["steps_to_target"]
+    v = A.analyze(recs, n_boot=100)["verdicts"]["mlp"]
+    assert v.outcome == A.INCONCLUSIVE and "m2 (B = 64)" in v.text
 
 
 def test_budget_censoring_does_not_invent_an_effect():
@@ -366,6 +428,38 @@ def test_budget_censoring_does_not_invent_an_effect():
     assert any(r["status"] == "not_reached" for r in recs)
     v = A.analyze(recs, n_boot=200)["verdicts"]["mlp"]
     assert v.outcome != A.CONTRADICTED and v.outcome != A.SUPPORTED
+
+
+def test_several_targets_are_analysed_from_the_same_runs():
+    rng = np.random.default_rng(6)
+    recs = family(1.0, 0.05, rng)
+    for r in recs:  # a second, easier target reached in 60% of the steps (same knee)
+        s = r["steps_to_target"]
+        r["targets"] = [
+            {
+                "metric": "train_accuracy",
+                "value": 0.99,
+                "status": r["status"],
+                "steps_to_target": s,
+                "steps_to_target_interp": None,
+            },
+            {
+                "metric": "train_accuracy",
+                "value": 0.9,
+                "status": r["status"],
+                "steps_to_target": None if s is None else 0.6 * s,
+                "steps_to_target_interp": None,
+            },
+        ]
+    out = A.analyze(recs, n_boot=100)
+    assert list(out["per_target"]) == ["train_accuracy >= 0.99", "train_accuracy >= 0.9"]
+    second = out["per_target"]["train_accuracy >= 0.9"]["mlp"]
+    assert second.outcome == A.SUPPORTED
+    # Same knee, fewer steps: the same B_crit per member, S_min 0.6x.
+    first = out["summaries"][0].curve.fit
+    sub = A.summarize_members(A.records_for_target(recs, 1), n_boot=20)[0].curve.fit
+    assert sub.b_crit == pytest.approx(first.b_crit, rel=1e-6)
+    assert sub.s_min == pytest.approx(0.6 * first.s_min, rel=1e-6)
 
 
 def test_batch_bound_at_init():
@@ -397,32 +491,31 @@ def test_batch_bound_at_init():
 # ---------------------------------------------------------------- calibration on simulated studies
 
 
-@pytest.mark.parametrize("noise", [0.05, 0.1, 0.2])
-def test_calibration_null_is_rarely_decisive(noise):
-    """Identical members: a decisive verdict in at most 10% of 200 simulated studies."""
+@pytest.mark.parametrize("generator", ["fitted", "overhead", "exponent varies", "tau 0.3"])
+def test_calibration_null_is_rarely_decisive(generator):
+    """No width effect in the quantity the verdict is about, under the fitted model and under
+    generators that differ from it: a decisive verdict in at most 10% of studies (60 here, so
+    the bound is checked at 15%: the README's table has 200 per generator)."""
     cal = simulate.calibrate(
-        simulate.four_x_design(), simulate.Truth(alpha=0.0, noise=noise), 200, seed=11, n_boot=100
+        simulate.Design(), simulate.gen.GENERATORS[generator], 60, seed=11, n_boot=100
     )
-    assert cal.decisive_rate <= 0.10, cal
+    assert cal.decisive_rate <= 0.15, cal
 
 
-@pytest.mark.parametrize("noise", [0.05, 0.1])
-def test_calibration_finds_a_real_effect(noise):
-    """B_crit ~ width^0.5 over a 4x width range: 'supported' in at least 80% of 200 studies at the
-    seed noise measured on the local studies (5-10%; the README's table shows 20% too, where the
-    power is lower and the report says so through its minimum detectable slope)."""
-    cal = simulate.calibrate(
-        simulate.four_x_design(), simulate.Truth(alpha=0.5, noise=noise), 200, seed=12, n_boot=100
-    )
-    assert cal.supported_rate >= 0.80, cal
-    assert cal.contradicted == 0
+def test_calibration_points_the_right_way_under_a_real_effect():
+    """B_crit ~ width over the local design's 10x: never 'contradicted', and 'supported' more
+    often than the null's rate (the design's power is low: the README's table gives it)."""
+    truth = dataclasses.replace(simulate.gen.GENERATORS["fitted"], alpha=1.0, b_crit_ref=15.0)
+    cal = simulate.calibrate(simulate.Design(), truth, 40, seed=12, n_boot=100)
+    assert cal.contradicted == 0 and cal.supported >= 3, cal
 
 
 def test_simulated_study_follows_the_protocol():
     rng = np.random.default_rng(0)
     recs = simulate.simulate_study(rng, simulate.Design(), simulate.Truth(noise=0.1))
     cells = A.cells_of(recs)
-    assert len(cells) == 4 * 7
+    d = simulate.Design()
+    assert len(cells) == len(d.widths) * len(d.batch_sizes)
     statuses = {r["status"] for r in recs}
     assert "reached" in statuses
     confirmed = [c for c in cells if c.best_multiplier is not None]
@@ -448,3 +541,24 @@ def test_simulated_study_follows_the_protocol():
 def test_lower_is_better_for_losses_only():
     assert A.lower_is_better("train_loss") and A.lower_is_better("test_loss")
     assert not A.lower_is_better("train_accuracy") and not A.lower_is_better("test_accuracy")
+
+
+def test_the_data_driven_generator_resamples_a_studys_residuals():
+    rng = np.random.default_rng(8)
+    summaries = A.summarize_members(family(0.0, 0.1, rng), n_boot=20)
+    truth = simulate.gen.from_residuals(summaries, "a test study")
+    # 5 members x 7 complete cells of 3 seeds; the cell effects are centred.
+    assert len(truth.cell_pool) == 35 and len(truth.seed_pool) == 105
+    assert abs(np.mean(truth.cell_pool)) < 1e-12
+    # Seed deviations carry the seeds' own spread (noise 0.1, the middle rate's seeds).
+    assert 0.06 < np.std(truth.seed_pool) < 0.14
+    assert truth.cell_draw(rng) > 0 and truth.seed_draw(rng, 0.5) > 0
+    cal = simulate.calibrate(simulate.Design(), truth, 5, seed=1, n_boot=50)
+    assert cal.n_studies == 5
+    with pytest.raises(ValueError, match="fewer than 3 complete cells"):
+        simulate.gen.from_residuals(summaries[:0], "empty")
+
+
+def test_simulate_command_line_refuses_unknown_generators(capsys):
+    assert simulate.main(["--generators=fitted,no_such"]) == 2
+    assert "unknown no_such" in capsys.readouterr().err

@@ -3,6 +3,7 @@
 import csv
 import glob
 import json
+import math
 import os
 import subprocess
 import sys
@@ -15,8 +16,25 @@ from wide_tf import analysis, defaults, report, train
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
 # Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): E(B) is proportional to
-# B + Bc, so max_batch(0.25) crosses near 1.25 * 32 + Bc / 4 = 48, 72 and 168.
-MEMBERS = [("mlp-d8-w128", 8, 128, 32), ("mlp-d4-w181", 4, 181, 128), ("mlp-d2-w256", 2, 256, 512)]
+# B + Bc (max_batch: `expected_max_batch`).
+# B_crit = 40 (w / 90)^1.5: a slope of 1.5 on log width, every B_crit inside the batches tried.
+MEMBERS = [
+    (f"mlp-d{d}-w{w}", d, w, 40.0 * (w / 90) ** 1.5)
+    for d, w in ((16, 90), (8, 128), (4, 181), (2, 256), (1, 362))
+]
+
+
+def expected_max_batch(bc: float, eps: float = 0.25, batches=BATCHES) -> float:
+    """B_+eps of E = B + B_crit (in units of S_min / n), worked as the report does it: the
+    reference is the geometric mean of the two smallest batches' epochs, the crossing is
+    interpolated linearly in (log B, log E) between the two cells around it."""
+    e = [b + bc for b in batches]
+    thr = (1 + eps) * math.sqrt(e[0] * e[1])
+    for k in range(1, len(batches)):
+        if e[k] > thr:
+            frac = math.log(thr / e[k - 1]) / math.log(e[k] / e[k - 1])
+            return batches[k - 1] * (batches[k] / batches[k - 1]) ** frac
+    return float(batches[-1])
 
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
@@ -202,11 +220,11 @@ def test_report_files_and_tables(full_report):
             assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
     trials = read_csv(os.path.join(out, "all_trials.csv"))
-    assert len(trials) == 3 * 5 * (3 + 2)  # 3 members x 5 batches x (grid of 3 + 2 confirmations)
+    assert len(trials) == 5 * 5 * (3 + 2)  # 5 members x 5 batches x (grid of 3 + 2 confirmations)
     assert {t["status"] for t in trials} == {"reached", "diverged"}
 
     best = read_csv(os.path.join(out, "best_per_batch.csv"))
-    assert len(best) == 15
+    assert len(best) == 25
     for row in best:
         bc = {m[0]: m[3] for m in MEMBERS}[row["member"]]
         b = int(row["batch_size"])
@@ -226,11 +244,13 @@ def test_report_files_and_tables(full_report):
         )
 
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
-    for (name, _, _, bc), mb in zip(MEMBERS, (48, 72, 168)):
-        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.1)
-        assert float(members[name]["max_batch_low"]) <= float(members[name]["max_batch"])
+    for name, _, _, bc in MEMBERS:
+        mb = expected_max_batch(bc)
+        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.02)
+        assert float(members[name]["max_batch_low"]) <= 1.001 * float(members[name]["max_batch"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
-        assert float(members[name]["b_crit_low"]) < bc < float(members[name]["b_crit_high"])
+        assert float(members[name]["b_crit_low"]) <= 1.001 * bc
+        assert 0.999 * bc <= float(members[name]["b_crit_high"])
         assert float(members[name]["batch_bound_init"]) == pytest.approx(
             {m[0]: m[2] for m in MEMBERS}[name]
         )
@@ -241,7 +261,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     md = open(path).read()
     v = analysis.analyze(make_records(), 0.25)["verdicts"]["mlp"]
     assert v.outcome == analysis.SUPPORTED
-    assert v.decision.b_crit_slope.value == pytest.approx(4.0, rel=0.05)  # log 16 / log 2
+    assert v.decision.b_crit_slope.value == pytest.approx(1.5, rel=0.05)
     assert v.text in md and "Verdict: SUPPORTED" in md
     for s in (
         "train_accuracy >= 0.99",
@@ -268,16 +288,16 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "Grid-edge warnings",
         "None: every chosen learning rate",
         "95% CI",
-        "slope +4",
+        "log B_crit (the fitted knee) at +1.",
     ):
         assert s in md, s
     # the members table row of the widest member, and a cell with its seed range
-    # (its B_crit = 512 is the largest batch tried: the fit lands on the edge and reads as a bound)
     row = next(
         line for line in md.splitlines() if line.startswith("| mlp-d2-w256 | 2 | 256 | 100,002 | ")
     )
     assert "(95% CI" in row and "(0 censored)" in row
-    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 800.0 (790-810) | 6.25 (6.17-6.33) |" in md
+    # the narrowest member's B = 32 cell: S = 400 (1 + 40 / 32) = 900, seeds 890-910
+    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 900.0 (890.0-910.0) | 7.03 (6.95-7.11) |" in md
 
 
 def _events(dirpath):
@@ -326,7 +346,7 @@ def test_report_tensorboard_hparams_and_images(full_report):
     }
     runs = sorted(os.listdir(hdir))
     runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
-    assert len(runs) == 75
+    assert len(runs) == 125
     tid = "mlp-d4-w181-b64-m1.0-s1"
     events = _events(os.path.join(hdir, tid))
     hp_vals = [
@@ -349,7 +369,8 @@ def test_report_tensorboard_hparams_and_images(full_report):
         for v in e.summary.value
         if v.tag in analysis.STATUS_CODE or v.tag in report.METRIC_DOCS
     }
-    assert scalars["steps_to_target"] == round(400 * (1 + 128 / 64)) + 10
+    bc = {m[0]: m[3] for m in MEMBERS}["mlp-d4-w181"]
+    assert scalars["steps_to_target"] == round(400 * (1 + bc / 64)) + 10
     assert scalars["status_code"] == 1.0
     # a diverged trial: status -1 and no steps_to_target
     events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s0"))
@@ -371,10 +392,10 @@ def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     )
     report.write_report(wd)
     report.write_report(wd)
-    run = os.path.join(wd, "report", "tb", "hparams", "mlp-d8-w128-b32-m1.0-s0")
+    run = os.path.join(wd, "report", "tb", "hparams", f"{MEMBERS[0][0]}-b32-m1.0-s0")
     assert len(glob.glob(os.path.join(run, "events.out.tfevents.*"))) == 1
     md = open(os.path.join(wd, "report", "report.md")).read()
-    assert "only one member" in md and "INCONCLUSIVE" in md
+    assert "needs at least 3" in md and "INCONCLUSIVE" in md
     assert not os.path.exists(os.path.join(wd, "report", "batch_bound_vs_width.png"))
 
 
@@ -409,7 +430,7 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
             r.update(status="not_reached", steps_to_target=None, epochs_to_target=None, steps=700)
     wd = make_workdir(tmp_path / "failed", recs)
     md = open(report.write_report(wd)).read()
-    assert "INCONCLUSIVE" in md and "has no B_crit fit" in md
+    assert "INCONCLUSIVE" in md and "needs at least 3" in md
     best = read_csv(os.path.join(wd, "report", "best_per_batch.csv"))
     assert [r["steps_to_target"] for r in best] == ["", ""]
     assert [float(r["censored_above"]) for r in best] == [
@@ -419,14 +440,15 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     assert [(r["n_not_reached"], r["n_diverged"]) for r in best] == [("2", "1"), ("2", "1")]
     assert "> 700 (censored)" in md
 
-    # Two members where the chosen LR is the smallest tried: grid-edge warnings, and a caveat in
-    # the verdict (the numbers still decide).
-    recs = make_records(MEMBERS[:2], history=False)
+    # Members whose chosen LR is the smallest tried: grid-edge warnings, and an unresolved edge
+    # makes the verdict inconclusive, naming the cells.
+    recs = make_records(MEMBERS, history=False)
     recs = [r for r in recs if r["lr_multiplier"] != 0.5]
     wd = make_workdir(tmp_path / "edge", recs)
     md = open(report.write_report(wd)).read()
     assert "- mlp-d8-w128, B=32: chosen multiplier x1 is at the edge" in md
-    assert "Verdict: SUPPORTED" in md and "edge of its grid" in md
+    assert "Verdict: INCONCLUSIVE" in md and "edge of its grid" in md
+    assert "mlp-d8-w128 (B = 32, 64, 128, 256, 512)" in md
 
 
 def test_report_without_config_uses_protocol_records(tmp_path):

@@ -1,25 +1,31 @@
 """Owns the analysis of a study's trial records: cells (best learning rate and seeds per member and
 batch), each member's curve estimate with intervals, and the verdict on the paper's claim.
 
-Pure NumPy on plain dicts (the result.json schema); no TensorFlow and no file I/O beyond parsing
-text, so every number the report prints is unit-tested on hand-made tables and calibrated on
-simulated studies (`wide_tf.simulate`). The rules, which the report repeats:
+Pure NumPy/SciPy on plain dicts (the result.json schema); no TensorFlow and no file I/O beyond
+parsing text, so every number the report prints is unit-tested on hand-made tables and calibrated
+on simulated studies (`wide_tf.simulate`). The rules, which the report repeats:
 
-* A **cell** is one (member, batch size). Its best learning rate is chosen on the tuning seed(s)
+* A **cell** is one (member, batch size). Its best learning rate is chosen on the tuning seeds
   by `wide_tf.lr_grid` (fewest median steps among rates where every tuning seed reached; ties to
   the smaller rate). The chosen rate's runs on every seed (tuning and confirmation) are the cell's
-  observations: a finished run gives its steps-to-target, a run that ran out of budget is
-  **censored** (S > the steps it ran), a diverged run is excluded and counted. A cell where no
-  rate reached the target is censored at its budget. The cell's value is the median over its
-  seeds (censored seeds count as larger than every finished one), with the range kept.
-* Each member's **curve** (`wide_tf.critical_batch`): the censored fit of
-  S(B) = S_min (1 + B_crit / B) in log space, max_batch(eps) as the first crossing of
-  (1 + eps) x E_ref, bootstrap intervals for both, and R^2 of log epochs as the fit quality.
-* The **verdict** is decided by the slope of log B_crit against log width across the members,
-  with a 95% bootstrap interval: *supported* above 0, *contradicted* below 0, *no detectable
-  effect* otherwise (quoting the smallest slope the design detects 80% of the time). The slope of
-  log max_batch(eps) is reported beside it. The rule's error rates on simulated studies with a
-  known answer are in the README (`python -m wide_tf.simulate`).
+  observations: a finished run gives its steps-to-target; a run that ran out of budget, or
+  **diverged**, is **censored** (S > the steps it was given: a seed on which the chosen rate fails
+  is evidence that the batch is hard, not a missing value). A cell where no rate reached the
+  target is censored at its budget. The cell's value is the median over its seeds (censored seeds
+  count as larger than every finished one), with the range kept.
+* Each member's **curve** (`wide_tf.critical_batch`): the model-free critical batch B_+eps (the
+  first batch whose epochs-to-target exceed perfect scaling from the two smallest batches by eps;
+  Zhang et al. 2024's definition at eps = 0.2), the censored fit of S(B) = S_min (1 + B_crit / B),
+  a lack-of-fit F test of that fit, and hierarchical intervals for both.
+* The **verdict** (`decide`) compares members by a **random-effects meta-regression** of log
+  B_+eps on log width (`wide_tf.stats.meta`: each member's own variance plus the members' scatter
+  about the line, a t interval on m - 2 df). It is *supported* / *contradicted* only when that
+  interval excludes 0, every leave-one-member-out slope has the same sign, the B_crit slope (over
+  the members whose curve passes the lack-of-fit test) has the same sign, and no member has a
+  learning-rate cell left at its grid's edge; *no detectable effect* when the interval holds 0;
+  *inconclusive* otherwise, with the reason (which member it rests on, which cells are unresolved).
+  Its error rates on simulated studies, including studies whose curves differ from the fitted
+  model, are in the README (`python -m wide_tf.simulate`).
 """
 
 from __future__ import annotations
@@ -34,19 +40,27 @@ import numpy as np
 from wide_tf import critical_batch as cb
 from wide_tf import lr_grid
 from wide_tf.lr_grid import lower_is_better  # noqa: F401  (re-exported: the report uses it)
+from wide_tf.stats import meta
 
 STATUSES = ("reached", "not_reached", "diverged")
 # Numeric status code for TensorBoard HParams (which only takes numbers as metrics).
 STATUS_CODE = {"reached": 1.0, "not_reached": 0.0, "diverged": -1.0}
-DEFAULT_EPS = 0.25
-DEFAULT_BOOTSTRAP = 400
+# B_+eps at eps = 1: the batch at which epochs-to-target have doubled over perfect scaling, which
+# is McCandlish et al.'s definition of B_crit read off the data without a curve. Zhang et al.
+# (2024) use eps = 0.2 (sweep.eps): it sits where epochs are still nearly flat in B, so the same
+# noise in log epochs moves its crossing about 3x further (log-log slope ~0.17 there against ~0.5
+# at the doubling), and on an S_min (1 + B_crit / B) curve it is about B_crit / 5.
+DEFAULT_EPS = 1.0
+# Replicates per member: the 2.5% and 97.5% quantiles of 200 replicates rest on their 5th
+# values, which costs about 1.5 points of coverage (tests/test_stats.py).
+DEFAULT_BOOTSTRAP = 1000
 
 SUPPORTED = "supported"
 CONTRADICTED = "contradicted"
 NO_EFFECT = "no detectable effect"
 INCONCLUSIVE = "inconclusive"
-# Below this R^2 of log epochs-to-target the knee shape does not describe a member's curve.
-POOR_FIT_R2 = 0.5
+# A member whose lack-of-fit test rejects the curve at this level gets no B_crit in the slope.
+LOF_ALPHA = 0.05
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,8 +154,9 @@ class Cell:
     learning_rate: float | None  # the peak learning rate of the chosen multiplier
     lr_at_grid_edge: bool  # the chosen rate is the smallest or largest tried
     seed_steps: tuple  # finished seeds' steps at the chosen rate, ascending
-    censored_budgets: tuple  # the steps run by seeds that ran out of budget (S > each)
-    n_diverged_excluded: int  # seeds at the chosen rate that diverged (excluded)
+    # The budgets of seeds that ran out of them or diverged (S > each).
+    censored_budgets: tuple
+    n_diverged_censored: int  # seeds at the chosen rate that diverged (censored at their budget)
     median_steps: float | None  # None when the median seed is censored (or nothing ran)
     censored_bound: float | None  # the cell is censored: S > this
     n_trials: int
@@ -170,6 +185,22 @@ class Cell:
 
 def _finite(v) -> float | None:
     return float(v) if v is not None and isinstance(v, (int, float)) and math.isfinite(v) else None
+
+
+def budget_steps(rec: dict) -> float | None:
+    """The steps a run was given: recorded by newer runs (`budget_steps`), else recomputed from
+    its protocol as train.py does (max_steps, or max(max_epochs x n / B, min_steps)), else the
+    steps it ran."""
+    if rec.get("budget_steps"):
+        return float(rec["budget_steps"])
+    p = rec.get("protocol") or {}
+    n, b = rec.get("num_train"), rec.get("batch_size")
+    if p.get("max_steps"):
+        return float(p["max_steps"])
+    if p.get("max_epochs") and n and b:
+        return float(max(math.ceil(p["max_epochs"] * n / b), p.get("min_steps") or 0))
+    steps = rec.get("steps")
+    return float(steps) if steps else None
 
 
 def _lr_of(records: Sequence[dict], mult: float) -> float | None:
@@ -207,7 +238,12 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
         for r in mine
         if r.get("status") == "not_reached" and (r.get("steps") or 0) > 0
     )
-    n_div = sum(1 for r in mine if r.get("status") == "diverged")
+    # A seed that diverged at the chosen rate failed to reach the target within its budget.
+    div_budgets = tuple(
+        b for b in (budget_steps(r) for r in mine if r.get("status") == "diverged") if b
+    )
+    budgets += div_budgets
+    n_div = len(div_budgets)
     values = list(finished) + [math.inf] * len(budgets)
     median = bound = None
     if values:
@@ -232,7 +268,7 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
         lr_at_grid_edge=best is not None and best.multiplier in (mults[0], mults[-1]),
         seed_steps=tuple(finished),
         censored_budgets=budgets,
-        n_diverged_excluded=n_div,
+        n_diverged_censored=n_div,
         median_steps=median,
         censored_bound=bound,
         n_trials=len(records),
@@ -284,13 +320,22 @@ class MemberSummary:
         return tuple(c for c in self.cells if c.lr_at_grid_edge)
 
     @property
-    def n_diverged_excluded(self) -> int:
-        return sum(c.n_diverged_excluded for c in self.cells)
+    def n_diverged_censored(self) -> int:
+        return sum(c.n_diverged_censored for c in self.cells)
 
     @property
-    def poor_fit(self) -> bool:
-        f = self.curve.fit if self.curve else None
-        return f is not None and f.r2_log_epochs is not None and f.r2_log_epochs < POOR_FIT_R2
+    def lof_p(self) -> float | None:
+        """The lack-of-fit test's p-value of the B_crit curve (None: not enough cells)."""
+        return None if self.curve is None else self.curve.lof_p
+
+    @property
+    def fails_lof(self) -> bool:
+        return self.lof_p is not None and self.lof_p < LOF_ALPHA
+
+    @property
+    def b_model_free(self) -> cb.Interval | None:
+        """B_+eps, the model-free critical batch (the study's primary measure)."""
+        return None if self.curve is None else self.curve.max_batch
 
 
 def batch_bound_at_init(records: Sequence[dict]) -> list[float]:
@@ -374,100 +419,137 @@ def fmt_interval(iv: cb.Interval | None) -> str:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: str  # SUPPORTED | CONTRADICTED | NO_EFFECT | INCONCLUSIVE
-    b_crit_slope: cb.Slope | None
-    max_batch_slope: cb.Slope | None
+    primary_slope: meta.MetaSlope | None  # log B_+eps on log width: decides
+    b_crit_slope: meta.MetaSlope | None  # log B_crit on log width: must agree in sign
     reasons: tuple  # why inconclusive (empty otherwise)
     caveats: tuple  # notes that do not decide the outcome
     members: tuple  # MemberSummaries used, narrowest first
+    primary_members: tuple = ()  # names of the members in the primary slope
+    b_crit_members: tuple = ()  # names of the members in the B_crit slope
+
+    @property
+    def max_batch_slope(self) -> meta.MetaSlope | None:  # the report's older name
+        return self.primary_slope
 
 
-def _slope_of(ms: Sequence[MemberSummary], which: str) -> cb.Slope | None:
-    if which == "b_crit":
-        use = [s for s in ms if s.curve and s.curve.log_b_crit_reps is not None]
-        points = [s.curve.log_b_crit_clipped for s in use]
-        reps = [s.curve.log_b_crit_reps for s in use]
-    else:
-        use = [
-            s
-            for s in ms
-            if s.curve
-            and s.curve.log_max_batch_reps is not None
-            and s.curve.log_max_batch_reps.size
-        ]
-        points = [s.curve.log_max_batch_clipped for s in use]
-        reps = [s.curve.log_max_batch_reps for s in use]
-    if len(use) < 2:
-        return None
-    return cb.slope(np.log([float(s.info.width) for s in use]), np.asarray(points), reps)
+def _meta_slope(ms: Sequence[MemberSummary], which: str):
+    """(slope, members used, members left out with why) of log B_+eps or log B_crit on log width.
+    A member whose value is a bound beyond the batches tried is left out: placed at the edge of the
+    range it could move the slope either way."""
+    use, out = [], []
+    for s in ms:
+        cv = s.curve
+        iv = None if cv is None else (cv.max_batch if which == "primary" else cv.b_crit)
+        reps = (
+            None
+            if cv is None
+            else (cv.log_max_batch_reps if which == "primary" else cv.log_b_crit_reps)
+        )
+        if iv is None or reps is None or reps.size < 2:
+            out.append((s.info.name, "no estimate"))
+        elif iv.is_bound or (which == "primary" and cv.max_batch_status == 1):
+            out.append((s.info.name, "beyond the batches tried"))
+        elif which == "b_crit" and s.fails_lof:
+            out.append((s.info.name, f"fails the lack-of-fit test (p = {s.lof_p:.3f})"))
+        else:
+            use.append((s, math.log(iv.value), meta.variance_from_replicates(reps)))
+    if len(use) < 3:
+        return None, tuple(u[0].info.name for u in use), tuple(out)
+    x = np.log([float(u[0].info.width) for u in use])
+    sl = meta.random_effects_slope(x, [u[1] for u in use], [u[2] for u in use])
+    return sl, tuple(u[0].info.name for u in use), tuple(out)
+
+
+def _fmt_left_out(out) -> str:
+    return ", ".join(f"{name} ({why})" for name, why in out)
 
 
 def decide(summaries: Sequence[MemberSummary]) -> Decision:
-    """The outcome from the slope of log B_crit on log width (see the module docstring)."""
+    """The outcome from the random-effects slopes across members (see the module docstring)."""
     by_name = {s.info.name: s for s in summaries}
     ms = tuple(by_name[m.name] for m in order_by_width(s.info for s in summaries))
     reasons, caveats = [], []
     if not ms:
         return Decision(INCONCLUSIVE, None, None, ("no finished trials",), (), ())
     widths = [s.info.width for s in ms]
-    if len(ms) < 2:
-        reasons.append("only one member: the claim compares members of different width")
+    if len(ms) < 3:
+        reasons.append(
+            f"{len(ms)} member(s): a slope with the members' own scatter needs at least 3"
+        )
     elif any(w is None or not w > 0 for w in widths) or len(set(widths)) < 2:
         reasons.append("the members do not differ in width")
-    no_fit = [s for s in ms if not (s.curve and s.curve.fit)]
-    for s in no_fit:
-        why = s.curve.fit_reason if s.curve else "no run finished"
-        reasons.append(f"{s.info.name} has no B_crit fit ({why})")
-    fitted = [s for s in ms if s.curve and s.curve.fit]
-    sl_b = _slope_of(fitted, "b_crit") if not reasons else None
-    sl_m = _slope_of(ms, "max_batch") if len(set(widths)) >= 2 and None not in widths else None
-    if fitted and not reasons:
-        if all(s.curve.b_crit.above_range for s in fitted):
-            reasons.append(
-                "every member's B_crit lies above the largest batch tried (all still "
-                "scale perfectly): extend the sweep to larger batches"
-            )
-        elif all(s.curve.b_crit.below_range for s in fitted):
-            reasons.append(
-                "every member's B_crit lies below the smallest batch tried: extend the "
-                "sweep to smaller batches"
-            )
-    poor = [s for s in fitted if s.poor_fit]
-    if poor:
-        caveats.append(
-            f"the knee S_min (1 + B_crit / B) describes these members poorly (R^2 of log "
-            f"epochs < {POOR_FIT_R2:g}): "
-            + ", ".join(f"{s.info.name} ({s.curve.fit.r2_log_epochs:.2f})" for s in poor)
-        )
-    bounds = [s.info.name for s in fitted if s.curve.b_crit.is_bound]
-    if bounds and not reasons:
-        caveats.append(
-            "B_crit beyond the batches tried for "
-            + ", ".join(bounds)
-            + " (counted at the edge of the range, which can only shrink the slope)"
-        )
-    edges = [(s.info.name, c.batch_size) for s in ms for c in s.edge_cells]
-    if edges:
-        caveats.append(
-            f"the best learning rate sat on the edge of its grid in {len(edges)} cell(s) "
-            "after extension (their steps are upper bounds)"
-        )
-    n_div = sum(s.n_diverged_excluded for s in ms)
+    if reasons:
+        return Decision(INCONCLUSIVE, None, None, tuple(reasons), (), ms)
+    prim, prim_names, prim_out = _meta_slope(ms, "primary")
+    bc, bc_names, bc_out = _meta_slope(ms, "b_crit")
+    if prim_out:
+        caveats.append("not in the B_+eps slope: " + _fmt_left_out(prim_out))
+    if bc_out:
+        caveats.append("not in the B_crit slope: " + _fmt_left_out(bc_out))
+    edges = [
+        f"{s.info.name} (B = {', '.join(str(c.batch_size) for c in s.edge_cells)})"
+        for s in ms
+        if s.edge_cells
+    ]
+    n_div = sum(s.n_diverged_censored for s in ms)
     if n_div:
-        caveats.append(f"{n_div} diverged seed run(s) at chosen learning rates were excluded")
+        caveats.append(
+            f"{n_div} seed run(s) diverged at their cell's chosen learning rate (counted as "
+            "not reaching the target within the budget)"
+        )
     params = [s.info.params for s in ms if s.info.params]
     if len(params) >= 2 and max(params) > 1.10 * min(params):
         caveats.append(
             f"the members do not share a parameter budget ({min(params):,} to "
             f"{max(params):,} params)"
         )
-    outcome = INCONCLUSIVE
-    if not reasons and sl_b is not None:
-        outcome = {1: SUPPORTED, -1: CONTRADICTED, 0: NO_EFFECT}[sl_b.decision]
-        if sl_m is not None and sl_m.decision and sl_m.decision != sl_b.decision:
-            caveats.append("the max_batch slope points the other way")
-    elif not reasons:
-        reasons.append("fewer than two members have a B_crit estimate")
-    return Decision(outcome, sl_b, sl_m, tuple(reasons), tuple(caveats), ms)
+    if prim is None:
+        reasons.append(
+            f"only {len(prim_names)} member(s) have a model-free critical batch inside the "
+            "batches tried (3 needed): extend the batch range"
+        )
+        return Decision(
+            INCONCLUSIVE, None, bc, tuple(reasons), tuple(caveats), ms, prim_names, bc_names
+        )
+    if prim.max_leverage > 0.6:
+        heavy = prim_names[int(np.argmax(prim.leverage))]
+        caveats.append(f"{heavy} carries {prim.max_leverage:.0%} of the slope's weight")
+    if prim.decision == 0:
+        outcome = NO_EFFECT
+        if edges:
+            reasons.append(
+                "the best learning rate is still at the edge of its grid (capped extension) in "
+                + "; ".join(edges)
+            )
+    else:
+        if edges:
+            reasons.append(
+                "the best learning rate is still at the edge of its grid (capped extension) in "
+                + "; ".join(edges)
+                + ": those cells' steps are upper bounds"
+            )
+        if not prim.loo_agree:
+            flips = [
+                f"without {n}: {v:+.2f}"
+                for n, v in zip(prim_names, prim.loo)
+                if v is not None and np.sign(v) != np.sign(prim.value)
+            ]
+            reasons.append(
+                "the slope rests on single members (leave-one-out slopes " + ", ".join(flips) + ")"
+            )
+        if bc is None:
+            reasons.append(
+                f"only {len(bc_names)} member(s) have a B_crit that passes the lack-of-fit test "
+                "inside the batches tried: the two measures cannot be compared"
+            )
+        elif np.sign(bc.value) != np.sign(prim.value):
+            reasons.append(
+                f"the B_crit slope ({bc.value:+.2f}) points the other way from the B_+eps slope"
+            )
+        outcome = {1: SUPPORTED, -1: CONTRADICTED}[prim.decision]
+    if reasons:
+        outcome = INCONCLUSIVE
+    return Decision(outcome, prim, bc, tuple(reasons), tuple(caveats), ms, prim_names, bc_names)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -490,8 +572,38 @@ class Verdict:
         return self.decision.caveats
 
 
-def _fmt_slope(sl: cb.Slope) -> str:
-    return f"{sl.value:+.2f} (95% CI {sl.low:+.2f} to {sl.high:+.2f})"
+def _fmt_slope(sl: meta.MetaSlope) -> str:
+    return f"{sl.value:+.2f} (95% CI {sl.low:+.2f} to {sl.high:+.2f}, {sl.df} df)"
+
+
+def _theory_sentence(ms: Sequence[MemberSummary]) -> str | None:
+    """The batch bound at initialisation (the paper's theory measure) beside the measured
+    critical batch: its ratio and whether both move the same way across width."""
+    pts = [
+        (s.info.width, s.batch_bound_init, s.curve.b_crit.value)
+        for s in ms
+        if s.batch_bound_init and s.curve and s.curve.b_crit and s.info.width
+    ]
+    if len(pts) < 2:
+        return None
+    w, bb, bcv = (np.array(v, dtype=float) for v in zip(*pts))
+    x = np.log(w) - np.log(w).mean()
+    sl_bb = float(np.sum(x * np.log(bb)) / np.sum(x**2))
+    sl_bc = float(np.sum(x * np.log(bcv)) / np.sum(x**2))
+    ratio = bcv / bb
+    same = np.sign(sl_bb) == np.sign(sl_bc)
+    return (
+        f"The batch bound at initialisation (the theory's measure) is {ratio.min():.1f}x to "
+        f"{ratio.max():.1f}x below B_crit and {'rises' if sl_bb > 0 else 'falls'} with width "
+        f"(log-log slope {sl_bb:+.2f}, no interval: a description) while B_crit "
+        f"{'rises' if sl_bc > 0 else 'falls'} ({sl_bc:+.2f}): "
+        + (
+            "the same direction."
+            if same
+            else "opposite directions, so the bound at "
+            "initialisation does not predict the trend here."
+        )
+    )
 
 
 def describe(d: Decision, eps: float) -> str:
@@ -501,17 +613,25 @@ def describe(d: Decision, eps: float) -> str:
         return head + " No trial has finished yet, so there is nothing to compare."
     widths = [s.info.width for s in ms if s.info.width]
     parts = [head]
-    if d.b_crit_slope is not None:
-        sl = d.b_crit_slope
+    sl = d.primary_slope
+    if sl is not None:
         span = max(widths) / min(widths) if widths and min(widths) > 0 else float("nan")
         sentence = (
-            f"Across {sl.n_members} members whose widths span {span:.1f}x at a fixed "
-            f"parameter budget, log B_crit changes with log width at slope {_fmt_slope(sl)}"
+            f"Across {sl.n_members} members whose widths span {span:.1f}x, log B_+{eps:g} (the "
+            f"model-free critical batch) changes with log width at slope {_fmt_slope(sl)}, a "
+            f"random-effects interval (members scatter about the line by tau = "
+            f"{math.sqrt(sl.tau2):.2f} in log units)"
         )
-        if d.max_batch_slope is not None:
-            sentence += f" and log max_batch(eps={eps:g}) at {_fmt_slope(d.max_batch_slope)}"
+        if d.b_crit_slope is not None:
+            sentence += f"; log B_crit (the fitted knee) at {_fmt_slope(d.b_crit_slope)}"
         sentence += "."
         parts.append(sentence)
+        loo = [v for v in sl.loo if v is not None]
+        if loo:
+            parts.append(
+                f"Leaving one member out gives slopes from {min(loo):+.2f} to {max(loo):+.2f}; "
+                f"the most influential member carries {sl.max_leverage:.0%} of the weight."
+            )
         meaning = {
             SUPPORTED: "Wider members tolerate larger batches, as the paper claims.",
             CONTRADICTED: "Wider members tolerate smaller batches, against the paper's claim.",
@@ -520,19 +640,23 @@ def describe(d: Decision, eps: float) -> str:
         if meaning:
             parts.append(meaning)
         parts.append(
-            f"This design detects a slope of {sl.min_detectable:.2f} or more (either "
-            "sign) 80% of the time (2.8 bootstrap standard errors)."
+            f"This design detects a slope of {sl.min_detectable:.2f} or more (either sign) "
+            "80% of the time."
         )
     parts.append(
         "Members from narrowest to widest: "
         + "; ".join(
-            f"{s.info.name} (width {s.info.width:g}): B_crit "
-            f"{fmt_interval(s.curve.b_crit if s.curve else None)}, max_batch "
-            f"{fmt_interval(s.curve.max_batch if s.curve else None)}"
+            f"{s.info.name} (width {s.info.width:g}): B_+{eps:g} "
+            f"{fmt_interval(s.b_model_free)}, B_crit "
+            f"{fmt_interval(s.curve.b_crit if s.curve else None)}"
+            + ("" if s.lof_p is None else f", lack-of-fit p = {s.lof_p:.3f}")
             for s in ms
         )
         + "."
     )
+    theory = _theory_sentence(ms)
+    if theory:
+        parts.append(theory)
     if d.reasons:
         parts.append("Inconclusive because: " + "; ".join(d.reasons) + ".")
     if d.caveats:
@@ -545,13 +669,60 @@ def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS) -> Ver
     return Verdict(d.outcome, d, describe(d, eps))
 
 
+def target_labels(records: Sequence[dict]) -> list[str]:
+    """The targets the runs recorded ("train_accuracy >= 0.95", ...), the primary one first
+    (runs written before several targets existed recorded one)."""
+    for r in records:
+        ts = r.get("targets")
+        if ts:
+            return [target_label(t) for t in ts]
+    return []
+
+
+def target_label(t: dict) -> str:
+    op = "<=" if lower_is_better(str(t.get("metric", ""))) else ">="
+    return f"{t.get('metric')} {op} {t.get('value'):g}"
+
+
+def records_for_target(records: Sequence[dict], k: int) -> list[dict]:
+    """The records as if target k had been the study's target: the same runs, with that target's
+    status and steps in the fields the analysis reads. Learning rates are chosen again for it on
+    the tuning runs; runs without that target are left out."""
+    out = []
+    for r in records:
+        ts = r.get("targets") or []
+        if k >= len(ts):
+            continue
+        t = ts[k]
+        rr = dict(r)
+        rr["status"] = t.get("status")
+        rr["steps_to_target"] = t.get("steps_to_target")
+        rr["steps_to_target_interp"] = t.get("steps_to_target_interp")
+        rr["epochs_to_target"] = t.get("epochs_to_target")
+        rr["target"] = {"metric": t.get("metric"), "value": t.get("value")}
+        out.append(rr)
+    return out
+
+
 def analyze(
     records: Sequence[dict], eps: float = DEFAULT_EPS, n_boot: int = DEFAULT_BOOTSTRAP
 ) -> dict:
-    """Summaries and one verdict per architecture (a study normally has one)."""
+    """Summaries and one verdict per architecture (a study normally has one) for the study's
+    target, and the verdicts at every further target the runs recorded (`per_target`: label ->
+    {arch: Verdict})."""
     summaries = summarize_members(records, eps, n_boot)
     archs = sorted({s.info.arch for s in summaries})
     verdicts = {a: verdict([s for s in summaries if s.info.arch == a], eps) for a in archs}
     if not archs:
         verdicts = {"": verdict([], eps)}
-    return {"summaries": summaries, "verdicts": verdicts, "eps": eps}
+    per_target = {}
+    for k, label in enumerate(target_labels(records)):
+        if k == 0:
+            per_target[label] = verdicts
+            continue
+        sub = summarize_members(records_for_target(records, k), eps, n_boot)
+        per_target[label] = {
+            a: verdict([s for s in sub if s.info.arch == a], eps)
+            for a in sorted({s.info.arch for s in sub})
+        }
+    return {"summaries": summaries, "verdicts": verdicts, "eps": eps, "per_target": per_target}

@@ -1,38 +1,45 @@
 """Owns the numbers of one family member's batch-size curve: the censored fit of
-S(B) = S_min (1 + B_crit / B), the first crossing max_batch(eps), and their bootstrap intervals.
+S(B) = S_min (1 + B_crit / B), the model-free critical batch B_+eps (the first batch whose
+epochs-to-target exceed perfect scaling by eps), the lack-of-fit test, and their intervals.
 
-NumPy only (no TensorFlow, no SciPy needed at run time), vectorised over bootstrap replicates so a
+NumPy (and SciPy's distributions through `wide_tf.stats.lof`), vectorised over replicates so a
 whole simulated study is analysed in milliseconds; that is what lets `wide_tf.simulate` calibrate
 the verdict on thousands of studies in a test.
 
 The model, in log space (y = log steps-to-target, one observation per seed):
 
-    y = a + log(1 + B_crit / B) + noise,    a = log S_min.
+    y = a + log(1 + B_crit / B) + cell effect + seed noise,    a = log S_min.
 
 * **Censoring.** A run that did not reach the target within its budget of c steps says only
-  S > c. It enters the loss one-sidedly: (log c - prediction)^2 when the fit predicts fewer steps
-  than the run was given, 0 otherwise (the zero-noise limit of a Tobit likelihood). Dropping such
-  runs instead would bias S downwards at exactly the batches where scaling breaks down.
+  S > c. It enters the least-squares loss one-sidedly: (log c - prediction)^2 when the fit
+  predicts fewer steps than the run was given, 0 otherwise. This is a hinge on the budget, not a
+  likelihood: a censored run pulls the curve up to its budget and no further, so where a fit leans
+  on censored runs it places the curve at the budget (an underestimate of S there), which is why
+  such cells are flagged and counted. Dropping those runs instead would bias S further down at
+  exactly the batches where scaling breaks down.
 * **Fitting.** For each B_crit on a log grid spanning 100x beyond the batches tried, the best `a`
   solves a convex piecewise-quadratic problem (a few exact Newton steps); the grid minimum is then
   refined by a parabola through its neighbours. No local minima, no starting values to tune.
 * **Bounds.** A B_crit outside the batches tried is not measured: the curve is flat (B_crit below
   the smallest batch) or still falling as 1/B (above the largest) over the whole range. It is
-  reported as a bound ("> 4,000"), never as a number, and clipped to the range when slopes across
-  members are computed (which can only shrink a real difference, never create one).
-* **Fit quality that can fail.** R^2 of log *epochs*-to-target (E = S B / n). log S always falls
-  with B, so its R^2 is near 1 for almost any curve; log E has no trivial trend, so a curve without
-  the knee shape gets a low or negative R^2.
-* **Bootstrap** (two levels, as the data have them): residuals of the fit are split into a cell
-  effect u_b (the mean residual of batch b's seeds: learning-rate choice, curve misfit) and seed
-  deviations w_bj within the cell. A replicate is prediction + u* + w*, with u* resampled across
-  cells (inflated by sqrt(n / (n - 2)) for the two fitted parameters) and w* resampled within its
-  cell (from all cells' deviations when a cell has one seed; inflated by sqrt(k / (k - 1))). A
-  replicate that lands above a run's budget is censored there, as the run would have been.
-* **max_batch(eps)**: on the cell medians of epochs-to-target (median over seeds, censored seeds
-  counting as larger than any finished one), the first batch at which the curve, interpolated
-  linearly in (log B, log E), rises above (1 + eps) x E_ref, with E_ref the smallest batch's value.
-  No crossing within the batches tried is a bound ("> largest batch").
+  reported as a bound ("> 4,000"), never as a number, and such a member does not enter the slope
+  across members (`wide_tf.analysis`): a bound placed at the edge of the range could move the slope
+  either way.
+* **Fit quality that can fail.** The lack-of-fit F test of the cell means against the pure seed
+  error (`wide_tf.stats.lof`); R^2 of log epochs is kept as a description only (a knee-less power
+  law scores high on it).
+* **Intervals.** Parametric hierarchical replicates (`wide_tf.stats.lof.draw`): a cell effect and
+  seed noise, each with its variance estimated from the data and drawn from its sampling
+  distribution; a replicate above a run's budget is censored there, as the run would have been.
+  B_crit's replicates are centred on the fitted curve; the model-free measure's on the observed
+  cell medians, so its interval does not lean on the curve's shape.
+* **B_+eps** (model-free; Zhang et al. 2024 define the critical batch this way with eps = 0.2): on
+  the cell medians of epochs-to-target (censored seeds counting as larger than any finished one),
+  the reference E_ref is the geometric mean of the two smallest batches' epochs (perfect scaling
+  keeps epochs constant); B_+eps is the first batch at which the curve, interpolated linearly in
+  (log B, log E), rises above (1 + eps) E_ref. No crossing within the batches tried is a bound
+  ("> largest batch"). On an exact S_min (1 + B_crit / B) curve B_+0.2 is about B_crit / 5
+  (McCandlish's B_crit is the batch where epochs have doubled).
 """
 
 from __future__ import annotations
@@ -40,13 +47,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy import stats
+
+from wide_tf.stats import lof
 
 # The B_crit grid reaches this factor beyond the smallest and largest batch tried.
 GRID_MARGIN = 100.0
 GRID_POINTS = 61
 NEWTON_STEPS = 8
-Z_975 = 1.959964
-Z_80 = 0.841621
 
 
 @dataclasses.dataclass(frozen=True)
@@ -204,17 +212,23 @@ def cell_medians(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
 
 
 def first_crossing(batches: np.ndarray, log_e: np.ndarray, cens: np.ndarray, eps: float):
-    """log max_batch(eps) per replicate on (log B, log E) cell curves.
+    """log B_+eps per replicate on (log B, log E) cell curves.
 
-    log_e, cens: (R, m) over ascending batches. Returns (log_value (R,), status (R,)) with status
-    0 = crossing found, 1 = no crossing up to the largest batch (a lower bound: the largest batch),
-    2 = undefined (the smallest batch never reached the target). A censored cell whose bound is
-    already above the threshold crosses there; its bound stands for its value (so the crossing
-    is, if anything, placed late)."""
+    log_e, cens: (R, m) over ascending batches. The reference is the mean log E of the two
+    smallest batches (the first alone when the second is censored or missing). Returns
+    (log_value (R,), status (R,)) with status 0 = crossing found, 1 = no crossing up to the
+    largest batch (a lower bound: the largest batch), 2 = undefined (the smallest batch never
+    reached the target). A censored cell whose bound is already above the threshold crosses
+    there; its bound stands for its value (so the crossing is, if anything, placed late)."""
     log_e = np.atleast_2d(log_e)
     cens = np.broadcast_to(cens, log_e.shape)
     lb = np.log(batches.astype(float))
-    thr = log_e[:, 0] + np.log1p(eps)
+    if log_e.shape[1] >= 2:
+        two = ~cens[:, 1]
+        ref = np.where(two, 0.5 * (log_e[:, 0] + log_e[:, 1]), log_e[:, 0])
+    else:
+        ref = log_e[:, 0]
+    thr = ref + np.log1p(eps)
     above = log_e > thr[:, None] + 1e-12
     above[:, 0] = False
     has = above.any(axis=1)
@@ -253,10 +267,25 @@ class Interval:
         return self.below_range or self.above_range
 
 
+def bias_corrected_quantiles(point: float, reps: np.ndarray, level: float = 0.95) -> np.ndarray:
+    """Efron's bias-corrected percentile interval: when the estimator is biased, replicates drawn
+    around the estimate carry the bias again, and plain percentiles shift the interval the same
+    way twice. z0 = Phi^-1(share of replicates below the point) moves both quantiles back."""
+    reps = np.asarray(reps, dtype=float)
+    if not reps.size:
+        return np.array([np.nan, np.nan])
+    share = (np.sum(reps < point) + 0.5 * np.sum(reps == point)) / reps.size
+    z0 = float(stats.norm.ppf(np.clip(share, 1.0 / reps.size, 1.0 - 1.0 / reps.size)))
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    qs = stats.norm.cdf([2 * z0 - z, 2 * z0 + z]) * 100
+    return np.percentile(reps, qs)
+
+
 def _interval(point: float, reps: np.ndarray, lo: float | None = None, hi: float | None = None):
-    """Interval in natural units from a log-space point and replicates; with a range [lo, hi]
-    (the batches tried), values and ends beyond it are marked as bounds."""
-    q = np.percentile(reps, [2.5, 97.5]) if reps.size else np.array([np.nan, np.nan])
+    """Interval in natural units from a log-space point and replicates (bias-corrected
+    percentiles); with a range [lo, hi] (the batches tried), values and ends beyond it are marked
+    as bounds."""
+    q = bias_corrected_quantiles(point, reps)
     iv = Interval(
         value=float(np.exp(point)),
         low=float(np.exp(q[0])) if np.isfinite(q[0]) else None,
@@ -278,90 +307,100 @@ def _interval(point: float, reps: np.ndarray, lo: float | None = None, hi: float
 
 @dataclasses.dataclass(frozen=True)
 class CurveEstimate:
-    """Everything measured about one member's curve, with bootstrap replicates for the verdict."""
+    """Everything measured about one member's curve, with replicates for the verdict."""
 
     fit: Fit | None
     fit_reason: str | None  # why there is no fit
     b_crit: Interval | None
     s_min: Interval | None
-    max_batch: Interval | None
+    max_batch: Interval | None  # B_+eps, the model-free critical batch
     max_batch_status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
     max_batch_reason: str
-    reference_epochs: float | None  # E_ref: the smallest batch's median epochs-to-target
+    reference_epochs: float | None  # E_ref: the two smallest batches' epochs (geometric mean)
     threshold_epochs: float | None
-    # Replicates in log space, clipped to the batches tried (used for slopes across members).
+    # Replicates in log space (unclipped), for the members' variances in the slope.
     log_b_crit_reps: np.ndarray | None
     log_max_batch_reps: np.ndarray | None
-    log_b_crit_clipped: float | None
+    log_b_crit_clipped: float | None  # the point clipped to the batches tried (for plots)
     log_max_batch_clipped: float | None
     band_batches: np.ndarray | None = None  # batches at which the fitted curve's band is given
     band_low: np.ndarray | None = None  # 2.5% / 97.5% of the fitted steps over replicates
     band_high: np.ndarray | None = None
+    components: lof.Components | None = None  # variance components and the lack-of-fit test
+
+    @property
+    def lof_p(self) -> float | None:
+        return None if self.components is None else self.components.p_value
 
 
-def bootstrap_replicates(obs: Observations, fit_: Fit, n_boot: int, rng: np.random.Generator):
-    """Replicate log steps (n_boot, n) and their censoring flags, by the two-level scheme above."""
-    pred = predict_log_steps(fit_.log_s_min, fit_.log_b_crit, obs.batch)
-    fin = ~obs.censored
-    res = obs.log_steps - pred
-    bs = np.unique(obs.batch)
-    cell_of = np.searchsorted(bs, obs.batch)
-    u = np.full(bs.size, np.nan)
-    for i in range(bs.size):
-        m = (cell_of == i) & fin
-        if m.any():
-            u[i] = res[m].mean()
-    u_pool = u[np.isfinite(u)]
-    n_c = u_pool.size
-    u_pool = (u_pool - u_pool.mean()) * (np.sqrt(n_c / (n_c - 2)) if n_c > 2 else 1.0)
-    w = np.where(fin, res - u[cell_of], np.nan)
-    w_pool_all = w[np.isfinite(w)]
-    n = obs.batch.size
-    y = np.empty((n_boot, n))
-    u_star = rng.choice(u_pool, size=(n_boot, bs.size)) if n_c else np.zeros((n_boot, bs.size))
-    y[:] = pred[None, :] + u_star[:, cell_of]
-    for i in range(bs.size):
-        cols = np.flatnonzero(cell_of == i)
-        own = w[cols][np.isfinite(w[cols])]
-        pool = own if own.size >= 2 else w_pool_all
-        k = own.size if own.size >= 2 else max(int(np.median(np.bincount(cell_of[fin]))), 1)
-        if pool.size >= 2 and k >= 2:
-            draw = rng.choice(pool, size=(n_boot, cols.size)) * np.sqrt(k / (k - 1))
-            y[:, cols] += draw
-    bound = np.where(obs.censored, obs.log_steps, np.inf)
+def _bounds(obs: Observations) -> np.ndarray:
     # A run given c steps that would need more is censored at c, in a replicate as in the data.
     # Finished runs' budgets are not recorded here; they could only have censored runs that the
     # data show finishing, so they stay uncensored.
-    cens = y > bound[None, :]
-    y = np.where(cens, bound[None, :], y)
-    return y, cens
+    return np.where(obs.censored, obs.log_steps, np.inf)
+
+
+def observed_centers(obs: Observations) -> np.ndarray:
+    """Each observation's cell centre for model-free replicates: the cell's median log steps
+    (censored seeds counting as larger than every finished one), or the cell's smallest budget
+    when that median is censored (such a cell stays censored in every replicate)."""
+    bs, med, _ = cell_medians(obs.batch, obs.log_steps, obs.censored)
+    return med[0, np.searchsorted(bs, obs.batch)]
+
+
+def bootstrap_replicates(
+    obs: Observations, fit_: Fit, n_boot: int, rng: np.random.Generator, comp=None
+):
+    """Replicate log steps (n_boot, n) and their censoring flags around the fitted curve."""
+    pred = predict_log_steps(fit_.log_s_min, fit_.log_b_crit, obs.batch)
+    comp = comp or lof.components(obs.batch, obs.log_steps, obs.censored, pred)
+    return lof.draw(comp, pred, obs.batch, _bounds(obs), n_boot, rng)
 
 
 def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
-    """Point estimates and bootstrap intervals of B_crit and max_batch(eps) for one member."""
+    """Point estimates and intervals of B_crit and B_+eps for one member."""
     rng = np.random.default_rng(seed)
     lo, hi = float(obs.batch.min()), float(obs.batch.max())
     log_n = np.log(obs.num_train)
     bs, med, med_c = cell_medians(obs.batch, obs.log_steps, obs.censored)
     log_e = med + np.log(bs)[None, :] - log_n
     mb_point, mb_status = first_crossing(bs, log_e, med_c, eps)
-    e_ref = None if med_c[0, 0] else float(np.exp(log_e[0, 0]))
-    thr = None if e_ref is None else e_ref * (1.0 + eps)
-    fit_ = fit(obs)
-    reason = None
-    if fit_ is None:
-        reason = (
-            f"needs finished runs at >= 3 batch sizes, has "
-            f"{np.unique(obs.batch[~obs.censored]).size}"
-        )
     status = int(mb_status[0])
+    e_ref = None
+    if status != 2:
+        two = log_e.shape[1] >= 2 and not med_c[0, 1]
+        e_ref = float(np.exp(0.5 * (log_e[0, 0] + log_e[0, 1]) if two else log_e[0, 0]))
+    thr = None if e_ref is None else e_ref * (1.0 + eps)
     mb_reason = {
         0: "first crossing of (1+eps) x E_ref",
         1: "no crossing up to the largest batch tried (a lower bound)",
         2: f"the smallest batch B={int(bs[0])} did not reach the target",
     }[status]
+    clip = lambda v: np.clip(v, np.log(lo), np.log(hi))  # noqa: E731
+    fit_ = fit(obs)
+    # Variance components: from the fitted curve when there is one, else from the cell medians
+    # (then there is no lack-of-fit test, only the seed noise).
+    centers = observed_centers(obs)
+    pred = (
+        predict_log_steps(fit_.log_s_min, fit_.log_b_crit, obs.batch)
+        if fit_ is not None
+        else centers
+    )
+    comp = lof.components(obs.batch, obs.log_steps, obs.censored, pred)
     if fit_ is None:
-        mb = None if status == 2 else _interval(float(mb_point[0]), np.array([]), lo, hi)
+        comp = dataclasses.replace(comp, ms_lof=None, df_lof=0)
+    mb, mb_reps = None, None
+    if status != 2:
+        y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng)
+        _, med_r, medc_r = cell_medians(obs.batch, y_m, c_m)
+        mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
+        mb_reps = mb_r[st_r != 2]
+        mb = _interval(float(mb_point[0]), mb_reps, lo, hi)
+    if fit_ is None:
+        reason = (
+            f"needs finished runs at >= 3 batch sizes, has "
+            f"{np.unique(obs.batch[~obs.censored]).size}"
+        )
         return CurveEstimate(
             None,
             reason,
@@ -373,77 +412,32 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
             e_ref,
             thr,
             None,
+            mb_reps,
             None,
-            None,
-            None if status == 2 else float(np.clip(mb_point[0], np.log(lo), np.log(hi))),
+            None if status == 2 else float(clip(mb_point[0])),
+            components=comp,
         )
-    y, c = bootstrap_replicates(obs, fit_, n_boot, rng)
+    y, c = bootstrap_replicates(obs, fit_, n_boot, rng, comp)
     a_r, lbc_r = fit_many(obs.batch, y, c)
-    _, med_r, medc_r = cell_medians(obs.batch, y, c)
-    mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
-    mb_r = mb_r[st_r != 2]
-    b_crit = _interval(fit_.log_b_crit, lbc_r, lo, hi)
-    s_min = _interval(fit_.log_s_min, a_r)  # steps: no batch range to be beyond
-    mb = None if status == 2 else _interval(float(mb_point[0]), mb_r, lo, hi)
     grid_b = np.exp(np.linspace(np.log(lo), np.log(hi), 40))
     curves = predict_log_steps(a_r, lbc_r, grid_b)
     band_lo, band_hi = np.exp(np.percentile(curves, [2.5, 97.5], axis=0))
-    clip = lambda v: np.clip(v, np.log(lo), np.log(hi))  # noqa: E731
     return CurveEstimate(
         fit=fit_,
         fit_reason=None,
-        b_crit=b_crit,
-        s_min=s_min,
+        b_crit=_interval(fit_.log_b_crit, lbc_r, lo, hi),
+        s_min=_interval(fit_.log_s_min, a_r),  # steps: no batch range to be beyond
         max_batch=mb,
         max_batch_status=status,
         max_batch_reason=mb_reason,
         reference_epochs=e_ref,
         threshold_epochs=thr,
-        log_b_crit_reps=clip(lbc_r),
-        log_max_batch_reps=None if status == 2 else clip(mb_r),
+        log_b_crit_reps=lbc_r,
+        log_max_batch_reps=mb_reps,
         log_b_crit_clipped=float(clip(fit_.log_b_crit)),
         log_max_batch_clipped=None if status == 2 else float(clip(mb_point[0])),
         band_batches=grid_b,
         band_low=band_lo,
         band_high=band_hi,
+        components=comp,
     )
-
-
-# ----------------------------------------------------------------------------------------------
-# Slopes across members
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Slope:
-    """OLS slope of a log quantity against log width across members, with a bootstrap interval."""
-
-    value: float
-    low: float
-    high: float
-    se: float
-    min_detectable: float  # (z_0.975 + z_0.80) x SE: the slope this design finds 80% of the time
-    n_members: int
-
-    @property
-    def decision(self) -> int:
-        return 1 if self.low > 0 else -1 if self.high < 0 else 0
-
-
-def slope(log_width: np.ndarray, point: np.ndarray, reps: list[np.ndarray]) -> Slope | None:
-    """Slope of `point` (one per member) on log width, with replicates (one array per member,
-    resampled independently, since members are independent runs). None with < 2 distinct widths."""
-    x = np.asarray(log_width, dtype=float)
-    if x.size < 2 or np.ptp(x) <= 0:
-        return None
-    xc = x - x.mean()
-    sxx = float(np.sum(xc**2))
-    value = float(np.sum(xc * (np.asarray(point) - np.mean(point))) / sxx)
-    n_boot = min(r.size for r in reps)
-    rng = np.random.default_rng(12345)
-    # Replicates of different members are paired at random (they are independent).
-    mat = np.stack([rng.permutation(r)[:n_boot] for r in reps], axis=1)  # (R, m)
-    sl = (mat - mat.mean(axis=1, keepdims=True)) @ xc / sxx
-    lo, hi = np.percentile(sl, [2.5, 97.5])
-    se = float(np.std(sl, ddof=1))
-    return Slope(value, float(lo), float(hi), se, (Z_975 + Z_80) * se, int(x.size))

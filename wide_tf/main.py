@@ -55,6 +55,17 @@ _TRIAL = flags.DEFINE_string(
 )
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "Check the config (and --shard) and exit before TensorFlow starts; nothing is written.",
+)
+_REPLICAS = flags.DEFINE_integer(
+    "replicas",
+    None,
+    "With --dry_run: check the batches for a machine with this many replicas (4 on a v4-8, 8 on "
+    "a v5litepod-8; launch_tpu.sh passes it) instead of this one.",
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose",
     False,
@@ -252,7 +263,24 @@ def _checks(config) -> list[str]:
         raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
     if _LIST.value:
         return []
-    return validate.check_workdir(config, _WORKDIR.value)
+    return validate.design_warnings(config) + validate.check_workdir(config, _WORKDIR.value)
+
+
+def _dry_run(config) -> None:
+    """--dry_run: the checks for the target machine, then one line saying what was checked."""
+    validate.check_shard(_SHARD.value)
+    with validate.for_target(_REPLICAS.value):
+        validate.check_config(config, validate.override_paths(sys.argv))
+    n = _REPLICAS.value or 1
+    sweep = config.get("sweep")
+    batches = list(sweep.batch_sizes) if validate.is_sweep(config) else None
+    if config.get("kind", "study") == "theory":
+        what = "the theory check"
+    else:
+        what = f"batches {batches}" if batches else f"batch {config.train.global_batch}"
+        if config.model.norm == "ghost":
+            what += f", ghost batch {config.model.ghost_batch_size}"
+    print(f"dry run: the config fits {n} replica(s): {what}; nothing was run", flush=True)
 
 
 def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[str, int]:
@@ -267,7 +295,9 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
             f"from the start, or restore the files",
             1,
         )
-    if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+    # TensorFlow's own TPU modules only: a bare "/tpu/" also matched any checkout in a folder
+    # named tpu (every error then read as "cannot reach the TPU").
+    if _raised_in(e, "/distribute/cluster_resolver/", "/tensorflow/python/tpu/"):
         return (
             f"cannot reach the TPU (runtime.tpu={config.runtime.tpu!r}; "
             f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
@@ -320,6 +350,14 @@ def main(argv) -> None:
     config = _CONFIG.value
     verbose = _VERBOSE.value
     try:
+        if _REPLICAS.value is not None and not _DRY_RUN.value:
+            raise validate.UsageError(
+                "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
+                "drop --replicas: a run counts the replicas it is given"
+            )
+        if _DRY_RUN.value:
+            _dry_run(config)
+            return
         warnings = _checks(config)
     except validate.Problem as e:
         if verbose:

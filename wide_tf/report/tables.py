@@ -54,7 +54,7 @@ BEST_COLUMNS = [
     "epochs_min",
     "epochs_max",
     "n_censored_seeds",
-    "n_diverged_excluded",
+    "n_diverged_censored",
     "lr_grid",
     "lr_at_grid_edge",
     "n_trials",
@@ -92,7 +92,7 @@ MEMBER_COLUMNS = [
     "batch_bound_init_std",
     "noise_scale_ema",
     "n_edge_cells",
-    "n_diverged_excluded",
+    "n_diverged_censored",
 ]
 
 
@@ -157,7 +157,7 @@ def best_rows(summaries) -> list[dict]:
                         "epochs_min": c.epochs(rng[0]) if rng else None,
                         "epochs_max": c.epochs(rng[1]) if rng else None,
                         "n_censored_seeds": len(c.censored_budgets),
-                        "n_diverged_excluded": c.n_diverged_excluded,
+                        "n_diverged_censored": c.n_diverged_censored,
                         "lr_grid": " ".join(f"{p.multiplier:g}" for p in c.grid),
                         "lr_at_grid_edge": c.lr_at_grid_edge,
                         "n_trials": c.n_trials,
@@ -217,7 +217,7 @@ def member_rows(summaries, eps: float) -> list[dict]:
                     "batch_bound_init_std": s.batch_bound_init_std,
                     "noise_scale_ema": s.noise_scale_ema,
                     "n_edge_cells": len(s.edge_cells),
-                    "n_diverged_excluded": s.n_diverged_excluded,
+                    "n_diverged_censored": s.n_diverged_censored,
                 }.items()
             }
         )
