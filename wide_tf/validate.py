@@ -739,6 +739,47 @@ def check_shard(text) -> None:
         raise UsageError(f"--shard={text!r}: need 0 <= i < n, e.g. --shard=0/{max(n, 2)}")
 
 
+def parse_workers(text) -> int | None:
+    """--workers as a count, or None when it was left out (the machine's default)."""
+    if text is None or str(text).strip() == "":
+        return None
+    fix = "give a whole number of processes, e.g. --workers=2, or leave it out for one per core"
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--workers={text!r} is not a whole number; {fix}") from None
+    if n < 1:
+        raise UsageError(f"--workers={n} is less than 1; {fix}")
+    return n
+
+
+def check_workers(text, config=None, trial=None, workdir=None) -> None:
+    """--workers=N with N > 1 needs a study, one trial at a time per process, a strategy that one
+    process per core or GPU can use, and a workdir on which claims are atomic."""
+    n = parse_workers(text)
+    if n is None or n == 1:
+        return
+    if trial is not None:
+        raise UsageError(f"--trial runs one trial in this process; drop --workers={n} or --trial")
+    if config is not None and not is_sweep(config):
+        raise UsageError(
+            f"--workers={n} needs a study (a config with a sweep); a single run or the theory "
+            "check runs in one process: drop --workers"
+        )
+    if config is not None and config.runtime.strategy in ("tpu", "multi_worker"):
+        raise UsageError(
+            f"--workers={n} with runtime.strategy={config.runtime.strategy}: one process drives "
+            "those devices; drop --workers (or use --workers=1)"
+        )
+    if workdir:
+        from wide_tf import claims  # pure Python; google-cloud-storage only for gs://
+
+        try:
+            claims.check_store(workdir)
+        except claims.ClaimError as e:
+            raise UsageError(str(e)) from None
+
+
 # ------------------------------------------------------------------------------------------------
 # The workdir
 
