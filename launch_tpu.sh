@@ -1,32 +1,42 @@
 #!/usr/bin/env bash
-# Runs a wide_tf study on a Cloud TPU VM from a workstation, and follows it.
+# Runs a wide_tf study on Cloud TPU VMs from a workstation, follows it, brings it back after a
+# preemption and deletes the VM when it is done. docs/tpu.md is the guide and lists the sources.
 #
-#   ./launch_tpu.sh --name=wide-v4 --config=configs/wrn.py --workdir=gs://BUCKET/wrn \
-#       --zone=us-central2-b --accelerator=v4-8 -- --config.data.data_dir=gs://BUCKET/tfds
-#   ./launch_tpu.sh ... --dry_run        # print the gcloud commands, run nothing
-#   ./launch_tpu.sh --name=wide-v4 --zone=us-central2-b --status | --logs [--follow] | --delete
+#   ./launch_tpu.sh --name=wide --config=configs/wrn.py --workdir=gs://BUCKET/wrn --shards=4 \
+#       --spot --queued --watch --delete_when_done -- --config.data.data_dir=gs://BUCKET/tfds
+#   ./launch_tpu.sh ... --dry_run        # validate here, print the gcloud commands, call nothing
+#   ./launch_tpu.sh --name=wide-0 [--zone=...] --status | --logs [--follow] | --delete
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
-# A launch: (1) reads the VM's state: missing -> create it; PREEMPTED or TERMINATED -> delete and
-# create it again (a preempted spot TPU cannot be restarted); STOPPED -> start it; READY -> refuse
-# if a run is active there (pid file); anything else (CREATING, REPAIRING, ...) -> refuse until it
-# settles. (2) copies this checkout (its tracked files as they are in the working tree) to every
-# worker. (3) installs on every worker: a Python 3.11 virtual environment (TPU VM images ship
-# Python 3.10; Keras 3.15 needs 3.11), TensorFlow's TPU build, the package's other requirements,
+# A launch: (0) checks the config on this machine for the replica count of --accelerator
+# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM), and refuses it there.
+# (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
+# -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
+# restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
+# --watch, which then follows it; anything else (CREATING, REPAIRING, ...) -> refuse until it
+# settles. (2) copies this checkout (its tracked files as they are in the working tree, and the
+# config file even if git does not track it) to every worker. (3) installs on every worker: a
+# Python 3.11 virtual environment (TPU VM images ship 3.10; Keras 3.15 needs 3.11), TensorFlow's
+# TPU build with the libtpu its wheel pairs with it, the package's other requirements,
 # `cloud-tpu-client` on multi-host slices, and an environment file with the PJRT variables where
-# the chip needs them. (4) starts `python -m wide_tf.main` on worker 0 under nohup, with one log
-# per launch (~/wide_tf_logs/<UTC time>.log, ~/wide_tf_logs/latest.log points to it) and its pid
-# in ~/wide_tf.pid. Re-running the same launch after a preemption resumes the study from the
-# gs:// workdir (finished trials are skipped, the interrupted one continues from its checkpoint).
+# the chip needs them. (--check) initialises the TPU system, prints its replica count and runs the
+# config's :smoke variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
+# nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
+# to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
+# ~/wide_tf.exit, and checks that the process is alive. (--watch) polls until the study is done,
+# launching again after a preemption; --delete_when_done then deletes the VM.
 #
-# Process model (README, "Cloud TPU", lists the sources):
-#   single host (v4-8, v5litepod-1/4/8, v5p-8, v6e-1/4/8): one process on the VM, TPU name `local`;
-#     on v5e, v5p and v6e with TensorFlow from pip, the PJRT variables PJRT_DEVICE=TPU,
-#     NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH (libtpu's .so).
-#   multi-host slice (more than 8 TensorCores on v4/v5p, more than 8 chips on v5e/v6e): the
-#     `tpu-vm-tf-*-pod-*` images run TensorFlow's gRPC TPU server (port 8470) on every worker as
-#     the `tpu-runtime` service; one client process on worker 0 names the TPU
-#     (TPUClusterResolver(tpu=NAME), which needs `cloud-tpu-client`) with TPU_LOAD_LIBRARY=0.
+# Process model (docs/tpu.md lists the sources):
+#   single host (v2-8, v3-8, v4-8, v5litepod-1/4/8, v5p-8, v6e-1/4/8): one process on the VM, TPU
+#     name `local`; on v5e, v5p and v6e with TensorFlow from pip, the PJRT variables
+#     PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH.
+#   multi-host slice (more than 8 TensorCores on v2-v4/v5p, more than 8 chips on v5e/v6e): the
+#     `tpu-vm-tf-X.Y.Z-pod-pjrt` images run TensorFlow's gRPC TPU server (port 8470) on every
+#     worker as the `tpu-runtime` service; one client process on worker 0 names the TPU
+#     (TPUClusterResolver(tpu=NAME), which needs `cloud-tpu-client`) with TPU_LOAD_LIBRARY=0; that
+#     client reads the data and ships it to the servers. Its tensorflow-tpu must be the image's
+#     TensorFlow X.Y (Google: "use the TPU software version that matches the version of
+#     TensorFlow"), so one is derived from the other and a mismatch is refused.
 #
 # Tested without gcloud or a TPU (tests/test_launch.py: a fake gcloud records the calls); never
 # run against Cloud TPU by its authors.
@@ -34,8 +44,9 @@
 set -euo pipefail
 
 readonly PROG="${0##*/}"
-REPO_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-readonly REPO_DIR
+SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/${BASH_SOURCE[0]##*/}"
+REPO_DIR="${SELF%/*}"
+readonly SELF REPO_DIR
 # setup.cfg's install_requires less tensorflow (the TPU build replaces it) and less the
 # tensorboard pin (tensorflow-tpu pins its own TensorBoard minor).
 readonly NON_TF_DEPS=(
@@ -43,21 +54,68 @@ readonly NON_TF_DEPS=(
   "ml-collections>=1.0" "numpy>=1.26" "matplotlib>=3.8" "mlxtend>=0.23" "scikit-learn>=1.4"
   "pandas>=2"
 )
-# Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu.
+# Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu
+# (libtpu 2.17.x/2.18.0 are only there; the 0.0.x builds are on PyPI too).
 readonly LIBTPU_INDEX="https://storage.googleapis.com/libtpu-tf-releases/index.html"
-# The newest TensorFlow pod image found in Google's own samples (README, "Cloud TPU").
-readonly DEFAULT_POD_IMAGE="tpu-vm-tf-2.17.0-pod-pjrt"
 readonly EXIT_REFUSED=3
+readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/preemption.py)
+
+# The one table of TPU software. Per TensorFlow minor: the tensorflow-tpu release on PyPI and the
+# libtpu its wheel declares (Requires-Dist of each wheel, read with `pip install --dry-run
+# --no-deps --report - tensorflow-tpu==X`: 2.20.0 'libtpu~=0.0.14', 2.19.1 'libtpu==0.0.10',
+# 2.18.0 'libtpu==2.18.0', 2.17.1 'libtpu==2.17.1'; there is no tensorflow-tpu 2.19.0 or 2.21).
+# 2.20.0's '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the launcher pins the one
+# it names. Only 2.20 is the default and the CPU suite ran on 2.20 and 2.21 (docs/tpu.md).
+tf_tpu_for_minor() {
+  case "$1" in
+    2.17) echo 2.17.1 ;; 2.18) echo 2.18.0 ;; 2.19) echo 2.19.1 ;; 2.20) echo 2.20.0 ;; *) return 1 ;;
+  esac
+}
+libtpu_for() {
+  case "$1" in
+    2.17.0) echo 2.17.0 ;; 2.17.1) echo 2.17.1 ;; 2.18.0) echo 2.18.0 ;; 2.19.1) echo 0.0.10 ;;
+    2.20.0) echo 0.0.14 ;; *) return 1 ;;
+  esac
+}
+# Replicas of a slice under TPUStrategy, which makes one replica per TPU device: v2/v3 show each
+# of a chip's 2 TensorCores as a device and their type names TensorCores (v3-8: 8); v4 and v5p
+# chips are megacores, one device per chip, and their type names TensorCores (v4-8: 4 chips, 4
+# replicas; v4-32: 16); v5e and v6e have one TensorCore per chip and their type names chips
+# (v5litepod-8: 8). Sources: cloud.google.com/tpu/docs/system-architecture-tpu-vm and
+# cloud.google.com/tpu/docs/v4, /v5e, /v5p, /v6e (docs/tpu.md).
+replicas_of() {  # FAMILY SIZE
+  case "$1" in
+    v2 | v3 | v5litepod | v6e) echo "$2" ;;
+    v4 | v5p) echo $(($2 / 2)) ;;
+  esac
+}
+# The zone when --zone is not given: only v4 has one (us-central2-b, its only zone); it offers no
+# v5e, v5p or v6e. The zones per family, for the message (Google, cloud.google.com/tpu/docs/
+# regions-zones, North America and Europe; docs/tpu.md, "Which config runs where", has the table).
+default_zone() {
+  case "$1" in v4) echo us-central2-b ;; esac
+}
+zones_of() {
+  case "$1" in
+    v2) echo "us-central1-b, us-central1-c (v2-8)" ;;
+    v3) echo "us-central1-a, us-central1-b (v3-8)" ;;
+    v5litepod) echo "us-central1-a, us-south1-a, us-west1-c, us-west4-a" ;;
+    v5p) echo "us-central1-a, us-east5-a" ;;
+    v6e) echo "us-central1-b, us-east1-d, us-east5-a, us-east5-b, europe-west4-a" ;;
+  esac
+}
 
 usage() {
-  cat <<EOF
+  cat <<USAGE
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
-         [--zone=us-central2-b] [--accelerator=v4-8] [--version=IMAGE] [--tf_tpu=2.20.0]
-         [--libtpu=VERSION] [--python=3.11] [--pjrt=auto|on|off] [--spot] [--project=PROJECT] [--dry_run]
+         [--accelerator=v4-8] [--zone=ZONE (default us-central2-b for v4; required otherwise)]
+         [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
+         [--version=IMAGE] [--tf_tpu=2.20.0] [--libtpu=VERSION] [--python=3.11|3.12]
+         [--pjrt=auto|on|off] [--project=PROJECT] [--no_validate] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
-       $PROG --name=TPU_NAME [--zone=...] [--project=...] --status | --logs [--lines=N] [--follow] | --delete
+       $PROG --name=TPU_NAME [--zone=...] [--project=...] [--queued] --status | --logs [--lines=N] [--follow] | --delete
        $PROG --workdir=gs://BUCKET/PATH --report
-EOF
+USAGE
 }
 
 die() {  # one line on stderr, then the usage; exit 2 like the package's own command line
@@ -66,13 +124,22 @@ die() {  # one line on stderr, then the usage; exit 2 like the package's own com
   exit 2
 }
 
+fail() {  # one line on stderr, exit 1: gcloud, the VM or the run failed (not the arguments)
+  echo "$PROG: error: $*" >&2
+  exit 1
+}
+
 refuse() {  # the arguments are fine but the VM is not in a state to launch onto
   echo "$PROG: refused: $*" >&2
   exit "$EXIT_REFUSED"
 }
 
-NAME="" CONFIG="" WORKDIR="" ZONE="us-central2-b" ACCELERATOR="v4-8" VERSION="" TF_TPU="2.20.0"
-PYTHON_VERSION="3.11" LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT=0 ACTION="launch" LINES=100 FOLLOW=0
+note() { echo "$PROG: $*" >&2; }
+
+ORIG_ARGS=("$@")
+NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" PYTHON_VERSION="3.11"
+LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT="" QUEUED=0 WATCH=0 DELETE_WHEN_DONE=0 CHECK=0
+SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0
 EXTRA=()
 while (($#)); do
   case "$1" in
@@ -88,7 +155,14 @@ while (($#)); do
     --libtpu=*) LIBTPU="${1#*=}" ;;
     --project=*) PROJECT="${1#*=}" ;;
     --lines=*) LINES="${1#*=}" ;;
+    --shards=*) SHARDS="${1#*=}" ;;
     --spot) SPOT=1 ;;
+    --no_spot) SPOT=0 ;;
+    --queued) QUEUED=1 ;;
+    --watch) WATCH=1 ;;
+    --delete_when_done) DELETE_WHEN_DONE=1 ;;
+    --check) CHECK=1 ;;
+    --no_validate) VALIDATE=0 ;;
     --dry_run) DRY_RUN=1 ;;
     --follow) FOLLOW=1 ;;
     --status | --logs | --report | --delete)
@@ -104,8 +178,12 @@ done
 # The Cloud CLI; WIDE_TF_GCLOUD names another binary (the tests use it to hide the real one).
 GCLOUD_BIN="${WIDE_TF_GCLOUD:-gcloud}"
 GCLOUD=("$GCLOUD_BIN" compute tpus tpu-vm)
-WHERE=("--zone=$ZONE")
-[[ -n "$PROJECT" ]] && WHERE+=("--project=$PROJECT")
+QR=("$GCLOUD_BIN" compute tpus queued-resources)
+# Seconds between polls (--watch, a queued request) and before the after-start check; the tests
+# set them to 0.
+POLL_S="${WIDE_TF_POLL_S:-300}"
+ALIVE_WAIT_S="${WIDE_TF_ALIVE_WAIT_S:-30}"
+MAX_RELAUNCHES="${WIDE_TF_MAX_RELAUNCHES:-50}"
 
 show() {  # a command as one shell line (words quoted only where needed)
   local out="" w
@@ -146,49 +224,97 @@ need_gcloud() {  # one line and exit 1, not a 'command not found' in the middle 
 check_workdir() {
   [[ -n "$WORKDIR" ]] || die "--workdir is required (a gs:// path, e.g. --workdir=gs://BUCKET/wrn)"
   # The run writes checkpoints, events and results there; a worker's disk goes with the VM (a
-  # preempted one is deleted), and on a slice every worker must see the same files.
+  # preempted one is deleted), and shards on several VMs share one workdir.
   [[ "$WORKDIR" == gs://* ]] || die "--workdir=$WORKDIR must be a gs:// path on a TPU VM"
 }
 
 # The files on each worker, in the ssh user's home folder: the '~' is for the remote shell to expand.
 # shellcheck disable=SC2088
 readonly R_CHECKOUT="~/wide_tf" R_VENV="~/wide_tf_venv" R_ENV="~/wide_tf_env.sh" \
-  R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid"
-# Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process.
-readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then echo \"wide_tf: running \$p\"; else echo 'wide_tf: no run active'; fi"
+  R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid" R_EXIT="~/wide_tf.exit"
+# Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process, else
+# "wide_tf: exited CODE" when the last run left its exit status, else "wide_tf: no run active".
+readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then echo \"wide_tf: running \$p\"; elif [ -s $R_EXIT ]; then echo \"wide_tf: exited \$(cat $R_EXIT)\"; else echo 'wide_tf: no run active'; fi"
 
-vm_state() {  # the VM's state (READY, PREEMPTED, ...), or nothing when there is no such VM
-  "${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state)" 2>/dev/null || true
+WHERE=()
+set_where() {
+  WHERE=("--zone=$ZONE")
+  [[ -n "$PROJECT" ]] && WHERE+=("--project=$PROJECT")
+  return 0
+}
+
+# Reads the VM: STATE (READY, PREEMPTED, ...; empty when there is no such VM), WAS_SPOT (1 when
+# it was created as a spot or preemptible VM) and FROM_QUEUE (1 when a queued resource made it).
+# Any error other than NOT_FOUND is reported as it is, exit 1: with no project set, a missing
+# permission or no network, "not found" would be a lie and a create would follow.
+STATE="" WAS_SPOT=0 FROM_QUEUE=0
+read_vm() {
+  local out err code=0
+  err="$(mktemp "${TMPDIR:-/tmp}/wide_tf_describe.XXXXXX")"
+  out="$("${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" \
+    "--format=value(state,schedulingConfig.spot,schedulingConfig.preemptible,queuedResource)" \
+    2>"$err")" || code=$?
+  if ((code)); then
+    if grep -q "NOT_FOUND" "$err"; then
+      rm -f "$err"
+      STATE="" WAS_SPOT=0 FROM_QUEUE=0
+      return 0
+    fi
+    local line
+    line="$(grep -v '^\s*$' "$err" | head -n 1)"
+    rm -f "$err"
+    fail "'gcloud compute tpus tpu-vm describe $NAME' failed (exit $code): ${line:-no message};" \
+      "check --project (or 'gcloud config set project'), --zone and 'gcloud auth login'"
+  fi
+  rm -f "$err"
+  STATE="${out%%[[:space:]]*}"
+  WAS_SPOT=0 FROM_QUEUE=0
+  [[ "${out#"$STATE"}" =~ [Tt]rue ]] && WAS_SPOT=1
+  [[ "$out" == *queuedResources/* ]] && FROM_QUEUE=1
+  return 0
+}
+
+delete_vm() {  # the VM, or its queued resource with it (--force deletes the request's nodes too)
+  if ((QUEUED || FROM_QUEUE)); then
+    run "${QR[@]}" delete "$NAME" "${WHERE[@]}" --force --quiet
+  else
+    run "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet
+  fi
 }
 
 # ---- following a run -------------------------------------------------------------------------
 case "$ACTION" in
-  status)
+  status | logs | delete)
     check_name
-    need_gcloud
-    state="$(vm_state)"
-    if [[ -z "$state" ]]; then
+    ZONE="${ZONE:-us-central2-b}"
+    set_where
+    need_gcloud ;;
+esac
+case "$ACTION" in
+  status)
+    status_cmd="$PID_CHECK; echo '--- last lines of $R_LOGS/latest.log:'; tail -n 5 $R_LOGS/latest.log 2>/dev/null || echo '(no log yet)'"
+    if ((DRY_RUN)); then
+      echo "# the VM's state: $(show "${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state)")"
+      echo "# READY: $(show "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$status_cmd")"
+      exit 0
+    fi
+    read_vm
+    if [[ -z "$STATE" ]]; then
       echo "TPU VM $NAME: not found in $ZONE"
       exit 0
     fi
-    echo "TPU VM $NAME: $state"
-    if [[ "$state" == READY ]]; then
-      run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
-        "--command=$PID_CHECK; echo '--- last lines of $R_LOGS/latest.log:'; tail -n 5 $R_LOGS/latest.log 2>/dev/null || echo '(no log yet)'"
-    fi
+    echo "TPU VM $NAME: $STATE$( ((WAS_SPOT)) && echo " (spot)")$( ((FROM_QUEUE)) && echo " (queued resource)")"
+    [[ "$STATE" == READY ]] && run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$status_cmd"
     exit 0 ;;
   logs)
-    check_name
-    need_gcloud
     [[ "$LINES" =~ ^[0-9]+$ ]] || die "--lines=$LINES: give a number"
     TAIL="tail -n $LINES"
     ((FOLLOW)) && TAIL+=" -F"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TAIL $R_LOGS/latest.log"
     exit 0 ;;
   delete)
-    check_name
-    need_gcloud
-    run "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet
+    ((DRY_RUN)) || read_vm
+    delete_vm
     exit 0 ;;
   report)
     check_workdir
@@ -199,35 +325,74 @@ case "$ACTION" in
     exit 0 ;;
 esac
 
-# ---- a launch --------------------------------------------------------------------------------
+# ---- a launch: the arguments -----------------------------------------------------------------
 check_name
 [[ -n "$CONFIG" ]] || die "--config is required (e.g. --config=configs/wrn.py)"
 check_workdir
-[[ -f "$REPO_DIR/${CONFIG%%:*}" ]] \
-  || die "--config=$CONFIG: no file ${CONFIG%%:*} in $REPO_DIR (give it relative to the repository)"
-[[ "$TF_TPU" =~ ^[0-9]+\.[0-9]+(\.[0-9]+)?$ ]] \
-  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. 2.20.0)"
-[[ "$PYTHON_VERSION" =~ ^3\.(1[1-9])$ ]] \
-  || die "--python=$PYTHON_VERSION: Keras 3.15 needs Python 3.11 or newer (e.g. --python=3.11)"
+CONFIG_FILE="${CONFIG%%:*}"
+[[ -f "$REPO_DIR/$CONFIG_FILE" ]] \
+  || die "--config=$CONFIG: no file $CONFIG_FILE in $REPO_DIR (give it relative to the repository)"
+# setup.cfg: python_requires = >=3.11,<3.13 (Keras 3.15 needs 3.11; the package is not measured on
+# 3.13).
+[[ "$PYTHON_VERSION" =~ ^3\.1[12]$ ]] \
+  || die "--python=$PYTHON_VERSION: setup.cfg allows Python 3.11 and 3.12 (Keras 3.15 needs 3.11); use --python=3.11"
 [[ -z "$LIBTPU" || "$LIBTPU" =~ ^[0-9][0-9.a-z]*$ ]] || die "--libtpu=$LIBTPU: give a libtpu version (e.g. 0.0.14)"
 [[ "$PJRT" =~ ^(auto|on|off)$ ]] || die "--pjrt=$PJRT: choose auto, on or off"
 [[ "$ACCELERATOR" =~ ^(v2|v3|v4|v5litepod|v5p|v6e)-([0-9]+)$ ]] \
   || die "--accelerator=$ACCELERATOR: expected TYPE-SIZE with TYPE one of v2, v3, v4, v5litepod, v5p, v6e (e.g. v4-8)"
 FAMILY="${BASH_REMATCH[1]}"
 SIZE="${BASH_REMATCH[2]}"
+REPLICAS="$(replicas_of "$FAMILY" "$SIZE")"
+((REPLICAS >= 1)) || die "--accelerator=$ACCELERATOR: no such slice (v4 and v5p count TensorCores, 2 per chip: v4-8 is the smallest)"
+if [[ -z "$ZONE" ]]; then
+  ZONE="$(default_zone "$FAMILY")"
+  [[ -n "$ZONE" ]] || die "--accelerator=$ACCELERATOR needs --zone: us-central2-b (the v4 default) has" \
+    "no $FAMILY; Google lists $FAMILY in $(zones_of "$FAMILY") (docs/tpu.md, 'Which config runs where')"
+fi
+set_where
+[[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"
+((DELETE_WHEN_DONE && !WATCH)) && die "--delete_when_done needs --watch: this machine deletes the VM" \
+  "once the study is done, so it must follow it (run the launch under nohup, tmux or screen)"
+for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
+  [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS gives every VM its --shard=i/$SHARDS; drop $a"
+done
 # v2-v4 and v5p count TensorCores, v5e and v6e chips; either way a host holds at most 8.
 HOSTS=$(((SIZE + 7) / 8))
-if ((HOSTS > 1)); then
-  MULTI_HOST=1
-  if [[ -z "$VERSION" ]]; then
-    [[ "$FAMILY" =~ ^v[234]$ ]] || die "--accelerator=$ACCELERATOR is a multi-host slice: no TensorFlow" \
-      "pod image for $FAMILY was confirmed (README, 'Cloud TPU'); give one with --version=tpu-vm-tf-X.Y.Z-pod-pjrt"
-    VERSION="$DEFAULT_POD_IMAGE"
+MULTI_HOST=$((HOSTS > 1 ? 1 : 0))
+if ((MULTI_HOST)); then
+  # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
+  # must be one TensorFlow X.Y. One is derived from the other; both given and different: refused.
+  if [[ -n "$VERSION" ]]; then
+    [[ "$VERSION" =~ ^tpu-vm-tf-([0-9]+\.[0-9]+)\.[0-9]+-pod ]] || die "--accelerator=$ACCELERATOR is a" \
+      "multi-host slice: it needs a TensorFlow pod image (tpu-vm-tf-X.Y.Z-pod-pjrt), which starts the TPU server on every worker"
+    IMAGE_MINOR="${BASH_REMATCH[1]}"
+    if [[ -z "$TF_TPU" ]]; then
+      TF_TPU="$(tf_tpu_for_minor "$IMAGE_MINOR")" || die "--version=$VERSION: no tensorflow-tpu" \
+        "$IMAGE_MINOR.x in the launcher's table (2.17 to 2.20); give --tf_tpu=$IMAGE_MINOR.Z and --libtpu"
+    fi
+    [[ "$TF_TPU" =~ ^([0-9]+\.[0-9]+) && "${BASH_REMATCH[1]}" == "$IMAGE_MINOR" ]] || die "--tf_tpu=$TF_TPU" \
+      "does not match --version=$VERSION (TensorFlow $IMAGE_MINOR): the client must be the image's" \
+      "TensorFlow; drop --tf_tpu to use tensorflow-tpu $(tf_tpu_for_minor "$IMAGE_MINOR" || echo "$IMAGE_MINOR.x")"
   fi
-  [[ "$VERSION" == tpu-vm-tf-*-pod* ]] || die "--accelerator=$ACCELERATOR is a multi-host slice: it" \
-    "needs a TensorFlow pod image (tpu-vm-tf-X.Y.Z-pod-pjrt), which starts the TPU server on every worker"
+fi
+TF_TPU="${TF_TPU:-2.20.0}"
+[[ "$TF_TPU" =~ ^([0-9]+\.[0-9]+)\.[0-9]+$ ]] \
+  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. 2.20.0)"
+TF_MINOR="${BASH_REMATCH[1]}"
+if [[ -z "$LIBTPU" ]]; then
+  LIBTPU="$(libtpu_for "$TF_TPU")" || die "--tf_tpu=$TF_TPU: not in the launcher's table" \
+    "(tensorflow-tpu 2.17.0, 2.17.1, 2.18.0, 2.19.1, 2.20.0); give the libtpu its wheel declares with --libtpu"
+fi
+[[ "$TF_MINOR" == 2.20 ]] || note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was run on" \
+  "TensorFlow 2.20 and 2.21 only (docs/tpu.md); $TF_MINOR is not measured with it"
+if ((MULTI_HOST)); then
+  # Google documents TensorFlow pod images (tpu-vm-tf-X.Y.Z-pod-pjrt) for v2-v4, v5e and v5p;
+  # TensorFlow is not in its v6e support list (docs/tpu.md): no default image there.
+  [[ "$FAMILY" == v6e && -z "$VERSION" ]] && die "--accelerator=$ACCELERATOR: Google documents no" \
+    "TensorFlow pod image for multi-host v6e; use v6e-8 or smaller, N x v4-8 with --shards=N, or" \
+    "--version=tpu-vm-tf-X.Y.Z-pod-pjrt if 'gcloud compute tpus tpu-vm versions list' shows one"
+  VERSION="${VERSION:-tpu-vm-tf-$TF_TPU-pod-pjrt}"
 else
-  MULTI_HOST=0
   if [[ -z "$VERSION" ]]; then
     case "$FAMILY" in
       v5litepod) VERSION="v2-alpha-tpuv5-lite" ;;
@@ -237,74 +402,238 @@ else
     esac
   fi
 fi
-need_gcloud  # after every usage check: a typo is reported before a missing tool
 if [[ "$PJRT" == auto ]]; then
   if ((!MULTI_HOST)) && [[ "$FAMILY" =~ ^(v5litepod|v5p|v6e)$ ]]; then PJRT=on; else PJRT=off; fi
 fi
 
-# TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (README, "Cloud TPU"):
-# a fresh VM has none, and on a slice every worker reads its share, so data_dir must be gs:// there.
+# TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (docs/tpu.md): a
+# fresh VM has none, and a preempted one loses its disk.
 DATA_DIR=""
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
   [[ "$a" == --config.data.data_dir=* ]] && DATA_DIR="${a#*=}"
 done
 if [[ -z "$DATA_DIR" ]]; then
-  echo "$PROG: note: no --config.data.data_dir after '--': a TFDS data set (CIFAR-10 in configs/wrn.py)" \
+  note "note: no --config.data.data_dir after '--': a TFDS data set (CIFAR-10 in configs/wrn.py)" \
     "must then be in the VM's default folder, which a new VM does not have; pass" \
-    "-- --config.data.data_dir=gs://BUCKET/tfds (the embedded data sets need none)" >&2
-elif [[ "$DATA_DIR" != gs://* ]] && ((MULTI_HOST)); then
-  die "--config.data.data_dir=$DATA_DIR: on a multi-host slice every worker reads the data; give a gs:// path"
+    "-- --config.data.data_dir=gs://BUCKET/tfds (the embedded data sets need none)"
+elif [[ "$DATA_DIR" != gs://* ]]; then
+  note "note: --config.data.data_dir=$DATA_DIR is on worker 0's disk: a new or re-created VM has" \
+    "no data there; a gs:// path survives preemptions"
 fi
 
-CREATE=("${GCLOUD[@]}" create "$NAME" "${WHERE[@]}" "--accelerator-type=$ACCELERATOR" "--version=$VERSION")
-((SPOT)) && CREATE+=(--spot)
+# The config file goes to the VM with the checkout's tracked files; one git does not track yet is
+# added to the copy explicitly (before, it passed this check and was missing on the VM).
+UNTRACKED_CONFIG=0
+if ! git -C "$REPO_DIR" ls-files --error-unmatch -- "$CONFIG_FILE" >/dev/null 2>&1; then
+  UNTRACKED_CONFIG=1
+  note "note: $CONFIG_FILE is not tracked by git; it is copied to the VM explicitly (commit it to" \
+    "keep the study reproducible)"
+fi
 
-# 1. The VM.
-if ((DRY_RUN)); then
-  echo "# the VM's state: $(show "${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state)")"
-  echo "# no such VM:"
-  run "${CREATE[@]}"
-  echo "# PREEMPTED or TERMINATED: $(show "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet), then the create above"
-  echo "# STOPPED: $(show "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}")"
-  echo "# READY: refuse if a run is active (pid file on worker 0):"
-  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK"
-else
-  state="$(vm_state)"
-  case "$state" in
+# ---- 0. the config, checked here for the slice's replica count -------------------------------
+# No TensorFlow and no VM: `wide_tf.main --dry_run --replicas=N` runs the package's own checks
+# (wide_tf/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
+# does not split into whole ghost batches per replica, ...) is refused before anything is billed.
+validate_here() {  # [--shard=i/n]
+  local py="${PYTHON:-python3}" out code=0
+  if ! "$py" -c 'import absl, ml_collections' >/dev/null 2>&1; then
+    fail "cannot check the config on this machine: '$py' lacks absl-py and ml-collections;" \
+      "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
+      "Python that has them, or skip the check with --no_validate"
+  fi
+  out="$(cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$py" -m wide_tf.main \
+    "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "${EXTRA[@]+"${EXTRA[@]}"}" "$@" 2>&1)" || code=$?
+  if ((code)); then
+    local line
+    line="$(grep '^error: ' <<<"$out" | tail -n 1)"
+    line="${line#error: }"
+    echo "$PROG: error: $CONFIG on $ACCELERATOR ($REPLICAS replicas): ${line:-$(tail -n 1 <<<"$out")}" >&2
+    exit "$((code == 2 ? 2 : 1))"
+  fi
+  note "checked here: $(tail -n 1 <<<"$out")"
+}
+((VALIDATE)) && validate_here ${SHARDS:+"--shard=0/$SHARDS"}
+
+# ---- N VMs, one shard each -------------------------------------------------------------------
+# --shards=N: N single launches NAME-0 ... NAME-(N-1), shard i of N each, on the one gs:// workdir
+# (wide_tf.main --shard: every trial runs exactly once; shards may share a workdir). Each child is
+# this script with the same flags; under --dry_run they print one after the other, otherwise they
+# run side by side, their lines prefixed with the VM's name, and the exit status is the worst.
+if [[ -n "$SHARDS" ]]; then
+  child_args=()
+  for a in "${ORIG_ARGS[@]}"; do
+    [[ "$a" == -- ]] && break
+    [[ "$a" == --name=* || "$a" == --shards=* ]] || child_args+=("$a")
+  done
+  ((VALIDATE)) && child_args+=(--no_validate)  # checked once above, for the same replica count
+  pids=()
+  for ((i = 0; i < SHARDS; i++)); do
+    args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}" "--shard=$i/$SHARDS")
+    if ((DRY_RUN)); then
+      echo "# ---- VM $NAME-$i: shard $i/$SHARDS"
+      bash "$SELF" "${args[@]}"
+    else
+      bash "$SELF" "${args[@]}" 2>&1 | sed -u "s/^/[$NAME-$i] /" &
+      pids+=("$!")
+    fi
+  done
+  worst=0
+  for p in "${pids[@]+"${pids[@]}"}"; do
+    wait "$p" || { c=$?; ((c > worst)) && worst=$c; }
+  done
+  exit "$worst"
+fi
+
+need_gcloud  # after every usage check: a typo is reported before a missing tool
+if ((MULTI_HOST)); then
+  # gcloud's --worker=all opens one ssh per worker; with a passphrase on the key it asks once per
+  # worker unless the key is in an agent (Google's pod guide: ssh-add first).
+  note "note: multi-host slice ($HOSTS workers): run 'ssh-add ~/.ssh/google_compute_engine' first," \
+    "and give the VM's service account roles/tpu.viewer if the client cannot resolve the TPU (docs/tpu.md)"
+fi
+
+create_vm() {
+  local spot="$1"
+  if ((QUEUED)); then
+    local cmd=("${QR[@]}" create "$NAME" "${WHERE[@]}" "--node-id=$NAME" \
+      "--accelerator-type=$ACCELERATOR" "--runtime-version=$VERSION")
+    ((spot)) && cmd+=(--spot)
+    run "${cmd[@]}"
+    wait_for_queue
+  else
+    local cmd=("${GCLOUD[@]}" create "$NAME" "${WHERE[@]}" "--accelerator-type=$ACCELERATOR" \
+      "--version=$VERSION")
+    ((spot)) && cmd+=(--spot)
+    run "${cmd[@]}"
+  fi
+}
+
+# A queued request waits for capacity (WAITING_FOR_RESOURCES, PROVISIONING) until it is ACTIVE;
+# FAILED and SUSPENDED end it (Google: cloud.google.com/tpu/docs/queued-resources).
+wait_for_queue() {
+  ((DRY_RUN)) && {
+    echo "# then until ACTIVE, every ${POLL_S}s: $(show "${QR[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state.state)")"
+    return 0
+  }
+  local qs="" last=""
+  while :; do
+    qs="$("${QR[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state.state)")" \
+      || fail "could not read the queued resource $NAME; see 'gcloud compute tpus queued-resources describe $NAME --zone=$ZONE'"
+    [[ "$qs" != "$last" ]] && note "queued resource $NAME: $qs"
+    last="$qs"
+    case "$qs" in
+      ACTIVE) return 0 ;;
+      FAILED | SUSPENDED | SUSPENDING)
+        fail "the queued resource $NAME is $qs; see 'gcloud compute tpus queued-resources describe" \
+          "$NAME --zone=$ZONE', delete it with '$PROG --name=$NAME --zone=$ZONE --queued --delete' and try another zone or time" ;;
+    esac
+    sleep "$POLL_S"
+  done
+}
+
+# A pod image must exist in the zone (`versions list` is the source of truth, Google's pages lag).
+check_image_offered() {
+  ((MULTI_HOST)) || return 0
+  local listed
+  if ((DRY_RUN)); then
+    echo "# the pod image must be offered here: $(show "${GCLOUD[@]}" versions list "${WHERE[@]}" "--format=value(version)")"
+    return 0
+  fi
+  listed="$("${GCLOUD[@]}" versions list "${WHERE[@]}" "--format=value(version)" 2>/dev/null)" || {
+    note "warning: could not list the TPU software versions in $ZONE; creating with $VERSION anyway"
+    return 0
+  }
+  grep -qx -- "$VERSION" <<<"$listed" && return 0
+  local pods
+  pods="$(grep -E '^tpu-vm-tf-.*-pod' <<<"$listed" | sort -V | tr '\n' ' ')"
+  die "--version=$VERSION is not offered in $ZONE; TensorFlow pod images there: ${pods:-none};" \
+    "pick one with --version= (the client's tensorflow-tpu follows it)"
+}
+
+# 1. The VM. Sets ATTACHED=1 when --watch found the study already running there (nothing to
+# start). (A status, not a return code: under 'if f', 'set -e' is off inside f.)
+ATTACHED=0
+ensure_vm() {
+  local spot
+  ATTACHED=0
+  if ((DRY_RUN)); then
+    spot="${SPOT:-0}"
+    echo "# the VM's state: $(show "${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state,schedulingConfig.spot,schedulingConfig.preemptible,queuedResource)")"
+    echo "# (any describe error but NOT_FOUND stops here, exit 1)"
+    check_image_offered
+    echo "# no such VM:"
+    create_vm "$spot"
+    echo "# PREEMPTED or TERMINATED: delete it, then create it as above (spot or not as it was):"
+    delete_vm
+    echo "# STOPPED: $(show "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}")"
+    echo "# READY: refuse if a run is active (pid file on worker 0)$( ((WATCH)) && echo "; --watch follows it"):"
+    run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK"
+    return 0
+  fi
+  read_vm
+  # A re-created VM keeps the choice it was made with unless --spot / --no_spot says otherwise:
+  # forgetting --spot after a preemption would silently bill an on-demand VM.
+  spot="${SPOT:-$WAS_SPOT}"
+  if [[ -n "$STATE" && -z "$SPOT" ]] && ((WAS_SPOT)); then
+    note "$NAME was a spot VM; it stays one (--no_spot to change)"
+  fi
+  ((FROM_QUEUE)) && QUEUED=1
+  case "$STATE" in
     "")
-      echo "$PROG: no TPU VM $NAME in $ZONE; creating it" >&2
-      run "${CREATE[@]}" ;;
+      note "no TPU VM $NAME in $ZONE; $( ((QUEUED)) && echo "queueing" || echo "creating") it"
+      check_image_offered
+      create_vm "$spot" ;;
     READY)
+      local active
       active="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
         || refuse "could not reach worker 0 of $NAME to check for an active run"
       if [[ "$active" == *"wide_tf: running"* ]]; then
+        if ((WATCH)); then
+          note "a run is active on $NAME (${active##*running }); watching it"
+          ATTACHED=1
+          return 0
+        fi
         refuse "a run is active on $NAME (${active##*running }); follow it with '$PROG --name=$NAME --zone=$ZONE --logs'" \
           "or wait for it to end: a second launch would replace its checkout and compete for the TPU"
       fi
-      echo "$PROG: TPU VM $NAME is READY and idle; reusing it" >&2 ;;
+      note "TPU VM $NAME is READY and idle; reusing it" ;;
     PREEMPTED | TERMINATED)
-      echo "$PROG: TPU VM $NAME is $state; deleting and creating it again (the study resumes from $WORKDIR)" >&2
-      run "${GCLOUD[@]}" delete "$NAME" "${WHERE[@]}" --quiet
-      run "${CREATE[@]}" ;;
+      note "TPU VM $NAME is $STATE; deleting and creating it again (the study resumes from $WORKDIR)"
+      delete_vm
+      create_vm "$spot" ;;
     STOPPED)
-      echo "$PROG: TPU VM $NAME is STOPPED; starting it" >&2
+      note "TPU VM $NAME is STOPPED; starting it"
       run "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}" ;;
     *)
-      refuse "TPU VM $NAME is $state; launch again once it is READY, STOPPED or PREEMPTED ('$PROG --name=$NAME --zone=$ZONE --status')" ;;
+      refuse "TPU VM $NAME is $STATE; launch again once it is READY, STOPPED or PREEMPTED ('$PROG --name=$NAME --zone=$ZONE --status')" ;;
   esac
-fi
+  return 0
+}
 
-# 2. This checkout's files (tracked ones, as they are in the working tree; no .venv, no runs/).
-if ((DRY_RUN)); then
-  ARCHIVE="/tmp/wide_tf_checkout.tar.gz"
-  echo "# (cd $REPO_DIR && git ls-files -z | tar --null -T - -czf $ARCHIVE)"
-else
-  ARCHIVE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"
-  trap 'rm -rf "$ARCHIVE_DIR"' EXIT
-  ARCHIVE="$ARCHIVE_DIR/wide_tf.tar.gz"
-  (cd "$REPO_DIR" && git ls-files -z | tar --null -T - -czf "$ARCHIVE")
-fi
-run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
+# 2. This checkout's files (tracked ones, as they are in the working tree; no .venv, no runs/),
+# and the config file if git does not track it.
+ARCHIVE=""
+make_archive() {
+  [[ -n "$ARCHIVE" ]] && return 0
+  local list="git ls-files -z"
+  ((UNTRACKED_CONFIG)) && list+="; printf '%s\\0' $CONFIG_FILE"
+  if ((DRY_RUN)); then
+    ARCHIVE="/tmp/wide_tf_checkout.tar.gz"
+    echo "# (cd $REPO_DIR && { $list; } | tar --null -T - -czf $ARCHIVE)"
+  else
+    ARCHIVE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"
+    trap 'rm -rf "$ARCHIVE_DIR"' EXIT
+    ARCHIVE="$ARCHIVE_DIR/wide_tf.tar.gz"
+    (
+      cd "$REPO_DIR"
+      {
+        git ls-files -z
+        ((UNTRACKED_CONFIG)) && printf '%s\0' "$CONFIG_FILE"
+        true
+      } | tar --null -T - -czf "$ARCHIVE"
+    )
+  fi
+}
 
 # 3. Install on every worker. uv provides Python $PYTHON_VERSION (it downloads a standalone CPython
 # build); the venv is kept between launches, its packages are brought to the pinned versions.
@@ -316,49 +645,155 @@ for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
 INSTALL="set -e; rm -rf $R_CHECKOUT; mkdir -p $R_CHECKOUT; tar -xzf /tmp/wide_tf.tar.gz -C $R_CHECKOUT"
 INSTALL+="; if [ ! -x $R_VENV/bin/python ]; then python3 -m pip install -q --user uv"
 INSTALL+="; ~/.local/bin/uv venv --seed --python $PYTHON_VERSION $R_VENV; fi"
-# One pip call for TensorFlow's TPU build and everything else: in two calls, the second one could
-# move a package under the first (cloud-tpu-client's newest google-api-core 1.x wants protobuf < 4,
-# which breaks TensorFlow; resolved together, pip picks google-api-core 1.31.5 and keeps protobuf).
-TPU_REQ="\"tensorflow-tpu==$TF_TPU\" "
-[[ -n "$LIBTPU" ]] && TPU_REQ+="\"libtpu==$LIBTPU\" "
-INSTALL+="; $PIP $TPU_REQ${DEPS% } -f $LIBTPU_INDEX"
+# One pip call for TensorFlow's TPU build, its libtpu and everything else: in two calls, the
+# second one could move a package under the first (cloud-tpu-client's newest google-api-core 1.x
+# wants protobuf < 4, which breaks TensorFlow; resolved together, pip keeps protobuf).
+INSTALL+="; $PIP \"tensorflow-tpu==$TF_TPU\" \"libtpu==$LIBTPU\" ${DEPS% } -f $LIBTPU_INDEX"
 INSTALL+="; cd $R_CHECKOUT; $PIP --no-deps -e ."
 INSTALL+="; echo '# written by launch_tpu.sh' > $R_ENV"
 if [[ "$PJRT" == on ]]; then
   INSTALL+="; lib=\$($R_VENV/bin/python -c 'import libtpu; print(libtpu.get_library_path())')"
   INSTALL+="; echo \"export PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=\$lib\" >> $R_ENV"
 fi
+if ((MULTI_HOST)); then
+  INSTALL+="; echo 'export TPU_NAME=$NAME TPU_LOAD_LIBRARY=0' >> $R_ENV"
+fi
 INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__)'"
 if ((MULTI_HOST)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
 fi
-run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
 
-# 4. Start the run on worker 0: it outlives the ssh session; one log per launch; its pid on file.
-STAMP="$(date -u +%Y%m%d-%H%M%S)"
-LOG="$R_LOGS/$STAMP.log"
-if ((MULTI_HOST)); then
-  TPU_ARG="$NAME" RUN_ENV="TPU_NAME=$NAME TPU_LOAD_LIBRARY=0 "
-else
-  TPU_ARG=local RUN_ENV=""
-fi
-MAIN="$R_VENV/bin/python -m wide_tf.main --config=$CONFIG --workdir=$WORKDIR"
-MAIN+=" --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG"
-for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do MAIN+=" $(printf '%q' "$a")"; done
-START="cd $R_CHECKOUT && mkdir -p $R_LOGS && . $R_ENV && ln -sfn $LOG $R_LOGS/latest.log"
-# The braces: '&' would otherwise send the whole '&&' chain to a subshell, and $! would be its pid.
-START+=" && { ${RUN_ENV}nohup $MAIN > $LOG 2>&1 < /dev/null & echo \$! > $R_PID; }"
-run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START"
+if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
+MAIN_ARGS=""
+for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do MAIN_ARGS+=" $(printf '%q' "$a")"; done
+
+# --check: on worker 0, initialise the TPU system, print its replica count (refused when it is not
+# the one the config was checked for) and run the config's :smoke variant in a scratch folder.
+TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c \"import sys, tensorflow as tf; r = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=sys.argv[1]); tf.config.experimental_connect_to_cluster(r); tf.tpu.experimental.initialize_tpu_system(r); n = tf.distribute.TPUStrategy(r).num_replicas_in_sync; print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.argv[2])); sys.exit(0 if n == int(sys.argv[2]) else 3)\" $TPU_ARG $REPLICAS"
+TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main --config=$CONFIG_FILE:smoke --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG --no_report && echo 'wide_tf check: smoke run passed'"
+
+# 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
+# small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
+# (the VM's disk goes with the VM) and then writes the exit status, which --watch reads: 0 done,
+# 143 preempted (SIGTERM; wide_tf/preemption.py), anything else failed. gcloud ships on TPU VM
+# images; gsutil is the fallback.
+# shellcheck disable=SC2016  # single quotes on purpose: the wrapper's $1, $@ ... are its own
+readonly RUNNER='log=$1; dest=$2; shift 2; "$@" > "$log" 2>&1 < /dev/null; code=$?; { gcloud storage cp "$log" "$dest/" || gsutil -q cp "$log" "$dest/"; } >> "$log" 2>&1; echo "$code" > ~/wide_tf.exit; exit "$code"'
+LOG="" START=""
+start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose LOG)
+  local stamp log
+  stamp="$(date -u +%Y%m%d-%H%M%S)"
+  log="$R_LOGS/$stamp.log"
+  LOG="$log"
+  local main="$R_VENV/bin/python -m wide_tf.main --config=$CONFIG --workdir=$WORKDIR"
+  main+=" --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG$MAIN_ARGS"
+  local start="cd $R_CHECKOUT && mkdir -p $R_LOGS && rm -f $R_EXIT && . $R_ENV && ln -sfn $log $R_LOGS/latest.log"
+  # The braces: '&' would otherwise send the whole '&&' chain to a subshell, and $! would be its pid.
+  start+=" && { nohup bash -c '$RUNNER' wide_tf_run $log ${WORKDIR%/}/logs/$NAME $main > /dev/null 2>&1 < /dev/null & echo \$! > $R_PID; }"
+  START="$start"
+}
+
+launch_once() {
+  ensure_vm
+  ((ATTACHED)) && return 0
+  make_archive
+  run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
+  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
+  if ((CHECK)); then
+    ((DRY_RUN)) && echo "# --check: the TPU system and a :smoke run on worker 0, before the study"
+    run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK" \
+      || fail "--check failed on $NAME (its output is above); the study was not started"
+  fi
+  start_command
+  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START"
+  # The process checked alive: a run that dies at once (a missing data set, a bad flag that only
+  # the VM sees) is reported now with its last log lines, not found hours later.
+  if ((DRY_RUN)); then
+    echo "# after ${ALIVE_WAIT_S}s, the run must be alive (or have exited 0):"
+    run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK"
+    return 0
+  fi
+  sleep "$ALIVE_WAIT_S"
+  local alive
+  alive="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
+    || fail "started on $NAME but could not reach worker 0 to check the run; '$PROG --name=$NAME --zone=$ZONE --status'"
+  case "$alive" in
+    *"wide_tf: running"* | *"wide_tf: exited 0"*) return 0 ;;
+  esac
+  "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=tail -n 20 $LOG" >&2 || true
+  fail "the run on $NAME is not running ($alive) ${ALIVE_WAIT_S}s after the start; its last log lines are above"
+}
+
+finish() {  # CODE: the end of a --watch; --delete_when_done stops the bill either way (the logs
+  # are in the workdir)
+  if ((DELETE_WHEN_DONE)); then
+    note "deleting $NAME (--delete_when_done)"
+    delete_vm
+  else
+    note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE --delete'"
+  fi
+  exit "$1"
+}
+
+# --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait. Exited 0:
+# the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
+# PREEMPTED, TERMINATED, STOPPED or gone: launch again (the study resumes from the workdir).
+# Exited with anything else: the study failed; relaunching would fail the same way.
+watch_loop() {
+  local relaunches=0 answer errors=0
+  if ((DRY_RUN)); then
+    echo "# --watch: every ${POLL_S}s the VM's state and the run's (above); preempted, gone or"
+    echo "#   stopped: launch again as above (at most $MAX_RELAUNCHES times); exited 0: done;"
+    echo "#   exited otherwise: failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then --delete_when_done:")"
+    ((DELETE_WHEN_DONE)) && delete_vm
+    return 0
+  fi
+  while :; do
+    sleep "$POLL_S"
+    read_vm
+    if [[ "$STATE" == READY ]]; then
+      answer="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" || {
+        errors=$((errors + 1))
+        ((errors < 5)) || fail "could not reach worker 0 of $NAME 5 times in a row; stopped watching"
+        continue
+      }
+      errors=0
+      case "$answer" in
+        *"wide_tf: running"*) continue ;;
+        *"wide_tf: exited 0"*)
+          note "the study is done on $NAME; the results are in $WORKDIR (logs in ${WORKDIR%/}/logs/$NAME)"
+          finish 0 ;;
+        *"wide_tf: exited $EXIT_PREEMPTED"* | *"wide_tf: no run active"*)
+          note "the run on $NAME stopped (${answer##*wide_tf: }); launching again" ;;
+        *)
+          note "the study failed on $NAME (${answer##*wide_tf: }); its log: ${WORKDIR%/}/logs/$NAME/"
+          finish 1 ;;
+      esac
+    else
+      case "$STATE" in
+        PREEMPTED | TERMINATED | STOPPED | "") note "TPU VM $NAME is ${STATE:-gone}; launching again" ;;
+        *) continue ;;  # CREATING, REPAIRING, STOPPING, ...: wait for it to settle
+      esac
+    fi
+    relaunches=$((relaunches + 1))
+    ((relaunches <= MAX_RELAUNCHES)) || fail "$NAME was launched again $MAX_RELAUNCHES times; stopped watching"
+    launch_once
+  done
+}
+
+# ---- a launch --------------------------------------------------------------------------------
+launch_once
+((WATCH)) && watch_loop
 
 ((DRY_RUN)) && STARTED="Would start" || STARTED="Started"
 OPTS="--name=$NAME --zone=$ZONE"
 [[ -n "$PROJECT" ]] && OPTS+=" --project=$PROJECT"
-cat <<EOF
-# $STARTED on $NAME ($ACCELERATOR, image $VERSION, $HOSTS host(s); the run on worker 0), log $LOG.
+cat <<EOT
+# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
 #   $PROG $OPTS --status          # VM state, run active or not, last log lines
 #   $PROG $OPTS --logs --follow   # the log (Ctrl-C stops following, not the run)
 #   tensorboard --logdir=$WORKDIR # from any machine with access to the bucket
 #   $PROG --workdir=$WORKDIR --report
 #   $PROG $OPTS --delete          # the VM is billed while it exists
-# After a preemption, run this same launch again: it recreates the VM and resumes the study.
-EOF
+# After a preemption, run this same launch again (or add --watch): it recreates the VM and resumes the study.
+EOT

@@ -15,6 +15,7 @@ Variants (after the colon):
           width ~ P / (inputs + outputs), two take ~ sqrt(P), so depth 1 stands alone; the width
           family at fixed depth (`local_width`) and the depth family at fixed width
           (`local_depth`) separate the two.
+  local_replicate  `local` on another set of seeds (100-104): the replicate a verdict must survive.
   local_width  the same protocol on 6 MLPs of 2 hidden layers, widths 32 to 512 (16x, even in log).
   local_depth  the same protocol on 6 MLPs of width 128, depths 1 to 12.
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
@@ -23,8 +24,8 @@ Variants (after the colon):
   smoke   seconds; for the tests.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
-          predicted from the gradient noise scale at the target, without the sweep (under 2
-          minutes; docs/prediction.md).
+          predicted from the gradient noise scale at the target, without the sweep (about 2
+          minutes on 2 cores; docs/prediction.md).
 """
 
 from wide_tf import defaults, predict
@@ -43,7 +44,7 @@ def get_config(arg=None):
     config.train.target_value = 0.99
     s = config.sweep
     s.family.kind = "budget"
-    if variant in ("local", "local_width", "local_depth"):
+    if variant in ("local", "local_replicate", "local_width", "local_depth"):
         config.data.name = "digits_embedded"
         # Plain SGD: momentum 0.9's ~10-step ramp was the scale of the old target's S_min.
         config.optim.name = "sgd"
@@ -65,7 +66,12 @@ def get_config(arg=None):
         s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
         s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds
         s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
+        if variant == "local_replicate":
+            s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
         config.train.target_value = 0.97
+        # The same runs judged at two more targets (each analysed; the report shows whether the
+        # verdict holds at all three). A run stops once it has met all of them.
+        config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
         config.train.max_epochs = 30.0
         # A step floor: 30 epochs at B = 128 are only 338 steps.
         config.train.min_steps = 400
@@ -104,7 +110,7 @@ def get_config(arg=None):
         return predict.as_predict_config(get_config("local"))
     else:
         raise ValueError(
-            f"unknown variant {variant!r} of configs/mlp.py: local, local_width, local_depth, "
-            "single, paper, smoke or predict"
+            f"unknown variant {variant!r} of configs/mlp.py: local, local_replicate, local_width, "
+            "local_depth, single, paper, smoke or predict"
         )
     return config

@@ -541,3 +541,24 @@ def test_simulated_study_follows_the_protocol():
 def test_lower_is_better_for_losses_only():
     assert A.lower_is_better("train_loss") and A.lower_is_better("test_loss")
     assert not A.lower_is_better("train_accuracy") and not A.lower_is_better("test_accuracy")
+
+
+def test_the_data_driven_generator_resamples_a_studys_residuals():
+    rng = np.random.default_rng(8)
+    summaries = A.summarize_members(family(0.0, 0.1, rng), n_boot=20)
+    truth = simulate.gen.from_residuals(summaries, "a test study")
+    # 5 members x 7 complete cells of 3 seeds; the cell effects are centred.
+    assert len(truth.cell_pool) == 35 and len(truth.seed_pool) == 105
+    assert abs(np.mean(truth.cell_pool)) < 1e-12
+    # Seed deviations carry the seeds' own spread (noise 0.1, the middle rate's seeds).
+    assert 0.06 < np.std(truth.seed_pool) < 0.14
+    assert truth.cell_draw(rng) > 0 and truth.seed_draw(rng, 0.5) > 0
+    cal = simulate.calibrate(simulate.Design(), truth, 5, seed=1, n_boot=50)
+    assert cal.n_studies == 5
+    with pytest.raises(ValueError, match="fewer than 3 complete cells"):
+        simulate.gen.from_residuals(summaries[:0], "empty")
+
+
+def test_simulate_command_line_refuses_unknown_generators(capsys):
+    assert simulate.main(["--generators=fitted,no_such"]) == 2
+    assert "unknown no_such" in capsys.readouterr().err

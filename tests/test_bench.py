@@ -116,3 +116,19 @@ def test_table_lists_every_row(rows):
 def test_bad_options_are_refused():
     with pytest.raises(SystemExit):
         bench.parse_args(["--only=everything"])
+
+
+def test_workers_part_times_one_study_with_one_and_two_workers():
+    """--only=workers: the quick study (configs/mlp.py:smoke) once with each worker count; the
+    ratio is the per-round one, both runs record the same trials. Not part of the default run."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert bench.main(["--only=workers", "--quick", "--json", "--repeats=1"]) == 0
+    rows = [json.loads(line) for line in out.getvalue().splitlines() if line.strip()]
+    (r,) = [r for r in rows if r["kind"] == "speedup"]
+    assert len(r["one_worker_s"]) == len(r["two_workers_s"]) == 1
+    assert all(_finite_positive(v) for v in r["one_worker_s"] + r["two_workers_s"])
+    assert r["ratio"] == pytest.approx(r["one_worker_s"][0] / r["two_workers_s"][0])
+    assert r["same_trials"] and r["trials"] == 4
+    assert r["meets_target"] == (r["ratio"] >= 1.7)
+    assert "workers_2_over_1" in bench.format_table(rows)

@@ -38,7 +38,10 @@ CASES = [
         "variant_unknown",
         ["--config=configs/mlp.py:no_such_variant", "--workdir={wd}"],
         2,
-        ["no variant 'no_such_variant'", "local, local_width, local_depth, single, paper, smoke"],
+        [
+            "no variant 'no_such_variant'",
+            "local, local_replicate, local_width, local_depth, single, paper, smoke",
+        ],
     ),
     (
         "variant_misspelt",
@@ -306,6 +309,54 @@ CASES = [
     ),
     ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
+    (
+        "target_bn_misspelt",
+        [SINGLE, "--config.train.target_bn=recompue", "--workdir={wd}"],
+        2,
+        ["train.target_bn='recompue'", "did you mean 'recompute'"],
+    ),
+    (
+        "target_bn_batch_over_its_subset",
+        [
+            SINGLE,
+            "--config.train.target_bn=recompute",
+            "--config.train.target_bn_examples=100",
+            "--workdir={wd}",
+        ],
+        2,
+        ["train.target_bn_batch=256", "at most 100"],
+    ),
+    (
+        "momentum_warmup_without_momentum",
+        [
+            SINGLE,
+            "--config.optim.name=adam",
+            "--config.optim.momentum_warmup_steps=50",
+            "--workdir={wd}",
+        ],
+        2,
+        ["optim.momentum_warmup_steps=50", "momentum, nesterov or lars"],
+    ),
+    # --dry_run --replicas=N: the check launch_tpu.sh runs on the workstation before a VM exists.
+    (
+        "dry_run_too_many_replicas",
+        ["--config=configs/wrn.py", "--dry_run", "--replicas=32"],
+        2,
+        ["batch of 8 on 32 replicas (--replicas)", "ghost_batch_size=16", "at least 512"],
+    ),
+    (
+        "dry_run_batch_does_not_divide",
+        [SMOKE, "--dry_run", "--replicas=3"],
+        2,
+        ["does not divide over 3 replicas (--replicas)"],
+    ),
+    ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
+    (
+        "replicas_without_dry_run",
+        [SMOKE, "--replicas=4", "--workdir={wd}"],
+        2,
+        ["--replicas is for --dry_run"],
+    ),
 ]
 
 
@@ -624,3 +675,63 @@ def test_a_named_tpu_that_cannot_be_reached_is_one_line(tmp_path):
         -3000:
     ]
     assert "--config.runtime.tpu" in last and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "entries,words",
+    [
+        (
+            ["train_accuracy"],
+            ["train.extra_targets[0]='train_accuracy' is not a target", "metric:value"],
+        ),
+        (
+            ["train_loss:0.1", "test_acuracy:0.9"],
+            ["train.extra_targets[1]", "did you mean 'test_accuracy'"],
+        ),
+        (["train_accuracy:1.5"], ["train.extra_targets[0]=1.5", "an accuracy above 1"]),
+        (["train_accuracy:0"], ["train.extra_targets[0]=0.0", "> 0"]),
+        (["train_loss:-1"], ["train.extra_targets[0]=-1.0", "never 0 or below"]),
+        (["train_loss:abc"], ["train.extra_targets[0]='train_loss:abc'", "no number"]),
+    ],
+)
+def test_extra_targets_are_checked(entries, words):
+    config = _config()
+    config.train.extra_targets = entries
+    with pytest.raises(validate.UsageError) as bad:
+        validate.check_config(config)
+    line = str(bad.value)
+    assert "\n" not in line and "; " in line and bad.value.exit_code == 2
+    for w in words:
+        assert w in line, (w, line)
+    config.train.extra_targets = ["train_loss:0.1", "test_accuracy:0.9", " train_accuracy : 1 "]
+    validate.check_config(config)
+
+
+def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
+    path = tmp_path / "targets.py"
+    path.write_text(
+        "from wide_tf import defaults\n"
+        "def get_config(arg=None):\n"
+        "    c = defaults.base_config('mlp', 'digits_embedded')\n"
+        "    c.sweep = None\n"
+        "    c.train.extra_targets = ['train_loss:0.1', 'train_accuracy']\n"
+        "    return c\n"
+    )
+    proc = _main([f"--config={path}", f"--workdir={tmp_path / 'wd'}"], _env(True, tmp_path))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    assert lines[0].startswith("error: train.extra_targets[1]='train_accuracy'"), lines[0]
+    assert not (tmp_path / "wd").exists()
+
+
+@pytest.mark.parametrize("replicas", [1, 4, 8, 16])
+def test_the_paper_wrn_config_fits_every_listed_slice(replicas, tmp_path):
+    """configs/wrn.py on 1 to 16 replicas (v4-8: 4; v2-8, v3-8, v4-16, v5litepod-8, v6e-8: 8;
+    v4-32: 16), checked without TensorFlow and without the data (it is on the target)."""
+    proc = _main(
+        ["--config=configs/wrn.py", "--dry_run", f"--replicas={replicas}", "--shard=1/4"],
+        _env(fake_tf=True, tmp_path=tmp_path),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(f"dry run: the config fits {replicas} replica(s): batches [256,")
+    assert "ghost batch 16" in proc.stdout and not list(tmp_path.glob("*/config.json"))

@@ -22,6 +22,9 @@ ARGS = [
     # No periodic checkpoint: a checkpoint in an unfinished trial can only come from the SIGTERM.
     "--config.train.checkpoint_every_steps=1000000",
     "--no_report",
+    # In this process: the log lines checked below are a single process's (SIGTERM through the
+    # parent of --workers=N is tests/test_workers.py's).
+    "--workers=1",
 ]
 
 

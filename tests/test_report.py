@@ -297,7 +297,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     )
     assert "(95% CI" in row and "(0 censored)" in row
     # the narrowest member's B = 32 cell: S = 400 (1 + 40 / 32) = 900, seeds 890-910
-    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 900.0 (890-910) | 7.03 (6.95-7.11) |" in md
+    assert "| 32 | 0.01768 (x1) | 0.5 1 2 | 3 | 900.0 (890.0-910.0) | 7.03 (6.95-7.11) |" in md
 
 
 def _events(dirpath):
@@ -491,3 +491,37 @@ def test_bad_workdir_errors(tmp_path):
     assert "Traceback" not in p.stderr
     err = [line for line in p.stderr.splitlines() if line.startswith("report:")]
     assert len(err) == 1 and "does not exist" in err[0]
+
+
+def test_report_shows_the_verdict_at_every_target_and_s_min_against_the_ramp():
+    from wide_tf.report import markdown
+
+    recs = make_records(history=False)
+    for r in recs:
+        s = r["steps_to_target"]
+        r["momentum_ramp_steps"] = 10.0
+        r["targets"] = [
+            {
+                "metric": "train_accuracy",
+                "value": 0.99,
+                "status": r["status"],
+                "steps_to_target": s,
+                "steps_to_target_interp": None,
+            },
+            {
+                "metric": "train_loss",
+                "value": 0.1,
+                "status": r["status"],
+                "steps_to_target": None if s is None else 0.5 * s,
+                "steps_to_target_interp": None,
+            },
+        ]
+    result = analysis.analyze(recs, 1.0, n_boot=50)
+    lines = markdown.md_targets(result["per_target"])
+    assert lines[0] == "## The verdict at every target"
+    rows = [ln for ln in lines if ln.startswith("| train_")]
+    assert [r.split(" | ")[0] for r in rows] == ["| train_accuracy >= 0.99", "| train_loss <= 0.1"]
+    assert all("| supported |" in r for r in rows)
+    text = markdown.md_transients(result["summaries"], recs)[2]
+    # S_min = 400 steps for every member (fitted to 399-400): 40x the ramp of 10 steps.
+    assert text.startswith("S_min ranges from 399 to 400 steps, 39.9x or more the momentum ramp")

@@ -136,3 +136,62 @@ def test_jit_with_mirrored_cpu_is_refused():
 def test_jit_on_one_cpu_is_allowed():
     rt = setup_runtime(_cfg(strategy="cpu", jit_compile="true"))
     assert rt.jit_compile and rt.num_replicas == 1
+
+
+def _two_cpus_as_gpus(monkeypatch):
+    """TensorFlow's multi-GPU code path without GPUs: the strategy module is shown the two logical
+    CPUs as its GPUs, so runtime.strategy=gpu builds the MirroredStrategy it builds on a 2-GPU box,
+    with the 'gpu' platform's defaults."""
+    _two_cpus()
+    real = tf.config.list_logical_devices
+
+    def listed(device_type=None):
+        return real("CPU") if device_type == "GPU" else real(device_type)
+
+    monkeypatch.setattr(strategy_lib.tf.config, "list_logical_devices", listed)
+
+
+def test_two_gpus_train_with_xla_off_by_default(monkeypatch, tmp_path):
+    """Regression (issue 17): with XLA on, the GPU default before, the first run under
+    MirroredStrategy over two devices failed (on two GPUs: "merge_call called while defining a new
+    graph" from the optimizer's iterations.assign_add inside a jit_compile function inside
+    strategy.run; here, on two logical CPUs: InvalidArgumentError "Trying to access resource
+    dense_1/kernel/replica_1 located in device CPU:1 from device CPU:0"). One GPU keeps XLA."""
+    from wide_tf import train
+
+    _two_cpus_as_gpus(monkeypatch)
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width = 1, 16
+    config.optim.name, config.optim.base_lr = "momentum", 0.05
+    config.runtime.strategy = "gpu"
+    config.train.global_batch, config.train.max_epochs = 64, 0.1
+    runtime = setup_runtime(config.runtime)
+    assert (runtime.platform, runtime.num_replicas) == ("gpu", 2)
+    assert isinstance(runtime.strategy, tf.distribute.MirroredStrategy)
+    assert not runtime.jit_compile
+    result = train.train_and_evaluate(config, str(tmp_path), runtime=runtime)
+    assert result["steps"] >= 1 and result["status"] in ("reached", "not_reached")
+
+
+def test_explicit_xla_on_two_gpus_is_refused_in_one_line(monkeypatch):
+    _two_cpus_as_gpus(monkeypatch)
+    _one_line_error(
+        _cfg(strategy="gpu", jit_compile="True"),
+        "jit_compile=True",
+        "merge_call",
+        "--config.runtime.jit_compile=auto",
+    )
+
+
+def test_one_gpu_keeps_xla(monkeypatch):
+    _two_cpus()
+    real = tf.config.list_logical_devices
+    monkeypatch.setattr(
+        strategy_lib.tf.config,
+        "list_logical_devices",
+        lambda device_type=None: real("CPU")[:1] if device_type == "GPU" else real(device_type),
+    )
+    rt = setup_runtime(_cfg(strategy="gpu"))
+    assert isinstance(rt.strategy, tf.distribute.OneDeviceStrategy)
+    assert (rt.platform, rt.num_replicas, rt.jit_compile) == ("gpu", 1, True)

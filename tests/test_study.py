@@ -246,3 +246,31 @@ def test_two_shards_on_one_workdir_run_every_trial_exactly_once(tmp_path):
         t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))
     }
     assert set(ids) == expected
+
+
+def test_progress_expects_every_round_of_every_group():
+    """The whole study's expected trials: before any group finishes, grid + one extension round +
+    confirmations per group; then the size of the finished groups; a group in its confirmation
+    round knows its own size."""
+    config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32, 256], extend_lr_grid=True)
+    config.sweep.family.depths = [1]
+    config.sweep.confirm_seeds = [1, 2]
+    trials = study.expand(config, 10, (8, 8, 1))
+    initial = study.group_trials(trials)
+    assert len(initial) == 2
+    p = study.estimate_progress(config, initial, {})
+    assert (p.done, p.expected, p.groups_done, p.groups_total) == (0, 2 * (3 + 1 + 2), 0, 2)
+    assert p.describe() == "0/12 trials (expected), 0/2 groups done"
+    # Group 1: an interior winner, confirmed on two seeds: 5 trials in all, finished.
+    g1, g2 = initial.values()
+    results = {
+        t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[t.lr_multiplier]) for t in g1
+    }
+    known, pending = study.expand_group(config, g1, results)
+    assert [t.role for t in pending] == ["confirm", "confirm"] and len(known) == 5
+    p = study.estimate_progress(config, initial, results)
+    assert (p.done, p.expected) == (3, 5 + 6)  # group 1 is confirming: 5; group 2: the prior
+    results.update({t.trial_id: _result(t, "reached", 33) for t in pending})
+    assert study.expand_group(config, g1, results)[1] == []
+    p = study.estimate_progress(config, initial, results)
+    assert (p.done, p.expected, p.groups_done) == (5, 5 + 5, 1)  # group 2 as large as group 1

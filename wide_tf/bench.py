@@ -3,6 +3,7 @@ an exact gradient-diversity measurement relative to one training step.
 
     python -m wide_tf.bench          # both parts, an aligned table (a few minutes on 2 cores)
     python -m wide_tf.bench --only=loop --json --repeats=7
+    python -m wide_tf.bench --only=workers   # one study with --workers=1 and 2 (minutes)
 
 Shared machines are noisy, so every comparison is made inside one run with the contenders
 interleaved (loop, fit, loop, fit, ...) and summarised by the median of the per-round ratios.
@@ -16,6 +17,7 @@ import json
 import math
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -607,6 +609,97 @@ def bench_diversity(
     return rows
 
 
+# ---- workers: one study in 1 and in 2 processes -------------------------------------------------
+
+# The study of the workers part: configs/mlp.py's MLP family on the 8x8 digits, cut to a size
+# whose training (not TensorFlow's start-up) dominates: 4 members x 4 batch sizes = 16 groups of 4
+# trials (3 learning rates, 1 confirmation seed). Every field that sets its cost is set here, so a
+# change of the config file's variants does not change this benchmark. Written to a temporary
+# config file: lists cannot be overridden on the command line.
+_WORKERS_CONFIG = """
+import importlib.util
+
+_spec = importlib.util.spec_from_file_location("_mlp", {mlp!r})
+_mlp = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mlp)
+
+
+def get_config(arg=None):
+    config = _mlp.get_config("smoke")
+    if arg == "quick":
+        return config
+    s = config.sweep
+    s.family.budget = 5.0e4
+    s.family.depths = [1, 2, 4, 8]
+    s.batch_sizes = [32, 64, 128, 256]
+    s.lr_multipliers = [0.7071, 1.0, 1.4142]
+    s.extend_lr_grid = False
+    s.confirm_seeds = [1]
+    config.train.max_epochs = 6.0
+    config.train.target_value = 0.9
+    config.train.eval_every_examples = 720
+    config.train.steps_per_loop = 20
+    return config
+"""
+
+
+def _time_study(config_arg: str, workers: int, workdir: str) -> tuple[float, list[str]]:
+    """Wall seconds of `python -m wide_tf.main` on a fresh workdir, as a user times it (TensorFlow's
+    start-up included), and the trial ids it recorded."""
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="2")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env["PYTHONPATH"] = repo + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, "-m", "wide_tf.main", f"--config={config_arg}"]
+    cmd += [f"--workdir={workdir}", f"--workers={workers}", "--no_report"]
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, env=env, cwd=repo, capture_output=True, text=True)
+    seconds = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    names = os.listdir(os.path.join(workdir, "results"))
+    return seconds, sorted(n for n in names if n.endswith(".json"))
+
+
+def bench_workers(quick: bool, repeats: int) -> list[dict]:
+    """The same study run with --workers=1 and --workers=2, one after the other in each round (the
+    order alternating between rounds, so a drift in the machine's load favours neither); the
+    speed-up is the median of the per-round ratios. Needs 2 idle cores to mean anything."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    one, two, same = [], [], True
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "workers_study.py")
+        with open(path, "w") as f:
+            f.write(_WORKERS_CONFIG.format(mlp=os.path.join(repo, "configs", "mlp.py")))
+        arg = f"{path}:{'quick' if quick else 'bench'}"
+        for k in range(repeats):
+            order = (1, 2) if k % 2 == 0 else (2, 1)
+            got = {}
+            for n in order:
+                got[n] = _time_study(arg, n, os.path.join(tmp, f"w{n}_r{k}"))
+            one.append(got[1][0])
+            two.append(got[2][0])
+            same = same and got[1][1] == got[2][1]
+            trials = len(got[1][1])
+    per_round = [a / b for a, b in zip(one, two)]
+    return [
+        {
+            "kind": "speedup",
+            "name": "workers_2_over_1",
+            "what": "wall time of one study (python -m wide_tf.main, TensorFlow start-up "
+            "included) with --workers=1 over --workers=2",
+            "trials": trials,
+            "one_worker_s": one,
+            "two_workers_s": two,
+            "ratio": _median(per_round),
+            "ratio_min": min(per_round),
+            "ratio_max": max(per_round),
+            "same_trials": same,
+            "target": 1.7,
+            "meets_target": _median(per_round) >= 1.7,
+        }
+    ]
+
+
 # ---- output -------------------------------------------------------------------------------------
 
 
@@ -662,6 +755,19 @@ def format_table(rows: list[dict]) -> str:
                 f"{r['retraces_later_trials']} in the later ones; steady step "
                 f"{r['per_step_s'] * 1e3:.2f} ms, evaluation {r['per_eval_s'] * 1e3:.1f} ms",
             ]
+        elif r["kind"] == "speedup":
+            lines += [
+                "",
+                f"{r['name']}: {r['ratio']:.2f}x (rounds {r['ratio_min']:.2f}-"
+                f"{r['ratio_max']:.2f}; target >= {r['target']:g}: "
+                + ("met" if r["meets_target"] else "MISSED")
+                + f"); {r['trials']} trials; 1 worker "
+                + ", ".join(f"{v:.1f}" for v in r["one_worker_s"])
+                + " s, 2 workers "
+                + ", ".join(f"{v:.1f}" for v in r["two_workers_s"])
+                + " s"
+                + ("" if r["same_trials"] else "; the two runs recorded DIFFERENT trials"),
+            ]
     ratios = [r for r in rows if r["kind"] == "ratio"]
     if ratios:
         w = max(len(r["name"]) for r in ratios)
@@ -698,9 +804,9 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--only",
-        choices=("loop", "overhead", "diversity"),
+        choices=("loop", "overhead", "diversity", "workers"),
         default=None,
-        help="run one part only (default: all)",
+        help="run one part only (default: all but workers, which runs whole studies: minutes)",
     )
     p.add_argument(
         "--quick", action="store_true", help="tiny models and batches (seconds; for tests)"
@@ -763,6 +869,8 @@ def run(args) -> list[dict]:
         for case in cases:
             for b in batches:
                 rows += bench_diversity(case, b, repeats, args.chunk_size, naive_subset, args.seed)
+    if args.only == "workers":
+        rows += bench_workers(args.quick, args.repeats or (1 if args.quick else 2))
     end = _environment()
     rows[0]["load_average_1m_end"] = end["load_average_1m"]
     return rows

@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+from scipy import stats
 
 from wide_tf.stats import lof
 
@@ -266,10 +267,25 @@ class Interval:
         return self.below_range or self.above_range
 
 
+def bias_corrected_quantiles(point: float, reps: np.ndarray, level: float = 0.95) -> np.ndarray:
+    """Efron's bias-corrected percentile interval: when the estimator is biased, replicates drawn
+    around the estimate carry the bias again, and plain percentiles shift the interval the same
+    way twice. z0 = Phi^-1(share of replicates below the point) moves both quantiles back."""
+    reps = np.asarray(reps, dtype=float)
+    if not reps.size:
+        return np.array([np.nan, np.nan])
+    share = (np.sum(reps < point) + 0.5 * np.sum(reps == point)) / reps.size
+    z0 = float(stats.norm.ppf(np.clip(share, 1.0 / reps.size, 1.0 - 1.0 / reps.size)))
+    z = float(stats.norm.ppf(0.5 + level / 2))
+    qs = stats.norm.cdf([2 * z0 - z, 2 * z0 + z]) * 100
+    return np.percentile(reps, qs)
+
+
 def _interval(point: float, reps: np.ndarray, lo: float | None = None, hi: float | None = None):
-    """Interval in natural units from a log-space point and replicates; with a range [lo, hi]
-    (the batches tried), values and ends beyond it are marked as bounds."""
-    q = np.percentile(reps, [2.5, 97.5]) if reps.size else np.array([np.nan, np.nan])
+    """Interval in natural units from a log-space point and replicates (bias-corrected
+    percentiles); with a range [lo, hi] (the batches tried), values and ends beyond it are marked
+    as bounds."""
+    q = bias_corrected_quantiles(point, reps)
     iv = Interval(
         value=float(np.exp(point)),
         low=float(np.exp(q[0])) if np.isfinite(q[0]) else None,

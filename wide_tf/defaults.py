@@ -15,6 +15,7 @@ OPTIMIZER_NAMES = ("sgd", "momentum", "nesterov", "lars", "adam", "adamw", "lamb
 SCHEDULE_NAMES = ("constant", "cosine", "multistep", "polynomial")  # optim.schedule
 SCALING_RULES = ("none", "linear", "sqrt")  # optim.scaling
 TRUST_RATIO_FORMS = ("you", "decayed_grad")  # optim.lars_trust_ratio
+TARGET_BN_MODES = ("moving", "recompute")  # train.target_bn
 
 
 def model_config(
@@ -56,6 +57,9 @@ def optim_config(name: str = "sgd", base_lr: float = 0.1) -> ml_collections.Conf
             scaling="sqrt",  # base_lr is the lr at reference_batch
             lr_multiplier=1.0,  # the study's learning-rate grid multiplies the rule's guess
             momentum=0.9,
+            # momentum/nesterov/lars: momentum rises linearly from 0 to optim.momentum over this
+            # many steps (0: off), to check that steps-to-target is not momentum's build-up.
+            momentum_warmup_steps=0,
             weight_decay=0.0,
             lars_eta=0.001,
             lars_trust_ratio="you",
@@ -88,7 +92,19 @@ def train_config(global_batch: int = 128) -> ml_collections.ConfigDict:
             eval_train_limit=0,  # 0: training accuracy over the whole training set
             target_metric="train_accuracy",
             target_value=0.99,
+            # Stop once the primary target and every extra target is met (or at the budget).
             stop_at_target=True,
+            # More targets judged on the same evaluations, each "metric:value" with a metric of
+            # target_metric's choices, e.g. ["train_loss:0.1", "test_accuracy:0.9"].
+            extra_targets=[],
+            # The batch-norm statistics of the evaluations (every one, so also those that judge
+            # the targets): 'moving' (the training run's moving averages, which lag the weights
+            # by ~1/(1 - 0.9) steps) or 'recompute' (recomputed before each evaluation from the
+            # first target_bn_examples training examples in batches of target_bn_batch; the
+            # training run's moving averages are put back after it).
+            target_bn="moving",
+            target_bn_examples=1024,
+            target_bn_batch=256,
             seed=0,
             checkpoint_every_steps=0,  # 0: ten checkpoints per run
             diverge_loss=1e3,  # a loss above this (or non-finite) ends the run as 'diverged'
@@ -135,7 +151,8 @@ def sweep_config() -> ml_collections.ConfigDict:
             max_lr_extensions=2,
             seeds=[0],  # tuning seeds: every learning rate of the grid runs on each
             confirm_seeds=[],  # the chosen learning rate of each cell is re-run on these seeds
-            # max_batch(eps): epochs-to-target within (1 + eps) of the smallest batch's.
+            # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the
+            # two smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
             eps=1.0,
         )
     )

@@ -23,7 +23,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the config is checked before TensorFlow starts, and the
 # modules that need it are imported in main() once the checks have passed.
-from wide_tf import configs_loader, families, validate
+from wide_tf import configs_loader, families, validate, workers
 
 # Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
 _USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
@@ -42,11 +42,30 @@ _SHARD = flags.DEFINE_string(
     "Run shard i of n of the study's trials: --shard=0/2. "
     "Shards may share one workdir; every trial runs exactly once.",
 )
+_WORKERS = flags.DEFINE_string(
+    "workers",
+    None,
+    "Run the study in N processes on this machine, each pinned to its cores (or its GPU), which "
+    "claim (member, batch size) groups as they become free. Default: one per CPU core, one per "
+    "GPU on a GPU machine, 1 on a TPU. --workers=1 runs in this process. With --shard=i/n the "
+    "workers share shard i's groups.",
+)
 _TRIAL = flags.DEFINE_string(
     "trial", None, "Run only this trial (its id or its index in --list_trials)."
 )
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
+_DRY_RUN = flags.DEFINE_bool(
+    "dry_run",
+    False,
+    "Check the config (and --shard) and exit before TensorFlow starts; nothing is written.",
+)
+_REPLICAS = flags.DEFINE_integer(
+    "replicas",
+    None,
+    "With --dry_run: check the batches for a machine with this many replicas (4 on a v4-8, 8 on "
+    "a v5litepod-8; launch_tpu.sh passes it) instead of this one.",
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose",
     False,
@@ -238,12 +257,30 @@ def _raised_in(e, *parts) -> bool:
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
     validate.check_shard(_SHARD.value)
+    validate.check_workers(_WORKERS.value, config, _TRIAL.value, _WORKDIR.value)
     validate.check_config(config, validate.override_paths(sys.argv))
     if not _LIST.value and not _WORKDIR.value:
         raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
     if _LIST.value:
         return []
     return validate.design_warnings(config) + validate.check_workdir(config, _WORKDIR.value)
+
+
+def _dry_run(config) -> None:
+    """--dry_run: the checks for the target machine, then one line saying what was checked."""
+    validate.check_shard(_SHARD.value)
+    with validate.for_target(_REPLICAS.value):
+        validate.check_config(config, validate.override_paths(sys.argv))
+    n = _REPLICAS.value or 1
+    sweep = config.get("sweep")
+    batches = list(sweep.batch_sizes) if validate.is_sweep(config) else None
+    if config.get("kind", "study") == "theory":
+        what = "the theory check"
+    else:
+        what = f"batches {batches}" if batches else f"batch {config.train.global_batch}"
+        if config.model.norm == "ghost":
+            what += f", ghost batch {config.model.ghost_batch_size}"
+    print(f"dry run: the config fits {n} replica(s): {what}; nothing was run", flush=True)
 
 
 def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[str, int]:
@@ -258,7 +295,9 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
             f"from the start, or restore the files",
             1,
         )
-    if _raised_in(e, "/cluster_resolver/", "/tpu/"):
+    # TensorFlow's own TPU modules only: a bare "/tpu/" also matched any checkout in a folder
+    # named tpu (every error then read as "cannot reach the TPU").
+    if _raised_in(e, "/distribute/cluster_resolver/", "/tensorflow/python/tpu/"):
         return (
             f"cannot reach the TPU (runtime.tpu={config.runtime.tpu!r}; "
             f"{type(e).__name__}: {_one_line(e)}); check --config.runtime.tpu (the TPU's name, "
@@ -281,12 +320,44 @@ def _error_line(e, config, *, usage_errors, runtime_errors, op_error) -> tuple[s
     )
 
 
+def _workers_for(config) -> int:
+    """The processes a study runs in: --workers, or the machine's default (never more than the
+    study has groups); 1 for --trial, --list_trials, a single run and the theory check."""
+    if (
+        _TRIAL.value is not None
+        or _LIST.value
+        or config.get("kind", "study") == "theory"
+        or not validate.is_sweep(config)
+    ):
+        return 1
+    groups = workers.count_groups(config)
+    n = validate.parse_workers(_WORKERS.value)
+    if n is not None:
+        return max(1, min(n, groups))  # a worker more than there are groups would only wait
+    n = workers.default_workers(config, groups)
+    if n > 1:
+        try:
+            validate.check_workers(str(n), config, None, _WORKDIR.value)
+        except validate.UsageError as e:  # e.g. gs:// without google-cloud-storage: one process
+            print(f"warning: running in one process, not {n}: {e}", file=sys.stderr, flush=True)
+            return 1
+    return n
+
+
 def main(argv) -> None:
     if len(argv) > 1:
         _fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config = _CONFIG.value
     verbose = _VERBOSE.value
     try:
+        if _REPLICAS.value is not None and not _DRY_RUN.value:
+            raise validate.UsageError(
+                "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
+                "drop --replicas: a run counts the replicas it is given"
+            )
+        if _DRY_RUN.value:
+            _dry_run(config)
+            return
         warnings = _checks(config)
     except validate.Problem as e:
         if verbose:
@@ -294,10 +365,22 @@ def main(argv) -> None:
         _fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
+    # A worker process of --workers=N takes its cores, GPU and thread counts before TensorFlow
+    # starts (they cannot change afterwards).
+    worker = workers.child_spec()
+    if worker is not None:
+        workers.pin_before_tensorflow(worker)
+    # The parent of --workers=N starts its workers first, so that their start-up does not wait for
+    # its own (TensorFlow's import); it then only watches them and writes the report.
+    n_workers = 1 if worker is not None else _workers_for(config)
+    started = workers.start(_WORKDIR.value, n_workers, sys.argv, config) if n_workers > 1 else None
     # Deliberately late: TensorFlow (imported by every module below) starts only for a config that
     # passed the checks, and with its C++ start-up lines filtered.
     _import_tensorflow(verbose)
     import tensorflow as tf
+
+    if worker is not None:
+        workers.set_tensorflow_threads(worker)
 
     from wide_tf import data as data_lib
     from wide_tf import preemption, study, theory, train
@@ -315,8 +398,14 @@ def main(argv) -> None:
         BatchSplitError,
         validate.UsageError,
     )
-    runtime_errors = (data_lib.DataUnavailableError, StrategyError, validate.RuntimeProblem)
-    preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
+    runtime_errors = (
+        data_lib.DataUnavailableError,
+        StrategyError,
+        validate.RuntimeProblem,
+        workers.WorkerFailed,
+    )
+    if started is None:  # (the parent of workers passes SIGTERM on to them instead)
+        preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
         if _LIST.value:
             for i, t in enumerate(study.list_trials(config)):
@@ -325,6 +414,19 @@ def main(argv) -> None:
         kind = config.get("kind", "study")
         if kind == "theory":
             theory.run_theory(config, _WORKDIR.value)
+        elif validate.is_sweep(config) and worker is not None:
+            study.run_worker(config, _WORKDIR.value, worker.run_id, shard=_SHARD.value)
+        elif started is not None:
+            code = workers.supervise(
+                started,
+                config,
+                _WORKDIR.value,
+                shard=_SHARD.value,
+                write_report=not _NO_REPORT.value,
+                log=lambda line: logging.info("%s", line),
+            )
+            if code:
+                sys.exit(code)
         elif validate.is_sweep(config):
             study.run_study(
                 config,

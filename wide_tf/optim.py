@@ -55,6 +55,22 @@ def _log_exclusions(owner: str, variables: Sequence, exclude_rank: int, what: st
 
 
 # --------------------------------------------------------------------------------------------------
+# Momentum warm-up
+# --------------------------------------------------------------------------------------------------
+
+
+def ramped_momentum(momentum, iterations, warmup_steps: int, dtype):
+    """The momentum of the step after `iterations` completed ones, with optim.momentum_warmup_steps
+    = `warmup_steps`: momentum * min(1, iterations / warmup_steps), i.e. 0 at the first step (plain
+    SGD), rising linearly, the full value from step warmup_steps + 1 on. Computed in the graph from
+    the optimizer's own step counter: no host update, no retrace, and exact on resume."""
+    m = tf.cast(momentum, dtype)
+    if not warmup_steps:
+        return m
+    return m * tf.minimum(tf.cast(iterations, dtype) / float(warmup_steps), 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
 # LARS
 # --------------------------------------------------------------------------------------------------
 
@@ -122,6 +138,7 @@ class LARS(keras.optimizers.Optimizer):
         clip=False,
         nesterov=False,
         exclude_rank=DEFAULT_EXCLUDE_RANK,
+        momentum_warmup_steps=0,
         name="lars",
         **kwargs,
     ):
@@ -142,6 +159,7 @@ class LARS(keras.optimizers.Optimizer):
         self.clip = bool(clip)
         self.nesterov = bool(nesterov)
         self.exclude_rank = int(exclude_rank)
+        self.momentum_warmup_steps = int(momentum_warmup_steps)
 
     # Weight decay is folded into g' in update_step: Keras' decoupled decay must not run on top.
     def _apply_weight_decay(self, variables):
@@ -195,7 +213,9 @@ class LARS(keras.optimizers.Optimizer):
     def update_step(self, gradient, variable, learning_rate):
         lr = tf.cast(learning_rate, variable.dtype)
         g = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
-        m = tf.cast(self.momentum, variable.dtype)
+        m = ramped_momentum(
+            self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
+        )
         v = self.velocities[self._get_variable_index(variable)]
         if self.is_adapted(variable):
             trust, g = self._trust(g, variable)
@@ -217,6 +237,7 @@ class LARS(keras.optimizers.Optimizer):
             clip=self.clip,
             nesterov=self.nesterov,
             exclude_rank=self.exclude_rank,
+            momentum_warmup_steps=self.momentum_warmup_steps,
         )
         return config
 
@@ -285,7 +306,30 @@ class _ExcludeLowRankFromDecay:
 @keras.saving.register_keras_serializable(package="wide_tf")
 class DecayExcludingSGD(_ExcludeLowRankFromDecay, keras.optimizers.SGD):
     """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <=
-    exclude_rank."""
+    exclude_rank; with momentum_warmup_steps > 0, its momentum follows `ramped_momentum` (Keras's
+    own update, with that momentum in place of the fixed one)."""
+
+    def __init__(self, *args, momentum_warmup_steps=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.momentum_warmup_steps = int(momentum_warmup_steps)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self.momentum_warmup_steps or self.momentum == 0:
+            return super().update_step(gradient, variable, learning_rate)
+        lr = tf.cast(learning_rate, variable.dtype)
+        g = tf.cast(gradient, variable.dtype)
+        velocity = self.momentums[self._get_variable_index(variable)]
+        m = ramped_momentum(
+            self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
+        )
+        self.assign(velocity, velocity * m - g * lr)
+        if self.nesterov:
+            self.assign_add(variable, velocity * m - g * lr)
+        else:
+            self.assign_add(variable, velocity)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum_warmup_steps": self.momentum_warmup_steps}
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -561,6 +605,7 @@ def _sgd(momentum: bool, nesterov: bool):
             momentum=float(o.momentum) if momentum else 0.0,
             nesterov=nesterov,
             weight_decay=float(o.weight_decay) or None,
+            momentum_warmup_steps=int(o.momentum_warmup_steps) if momentum else 0,
         )
         return _decay_excluded(opt, variables)
 
@@ -577,6 +622,7 @@ def _lars(o, learning_rate, variables):
         trust_ratio=o.lars_trust_ratio,
         epsilon=o.lars_epsilon,
         clip=o.lars_clip,
+        momentum_warmup_steps=int(o.momentum_warmup_steps),
     )
 
 

@@ -140,7 +140,7 @@ def simulate_run(
     s *= 1 + truth.lr_curvature * math.log(mult / m_opt) ** 2
     lb = np.log(design.batch_sizes)
     pos = (math.log(batch) - lb.min()) / (np.ptp(lb) or 1.0)
-    s *= cell * math.exp(truth.noise * (1 + truth.hetero * pos) * rng.standard_normal())
+    s *= cell * truth.seed_draw(rng, pos)
     s += truth.overhead_steps
     if s > budget:
         rec.update(status="not_reached", steps=budget)
@@ -192,7 +192,7 @@ def simulate_study(rng: np.random.Generator, design: Design, truth: Truth) -> li
             if mem.widest:
                 log_m += truth.lr_drift_widest * math.log2(batch / b0)
             m_opt = math.exp(log_m)
-            cell = math.exp(truth.cell_effect * rng.standard_normal())
+            cell = truth.cell_draw(rng)
             args = (rng, design, truth, mem, batch, m_opt, cell)
             runs = [
                 simulate_run(*args, m, s, lr_grid.TUNE)
@@ -273,7 +273,7 @@ def table(
         "| --- | --- | --- | --- | --- |",
     ]
     for k, name in enumerate(names):
-        truth = gen.GENERATORS[name]
+        truth = name if isinstance(name, Truth) else gen.GENERATORS[name]
         null = calibrate(design, truth, n_studies, seed=seed + 100 + k, n_boot=n_boot)
         eff = calibrate(
             design,
@@ -292,6 +292,21 @@ def table(
     return rows
 
 
+def _summaries_of(workdir: str):
+    """The member summaries of a finished study's results (plain JSON files, no TensorFlow)."""
+    import glob
+    import json
+    import os
+
+    recs = []
+    for path in sorted(glob.glob(os.path.join(workdir, "results", "*.json"))):
+        with open(path) as f:
+            recs.append(json.load(f))
+    if not recs:
+        raise OSError(f"no results/*.json in {workdir}")
+    return analysis.summarize_members(recs, n_boot=20)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
@@ -305,6 +320,11 @@ def main(argv=None) -> int:
     p.add_argument("--noise", type=float, default=None, help="seed-noise sigma (default 0.14)")
     p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--residuals_from",
+        default=None,
+        help="a study's workdir: add a generator that resamples its fit residuals",
+    )
     a = p.parse_args(argv)
     names = [n.strip() for n in a.generators.split(",") if n.strip()]
     unknown = [n for n in names if n not in gen.GENERATORS]
@@ -330,6 +350,15 @@ def main(argv=None) -> int:
         gen.GENERATORS.update(
             {k: dataclasses.replace(v, noise=a.noise) for k, v in gen.GENERATORS.items()}
         )
+    if a.residuals_from:
+        try:
+            names.append(gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from))
+        except (OSError, ValueError) as e:
+            print(
+                f"error: --residuals_from={a.residuals_from}: {e}; give a finished study's workdir",
+                file=sys.stderr,
+            )
+            return 2
     t0 = time.time()
     print(
         f"Design of {a.config}: {len(design.widths)} members (widths "

@@ -107,12 +107,16 @@ def _select(name: str, tpu: str, devices: list[str] | None) -> tuple[tf.distribu
     raise StrategyError(f"unknown runtime.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
 
 
-def _default_jit(platform: str, requested) -> bool:
+def _default_jit(platform: str, requested, replicas: int = 1) -> bool:
     # Measured (docs/design.md, "TensorFlow / Keras 3 facts"): XLA under MirroredStrategy over
-    # logical CPUs fails and on CPU it made a WRN ~30% slower; on TPU it is the only path and on GPU
-    # it is usually faster.
+    # logical CPUs fails and on CPU it made a WRN ~30% slower; on TPU it is the only path and on one
+    # GPU it is usually faster. On several GPUs (MirroredStrategy, MultiWorkerMirroredStrategy) a
+    # jit_compile function nested inside strategy.run fails on the first step (issue 17: "merge_call
+    # called while defining a new graph"; tests/test_strategy.py reproduces it on TensorFlow's GPU
+    # code path with two logical CPUs), and Keras itself turns its automatic XLA off under
+    # tf.distribute, so 'auto' is off there.
     if requested in ("auto", None):
-        return platform in ("tpu", "gpu")
+        return platform == "tpu" or (platform == "gpu" and replicas == 1)
     if isinstance(requested, str):
         return requested.lower() in ("1", "true", "yes")
     return bool(requested)
@@ -133,11 +137,18 @@ def setup_runtime(runtime_cfg) -> Runtime:
     """Builds the strategy that `runtime_cfg.strategy` asks for, logs it, and sets the dtype
     policy."""
     strategy, platform = _select(runtime_cfg.strategy, runtime_cfg.tpu, list(runtime_cfg.devices))
-    jit = _default_jit(platform, runtime_cfg.jit_compile)
-    if jit and platform == "cpu" and strategy.num_replicas_in_sync > 1:
+    replicas = strategy.num_replicas_in_sync
+    jit = _default_jit(platform, runtime_cfg.jit_compile, replicas)
+    if jit and platform == "cpu" and replicas > 1:
         raise StrategyError(
             "jit_compile=True fails under MirroredStrategy over CPU devices; "
             "use --config.runtime.jit_compile=auto"
+        )
+    if jit and platform == "gpu" and replicas > 1:
+        raise StrategyError(
+            f"jit_compile=True fails on the first step under {type(strategy).__name__} with "
+            f"{replicas} GPUs (XLA inside strategy.run: 'merge_call called while defining a new "
+            f"graph'); use --config.runtime.jit_compile=auto (XLA off on several GPUs, on for one)"
         )
     policy = _default_policy(platform, runtime_cfg.mixed_precision)
     runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)

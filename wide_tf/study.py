@@ -1,20 +1,24 @@
 """Owns a study: expands a config's sweep into trials with stable ids, runs them (or one shard of
-them) in one process, resumes, tunes the learning rate per (member, batch size), and writes the
-report at the end."""
+them) in one process, or as one of several worker processes that claim (member, batch size) groups
+(`run_worker`; the processes themselves are wide_tf/workers.py's), resumes, tunes the learning
+rate per (member, batch size), estimates the whole study's progress, and writes the report at the
+end."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
 import json
+import statistics
 import time
 
 import ml_collections
 import tensorflow as tf
 from absl import logging
 
+from wide_tf import claims as claims_lib
 from wide_tf import data as data_lib
-from wide_tf import families, lr_grid, report
+from wide_tf import families, lr_grid, preemption, report
 from wide_tf import train as train_lib
 from wide_tf import workdir as wd
 from wide_tf.strategy import setup_runtime
@@ -207,6 +211,209 @@ def next_trials(config, trials: list[Trial], results: dict[str, dict]) -> list[T
     return new
 
 
+def group_trials(trials: list[Trial]) -> dict[tuple[str, int], list[Trial]]:
+    """The initial trials of each (member, batch size) group, in the order of `trials`."""
+    groups: dict[tuple[str, int], list[Trial]] = {}
+    for t in trials:
+        groups.setdefault(t.group, []).append(t)
+    return groups
+
+
+def expand_group(
+    config, initial: list[Trial], results: dict[str, dict]
+) -> tuple[list[Trial], list[Trial]]:
+    """(every trial of the group known so far, those of them not yet recorded): the initial grid
+    plus each round that `lr_grid` asks for once the previous round is recorded. The group is
+    finished when nothing is pending."""
+    known = list(initial)
+    for _ in range(1000):  # lr_grid's extensions and confirmations are finite; a guard only
+        pending = [t for t in known if t.trial_id not in results]
+        if pending:
+            return known, pending
+        new = next_trials(config, known, results)
+        if not new:
+            return known, []
+        known += new
+    raise StudyError("the learning-rate protocol never finished a group; report it")
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """Where a whole study stands: trials recorded of the trials expected in all (every round:
+    grid, extensions, confirmations), and groups finished of all groups."""
+
+    done: int
+    expected: int
+    groups_done: int
+    groups_total: int
+
+    def describe(self) -> str:
+        return (
+            f"{self.done}/{self.expected} trials (expected), "
+            f"{self.groups_done}/{self.groups_total} groups done"
+        )
+
+
+def estimate_progress(
+    config, initial: dict[tuple[str, int], list[Trial]], results: dict[str, dict]
+) -> Progress:
+    """Expected trials per unfinished group: the median size of the finished groups once there are
+    any (they show how many extensions and confirmations this study's cells need), else the
+    initial grid plus one extension round plus the confirmations; never fewer than the group
+    already has. A group in its confirmation round knows its size."""
+    s = config.sweep
+    tuning_seeds = {int(x) for x in s.seeds}
+    n_confirm = len([x for x in s.confirm_seeds if int(x) not in tuning_seeds])
+    states = {g: expand_group(config, ts, results) for g, ts in initial.items()}
+    finished = [len(known) for known, pending in states.values() if not pending]
+    done = expected = 0
+    for g, (known, pending) in states.items():
+        done += len(known) - len(pending)
+        if not pending or any(t.role == lr_grid.CONFIRM for t in known):
+            expected += len(known)
+            continue
+        if finished:
+            guess = statistics.median(finished)
+        else:
+            grid = len(initial[g])
+            extension = len(tuning_seeds) if s.extend_lr_grid and s.max_lr_extensions > 0 else 0
+            guess = grid + extension + n_confirm
+        expected += max(len(known), round(guess))
+    return Progress(done, expected, len(finished), len(states))
+
+
+def _claim_order(groups: list[tuple[str, int]], members: dict[str, families.Member]) -> list:
+    """Groups in the order workers claim them: longest first (smallest batch: the most steps;
+    then the deepest member: the slowest step), so that no long group starts last and the workers
+    finish together."""
+    return sorted(groups, key=lambda g: (g[1], -members[g[0]].depth, g[0]))
+
+
+class WorkerStopped(preemption.Preempted):
+    """SIGTERM reached a worker between trials: nothing to checkpoint, same exit (143)."""
+
+    def __init__(self):
+        Exception.__init__(
+            self, "worker stopped by SIGTERM between trials; run the same command again to resume"
+        )
+        self.name, self.step = "worker", 0
+
+
+class LostClaim(Exception):
+    """Another worker took this worker's group over (its heartbeat was judged stale)."""
+
+
+def run_worker(
+    config,
+    workdir: str,
+    run_id: str,
+    shard: str | None = None,
+    poll_s: float = 2.0,
+    stale_s: float = claims_lib.STALE_S,
+    heartbeat_s: float = claims_lib.HEARTBEAT_S,
+) -> int:
+    """One worker of a study: claims the next unclaimed (member, batch size) group, runs its whole
+    learning-rate protocol (grid, extensions, confirmations), releases it, and repeats until
+    every group of the study (this shard's) is finished; waits meanwhile for groups that other
+    workers hold, to take them over if their owner dies. Returns the number of trials run."""
+    trials = list_trials(config)
+    shard_i, shard_n = parse_shard(shard)
+    trials = [t for t in trials if _stable_index(t.group) % shard_n == shard_i]
+    # Every worker checks (or writes) config.json: the parent starts them before it could. Two
+    # writing it at once write the same text, each atomically.
+    check_workdir(config, workdir)
+    initial = group_trials(trials)
+    members = {t.member.name: t.member for t in trials}
+    order = _claim_order(list(initial), members)
+    claims = claims_lib.Claims(workdir, run_id, stale_s=stale_s)
+    runtime = setup_runtime(config.runtime)
+    stop_heartbeat = claims.start_heartbeat(heartbeat_s)
+    ran, waited = 0, False
+    try:
+        while True:
+            if preemption.requested():  # SIGTERM between groups (or while waiting for one)
+                raise WorkerStopped()
+            results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+            open_groups = [g for g in order if expand_group(config, initial[g], results)[1]]
+            if not open_groups:
+                break
+            current = claims.current()
+            picked = None
+            for g in open_groups:
+                key = claims_lib.group_key(g)
+                if claims.available(current.get(key)) and claims.try_claim(key, current.get(key)):
+                    picked = g
+                    break
+            # A group whose trial raised in a sibling stays for the next run (it would fail here
+            # too): nothing to wait for once only such groups are open.
+            failed = {
+                g for g in open_groups if claims.failed_here(current.get(claims_lib.group_key(g)))
+            }
+            if picked is None and len(failed) == len(open_groups):
+                logging.warning("Only groups that failed in another worker are left: stopping.")
+                break
+            if picked is None:  # all open groups are held by live workers: wait, to take over
+                if not waited:
+                    logging.info("No group free: waiting for %d held by others.", len(open_groups))
+                    waited = True
+                time.sleep(poll_s)
+                continue
+            waited = False
+            key = claims_lib.group_key(picked)
+            prior = current.get(key)
+            logging.info(
+                "Claimed group %s (batch %d)%s.",
+                picked[0],
+                picked[1],
+                f", taken over from {prior.body.get('host')}:{prior.body.get('pid')} "
+                f"({prior.body.get('state')})"
+                if prior is not None
+                else "",
+            )
+            try:
+                ran += _run_group(config, workdir, initial[picked], runtime, claims, key)
+            except LostClaim:
+                logging.warning("Group %s was taken over by another worker; moving on.", key)
+                continue
+            except (preemption.Preempted, KeyboardInterrupt):  # free for anyone at once
+                claims.release(key, claims_lib.STOPPED)
+                raise
+            except BaseException:
+                claims.release(key, claims_lib.FAILED)
+                raise
+            claims.release(key, claims_lib.DONE)
+    finally:
+        stop_heartbeat.set()
+    logging.info("Worker done: %d trials run; no group left to claim.", ran)
+    return ran
+
+
+def _run_group(config, workdir, initial, runtime, claims, key) -> int:
+    """Runs one claimed group to the end of its learning-rate protocol."""
+    ran = 0
+    while True:
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+        _, pending = expand_group(config, initial, results)
+        if not pending:
+            return ran
+        for t in pending:
+            if not claims.still_mine(key):
+                raise LostClaim(key)
+            logging.info(
+                "=== %s (batch %d, lr x%g, seed %d, %s) ===",
+                t.member.name,
+                t.batch_size,
+                t.lr_multiplier,
+                t.seed,
+                t.role,
+            )
+            result = train_lib.train_and_evaluate(
+                t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta()
+            )
+            wd.record_result(workdir, result)
+            ran += 1
+
+
 def _fmt_time(seconds: float) -> str:
     seconds = int(seconds)
     return (
@@ -233,18 +440,23 @@ def run_study(
     mine = lambda t: _stable_index(t.group) % shard_n == shard_i
     start, ran = time.time(), 0
     queue = [t for t in trials if mine(t)]
+    initial = group_trials(queue)
     all_trials = list(trials)
     while queue:
         results = {r["trial_id"]: r for r in wd.read_results(workdir)}
         todo = [t for t in queue if t.trial_id not in results]
         for k, t in enumerate(todo):
-            eta = (time.time() - start) / ran * (len(todo) - k) if ran else None
-            _log_trial_start(t, len(queue) - len(todo) + k + 1, len(queue), len(todo), eta)
+            # The estimate covers the whole study (this shard's groups): every round, with the
+            # extensions and confirmations still to come, not only this round's trials.
+            p = estimate_progress(config, initial, results)
+            eta = (time.time() - start) / ran * (p.expected - p.done) if ran else None
+            _log_trial_start(t, len(queue) - len(todo) + k + 1, len(queue), len(todo), eta, p)
             result = train_lib.train_and_evaluate(
                 t.config, wd.trial_dir(workdir, t.trial_id), runtime, t.meta()
             )
             if runtime.strategy.extended.should_checkpoint:  # the chief records; others only help
                 wd.record_result(workdir, result)
+            results[t.trial_id] = result
             # No clear_session() here: the next trial of the same member and batch size reuses this
             # one's model and traced step; train.py drops them (and clears the session) when the
             # next trial needs another model.
@@ -290,10 +502,13 @@ def _log_plan(config, trials: list[Trial], shard_i: int, shard_n: int) -> None:
         logging.info("  %s", line)
 
 
-def _log_trial_start(t: Trial, k: int, n: int, todo: int, eta_s: float | None) -> None:
-    """The progress line: trial k of n (and how many were done before), what it runs, time left."""
+def _log_trial_start(
+    t: Trial, k: int, n: int, todo: int, eta_s: float | None, p: Progress | None = None
+) -> None:
+    """The progress line: trial k of n of this round (and how many were done before), what it
+    runs, the whole study's trials done of those expected, and the time left for all of them."""
     logging.info(
-        "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s ===",
+        "=== trial %d/%d%s: %s (batch %d, lr x%g, seed %d)%s%s ===",
         k,
         n,
         f" ({n - todo} done before)" if todo < n else "",
@@ -301,6 +516,7 @@ def _log_trial_start(t: Trial, k: int, n: int, todo: int, eta_s: float | None) -
         t.batch_size,
         t.lr_multiplier,
         t.seed,
+        "" if p is None else f"; study {p.describe()}",
         "" if eta_s is None else f", about {_fmt_time(eta_s)} left",
     )
 

@@ -27,6 +27,7 @@ from wide_tf.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.models import build_model
 from wide_tf.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.strategy import Runtime, setup_runtime
+from wide_tf.validate import parse_target
 
 TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
 # With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
@@ -45,6 +46,23 @@ def _comparison(metric: str) -> str:
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
     got = evaluation[metric]
     return got <= value if lower_is_better(metric) else got >= value
+
+
+def extra_targets(config) -> list[tuple[str, float]]:
+    """train.extra_targets as (metric, value) pairs, in the config's order."""
+    return [
+        parse_target(f"train.extra_targets[{i}]", spec)
+        for i, spec in enumerate(config.train.extra_targets or [])
+    ]
+
+
+def momentum_ramp_steps(optim_cfg) -> float | None:
+    """1 / (1 - momentum): the steps over which heavy-ball momentum builds up to its full effect
+    (the weight of past gradients sums to it), for the optimizers that use optim.momentum; None
+    for the others. A steps-to-target of this order may be a transient of the optimizer."""
+    if optim_cfg.name not in ("momentum", "nesterov", "lars") or not optim_cfg.momentum:
+        return None
+    return 1.0 / (1.0 - float(optim_cfg.momentum))
 
 
 def interpolated_crossing(prev: dict | None, now: dict, metric: str, target: float) -> float:
@@ -84,6 +102,7 @@ def _check(config, info) -> None:
     t = config.train
     if t.target_metric not in TARGET_METRICS:
         raise ConfigError(f"train.target_metric={t.target_metric!r} is not one of {TARGET_METRICS}")
+    extra_targets(config)  # raises on a malformed entry
     if t.global_batch > info.num_train:
         raise ConfigError(
             f"train.global_batch={t.global_batch} is larger than the training set "
@@ -91,6 +110,11 @@ def _check(config, info) -> None:
         )
     if t.max_steps <= 0 and t.max_epochs <= 0:
         raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
+    if t.target_bn == "recompute" and t.target_bn_batch > min(t.target_bn_examples, info.num_train):
+        raise ConfigError(
+            f"train.target_bn_batch={t.target_bn_batch} is larger than the subset it is taken "
+            f"from; use at most min(train.target_bn_examples, the training set's size)"
+        )
 
 
 def _model_policy(model) -> str:
@@ -104,6 +128,8 @@ def describe_protocol(config) -> dict:
     t, o, m, d = config.train, config.optim, config.model, config.data
     return {
         "target": f"{t.target_metric} {_comparison(t.target_metric)} {t.target_value}",
+        "extra_targets": [f"{m} {_comparison(m)} {v}" for m, v in extra_targets(config)],
+        "stop_at_target": t.stop_at_target,
         "eval_every_examples": t.eval_every_examples,
         "max_epochs": t.max_epochs,
         "max_steps": t.max_steps,
@@ -119,6 +145,11 @@ def describe_protocol(config) -> dict:
         "momentum": o.momentum,
         "weight_decay": o.weight_decay,
         "norm": m.norm,
+        # How batch norm is judged at every evaluation (None: the model has no batch norm).
+        "target_bn": t.target_bn if m.norm in ("batch", "ghost") else None,
+        "target_bn_examples": t.target_bn_examples if t.target_bn == "recompute" else None,
+        "target_bn_batch": t.target_bn_batch if t.target_bn == "recompute" else None,
+        "momentum_warmup_steps": o.momentum_warmup_steps,
         "ghost_batch_size": m.ghost_batch_size if m.norm == "ghost" else None,
         "data": d.name,
         "augment": d.augment,
@@ -199,6 +230,99 @@ class _GradientProbe:
         s1, q, _ = (float(v) for v in self._sums().numpy())
         stats = diversity.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+
+def batch_norm_layers(model) -> list:
+    """Every batch-norm layer of `model` (ghost batch norm included), nested ones too."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+
+
+class _BatchNormRecompute:
+    """Batch-norm statistics recomputed from training data for the evaluations that judge the
+    target (train.target_bn='recompute'), so that no moving-average lag enters steps-to-target.
+
+    With momentum 0.9 the moving statistics are an average over the last ~10 steps' batches,
+    computed with older weights: judged with them, a model reaches its target some steps after
+    its weights could. Here, before an evaluation, the model runs in training mode over a fixed
+    subset of the training set (the first train.target_bn_examples examples, in batches of
+    train.target_bn_batch, the same for every batch size and learning rate) and each layer's
+    moving mean and variance are set to the plain average of its per-batch statistics (for ghost
+    batch norm, of its ghost groups' statistics); the evaluation then runs in inference mode as
+    usual, and `restore` puts the training run's moving statistics back, so training is unchanged.
+
+    Each batch's statistics are read by tracing the layers with momentum 0 (the layers read
+    their momentum as a Python number while tracing; it is set back right after), so a batch's
+    update replaces the moving statistics with that batch's statistics, which are summed. Like
+    the gradient probe, the subset lives in variables on the devices and every replica runs the
+    same batches (so the replicas' copies stay equal; checked on two CPU replicas with batch norm).
+    One tf.function, traced once per model (kept with it across a study's learning rates).
+    Cost: one training-mode forward pass over the subset per evaluation, plus two host copies of
+    the (small) statistics: an evaluation of a WRN local member took 1.7-1.9x as long."""
+
+    def __init__(self, config, model, strategy):
+        t = config.train
+        self.layers = batch_norm_layers(model)
+        self.variables = [v for layer in self.layers for v in layer_stats(layer)]
+        x, _ = data_lib.load_arrays(config.data, "train", limit=t.target_bn_examples)
+        batch = t.target_bn_batch  # at most len(x) (validate.py)
+        self.num_batches = len(x) // batch
+        self.examples = self.num_batches * batch
+        x = np.asarray(x[: self.examples], np.float32).reshape(
+            (self.num_batches, batch) + x.shape[1:]
+        )
+        with strategy.scope():
+            self._x = tf.Variable(x, trainable=False)
+        layers, variables, k = self.layers, self.variables, self.num_batches
+
+        def replica_batch_stats(i):
+            """One batch in training mode with momentum 0: the moving statistics become the
+            batch's (Python numbers read while tracing, set back right after)."""
+            momenta = [layer.momentum for layer in layers]
+            for layer in layers:
+                layer.momentum = 0.0
+            try:
+                model(self._x[i], training=True)
+            finally:
+                for layer, m in zip(layers, momenta):
+                    layer.momentum = m
+            return [v.value + 0.0 for v in variables]  # read after the update (auto deps)
+
+        @tf.function(autograph=False)
+        def recompute():
+            # The loop runs outside `strategy.run` (as the training loop does): ghost batch norm
+            # all-reduces over replicas, which MirroredStrategy refuses inside replica control flow.
+            def one(i, sums):
+                stats = strategy.run(replica_batch_stats, args=(i,))
+                stats = [strategy.reduce(tf.distribute.ReduceOp.MEAN, x, axis=None) for x in stats]
+                return i + 1, [total + x for total, x in zip(sums, stats)]
+
+            _, sums = tf.while_loop(
+                lambda i, _: i < k, one, [tf.constant(0), [tf.zeros(v.shape) for v in variables]]
+            )
+            for v, total in zip(variables, sums):
+                v.assign(total / k)
+
+        self._recompute = recompute
+
+    def recompute(self) -> list:
+        """Sets the statistics from the training subset; returns the training run's, for
+        `restore`."""
+        saved = [v.numpy() for v in self.variables]
+        self._recompute()
+        return saved
+
+    def restore(self, saved: list) -> None:
+        for v, value in zip(self.variables, saved):
+            v.assign(value)
+
+
+def layer_stats(layer) -> tuple:
+    """A batch-norm layer's moving statistics (the variables an inference-mode pass reads)."""
+    return (layer.moving_mean, layer.moving_variance)
 
 
 class MetricsWriter:
@@ -295,6 +419,7 @@ def _build_key(config, runtime, info, plan) -> str:
             "data": config.data.to_dict(),
             "eval": [t.eval_batch, t.eval_train_limit],
             "probe": [t.probe_size, t.probe_chunk],
+            "target_bn": [t.target_bn, t.target_bn_examples, t.target_bn_batch],
         },
         sort_keys=True,
         default=str,
@@ -321,6 +446,7 @@ class _Built:
     # learning rates of a grid measure them once (see Run.at_init).
     at_init: dict = dataclasses.field(default_factory=dict)
     _probe: _GradientProbe | None = None
+    bn_recompute: _BatchNormRecompute | None = None  # train.target_bn='recompute' on a BN model
 
     def probe(self, config) -> _GradientProbe:
         if self._probe is None:
@@ -410,8 +536,12 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps) -
         )
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)
+    bn_recompute = None
+    if t.target_bn == "recompute" and batch_norm_layers(model):
+        bn_recompute = _BatchNormRecompute(config, model, strategy)
     return _Built(
         key=key,
+        bn_recompute=bn_recompute,
         host_var=host_var,
         checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var),
         model=model,
@@ -443,11 +573,18 @@ class RunState:
     JSON string beside the model and optimizer), besides the weights and optimizer state."""
 
     step: int = 0
-    status: str | None = None  # None while running; then 'reached', 'not_reached' or 'diverged'
+    # The primary target's: None while running; then 'reached', 'not_reached' or 'diverged' (a
+    # run that diverges after it reached the primary target, while it trains on towards the extra
+    # targets, stays 'reached': that crossing is as valid as in a run without extra targets).
+    status: str | None = None
     steps_to_target: int | None = None
     steps_to_target_interp: float | None = (
         None  # the crossing between the two evaluations around it
     )
+    # One entry per train.extra_targets entry: None until it is first met, then
+    # [step, interpolated step]. Saved in checkpoints, so a resumed run keeps earlier crossings.
+    extra_crossings: list = dataclasses.field(default_factory=list)
+    diverged_at: int | None = None  # the step at which the run diverged
     best_test_accuracy: float | None = None
     history: list = dataclasses.field(default_factory=list)  # one dict per evaluation
     gradient: list = dataclasses.field(default_factory=list)  # one dict per probe measurement
@@ -465,6 +602,8 @@ class RunState:
         d = json.loads(text)
         names = {f.name for f in dataclasses.fields(cls)}
         d.setdefault("step", step)
+        if d.get("status") == "diverged" and d.get("diverged_at") is None:
+            d["diverged_at"] = d["step"]  # a checkpoint from before the field
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
@@ -500,6 +639,7 @@ class Run:
         self.eval_every = t.eval_every_examples or info.num_train
         self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
         self.name = self.trial.get("trial_id", "run")
+        self.extra_targets = extra_targets(config)
 
         self.built = built = _build(
             config, runtime, info, plan, self.steps_per_epoch, self.total_steps
@@ -541,6 +681,9 @@ class Run:
             )
             self.metrics.log("resumed from %s at step %d", latest, self.state.step)
         t = self.config.train
+        n_extra = len(self.extra_targets)
+        crossings = list(self.state.extra_crossings)[:n_extra]
+        self.state.extra_crossings = crossings + [None] * (n_extra - len(crossings))
         self.noise = TwoBatchNoiseScale(decay=t.noise_scale_ema)
         if self.state.noise:
             self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
@@ -592,7 +735,9 @@ class Run:
                 out["noise_scale_two_batch"] = float(self.noise.value)
         self.metrics.scalars("train", st.step, out)
         if scalars["diverged"]:
-            st.status = "diverged"
+            st.diverged_at = st.step
+            if st.steps_to_target is None:
+                st.status = "diverged"
             self.metrics.log(
                 "diverged at step %d (loss %.4g): recorded as a result, not an error",
                 st.step,
@@ -604,10 +749,10 @@ class Run:
     def evaluate(self, train_scalars: dict | None = None, check_target: bool = True) -> dict:
         """Training and test accuracy and loss at the current step, into the history; with
         `check_target`, whether the target is met (the first time: the run has reached it)."""
-        st, t = self.state, self.config.train
+        st = self.state
         sets = self.built.eval_sets
-        tr = self.at_init("train", lambda: self.stepper.evaluate(sets["train"]))
-        te = self.at_init("test", lambda: self.stepper.evaluate(sets["test"]))
+        both = self.at_init("eval", lambda: self.evaluate_sets(sets))
+        tr, te = both["train"], both["test"]
         ev = {
             "step": st.step,
             "epoch": st.step * self.batch / self.info.num_train,
@@ -627,24 +772,52 @@ class Run:
         best = st.best_test_accuracy
         st.best_test_accuracy = te["accuracy"] if best is None else max(best, te["accuracy"])
         st.history.append(ev)
-        if (
-            check_target
-            and st.steps_to_target is None
-            and _target_met(t.target_metric, t.target_value, ev)
-        ):
-            st.steps_to_target, st.status = st.step, "reached"
-            prev = st.history[-2] if len(st.history) >= 2 else None
-            st.steps_to_target_interp = interpolated_crossing(
-                prev, ev, t.target_metric, t.target_value
-            )
+        if check_target:
+            self.check_targets(ev)
+        return ev
+
+    def check_targets(self, ev: dict) -> None:
+        """Records the first crossing of the primary target and of every extra target at this
+        evaluation (the last one in the history), each interpolated like the primary."""
+        st, t = self.state, self.config.train
+        prev = st.history[-2] if len(st.history) >= 2 else None
+
+        def log(metric, value):
             if st.step > 0:
                 self.metrics.log(
-                    "target %s reached at step %d (%.3g epochs)",
-                    describe_protocol(self.config)["target"],
+                    "target %s %s %s reached at step %d (%.3g epochs)",
+                    metric,
+                    _comparison(metric),
+                    value,
                     st.step,
                     st.step / self.steps_per_epoch,
                 )
-        return ev
+
+        if st.steps_to_target is None and _target_met(t.target_metric, t.target_value, ev):
+            st.steps_to_target, st.status = st.step, "reached"
+            st.steps_to_target_interp = interpolated_crossing(
+                prev, ev, t.target_metric, t.target_value
+            )
+            log(t.target_metric, t.target_value)
+        for i, (metric, value) in enumerate(self.extra_targets):
+            if st.extra_crossings[i] is None and _target_met(metric, value, ev):
+                st.extra_crossings[i] = [st.step, interpolated_crossing(prev, ev, metric, value)]
+                log(metric, value)
+
+    def all_targets_reached(self) -> bool:
+        st = self.state
+        return st.steps_to_target is not None and all(c is not None for c in st.extra_crossings)
+
+    def evaluate_sets(self, sets: dict) -> dict:
+        """The training and evaluation sets' loss and accuracy, with the batch-norm statistics
+        that train.target_bn asks for (the training run's own are left as they were)."""
+        recompute = self.built.bn_recompute
+        saved = recompute.recompute() if recompute is not None else None
+        try:
+            return {k: self.stepper.evaluate(sets[k]) for k in ("train", "test")}
+        finally:
+            if saved is not None:
+                recompute.restore(saved)
 
     def at_init(self, what: str, compute) -> dict:
         """`compute()`, a dict of numbers of the model at the current step; at step 0 (the initial
@@ -694,8 +867,9 @@ class Run:
         stop_at_target = self.config.train.stop_at_target
         return (
             st.step < self.total_steps
-            and st.status != "diverged"
-            and not (stop_at_target and st.status == "reached")
+            and st.diverged_at is None
+            # With extra targets, the run stops once every target is reached.
+            and not (stop_at_target and self.all_targets_reached())
         )
 
     # ---- the run ---------------------------------------------------------------------------------
@@ -719,7 +893,7 @@ class Run:
         while self.running():
             examples_before = st.step * self.batch
             scalars = self.train_until(min(s for s in self.eval_steps if s > st.step))
-            if st.status == "diverged":
+            if st.diverged_at is not None:
                 break
             if self.probe is not None and self.probe.due(examples_before, st.step * self.batch):
                 self.measure()
@@ -735,7 +909,7 @@ class Run:
                 raise preemption.Preempted(self.name, st.step)
         if st.status is None:
             st.status = "reached" if st.steps_to_target is not None else "not_reached"
-        if st.status != "diverged" and (not st.history or st.history[-1]["step"] != st.step):
+        if st.diverged_at is None and (not st.history or st.history[-1]["step"] != st.step):
             self.evaluate(
                 check_target=False
             )  # the final numbers; the target counts on the cadence only
@@ -784,6 +958,35 @@ class Run:
     def peak_lr(self) -> float:
         return float(optim_lib.peak_learning_rate(self.config.optim, self.batch))
 
+    def targets_result(self) -> list[dict]:
+        """result.json's "targets": the primary target, then train.extra_targets in order."""
+        st, t = self.state, self.config.train
+
+        def entry(metric, value, crossing):
+            if crossing is None:
+                status = "diverged" if st.diverged_at is not None else "not_reached"
+                step = interp = None
+            else:
+                status, (step, interp) = "reached", crossing
+                step, interp = int(step), float(step if interp is None else interp)
+            return {
+                "metric": metric,
+                "value": float(value),
+                "status": status,
+                "steps_to_target": step,
+                "steps_to_target_interp": interp,
+                "epochs_to_target": None
+                if step is None
+                else step * self.batch / self.info.num_train,
+            }
+
+        primary = (
+            None if st.steps_to_target is None else (st.steps_to_target, st.steps_to_target_interp)
+        )
+        return [entry(t.target_metric, t.target_value, primary)] + [
+            entry(m, v, c) for (m, v), c in zip(self.extra_targets, st.extra_crossings)
+        ]
+
     def result(self) -> dict:
         """result.json (written by the chief; the other workers delete their scratch folder)."""
         config, t, st, batch, n_train = (
@@ -823,6 +1026,16 @@ class Run:
                 ),
                 "epochs_to_target": None if s_target is None else s_target * batch / n_train,
                 "examples_to_target": None if s_target is None else s_target * batch,
+                # Every target, the primary first (its numbers are the ones above).
+                "targets": self.targets_result(),
+                # How finely the evaluation cadence resolved the primary crossing: the evaluations
+                # after the initial one up to and including the one that first met the target.
+                "evaluations_to_target": None
+                if s_target is None
+                else sum(1 for ev in st.history if 0 < ev["step"] <= s_target),
+                # 1 / (1 - momentum), to set steps-to-target against momentum's build-up.
+                "momentum_ramp_steps": momentum_ramp_steps(config.optim),
+                "diverged_at_step": st.diverged_at,
                 "steps": st.step,
                 "epochs": st.step * batch / n_train,
                 "final": {
@@ -847,7 +1060,7 @@ class Run:
         result.setdefault(
             "member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}"
         )
-        if st.status == "diverged":
+        if st.diverged_at is not None:
             result["final"] = {k: None for k in result["final"]}  # no meaningful model to evaluate
         if self.chief:
             wd.write_json(wd.join(self.workdir, wd.RESULT), result)

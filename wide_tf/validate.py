@@ -13,6 +13,7 @@ train.py, strategy.py); tests/test_errors.py checks that they agree.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import json
@@ -253,9 +254,32 @@ def _dataset(config):
     return (min(num_train, n) if n else num_train), classes, shape, tfds_name
 
 
+# The replica count of the machine a config is checked for, when that is not this machine
+# (`main --dry_run --replicas=N`, which launch_tpu.sh runs on the workstation before it creates a
+# VM); None: this machine. Set only inside `for_target`.
+_TARGET_REPLICAS: int | None = None
+
+
+@contextlib.contextmanager
+def for_target(replicas: int | None):
+    """Inside: check_config checks the batches for `replicas` replicas (a TPU slice or GPU box that
+    does not exist yet) and skips the checks of this machine's hardware and data, which say
+    nothing about the target."""
+    global _TARGET_REPLICAS
+    if replicas is not None and (isinstance(replicas, bool) or int(replicas) < 1):
+        raise UsageError(f"--replicas={replicas}: give the target's replica count, 1 or more")
+    saved, _TARGET_REPLICAS = _TARGET_REPLICAS, (int(replicas) if replicas else 1)
+    try:
+        yield
+    finally:
+        _TARGET_REPLICAS = saved
+
+
 def _replicas(config) -> int:
     """Replicas known before TensorFlow starts: only a cpu strategy's device list says; 1 otherwise
     (the trainer checks again once it sees the hardware)."""
+    if _TARGET_REPLICAS is not None:
+        return _TARGET_REPLICAS
     rt = config.runtime
     if rt.strategy == "cpu" and rt.devices:
         return len(rt.devices)
@@ -270,10 +294,11 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
             f"({num_train} examples); use at most {num_train}"
         )
     replicas = _replicas(config)
+    source = "--replicas" if _TARGET_REPLICAS is not None else "runtime.devices"
     if batch % replicas:
         raise UsageError(
             f"{where}: batch {batch} does not divide over {replicas} replicas "
-            f"(runtime.devices); use a multiple of {replicas}"
+            f"({source}); use a multiple of {replicas}"
         )
     per_replica = batch // replicas
     cap = config.train.max_device_batch or 0
@@ -288,11 +313,12 @@ def _check_batch(where: str, batch: int, config, num_train: int) -> None:
     # Also a batch smaller than the ghost size: the virtual batch is never shrunk (its statistics
     # would then depend on the number of replicas); the trainer checks again with the hardware.
     if m.norm == "ghost" and micro_batch % ghost:
+        on = f" on {replicas} replicas ({source})" if replicas > 1 else ""
         raise UsageError(
-            f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch} into virtual "
-            f"batches of model.ghost_batch_size={ghost}, which does not divide it; use a batch "
-            f"that is a multiple of {ghost} per replica, or another "
-            f"--config.model.ghost_batch_size"
+            f"{where}: ghost batch norm splits each (micro-)batch of {micro_batch}{on} into "
+            f"virtual batches of model.ghost_batch_size={ghost}, which does not divide it; use a "
+            f"batch that is a multiple of {ghost} per replica (at least {ghost * replicas} here), "
+            f"fewer replicas, or another --config.model.ghost_batch_size"
         )
 
 
@@ -324,6 +350,13 @@ def _check_optim(config) -> None:
     _choice("optim.scaling", o.scaling, SCALING_RULES)
     _num("optim.lr_multiplier", o.lr_multiplier, low=0, low_open=True)
     _num("optim.momentum", o.momentum, low=0, high=1, high_open=True)
+    _num("optim.momentum_warmup_steps", o.momentum_warmup_steps, low=0, integer=True)
+    if o.momentum_warmup_steps and o.name not in ("momentum", "nesterov", "lars"):
+        raise UsageError(
+            f"optim.momentum_warmup_steps={o.momentum_warmup_steps} needs an optimizer with "
+            f"momentum, but optim.name={o.name!r}; use momentum, nesterov or lars, or "
+            f"--config.optim.momentum_warmup_steps=0"
+        )
     _num("optim.weight_decay", o.weight_decay, low=0)
     if o.name == "adam" and o.weight_decay > 0:
         raise UsageError(
@@ -347,6 +380,51 @@ def _check_optim(config) -> None:
     _num("optim.decay_factor", o.decay_factor, low=0, high=1, low_open=True)
     _num("optim.poly_power", o.poly_power, low=0, low_open=True)
     _num("optim.end_lr_fraction", o.end_lr_fraction, low=0, high=1)
+
+
+def _target_value(where: str, metric: str, value, *, listed: bool = False) -> None:
+    """A target's value: an accuracy in (0, 1], a loss above 0."""
+    if metric.endswith("accuracy"):
+        _num(
+            where,
+            value,
+            low=0,
+            high=1,
+            low_open=True,
+            fix="an accuracy above 1 can never be met",
+            listed=listed,
+        )
+    else:
+        _num(
+            where,
+            value,
+            low=0,
+            low_open=True,
+            fix="a cross-entropy loss is never 0 or below",
+            listed=listed,
+        )
+
+
+def parse_target(where: str, spec) -> tuple[str, float]:
+    """An entry of train.extra_targets, "metric:value" (e.g. "train_loss:0.1"), as (metric,
+    value); a UsageError naming `where` if it is malformed."""
+    fix = (
+        'write "metric:value", e.g. "train_loss:0.1", with metric one of '
+        f"{', '.join(TARGET_METRICS)} (a list: change it in the config file)"
+    )
+    if not isinstance(spec, str) or spec.count(":") != 1:
+        raise UsageError(f"{where}={spec!r} is not a target; {fix}")
+    metric, text = (part.strip() for part in spec.split(":"))
+    if metric not in TARGET_METRICS:
+        raise UsageError(
+            f"{where}={spec!r} names no target metric{suggest(metric, TARGET_METRICS)}; {fix}"
+        )
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{where}={spec!r} has no number after the colon; {fix}") from None
+    _target_value(where, metric, value, listed=True)
+    return metric, value
 
 
 def _check_train(config, num_train) -> None:
@@ -381,22 +459,25 @@ def _check_train(config, num_train) -> None:
     _num("train.eval_batch", t.eval_batch, low=1, integer=True)
     _num("train.eval_train_limit", t.eval_train_limit, low=0, integer=True)
     _choice("train.target_metric", t.target_metric, TARGET_METRICS)
-    if t.target_metric.endswith("accuracy"):
-        _num(
-            "train.target_value",
-            t.target_value,
-            low=0,
-            high=1,
-            low_open=True,
-            fix="an accuracy above 1 can never be met",
+    _target_value("train.target_value", t.target_metric, t.target_value)
+    for i, spec in enumerate(t.extra_targets or []):
+        parse_target(f"train.extra_targets[{i}]", spec)
+    _choice("train.target_bn", t.target_bn, defaults.TARGET_BN_MODES)
+    _num("train.target_bn_examples", t.target_bn_examples, low=1, integer=True)
+    _num("train.target_bn_batch", t.target_bn_batch, low=1, integer=True)
+    subset = min(t.target_bn_examples, num_train)
+    if t.target_bn == "recompute" and t.target_bn_batch > subset:
+        raise UsageError(
+            f"train.target_bn_batch={t.target_bn_batch} is larger than the subset its statistics "
+            f"come from ({subset} examples: train.target_bn_examples and the training set); "
+            f"use at most {subset} (--config.train.target_bn_batch=...)"
         )
-    else:
-        _num(
-            "train.target_value",
-            t.target_value,
-            low=0,
-            low_open=True,
-            fix="a cross-entropy loss is never 0 or below",
+    ghost = config.model.ghost_batch_size
+    if t.target_bn == "recompute" and config.model.norm == "ghost" and t.target_bn_batch % ghost:
+        raise UsageError(
+            f"train.target_bn_batch={t.target_bn_batch} is not a multiple of "
+            f"model.ghost_batch_size={ghost}, as ghost batch norm in training mode needs; use a "
+            f"multiple of {ghost} (--config.train.target_bn_batch=...)"
         )
     _num("train.seed", t.seed, low=0, integer=True)
     _num(
@@ -623,8 +704,9 @@ def check_config(config, overrides=()) -> None:
         _check_sweep(config, num_train, classes, shape)
     else:
         _check_batch("train.global_batch", config.train.global_batch, config, num_train)
-    _check_hardware(config)
-    _check_data_present(config, tfds_name)
+    if _TARGET_REPLICAS is None:  # this machine is the one that runs it
+        _check_hardware(config)
+        _check_data_present(config, tfds_name)
 
 
 def design_warnings(config) -> list[str]:
@@ -655,6 +737,47 @@ def check_shard(text) -> None:
         ) from None
     if not 0 <= i < n:
         raise UsageError(f"--shard={text!r}: need 0 <= i < n, e.g. --shard=0/{max(n, 2)}")
+
+
+def parse_workers(text) -> int | None:
+    """--workers as a count, or None when it was left out (the machine's default)."""
+    if text is None or str(text).strip() == "":
+        return None
+    fix = "give a whole number of processes, e.g. --workers=2, or leave it out for one per core"
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--workers={text!r} is not a whole number; {fix}") from None
+    if n < 1:
+        raise UsageError(f"--workers={n} is less than 1; {fix}")
+    return n
+
+
+def check_workers(text, config=None, trial=None, workdir=None) -> None:
+    """--workers=N with N > 1 needs a study, one trial at a time per process, a strategy that one
+    process per core or GPU can use, and a workdir on which claims are atomic."""
+    n = parse_workers(text)
+    if n is None or n == 1:
+        return
+    if trial is not None:
+        raise UsageError(f"--trial runs one trial in this process; drop --workers={n} or --trial")
+    if config is not None and not is_sweep(config):
+        raise UsageError(
+            f"--workers={n} needs a study (a config with a sweep); a single run or the theory "
+            "check runs in one process: drop --workers"
+        )
+    if config is not None and config.runtime.strategy in ("tpu", "multi_worker"):
+        raise UsageError(
+            f"--workers={n} with runtime.strategy={config.runtime.strategy}: one process drives "
+            "those devices; drop --workers (or use --workers=1)"
+        )
+    if workdir:
+        from wide_tf import claims  # pure Python; google-cloud-storage only for gs://
+
+        try:
+            claims.check_store(workdir)
+        except claims.ClaimError as e:
+            raise UsageError(str(e)) from None
 
 
 # ------------------------------------------------------------------------------------------------

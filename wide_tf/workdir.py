@@ -17,6 +17,8 @@ REPORT = "report"
 RESULT = "result.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
+# With --workers=N also claims/ (claims.CLAIMS_DIR) and logs/ (workers.LOGS), named in those
+# TensorFlow-free modules: validate reaches claims before TensorFlow starts.
 
 
 def join(*parts: str) -> str:

@@ -12,7 +12,9 @@ from absl import app, flags
 from wide_tf.report import ReportError, write_report
 
 _WORKDIR = flags.DEFINE_string("workdir", None, "Study workdir (local path or gs://...).")
-_EPS = flags.DEFINE_float("eps", None, "Tolerance of max_batch(eps); default: config's, else 0.25.")
+_EPS = flags.DEFINE_float(
+    "eps", None, "eps of the model-free critical batch B_x(1+eps); default: the config's, else 1.0."
+)
 
 
 def _run(argv) -> int:

@@ -25,34 +25,45 @@ def _md_table(header: list[str], rows: list[list]) -> list[str]:
 HOW_TO_READ = """\
 ## How to read this report
 
-- **Cells.** Each (member, batch size) tried a grid of learning rates on the tuning seed; the
-  rate that reached the target in the fewest steps was kept (the grid was extended past an edge
-  that won, upwards when runs ran out of budget, downwards when they diverged) and re-run on the
-  confirmation seeds. A cell's steps-to-target is the **median over its seeds** (the crossing of
-  the target interpolated between the two evaluations around it); the range spans the seeds. A run
-  that ran out of budget is **censored** (S > its budget: a triangle in the plots), never given the
-  budget as a value; a diverged run is excluded and counted.
+- **Cells.** Each (member, batch size) tried a grid of learning rates on the tuning seeds; the
+  rate whose median over those seeds reached the target in the fewest steps was kept (the grid
+  was extended past an edge that won, upwards when runs ran out of budget, downwards when they
+  diverged, up to a cap the protocol table states) and re-run on the confirmation seeds. A cell's
+  steps-to-target is the **median over its seeds** (the crossing of the target interpolated
+  between the two evaluations around it); the range spans the seeds. A run that ran out of budget,
+  or diverged at the chosen rate, is **censored** (S > its budget: a triangle in the plots), never
+  given the budget as a value.
+- **B_x(1+eps)**, the primary measure, is model-free: the batch at which the median
+  epochs-to-target, interpolated in log-log between cells, first rises (1 + eps)-fold above the
+  geometric mean of the two smallest batches' epochs (perfect scaling keeps epochs constant). At
+  eps = 1 it is McCandlish et al.'s definition of the critical batch (epochs doubled) read off the
+  data; Zhang et al. (2024) use eps = 0.2, about B_crit / 5 on the same curve. "> B" means no
+  crossing up to the largest batch tried.
 - **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) in log space to every seed, censored
-  runs included one-sidedly. Its 95% interval is a two-level bootstrap (cell effects and seeds
-  within cells). A B_crit outside the batches tried is a bound ("> 1,024"), not a number. The fit
-  quality is R^2 of log *epochs*-to-target, which has no trivial trend and fails (low or negative)
-  when the curve does not have the knee shape.
-- **max_batch(eps)** is where the median epochs-to-target curve, interpolated in log-log, first
-  rises above (1 + eps) x E_ref (E_ref: the smallest batch's epochs), with its bootstrap interval;
-  "> B" means no crossing up to the largest batch tried.
-- **The verdict** is the slope of log B_crit against log width across the members, with a 95%
-  bootstrap interval: *supported* when it lies above 0, *contradicted* below, *no detectable effect*
-  when it holds 0. The minimum detectable slope (2.8 standard errors) says how large an effect this
-  study could have seen. Values beyond the batches tried count at the range edge, which can only
-  shrink a slope. On simulated studies with a known answer the rule is decisive in at most 10% of
-  studies without an effect (`python -m wide_tf.simulate`; the README has the table).
+  runs counted one-sidedly. Its fit is tested by a **lack-of-fit F test** (cell means against the
+  seed-to-seed spread within cells; a small p says the curve misses the cells by more than seed
+  noise, or the cells differ by more than their seeds: learning-rate luck). Intervals of both
+  measures come from hierarchical replicates (a cell effect and seed noise, their variances drawn
+  from their sampling distributions; bias-corrected percentiles). A value outside the batches
+  tried is a bound ("> 176"), not a number.
+- **The verdict** is a random-effects meta-regression of log B_x(1+eps) on log width across the
+  members (each member's own variance plus the members' scatter about the line; a t interval on
+  members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
+  detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
+  member (a leave-one-out slope of the other sign), when the B_crit slope (over members that pass
+  the lack-of-fit test) points the other way, or when a learning-rate cell is still at its grid's
+  edge. A member whose value is a bound is left out of a slope and named. The minimum detectable
+  slope says how large an effect this study could have seen. On simulated studies, including ones
+  whose curves differ from the fitted model, the rule's error rates are in docs/results.md
+  (`python -m wide_tf.simulate`).
 """
 
 
 def _cell_steps(c) -> str:
     if c.median_steps is not None:
         rng = c.steps_range
-        spread = f" ({rng[0]:.0f}-{rng[1]:.0f})" if rng and c.n_seeds > 1 else ""
+        # The range at the median's precision: "23.9 (24-46)" read as a median below its range.
+        spread = f" ({rng[0]:.1f}-{rng[1]:.1f})" if rng and c.n_seeds > 1 else ""
         return f"{c.median_steps:.1f}{spread}"
     if c.censored_bound is not None:
         return f"> {c.censored_bound:.0f} (censored)"
@@ -72,10 +83,7 @@ def _cell_epochs(c) -> str:
 
 
 def md_members(summaries, eps: float) -> list[str]:
-    lines = [
-        f"## Members: critical batch size and largest batch without slow-down (eps = {eps:g})",
-        "",
-    ]
+    lines = [f"## Members: the critical batch, model-free (B_x{1 + eps:g}) and fitted (B_crit)", ""]
     rows = []
     for s in summaries:
         cv = s.curve
@@ -86,14 +94,15 @@ def md_members(summaries, eps: float) -> list[str]:
                 _f(s.info.depth),
                 _f(s.info.width),
                 f"{s.info.params:,}" if s.info.params else "-",
+                analysis.fmt_interval(cv.max_batch)
+                if cv and cv.max_batch
+                else f"- ({cv.max_batch_reason if cv else 'no data'})",
                 analysis.fmt_interval(cv.b_crit)
                 if cv and cv.b_crit
                 else f"- ({cv.fit_reason if cv else 'no data'})",
                 analysis.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
+                "-" if s.lof_p is None else f"{s.lof_p:.3f}" + (" (fails)" if s.fails_lof else ""),
                 _f(f.r2_log_epochs, "{:.2f}") if f else "-",
-                analysis.fmt_interval(cv.max_batch)
-                if cv and cv.max_batch
-                else f"- ({cv.max_batch_reason if cv else 'no data'})",
                 _f(cv.reference_epochs, "{:.3g}") if cv else "-",
                 (f"{f.n_obs} ({f.n_censored} censored)" if f else "-"),
                 _f(s.batch_bound_init),
@@ -106,10 +115,11 @@ def md_members(summaries, eps: float) -> list[str]:
             "depth",
             "width",
             "params",
+            f"B_x{1 + eps:g} (95% CI)",
             "B_crit (95% CI)",
             "S_min steps (95% CI)",
-            "fit R^2 (log E)",
-            f"max_batch({eps:g}) (95% CI)",
+            "lack-of-fit p",
+            "R^2 of log E (description)",
             "E_ref epochs",
             "runs fitted",
             "batch bound at init",
@@ -118,6 +128,67 @@ def md_members(summaries, eps: float) -> list[str]:
         rows,
     )
     return lines + [""]
+
+
+def md_transients(summaries, records) -> list[str]:
+    """S_min against the optimizer's own ramp, so a reader can tell a slow problem from a slow
+    start (momentum's 1 / (1 - m) steps)."""
+    ramps = {r.get("momentum_ramp_steps") for r in records if "momentum_ramp_steps" in r}
+    s_mins = [s.curve.s_min.value for s in summaries if s.curve and s.curve.s_min]
+    if not s_mins or not ramps:
+        return []
+    lo = min(s_mins)
+    if ramps == {None}:
+        text = (
+            f"S_min ranges from {lo:.0f} to {max(s_mins):.0f} steps; the optimizer has no "
+            "momentum, so no momentum ramp enters the steps to target."
+        )
+    else:
+        ramp = max(v for v in ramps if v is not None)
+        text = (
+            f"S_min ranges from {lo:.0f} to {max(s_mins):.0f} steps, {lo / ramp:.1f}x or more "
+            f"the momentum ramp 1 / (1 - momentum) = {ramp:.0f} steps"
+            + (
+                "."
+                if lo >= 10 * ramp
+                else ": close enough that the ramp can shape the curve; compare a run with "
+                "optim.momentum_warmup_steps or optim.name=nesterov."
+            )
+        )
+    return ["## S_min against the optimizer's transient", "", text, ""]
+
+
+def md_targets(per_target: dict) -> list[str]:
+    """The verdict at every target the runs recorded (the same runs, learning rates chosen again
+    per target)."""
+    if len(per_target) < 2:
+        return []
+    rows = []
+    for label, verdicts in per_target.items():
+        for arch, v in verdicts.items():
+            d = v.decision
+            p, b = d.primary_slope, d.b_crit_slope
+            rows.append(
+                [
+                    label + (f" ({arch})" if len(verdicts) > 1 else ""),
+                    v.outcome,
+                    "-" if p is None else f"{p.value:+.2f} ({p.low:+.2f} to {p.high:+.2f})",
+                    "-" if b is None else f"{b.value:+.2f} ({b.low:+.2f} to {b.high:+.2f})",
+                    "; ".join(d.reasons) or "-",
+                ]
+            )
+    head = [
+        "target",
+        "verdict",
+        "B_x slope (95% CI)",
+        "B_crit slope (95% CI)",
+        "why inconclusive",
+    ]
+    intro = (
+        "The same runs judged at each target the study recorded (the first is the study's "
+        "target; learning rates are chosen again per target from the tuning runs)."
+    )
+    return ["## The verdict at every target", "", intro, ""] + _md_table(head, rows) + [""]
 
 
 def md_cells(summaries) -> list[str]:
@@ -246,7 +317,9 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
     lines = md_header(config, records, n_bad, result["verdicts"])
     lines += md_protocol(config, records, eps)
     if records:
+        lines += md_targets(result.get("per_target") or {})
         lines += md_members(summaries, eps)
+        lines += md_transients(summaries, records)
         lines += md_edges(summaries)
         lines += md_cells(summaries)
         lines += prediction.md_prediction(result.get("prediction"))

@@ -269,7 +269,9 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
             _draw_max_batch(ax, cv, col)
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
-    ax.plot([], [], "k*", linestyle="none", markersize=10, label="max_batch(eps), 95% interval")
+    ax.plot(
+        [], [], "k*", linestyle="none", markersize=10, label=f"B_x{1 + eps:g} (model-free), 95% CI"
+    )
     return _finish_batch_plot(
         fig,
         ax,
@@ -345,8 +347,8 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
         (
             "max_batch",
-            f"max_batch(eps={eps:g}) (examples per step)",
-            f"Largest batch without slow-down (eps={eps:g})",
+            f"B_x{1 + eps:g} (examples per step)",
+            f"Model-free critical batch: epochs x{1 + eps:g} over perfect scaling",
             "max_batch_slope",
         ),
     )
@@ -370,7 +372,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         fig,
         outdir,
         "batch_vs_width.png",
-        "B_crit and max_batch(eps) vs width, with 95% intervals",
+        "B_crit and the model-free critical batch vs width, with 95% intervals",
     )
 
 

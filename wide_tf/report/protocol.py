@@ -61,10 +61,30 @@ def _join(*parts) -> str | None:
 def _target(p: dict, r: dict) -> str | None:
     if not p.get("target"):
         return None
-    return (
+    extra = p.get("extra_targets") or []
+    text = (
         f"{p['target']} (first seen at an evaluation; the crossing interpolated between it and "
         "the one before)"
     )
+    if extra:  # train.extra_targets: judged on the same evaluations, each in result.json "targets"
+        text += f"; also {', '.join(extra)}, each the same way"
+        if p.get("stop_at_target"):
+            text += "; a run stops once every target is met"
+    return text
+
+
+def _target_bn(p: dict, r: dict) -> str | None:
+    """train.target_bn: which batch-norm statistics the evaluations (and so the targets) use."""
+    mode = p.get("target_bn")
+    if mode == "moving":
+        return "the training run's moving averages (momentum 0.9: they lag the weights)"
+    if mode == "recompute":
+        return (
+            f"recomputed before each evaluation: the average of the batch statistics of the first "
+            f"{p.get('target_bn_examples')} training examples in batches of "
+            f"{p.get('target_bn_batch')} (the training run's moving averages are left unchanged)"
+        )
+    return None  # no batch norm, or not recorded
 
 
 def _budget(p: dict, r: dict) -> str | None:
@@ -97,7 +117,11 @@ def _optimizer(p: dict, r: dict) -> str | None:
         return None
     parts = [name]
     if name in ("momentum", "nesterov", "lars"):
-        parts.append(f"momentum {p.get('momentum')}")
+        warmup = p.get("momentum_warmup_steps")
+        parts.append(
+            f"momentum {p.get('momentum')}"
+            + (f" (rising linearly from 0 over the first {warmup} steps)" if warmup else "")
+        )
     if p.get("weight_decay"):
         parts.append(f"weight decay {p['weight_decay']}")
     lars = p.get("lars")
@@ -166,11 +190,20 @@ def _precision(p: dict, r: dict) -> str | None:
 
 # (label, the protocol keys it shows, its text); a protocol key no row shows gets a row of its own.
 TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | None]], ...] = (
-    ("Target", ("target",), _target),
+    ("Target", ("target", "extra_targets", "stop_at_target"), _target),
+    (
+        "Batch-norm statistics at evaluation",
+        ("target_bn", "target_bn_examples", "target_bn_batch"),
+        _target_bn,
+    ),
     ("Budget", ("max_epochs", "max_steps", "min_steps"), _budget),
     ("Evaluation cadence", ("eval_every_examples", "eval_train_limit"), _evaluation),
     ("Divergence", ("diverge_loss",), _divergence),
-    ("Optimizer", ("optimizer", "momentum", "weight_decay", "lars"), _optimizer),
+    (
+        "Optimizer",
+        ("optimizer", "momentum", "momentum_warmup_steps", "weight_decay", "lars"),
+        _optimizer,
+    ),
     ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),
     ("Schedule", ("schedule", "schedule_settings"), _schedule),
     ("Warm-up", ("warmup",), lambda p, r: p.get("warmup")),

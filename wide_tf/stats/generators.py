@@ -47,6 +47,51 @@ class Truth:
     # The widest member's optimum drifts up with the batch: log m* += drift x log2(B / B_min).
     lr_drift_widest: float = 0.0
     diverge_factor: float = 2.5  # a rate above this x m* diverges
+    # Data-driven noise (`from_residuals`): cell effects and seed deviations (log steps) drawn
+    # from a real study's fit residuals instead of normals; empty: normal noise as above.
+    cell_pool: tuple = ()
+    seed_pool: tuple = ()
+
+    def cell_draw(self, rng) -> float:
+        """A cell's multiplicative effect on steps."""
+        if self.cell_pool:
+            return math.exp(float(rng.choice(self.cell_pool)))
+        return math.exp(self.cell_effect * rng.standard_normal())
+
+    def seed_draw(self, rng, pos: float) -> float:
+        """A seed's multiplicative noise at relative position `pos` (0..1) of log batch."""
+        if self.seed_pool:
+            return math.exp(float(rng.choice(self.seed_pool)))
+        return math.exp(self.noise * (1 + self.hetero * pos) * rng.standard_normal())
+
+
+def from_residuals(summaries, name: str) -> Truth:
+    """A generator whose noise is a real study's: the cell effects (mean residual of a cell's
+    finished seeds about its member's fitted curve) and the seed deviations within cells, pooled
+    over members and centred, each resampled with replacement. Cells with a censored seed are left
+    out (their residuals are truncated)."""
+    cells, seeds = [], []
+    for s in summaries:
+        cv = s.curve
+        if cv is None or cv.fit is None:
+            continue
+        for c in s.cells:
+            if c.censored_budgets or len(c.seed_steps) < 2:
+                continue
+            pred = cv.fit.log_s_min + math.log1p(cv.fit.b_crit / c.batch_size)
+            r = np.log(np.asarray(c.seed_steps)) - pred
+            cells.append(float(r.mean()))
+            k = r.size
+            # Deviations rescaled by sqrt(k / (k - 1)) so their variance is the seeds' own.
+            seeds += list((r - r.mean()) * math.sqrt(k / (k - 1)))
+    if len(cells) < 3 or len(seeds) < 3:
+        raise ValueError(f"{name}: fewer than 3 complete cells with a fitted curve to resample")
+    cells = np.asarray(cells) - np.mean(cells)
+    return Truth(
+        name=f"resampled residuals of {name} ({len(cells)} cells, {len(seeds)} seeds)",
+        cell_pool=tuple(float(v) for v in cells),
+        seed_pool=tuple(float(v) for v in seeds),
+    )
 
 
 def curve_steps(s_min: float, b_crit: float, batch, p: float):
