@@ -19,8 +19,8 @@ Variants (after the colon):
           See the README for what it costs.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
-  predict the paper study's members at batch 128 on three seeds (grid on one), B_simple measured
-          at every evaluation: B_crit per member predicted from the gradient noise scale, for
+  predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
+          measured at every evaluation: B_crit per member predicted from the noise scale, for
           a fraction of the sweep's cost (`python -m wide_tf.predict --config=configs/wrn.py`
           prints both; docs/prediction.md).
   predict_local  the same for the local study (its smallest batch).

@@ -291,4 +291,6 @@ def test_predict_configs_pass_validation(tmp_path):
     config = configs_loader.load_config("configs/wrn.py:predict")
     config.data.data_dir = str(tmp_path)
     validate.check_config(config)
-    assert config.sweep.batch_sizes == [128] and config.train.probe_size == 1024
+    paper = configs_loader.load_config("configs/wrn.py")
+    assert config.sweep.batch_sizes == [min(paper.sweep.batch_sizes)]
+    assert config.train.probe_size == paper.train.probe_size
