@@ -574,7 +574,7 @@ def _num_train(config) -> int | None:
 # Cost: the predict study against the full sweep (plans, from the configs alone)
 # ----------------------------------------------------------------------------------------------
 
-# The README's cost model of configs/wrn.py ("What the WRN study costs"): 1.3 GFLOP per training
+# The cost model of configs/wrn.py (docs/tpu.md, "What the WRN study costs"): 1.3 GFLOP per training
 # example (3 x the 0.42 GFLOP forward pass of WRN-16-2.95), evaluation adds about 26%, a v4 chip
 # peaks at 275 TFLOP/s bf16, and networks this small reach 2-10% of peak (an assumption).
 WRN_FLOP_PER_EXAMPLE = 1.3e9
@@ -582,7 +582,7 @@ WRN_EVAL_OVERHEAD = 0.26
 V4_CHIP_PEAK_FLOPS = 275e12
 UTILISATION = (0.02, 0.10)
 # One exact probe example costs about 2 training examples (wide_tf.bench: exact diversity / one
-# training step 1.6-2.0 for WRN-16-2 and the large MLP at B = 256 and 1,024; README "Benchmarks").
+# training step 1.6-2.0 for WRN-16-2 and the large MLP at B = 256 and 1,024; docs/benchmarks.md).
 PROBE_COST_PER_EXAMPLE = 2.0
 
 
@@ -599,7 +599,7 @@ class Plan:
     probe_examples_max: float  # exact-probe examples (each about 2 training examples of compute)
 
     def chip_hours(self, flop_per_example: float = WRN_FLOP_PER_EXAMPLE) -> tuple[float, float]:
-        """(low, high) v4 chip-hours on the README's cost model."""
+        """(low, high) v4 chip-hours on the cost model of docs/tpu.md."""
         flop = flop_per_example * (
             self.examples_max * (1 + WRN_EVAL_OVERHEAD)
             + PROBE_COST_PER_EXAMPLE * self.probe_examples_max
@@ -887,8 +887,8 @@ def cost_lines(config, spec: str = "the study") -> list[str]:
     if config.model.arch == "wrn" and validate.DATASETS[config.data.name][4] is not None:
         (flo, fhi), (plo, phi) = full.chip_hours(), small.chip_hours()
         lines.append(
-            f"  v4 chip-hours at 2-10% of peak (README cost model, runs to their budget): full "
-            f"sweep {flo:.0f}-{fhi:.0f}, predict {plo:.1f}-{phi:.1f}"
+            "  v4 chip-hours at 2-10% of peak (docs/tpu.md cost model, runs to their budget): "
+            f"full sweep {flo:.0f}-{fhi:.0f}, predict {plo:.1f}-{phi:.1f}"
         )
     return lines
 
