@@ -78,6 +78,9 @@ def get_config(arg=None):
         # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
         config.train.eval_every_examples = 144
         config.train.gradient_at_init = True
+        # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
+        # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
+        config.train.gradient_every_examples = 288
     elif variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 2, 120

@@ -387,6 +387,8 @@ def _grid_study_config(quick: bool, steps: int):
     s.family.depths = [2]
     s.batch_sizes = [256]
     s.extend_lr_grid = False
+    s.seeds, s.confirm_seeds = [0], []  # the grid of 3 on one seed: 3 trials
+    config.train.extra_targets = []
     config.train.max_steps = steps
     config.train.target_value = 1.01  # never stops early: every trial runs the same steps
     config.runtime.strategy = "cpu"
