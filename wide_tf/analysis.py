@@ -450,7 +450,7 @@ def _meta_slope(ms: Sequence[MemberSummary], which: str):
         elif iv.is_bound or (which == "primary" and cv.max_batch_status == 1):
             out.append((s.info.name, "beyond the batches tried"))
         elif which == "b_crit" and s.fails_lof:
-            out.append((s.info.name, f"fails the lack-of-fit test (p = {s.lof_p:.3f})"))
+            out.append((s.info.name, f"fails the lack-of-fit test, p = {s.lof_p:.3f}"))
         else:
             use.append((s, math.log(iv.value), meta.variance_from_replicates(reps)))
     if len(use) < 3:
@@ -483,7 +483,7 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     prim, prim_names, prim_out = _meta_slope(ms, "primary")
     bc, bc_names, bc_out = _meta_slope(ms, "b_crit")
     if prim_out:
-        caveats.append("not in the B_+eps slope: " + _fmt_left_out(prim_out))
+        caveats.append("not in the model-free slope: " + _fmt_left_out(prim_out))
     if bc_out:
         caveats.append("not in the B_crit slope: " + _fmt_left_out(bc_out))
     edges = [
@@ -544,7 +544,7 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
             )
         elif np.sign(bc.value) != np.sign(prim.value):
             reasons.append(
-                f"the B_crit slope ({bc.value:+.2f}) points the other way from the B_+eps slope"
+                f"the B_crit slope ({bc.value:+.2f}) points the other way from the model-free slope"
             )
         outcome = {1: SUPPORTED, -1: CONTRADICTED}[prim.decision]
     if reasons:
@@ -617,7 +617,7 @@ def describe(d: Decision, eps: float) -> str:
     if sl is not None:
         span = max(widths) / min(widths) if widths and min(widths) > 0 else float("nan")
         sentence = (
-            f"Across {sl.n_members} members whose widths span {span:.1f}x, log B_+{eps:g} (the "
+            f"Across {sl.n_members} members whose widths span {span:.1f}x, log B_x{1 + eps:g} (the "
             f"model-free critical batch) changes with log width at slope {_fmt_slope(sl)}, a "
             f"random-effects interval (members scatter about the line by tau = "
             f"{math.sqrt(sl.tau2):.2f} in log units)"
@@ -646,7 +646,7 @@ def describe(d: Decision, eps: float) -> str:
     parts.append(
         "Members from narrowest to widest: "
         + "; ".join(
-            f"{s.info.name} (width {s.info.width:g}): B_+{eps:g} "
+            f"{s.info.name} (width {s.info.width:g}): B_x{1 + eps:g} "
             f"{fmt_interval(s.b_model_free)}, B_crit "
             f"{fmt_interval(s.curve.b_crit if s.curve else None)}"
             + ("" if s.lof_p is None else f", lack-of-fit p = {s.lof_p:.3f}")
