@@ -13,13 +13,13 @@ on simulated studies (`wide_tf.simulate`). The rules, which the report repeats:
   is evidence that the batch is hard, not a missing value). A cell where no rate reached the
   target is censored at its budget. The cell's value is the median over its seeds (censored seeds
   count as larger than every finished one), with the range kept.
-* Each member's **curve** (`wide_tf.critical_batch`): the model-free critical batch B_+eps (the
+* Each member's **curve** (`wide_tf.critical_batch`): the model-free critical batch B_x(1+eps) (the
   first batch whose epochs-to-target exceed perfect scaling from the two smallest batches by eps;
   Zhang et al. 2024's definition at eps = 0.2), the censored fit of S(B) = S_min (1 + B_crit / B),
   a lack-of-fit F test of that fit, and hierarchical intervals for both.
 * The **verdict** (`decide`) compares members by a **random-effects meta-regression** of log
-  B_+eps on log width (`wide_tf.stats.meta`: each member's own variance plus the members' scatter
-  about the line, a t interval on m - 2 df). It is *supported* / *contradicted* only when that
+  B_x(1+eps) on log width (`wide_tf.stats.meta`: each member's own variance plus the members'
+  scatter about the line, a t interval on m - 2 df). It is *supported* / *contradicted* only when that
   interval excludes 0, every leave-one-member-out slope has the same sign, the B_crit slope (over
   the members whose curve passes the lack-of-fit test) has the same sign, and no member has a
   learning-rate cell left at its grid's edge; *no detectable effect* when the interval holds 0;
@@ -45,8 +45,8 @@ from wide_tf.stats import meta
 STATUSES = ("reached", "not_reached", "diverged")
 # Numeric status code for TensorBoard HParams (which only takes numbers as metrics).
 STATUS_CODE = {"reached": 1.0, "not_reached": 0.0, "diverged": -1.0}
-# B_+eps at eps = 1: the batch at which epochs-to-target have doubled over perfect scaling, which
-# is McCandlish et al.'s definition of B_crit read off the data without a curve. Zhang et al.
+# B_x(1+eps) at eps = 1: the batch at which epochs-to-target have doubled over perfect scaling,
+# which is McCandlish et al.'s definition of B_crit read off the data without a curve. Zhang et al.
 # (2024) use eps = 0.2 (sweep.eps): it sits where epochs are still nearly flat in B, so the same
 # noise in log epochs moves its crossing about 3x further (log-log slope ~0.17 there against ~0.5
 # at the doubling), and on an S_min (1 + B_crit / B) curve it is about B_crit / 5.
@@ -334,7 +334,7 @@ class MemberSummary:
 
     @property
     def b_model_free(self) -> cb.Interval | None:
-        """B_+eps, the model-free critical batch (the study's primary measure)."""
+        """B_x(1+eps), the model-free critical batch (the study's primary measure)."""
         return None if self.curve is None else self.curve.max_batch
 
 
@@ -419,7 +419,7 @@ def fmt_interval(iv: cb.Interval | None) -> str:
 @dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: str  # SUPPORTED | CONTRADICTED | NO_EFFECT | INCONCLUSIVE
-    primary_slope: meta.MetaSlope | None  # log B_+eps on log width: decides
+    primary_slope: meta.MetaSlope | None  # log B_x(1+eps) on log width: decides
     b_crit_slope: meta.MetaSlope | None  # log B_crit on log width: must agree in sign
     reasons: tuple  # why inconclusive (empty otherwise)
     caveats: tuple  # notes that do not decide the outcome
@@ -433,8 +433,8 @@ class Decision:
 
 
 def _meta_slope(ms: Sequence[MemberSummary], which: str):
-    """(slope, members used, members left out with why) of log B_+eps or log B_crit on log width.
-    A member whose value is a bound beyond the batches tried is left out: placed at the edge of the
+    """(slope, members used, members left out with why) of log B_x(1+eps) or log B_crit on log
+    width. A member whose value is a bound beyond the batches tried is left out: placed at the edge of the
     range it could move the slope either way."""
     use, out = [], []
     for s in ms:

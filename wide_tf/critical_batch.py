@@ -1,5 +1,5 @@
 """Owns the numbers of one family member's batch-size curve: the censored fit of
-S(B) = S_min (1 + B_crit / B), the model-free critical batch B_+eps (the first batch whose
+S(B) = S_min (1 + B_crit / B), the model-free critical batch B_x(1+eps) (the first batch whose
 epochs-to-target exceed perfect scaling by eps), the lack-of-fit test, and their intervals.
 
 NumPy (and SciPy's distributions through `wide_tf.stats.lof`), vectorised over replicates so a
@@ -33,12 +33,12 @@ The model, in log space (y = log steps-to-target, one observation per seed):
   distribution; a replicate above a run's budget is censored there, as the run would have been.
   B_crit's replicates are centred on the fitted curve; the model-free measure's on the observed
   cell medians, so its interval does not lean on the curve's shape.
-* **B_+eps** (model-free; Zhang et al. 2024 define the critical batch this way with eps = 0.2): on
-  the cell medians of epochs-to-target (censored seeds counting as larger than any finished one),
+* **B_x(1+eps)** (model-free; Zhang et al. 2024 define the critical batch this way with
+  eps = 0.2): on the cell medians of epochs-to-target (censored seeds counting as larger than any finished one),
   the reference E_ref is the geometric mean of the two smallest batches' epochs (perfect scaling
-  keeps epochs constant); B_+eps is the first batch at which the curve, interpolated linearly in
+  keeps epochs constant); B_x(1+eps) is the first batch at which the curve, interpolated linearly in
   (log B, log E), rises above (1 + eps) E_ref. No crossing within the batches tried is a bound
-  ("> largest batch"). On an exact S_min (1 + B_crit / B) curve B_+0.2 is about B_crit / 5
+  ("> largest batch"). On an exact S_min (1 + B_crit / B) curve B_x1.2 is about B_crit / 5
   (McCandlish's B_crit is the batch where epochs have doubled).
 """
 
@@ -212,7 +212,7 @@ def cell_medians(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
 
 
 def first_crossing(batches: np.ndarray, log_e: np.ndarray, cens: np.ndarray, eps: float):
-    """log B_+eps per replicate on (log B, log E) cell curves.
+    """log B_x(1+eps) per replicate on (log B, log E) cell curves.
 
     log_e, cens: (R, m) over ascending batches. The reference is the mean log E of the two
     smallest batches (the first alone when the second is censored or missing). Returns
@@ -313,7 +313,7 @@ class CurveEstimate:
     fit_reason: str | None  # why there is no fit
     b_crit: Interval | None
     s_min: Interval | None
-    max_batch: Interval | None  # B_+eps, the model-free critical batch
+    max_batch: Interval | None  # B_x(1+eps), the model-free critical batch
     max_batch_status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
     max_batch_reason: str
     reference_epochs: float | None  # E_ref: the two smallest batches' epochs (geometric mean)
@@ -358,7 +358,7 @@ def bootstrap_replicates(
 
 
 def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
-    """Point estimates and intervals of B_crit and B_+eps for one member."""
+    """Point estimates and intervals of B_crit and B_x(1+eps) for one member."""
     rng = np.random.default_rng(seed)
     lo, hi = float(obs.batch.min()), float(obs.batch.max())
     log_n = np.log(obs.num_train)

@@ -8,10 +8,10 @@ Every generator is a `Truth`. Its member curves are
 
 times a learning-rate response, times a cell effect shared by a cell's seeds, times seed noise,
 plus an optional fixed overhead of steps per run. The **null** of every generator is that the
-quantity the verdict is about, the model-free critical batch B_+eps of the noiseless curve, is
+quantity the verdict is about, the model-free critical batch B_x(1+eps) of the noiseless curve, is
 the same for every member: where the curve's exponent differs between members, B_crit is solved
-per member so that B_+eps agrees (`b_crit_for_b_plus`); where it does not, equal B_crit gives
-equal B_+eps. The **effect** multiplies B_crit by (w / w_narrowest)^alpha.
+per member so that B_x(1+eps) agrees (`b_crit_for_b_plus`); where it does not, equal B_crit gives
+equal B_x(1+eps). The **effect** multiplies B_crit by (w / w_narrowest)^alpha.
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def curve_steps(s_min: float, b_crit: float, batch, p: float):
 
 
 def b_plus(b_crit: float, p: float, batches, eps: float) -> float:
-    """B_+eps of the noiseless curve: epochs E = S B rise (1 + eps)-fold over the geometric mean
+    """B_x(1+eps) of the noiseless curve: epochs E = S B rise (1 + eps)-fold over the geometric mean
     of the two smallest batches' epochs (as `critical_batch.first_crossing` measures it)."""
     b = np.asarray(sorted(batches), dtype=float)
     log_e = lambda x: math.log(float(curve_steps(1.0, b_crit, x, p)) * x)  # noqa: E731
@@ -127,11 +127,11 @@ def member_exponents(truth: Truth, widths) -> np.ndarray:
 
 
 def member_b_crits(truth: Truth, widths, batches, eps: float, rng) -> np.ndarray:
-    """B_crit per member: the null's common B_+eps (or B_crit where every member has the same
+    """B_crit per member: the null's common B_x(1+eps) (or B_crit where every member has the same
     exponent), the width effect, and the member scatter."""
     w = np.asarray(widths, dtype=float)
     ps = member_exponents(truth, w)
-    base = b_plus(truth.b_crit_ref, 1.0, batches, eps)  # the narrowest member's B_+eps at p = 1
+    base = b_plus(truth.b_crit_ref, 1.0, batches, eps)  # the narrowest member's B_x(1+eps) at p = 1
     out = []
     for wi, p in zip(w, ps):
         if truth.exponent_spread == 0.0 and truth.exponent == 1.0:
