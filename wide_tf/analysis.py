@@ -20,8 +20,8 @@ on simulated studies (`wide_tf.simulate`). The rules, which the report repeats:
 * The **verdict** (`decide`) compares members by a **random-effects meta-regression** of log
   B_x(1+eps) on log width (`wide_tf.stats.meta`: each member's own variance plus the members'
   scatter about the line, a t interval on m - 2 df). It is *supported* / *contradicted* only when
-  that interval excludes 0, every leave-one-member-out slope has the same sign, the B_crit slope (over
-  the members whose curve passes the lack-of-fit test) has the same sign, and no member has a
+  that interval excludes 0, every leave-one-member-out slope has the same sign, the B_crit slope
+  (over the members whose curve passes the lack-of-fit test) has the same sign, and no member has a
   learning-rate cell left at its grid's edge; *no detectable effect* when the interval holds 0;
   *inconclusive* otherwise, with the reason (which member it rests on, which cells are unresolved).
   Its error rates on simulated studies, including studies whose curves differ from the fitted
