@@ -38,8 +38,9 @@ The model, in log space (y = log steps-to-target, one observation per seed):
   any finished one), the reference E_ref is the geometric mean of the two smallest batches'
   epochs (perfect scaling keeps epochs constant); B_x(1+eps) is the first batch at which the
   curve, interpolated linearly in (log B, log E), rises above (1 + eps) E_ref. No crossing
-  within the batches tried is a bound ("> largest batch"). On an exact S_min (1 + B_crit / B) curve B_x1.2 is about B_crit / 5
-  (McCandlish's B_crit is the batch where epochs have doubled).
+  within the batches tried is a bound ("> largest batch"). On an exact S_min (1 + B_crit / B)
+  curve B_x1.2 is about B_crit / 5 (McCandlish's B_crit is the batch where epochs have
+  doubled).
 """
 
 from __future__ import annotations
