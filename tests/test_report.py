@@ -447,7 +447,7 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     wd = make_workdir(tmp_path / "edge", recs)
     md = open(report.write_report(wd)).read()
     assert "- mlp-d8-w128, B=32: chosen multiplier x1 is at the edge" in md
-    assert "Verdict: INCONCLUSIVE" in md and "edge of its grid" in md
+    assert "Verdict: INCONCLUSIVE" in md and "at the edge of the rates tried in" in md
     assert "mlp-d8-w128 (B = 32, 64, 128, 256, 512)" in md
 
 

@@ -59,6 +59,9 @@ SUPPORTED = "supported"
 CONTRADICTED = "contradicted"
 NO_EFFECT = "no detectable effect"
 INCONCLUSIVE = "inconclusive"
+# The grid is extended (up to sweep.max_lr_extensions) for the study's target; at a further target
+# the best of the same runs can sit at an edge that was never extended.
+EDGE_REASON = "the best learning rate is at the edge of the rates tried in "
 # A member whose lack-of-fit test rejects the curve at this level gets no B_crit in the slope.
 LOF_ALPHA = 0.05
 
@@ -517,17 +520,10 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     if prim.decision == 0:
         outcome = NO_EFFECT
         if edges:
-            reasons.append(
-                "the best learning rate is still at the edge of its grid (capped extension) in "
-                + "; ".join(edges)
-            )
+            reasons.append(EDGE_REASON + "; ".join(edges))
     else:
         if edges:
-            reasons.append(
-                "the best learning rate is still at the edge of its grid (capped extension) in "
-                + "; ".join(edges)
-                + ": those cells' steps are upper bounds"
-            )
+            reasons.append(EDGE_REASON + "; ".join(edges) + ": those cells' steps are upper bounds")
         if not prim.loo_agree:
             flips = [
                 f"without {n}: {v:+.2f}"
