@@ -727,7 +727,7 @@ LOCAL_AGREEMENT: tuple = (
         "8x8 digits, target 99%)",
         "source": "the 230-run sweep at daad131 with --config.train.gradient_every_examples=720, "
         "run 2026-12-01 on a shared 2-core machine (12m26s wall); B_simple read at batch 16 on 5 "
-        "seeds per member; the sweep's B_crit equal to the README's",
+        "seeds per member; the sweep's B_crit equal to the README's of daad131",
         "pooled_ratio": "1.69 (0.859 to 3.32)",
         "slope_predicted": "+0.08 (95% CI -0.70 to +0.86)",
         "slope_measured": "-0.23 (95% CI -0.55 to +0.08)",
@@ -767,7 +767,7 @@ LOCAL_AGREEMENT: tuple = (
         "0.25-0.79, 8x8 digits, target 99%)",
         "source": "predicted by configs/wrn.py:predict_local at 08e37ba (16 runs at batch 16, 3 "
         "seeds per member, B_simple once an epoch: --config.train.gradient_every_examples=1440; "
-        "10m38s wall on a shared 2-core machine), measured: the README's 70-run sweep of the same "
+        "10m38s wall on a shared 2-core machine), measured: daad131's README 70-run sweep of the same "
         "protocol (its B_crit intervals), so predicted and measured come from different runs; "
         "WRN-10 reaches the target in 1.5-2 epochs, so its value is extrapolated from 2-3 "
         "measurements",
@@ -867,7 +867,7 @@ def agreement_entry(c: Comparison, study: str, source: str) -> dict:
 
 def cost_lines(config, spec: str = "the study") -> list[str]:
     """The predict study of `config` against the full sweep: runs, training examples (every run
-    to its budget: an upper bound) and, for a WRN, v4 chip-hours on the README's cost model."""
+    to its budget: an upper bound) and, for a WRN, v4 chip-hours on docs/tpu.md's cost model."""
     import copy
 
     from wide_tf import validate
