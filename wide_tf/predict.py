@@ -767,7 +767,7 @@ LOCAL_AGREEMENT: tuple = (
         "0.25-0.79, 8x8 digits, target 99%)",
         "source": "predicted by configs/wrn.py:predict_local at 08e37ba (16 runs at batch 16, 3 "
         "seeds per member, B_simple once an epoch: --config.train.gradient_every_examples=1440; "
-        "10m38s wall on a shared 2-core machine), measured: daad131's README 70-run sweep of the same "
+        "10m38s wall on a shared 2-core machine), measured: daad131's 70-run sweep of the same "
         "protocol (its B_crit intervals), so predicted and measured come from different runs; "
         "WRN-10 reaches the target in 1.5-2 epochs, so its value is extrapolated from 2-3 "
         "measurements",
