@@ -322,8 +322,6 @@ class CurveEstimate:
     # Replicates in log space (unclipped), for the members' variances in the slope.
     log_b_crit_reps: np.ndarray | None
     log_max_batch_reps: np.ndarray | None
-    log_b_crit_clipped: float | None  # the point clipped to the batches tried (for plots)
-    log_max_batch_clipped: float | None
     band_batches: np.ndarray | None = None  # batches at which the fitted curve's band is given
     band_low: np.ndarray | None = None  # 2.5% / 97.5% of the fitted steps over replicates
     band_high: np.ndarray | None = None
@@ -377,7 +375,6 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
         1: "no crossing up to the largest batch tried (a lower bound)",
         2: f"the smallest batch B={int(bs[0])} did not reach the target",
     }[status]
-    clip = lambda v: np.clip(v, np.log(lo), np.log(hi))  # noqa: E731
     fit_ = fit(obs)
     # Variance components: from the fitted curve when there is one, else from the cell medians
     # (then there is no lack-of-fit test, only the seed noise).
@@ -403,19 +400,17 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
             f"{np.unique(obs.batch[~obs.censored]).size}"
         )
         return CurveEstimate(
-            None,
-            reason,
-            None,
-            None,
-            mb,
-            status,
-            mb_reason,
-            e_ref,
-            thr,
-            None,
-            mb_reps,
-            None,
-            None if status == 2 else float(clip(mb_point[0])),
+            fit=None,
+            fit_reason=reason,
+            b_crit=None,
+            s_min=None,
+            max_batch=mb,
+            max_batch_status=status,
+            max_batch_reason=mb_reason,
+            reference_epochs=e_ref,
+            threshold_epochs=thr,
+            log_b_crit_reps=None,
+            log_max_batch_reps=mb_reps,
             components=comp,
         )
     y, c = bootstrap_replicates(obs, fit_, n_boot, rng, comp)
@@ -435,8 +430,6 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
         threshold_epochs=thr,
         log_b_crit_reps=lbc_r,
         log_max_batch_reps=mb_reps,
-        log_b_crit_clipped=float(clip(fit_.log_b_crit)),
-        log_max_batch_clipped=None if status == 2 else float(clip(mb_point[0])),
         band_batches=grid_b,
         band_low=band_lo,
         band_high=band_hi,
