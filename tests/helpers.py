@@ -78,3 +78,27 @@ def comparable(result):
     out = {k: result.get(k) for k in COMPARED}
     out["final"] = {k: (None if v is None else round(v, 4)) for k, v in result["final"].items()}
     return out
+
+
+def add_second_target(records, metric: str, value: float, factor: float) -> None:
+    """Gives each record a `targets` list as train.py writes it: the record's own target
+    (train_accuracy >= 0.99) first, then `metric` at `value`, crossed after `factor` times the
+    first target's steps (same status)."""
+    for r in records:
+        s = r["steps_to_target"]
+        r["targets"] = [
+            {
+                "metric": "train_accuracy",
+                "value": 0.99,
+                "status": r["status"],
+                "steps_to_target": s,
+                "steps_to_target_interp": None,
+            },
+            {
+                "metric": metric,
+                "value": value,
+                "status": r["status"],
+                "steps_to_target": None if s is None else factor * s,
+                "steps_to_target_interp": None,
+            },
+        ]

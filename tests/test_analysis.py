@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import add_second_target
 
 from wide_tf import analysis as A
 from wide_tf import critical_batch as cb
@@ -433,24 +434,8 @@ def test_budget_censoring_does_not_invent_an_effect():
 def test_several_targets_are_analysed_from_the_same_runs():
     rng = np.random.default_rng(6)
     recs = family(1.0, 0.05, rng)
-    for r in recs:  # a second, easier target reached in 60% of the steps (same knee)
-        s = r["steps_to_target"]
-        r["targets"] = [
-            {
-                "metric": "train_accuracy",
-                "value": 0.99,
-                "status": r["status"],
-                "steps_to_target": s,
-                "steps_to_target_interp": None,
-            },
-            {
-                "metric": "train_accuracy",
-                "value": 0.9,
-                "status": r["status"],
-                "steps_to_target": None if s is None else 0.6 * s,
-                "steps_to_target_interp": None,
-            },
-        ]
+    # a second, easier target reached in 60% of the steps (same knee)
+    add_second_target(recs, "train_accuracy", 0.9, 0.6)
     out = A.analyze(recs, n_boot=100)
     assert list(out["per_target"]) == ["train_accuracy >= 0.99", "train_accuracy >= 0.9"]
     second = out["per_target"]["train_accuracy >= 0.9"]["mlp"]

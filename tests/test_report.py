@@ -10,6 +10,7 @@ import sys
 
 import ml_collections
 import pytest
+from helpers import add_second_target
 
 from wide_tf import analysis, defaults, report, train
 
@@ -498,24 +499,8 @@ def test_report_shows_the_verdict_at_every_target_and_s_min_against_the_ramp():
 
     recs = make_records(history=False)
     for r in recs:
-        s = r["steps_to_target"]
         r["momentum_ramp_steps"] = 10.0
-        r["targets"] = [
-            {
-                "metric": "train_accuracy",
-                "value": 0.99,
-                "status": r["status"],
-                "steps_to_target": s,
-                "steps_to_target_interp": None,
-            },
-            {
-                "metric": "train_loss",
-                "value": 0.1,
-                "status": r["status"],
-                "steps_to_target": None if s is None else 0.5 * s,
-                "steps_to_target_interp": None,
-            },
-        ]
+    add_second_target(recs, "train_loss", 0.1, 0.5)
     result = analysis.analyze(recs, 1.0, n_boot=50)
     lines = markdown.md_targets(result["per_target"])
     assert lines[0] == "## The verdict at every target"
