@@ -58,7 +58,7 @@ readonly NON_TF_DEPS=(
 # (libtpu 2.17.x/2.18.0 are only there; the 0.0.x builds are on PyPI too).
 readonly LIBTPU_INDEX="https://storage.googleapis.com/libtpu-tf-releases/index.html"
 readonly EXIT_REFUSED=3
-readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/preemption.py)
+readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/engine/preemption.py)
 
 # The one table of TPU software. Per TensorFlow minor: the tensorflow-tpu release on PyPI and the
 # libtpu its wheel declares (Requires-Dist of each wheel, read with `pip install --dry-run
@@ -432,7 +432,7 @@ fi
 
 # ---- 0. the config, checked here for the slice's replica count -------------------------------
 # No TensorFlow and no VM: `wide_tf.main --dry_run --replicas=N` runs the package's own checks
-# (wide_tf/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
+# (wide_tf/config/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
 # does not split into whole ghost batches per replica, ...) is refused before anything is billed.
 validate_here() {  # [--shard=i/n]
   local py="${PYTHON:-python3}" out code=0
@@ -675,7 +675,7 @@ TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
 # (the VM's disk goes with the VM) and then writes the exit status, which --watch reads: 0 done,
-# 143 preempted (SIGTERM; wide_tf/preemption.py), anything else failed. gcloud ships on TPU VM
+# 143 preempted (SIGTERM; wide_tf/engine/preemption.py), anything else failed. gcloud ships on TPU VM
 # images; gsutil is the fallback.
 # shellcheck disable=SC2016  # single quotes on purpose: the wrapper's $1, $@ ... are its own
 readonly RUNNER='log=$1; dest=$2; shift 2; "$@" > "$log" 2>&1 < /dev/null; code=$?; { gcloud storage cp "$log" "$dest/" || gsutil -q cp "$log" "$dest/"; } >> "$log" 2>&1; echo "$code" > ~/wide_tf.exit; exit "$code"'

@@ -28,7 +28,8 @@ Variants (after the colon):
           minutes on 2 cores; docs/prediction.md).
 """
 
-from wide_tf import defaults, predict
+from wide_tf.analysis import predict
+from wide_tf.spec import defaults
 
 
 def get_config(arg=None):

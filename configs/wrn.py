@@ -21,12 +21,13 @@ Variants (after the colon):
   smoke   seconds; for the tests.
   predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
           measured at every evaluation: B_crit per member predicted from the noise scale, for
-          a fraction of the sweep's cost (`python -m wide_tf.predict --config=configs/wrn.py`
-          prints both; docs/prediction.md).
+          a fraction of the sweep's cost (`python -m wide_tf.analysis.predict
+          --config=configs/wrn.py` prints both; docs/prediction.md).
   predict_local  the same for the local study (its smallest batch).
 """
 
-from wide_tf import defaults, predict
+from wide_tf.analysis import predict
+from wide_tf.spec import defaults
 
 
 def get_config(arg=None):

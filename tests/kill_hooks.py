@@ -33,7 +33,7 @@ def _countdown(n):
 def _install(point: str, n: int) -> None:
     due = _countdown(n)
     if point == "trial":
-        from wide_tf import steps
+        from wide_tf.engine import steps
 
         original = steps.Stepper.train
 
@@ -55,7 +55,7 @@ def _install(point: str, n: int) -> None:
 
         cm.update_checkpoint_state_internal = update
     elif point == "record":
-        from wide_tf import workdir as wd
+        from wide_tf.store import workdir as wd
 
         original = wd.write_text_atomic
 
@@ -72,7 +72,7 @@ def _install(point: str, n: int) -> None:
 
         wd.write_text_atomic = write
     elif point == "between":
-        from wide_tf import train as train_lib
+        from wide_tf.engine import train as train_lib
 
         original = train_lib.train_and_evaluate
 

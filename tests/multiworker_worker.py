@@ -1,5 +1,6 @@
 """One process of the multi-worker test (tests/test_multiworker.py): a few Stepper updates of a
-small MLP under the strategy that wide_tf.strategy.setup_runtime builds, weights written to .npz.
+small MLP under the strategy that wide_tf.engine.strategy.setup_runtime builds, weights written to
+.npz.
 
     python tests/multiworker_worker.py multi_worker OUT.npz   # TF_CONFIG in the environment
     python tests/multiworker_worker.py cpu OUT.npz            # the one-device reference
@@ -20,8 +21,8 @@ SEED = 3
 def main(strategy_name: str, out_path: str) -> dict:
     import ml_collections
 
-    from wide_tf import defaults
-    from wide_tf.strategy import setup_runtime
+    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.spec import defaults
 
     # First TensorFlow work of the program: MultiWorkerMirroredStrategy must be created before any
     # other op runs, or its collective runtime cannot be configured.
@@ -34,8 +35,8 @@ def main(strategy_name: str, out_path: str) -> dict:
     import numpy as np
     import tensorflow as tf
 
-    from wide_tf.models import build_model
-    from wide_tf.steps import BatchPlan, Stepper
+    from wide_tf.engine.models import build_model
+    from wide_tf.engine.steps import BatchPlan, Stepper
 
     rng = np.random.default_rng(0)
     n = GLOBAL_BATCH * STEPS

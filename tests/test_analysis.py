@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 from helpers import add_second_target
 
-from wide_tf import analysis as A
-from wide_tf import critical_batch as cb
-from wide_tf import lr_grid, simulate
+from wide_tf.analysis import critical_batch as cb
+from wide_tf.analysis import simulate
+from wide_tf.analysis import verdict as A
+from wide_tf.study import lr_grid
 
 
 def rec(

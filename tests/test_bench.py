@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from wide_tf import bench
+from wide_tf.tools import bench
 
 
 @pytest.fixture(scope="module")

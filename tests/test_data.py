@@ -1,4 +1,5 @@
-"""Tests of wide_tf.data: coverage, order, resume, sharding, evaluation and offline failure."""
+"""Tests of wide_tf.engine.data: coverage, order, resume, sharding, evaluation and offline
+failure."""
 
 import socket
 import time
@@ -8,7 +9,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from wide_tf import data, defaults
+from wide_tf.engine import data
+from wide_tf.spec import defaults
 
 
 @pytest.fixture(autouse=True)

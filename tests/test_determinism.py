@@ -6,7 +6,8 @@ import json
 import keras
 import pytest
 
-from wide_tf import defaults, train
+from wide_tf.engine import train
+from wide_tf.spec import defaults
 
 TIMINGS = ("wall_time_s", "examples_per_s")
 

@@ -6,7 +6,8 @@ import csv
 import math
 import re
 
-from wide_tf import configs_loader, study
+from wide_tf.config import loader as configs_loader
+from wide_tf.study import scheduler as study
 
 
 def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.models import build_model
-from wide_tf.steps import BatchPlan, BatchSplitError, Stepper
+from wide_tf.engine.models import build_model
+from wide_tf.engine.steps import BatchPlan, BatchSplitError, Stepper
 
 
 def _data(n=64, seed=0):
@@ -229,11 +229,12 @@ def test_divergence_counts_up_to_the_first_diverged_step_only():
 def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
     """Stepper.train reads one packed tensor; a new learning rate (schedule variables) and a new
     divergence threshold reuse the traced loop."""
-    from wide_tf import bench, optim
+    from wide_tf.engine import optim
+    from wide_tf.tools import bench
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     x, y = _data()
-    from wide_tf import defaults
+    from wide_tf.spec import defaults
 
     cfg = defaults.optim_config("momentum", base_lr=0.1)
     keras.utils.set_random_seed(0)

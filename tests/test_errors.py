@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from wide_tf import configs_loader, validate
+from wide_tf.config import loader as configs_loader
+from wide_tf.config import validate
 
 SMOKE = "--config=configs/mlp.py:smoke"
 SINGLE = "--config=configs/mlp.py:single"
@@ -597,7 +598,9 @@ def test_unwritable_workdir(tmp_path):
 
 
 def test_validate_names_agree_with_the_modules_that_use_them():
-    from wide_tf import data, defaults, optim, strategy, study, train
+    from wide_tf.engine import data, optim, strategy, train
+    from wide_tf.spec import defaults
+    from wide_tf.study import scheduler as study
 
     assert validate.OPTIMIZERS == optim.OPTIMIZER_NAMES
     assert validate.SCHEDULES == optim.SCHEDULE_NAMES
@@ -710,7 +713,7 @@ def test_extra_targets_are_checked(entries, words):
 def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
     path = tmp_path / "targets.py"
     path.write_text(
-        "from wide_tf import defaults\n"
+        "from wide_tf.spec import defaults\n"
         "def get_config(arg=None):\n"
         "    c = defaults.base_config('mlp', 'digits_embedded')\n"
         "    c.sweep = None\n"

@@ -1,4 +1,5 @@
-"""Tests for wide_tf.families: closed-form counts, the budget solver, sweeps, names and the CLI."""
+"""Tests for wide_tf.spec.families: closed-form counts, the budget solver, sweeps, names and the
+CLI."""
 
 import io
 import json
@@ -10,8 +11,8 @@ from contextlib import redirect_stdout
 
 import pytest
 
-from wide_tf import architectures as A
-from wide_tf import families as F
+from wide_tf.spec import architectures as A
+from wide_tf.spec import families as F
 
 
 def _wrn_count_by_hand(depth, k):
@@ -31,7 +32,7 @@ def _wrn_count_by_hand(depth, k):
 
 def test_does_not_import_tensorflow():
     code = (
-        "import sys, wide_tf.families, wide_tf.validate; "
+        "import sys, wide_tf.spec.families, wide_tf.config.validate; "
         "assert 'tensorflow' not in sys.modules, 'tf imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -213,14 +214,21 @@ def test_cli_mlp_and_errors():
         m.name for m in F.family("mlp", 1e6, [1, 2, 4, 8], input_shape=(28, 28, 1), norm="none")
     ]
     r = subprocess.run(
-        [sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--budget=2e4", "--depths=10,100"],
+        [
+            sys.executable,
+            "-m",
+            "wide_tf.spec.families",
+            "--arch=wrn",
+            "--budget=2e4",
+            "--depths=10,100",
+        ],
         capture_output=True,
         text=True,
     )
     assert r.returncode != 0 and r.stdout == ""
     assert len(r.stderr.strip().splitlines()) == 1 and r.stderr.startswith("error: member wrn-100")
     r = subprocess.run(
-        [sys.executable, "-m", "wide_tf.families", "--arch=wrn", "--depths=10"],
+        [sys.executable, "-m", "wide_tf.spec.families", "--arch=wrn", "--depths=10"],
         capture_output=True,
         text=True,
     )

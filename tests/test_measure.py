@@ -1,5 +1,5 @@
-"""Tests for wide_tf.measure: fast per-example norms vs jacobian and loop references, the stats,
-the noise scale."""
+"""Tests for wide_tf.engine.measure: fast per-example norms vs jacobian and loop references, the
+stats, the noise scale."""
 
 import json
 import math
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.measure import diversity, noise_scale, per_example
+from wide_tf.engine.measure import diversity, noise_scale, per_example
 
 RTOL = 1e-4
 
@@ -328,7 +328,7 @@ def test_averaged_estimate_by_hand():
 def test_package_models_wrn_and_ghost_mlp():
     """The package's own builders (pre-activation WRN with BN, MLP with ghost BN) against the
     reference."""
-    from wide_tf.models import build_model
+    from wide_tf.engine.models import build_model
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

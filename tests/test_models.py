@@ -1,12 +1,12 @@
-"""Tests for wide_tf.models: WRN/MLP structure and counts, float32 logits, ghost batch norm."""
+"""Tests for wide_tf.engine.models: WRN/MLP structure and counts, float32 logits, ghost batch
+norm."""
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf import architectures, families
-from wide_tf.models import (
+from wide_tf.engine.models import (
     BUILDERS,
     GhostBatchNormalization,
     build_mlp,
@@ -14,6 +14,7 @@ from wide_tf.models import (
     build_wrn,
     make_norm_layer,
 )
+from wide_tf.spec import architectures, families
 
 ALLOWED_LAYERS = {
     "InputLayer",

@@ -146,7 +146,7 @@ def test_two_workers_match_one_process(tmp_path):
                 got[k], ref[k], rtol=1e-5, atol=1e-7, err_msg=f"worker {i}, {k}"
             )
     # The comparison can fail: the three momentum steps moved the weights well past the tolerance.
-    from wide_tf.models import build_model
+    from wide_tf.engine.models import build_model
 
     keras.utils.set_random_seed(multiworker_worker.SEED)
     init = build_model("mlp", 2, 16, 4, (6, 6, 1), norm="none").get_weights()
@@ -174,8 +174,8 @@ def test_main_runs_under_multi_worker(tmp_path):
     )
     got = json.loads((tmp_path / "mw" / "result.json").read_text())
 
-    from wide_tf import train
-    from wide_tf.configs_loader import load_config
+    from wide_tf.config.loader import load_config
+    from wide_tf.engine import train
 
     config = load_config("configs/mlp.py:single")
     config.data.name = "digits_embedded"

@@ -1,5 +1,5 @@
-"""Tests for wide_tf.optim: LARS against a NumPy reference, schedules against hand-computed values,
-the optimizers by name."""
+"""Tests for wide_tf.engine.optim: LARS against a NumPy reference, schedules against hand-computed
+values, the optimizers by name."""
 
 import math
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf import defaults, optim
+from wide_tf.engine import optim
+from wide_tf.spec import defaults
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference

@@ -1,5 +1,5 @@
-"""Tests for wide_tf.predict (NumPy only: hand-made histories and records with known answers) and
-the report's prediction section on a synthetic study."""
+"""Tests for wide_tf.analysis.predict (NumPy only: hand-made histories and records with known
+answers) and the report's prediction section on a synthetic study."""
 
 import math
 import types
@@ -7,8 +7,8 @@ import types
 import numpy as np
 import pytest
 
-from wide_tf import critical_batch as cb
-from wide_tf import predict as pr
+from wide_tf.analysis import critical_batch as cb
+from wide_tf.analysis import predict as pr
 
 
 def _rec(member="m", width=100, seed=0, batch=16, mult=1.0, steps=100.0, hist=(), **kw):
@@ -280,7 +280,8 @@ def test_report_without_history_says_what_to_set(tmp_path):
 
 
 def test_predict_configs_pass_validation(tmp_path):
-    from wide_tf import configs_loader, validate
+    from wide_tf.config import loader as configs_loader
+    from wide_tf.config import validate
 
     for spec in ("configs/mlp.py:predict", "configs/wrn.py:predict_local"):
         validate.check_config(configs_loader.load_config(spec))

@@ -11,7 +11,7 @@ import time
 
 from helpers import REPO, comparable, env, run_main, start_main
 
-from wide_tf import preemption
+from wide_tf.engine import preemption
 
 ARGS = [
     "--config=configs/mlp.py:smoke",
@@ -97,7 +97,7 @@ def test_sigterm_checkpoints_exits_143_and_the_rerun_resumes(tmp_path):
 def test_the_first_sigterm_sets_the_flag_and_a_second_one_kills():
     code = (
         "import os, signal, time\n"
-        "from wide_tf import preemption\n"
+        "from wide_tf.engine import preemption\n"
         "assert preemption.install() and not preemption.requested()\n"
         "os.kill(os.getpid(), signal.SIGTERM)\n"
         "assert preemption.requested()\n"

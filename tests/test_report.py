@@ -12,7 +12,10 @@ import ml_collections
 import pytest
 from helpers import add_second_target
 
-from wide_tf import analysis, defaults, report, train
+from wide_tf import report
+from wide_tf.analysis import verdict as analysis
+from wide_tf.engine import train
+from wide_tf.spec import defaults
 
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)

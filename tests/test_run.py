@@ -8,7 +8,8 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf import defaults, train
+from wide_tf.engine import train
+from wide_tf.spec import defaults
 
 
 def _single(data="mnist_embedded", **train_overrides):
@@ -205,7 +206,7 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
         c.optim.schedule, c.optim.warmup_epochs = "cosine", 0.5
         return c
 
-    from wide_tf.strategy import setup_runtime
+    from wide_tf.engine.strategy import setup_runtime
 
     runtime = setup_runtime(config(1.0, 0).runtime)  # one per process, as in a study
     train.clear_cache()
@@ -303,7 +304,7 @@ def test_runs_of_one_seed_measure_the_initial_model_once(tmp_path, monkeypatch):
         train._GradientProbe, "__call__", lambda *a: calls.append("probe") or real_probe(*a)
     )
     monkeypatch.setattr(train.Stepper, "evaluate", lambda *a: calls.append("eval") or real_eval(*a))
-    from wide_tf.strategy import setup_runtime
+    from wide_tf.engine.strategy import setup_runtime
 
     runtime = setup_runtime(config(1.0, 0).runtime)
     train.clear_cache()
@@ -361,9 +362,9 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
 
 
 def test_compiled_probe_matches_the_host_measurement():
-    from wide_tf import data as data_lib
-    from wide_tf import measure
-    from wide_tf.models import build_model
+    from wide_tf.engine import data as data_lib
+    from wide_tf.engine import measure
+    from wide_tf.engine.models import build_model
 
     config = _single("digits_embedded", probe_size=300, probe_chunk=128)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")

@@ -1,7 +1,8 @@
-"""Tests of wide_tf.stats against independent computations: the random-effects meta-regression
-(REML by brute force on its textbook likelihood, DerSimonian-Laird through the explicit projection
-matrix, Knapp-Hartung through a plain weighted least-squares solve), the lack-of-fit test worked by
-hand, and the coverage of the hierarchical interval on simulated curves. NumPy and SciPy only."""
+"""Tests of wide_tf.analysis.stats against independent computations: the random-effects
+meta-regression (REML by brute force on its textbook likelihood, DerSimonian-Laird through the
+explicit projection matrix, Knapp-Hartung through a plain weighted least-squares solve), the
+lack-of-fit test worked by hand, and the coverage of the hierarchical interval on simulated curves.
+NumPy and SciPy only."""
 
 import math
 
@@ -9,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from wide_tf import critical_batch as cb
-from wide_tf.stats import lof, meta
+from wide_tf.analysis import critical_batch as cb
+from wide_tf.analysis.stats import lof, meta
 
 X = np.log([64.0, 79, 92, 117, 140, 189, 667])
 Y = np.array([4.1, 4.3, 3.9, 4.6, 4.2, 4.9, 5.0])

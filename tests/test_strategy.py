@@ -1,5 +1,5 @@
-"""wide_tf.strategy on CPU: which strategy each runtime.strategy gives, the per-platform XLA and
-dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
+"""wide_tf.engine.strategy on CPU: which strategy each runtime.strategy gives, the per-platform XLA
+and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
 
 import os
 
@@ -7,9 +7,9 @@ import keras
 import pytest
 import tensorflow as tf
 
-from wide_tf import defaults
-from wide_tf import strategy as strategy_lib
-from wide_tf.strategy import StrategyError, setup_runtime
+from wide_tf.engine import strategy as strategy_lib
+from wide_tf.engine.strategy import StrategyError, setup_runtime
+from wide_tf.spec import defaults
 
 
 @pytest.fixture(autouse=True)
@@ -157,7 +157,7 @@ def test_two_gpus_train_with_xla_off_by_default(monkeypatch, tmp_path):
     graph" from the optimizer's iterations.assign_add inside a jit_compile function inside
     strategy.run; here, on two logical CPUs: InvalidArgumentError "Trying to access resource
     dense_1/kernel/replica_1 located in device CPU:1 from device CPU:0"). One GPU keeps XLA."""
-    from wide_tf import train
+    from wide_tf.engine import train
 
     _two_cpus_as_gpus(monkeypatch)
     config = defaults.base_config("mlp", "digits_embedded")

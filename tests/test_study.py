@@ -6,9 +6,9 @@ import json
 import pytest
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf import study
-from wide_tf import workdir as wd
-from wide_tf.configs_loader import load_config
+from wide_tf.config.loader import load_config
+from wide_tf.store import workdir as wd
+from wide_tf.study import scheduler as study
 
 
 def _smoke(**sweep):
@@ -177,7 +177,7 @@ def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
     config.runtime.strategy = "cpu"
     config.runtime.mixed_precision = "mixed_bfloat16"
     built = []
-    from wide_tf import train as train_lib
+    from wide_tf.engine import train as train_lib
 
     real_build = train_lib.build_model
 

@@ -8,9 +8,10 @@ import math
 import numpy as np
 import pytest
 
-from wide_tf import data as data_lib
-from wide_tf import defaults, preemption, train
-from wide_tf.strategy import setup_runtime
+from wide_tf.engine import data as data_lib
+from wide_tf.engine import preemption, train
+from wide_tf.engine.strategy import setup_runtime
+from wide_tf.spec import defaults
 
 TARGET_KEYS = {
     "metric",
@@ -321,7 +322,7 @@ def test_momentum_rises_linearly_over_the_warmup_steps(name, warmup):
     m * min(1, k / warmup) at the step after k completed ones (m at every step without warm-up)."""
     import keras
 
-    from wide_tf import optim
+    from wide_tf.engine import optim
 
     cfg = defaults.optim_config(name, base_lr=0.1)
     cfg.scaling, cfg.momentum_warmup_steps = "none", warmup

@@ -1,5 +1,5 @@
-"""Tests for wide_tf.theory: analytic per-example gradients vs finite differences, budgets, the
-study."""
+"""Tests for wide_tf.theory.check: analytic per-example gradients vs finite differences, budgets,
+the study."""
 
 import csv
 import importlib.util
@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from wide_tf import theory
+from wide_tf.theory import check as theory
 
 CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "configs", "theory.py")
 

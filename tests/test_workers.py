@@ -14,9 +14,12 @@ import time
 import pytest
 from helpers import comparable, run_main, start_main
 
-from wide_tf import claims, study, validate, workers
-from wide_tf import workdir as wd
-from wide_tf.configs_loader import load_config
+from wide_tf.config import validate
+from wide_tf.config.loader import load_config
+from wide_tf.store import claims
+from wide_tf.store import workdir as wd
+from wide_tf.study import scheduler as study
+from wide_tf.study import workers
 
 SMOKE = ["--config=configs/mlp.py:smoke"]
 # Longer trials (a harder target, more epochs), so a worker can be stopped in the middle of one.

@@ -23,7 +23,10 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the config is checked before TensorFlow starts, and the
 # modules that need it are imported in main() once the checks have passed.
-from wide_tf import configs_loader, families, validate, workers
+from wide_tf.config import loader as configs_loader
+from wide_tf.config import validate
+from wide_tf.spec import families
+from wide_tf.study import workers
 
 # Whether the user chose TensorFlow's C++ log level; if not, main picks one before the import.
 _USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL")
@@ -382,10 +385,12 @@ def main(argv) -> None:
     if worker is not None:
         workers.set_tensorflow_threads(worker)
 
-    from wide_tf import data as data_lib
-    from wide_tf import preemption, study, theory, train
-    from wide_tf.steps import BatchSplitError
-    from wide_tf.strategy import StrategyError
+    from wide_tf.engine import data as data_lib
+    from wide_tf.engine import preemption, train
+    from wide_tf.engine.steps import BatchSplitError
+    from wide_tf.engine.strategy import StrategyError
+    from wide_tf.study import scheduler as study
+    from wide_tf.theory import check as theory
 
     # TensorFlow's checkpoint saver logs one INFO line per save through absl, between the progress
     # lines.

@@ -28,8 +28,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # noqa: E402
 
-from wide_tf import analysis  # noqa: E402
-from wide_tf import workdir as wd  # noqa: E402
+from wide_tf.analysis import verdict as analysis  # noqa: E402
 from wide_tf.report import prediction  # noqa: E402
 from wide_tf.report.markdown import render_markdown  # noqa: E402
 from wide_tf.report.plots import make_plots  # noqa: E402
@@ -48,6 +47,7 @@ from wide_tf.report.tables import (  # noqa: E402
     write_csv,
 )
 from wide_tf.report.tensorboard import METRIC_DOCS, write_tensorboard  # noqa: E402
+from wide_tf.store import workdir as wd  # noqa: E402
 
 __all__ = [
     "BEST_COLUMNS",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from wide_tf import analysis
+from wide_tf.analysis import verdict as analysis
 from wide_tf.report import prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
@@ -55,7 +55,7 @@ HOW_TO_READ = """\
   edge. A member whose value is a bound is left out of a slope and named. The minimum detectable
   slope says how large an effect this study could have seen. On simulated studies, including ones
   whose curves differ from the fitted model, the rule's error rates are in docs/results.md
-  (`python -m wide_tf.simulate`).
+  (`python -m wide_tf.analysis.simulate`).
 """
 
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
-from wide_tf import lr_grid
+from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"

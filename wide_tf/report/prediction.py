@@ -1,14 +1,15 @@
 """Owns the report's section "Does the gradient noise scale predict the critical batch?" and its
 plot (predicted against measured, log-log, with the diagonal). The numbers come from
-`wide_tf.predict`; this module only lays them out (docs/prediction.md says how to read them)."""
+`wide_tf.analysis.predict`; this module only lays them out (docs/prediction.md says how to read
+them)."""
 
 from __future__ import annotations
 
 import numpy as np
 from absl import logging
 
-from wide_tf import analysis
-from wide_tf import predict as pr
+from wide_tf.analysis import predict as pr
+from wide_tf.analysis import verdict as analysis
 from wide_tf.report import plots as plots_lib
 
 PLOT_FILE = "noise_scale_vs_b_crit.png"
@@ -172,8 +173,8 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         f"- This study's finished runs: {sp['runs']} runs, {sp['examples']:.3g} training examples "
         f"and {sp['probe_examples']:.3g} exact-probe examples (about 2 training examples each), "
         f"{sp['wall_s'] / 60:.1f} minutes of run time summed over runs; "
-        "`python -m wide_tf.predict --config=<the study>` compares a predict study's plan with "
-        "the full sweep's."
+        "`python -m wide_tf.analysis.predict --config=<the study>` compares a predict study's plan "
+        "with the full sweep's."
     )
     lines += ["", "What the prediction has been worth on the local sweeps:", ""]
     lines += pr.format_local_agreement()

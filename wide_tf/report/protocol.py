@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from wide_tf import analysis
+from wide_tf.analysis import verdict as analysis
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
 _SWEEP_ROWS = (

@@ -7,7 +7,7 @@ import csv
 import io
 import math
 
-from wide_tf import workdir as wd
+from wide_tf.store import workdir as wd
 
 TRIAL_COLUMNS = [
     "trial_id",

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from wide_tf import analysis
+from wide_tf.analysis import verdict as analysis
 
 # The metrics of the HParams table, with the description TensorBoard shows.
 METRIC_DOCS = {

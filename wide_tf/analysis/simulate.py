@@ -1,0 +1,382 @@
+"""Owns the study simulator: whole studies with a known answer, run through the real protocol
+(`wide_tf.study.lr_grid`) and the real analysis (`wide_tf.analysis.verdict`), to calibrate the
+verdict.
+
+The design (members, batches, learning-rate grid, seeds, budget, evaluation cadence) is read from
+a study config (default `configs/mlp.py:local`), so the calibration is of the study a user runs.
+What nature does is a generator (`wide_tf.analysis.stats.generators`): a simulated run of member
+w at batch B and learning-rate multiplier m takes
+
+    S = S_curve(B) * (1 + c log(m / m*)^2) * cell effect * exp(sigma Z) + overhead
+
+steps to the target, where S_curve is the member's curve (McCandlish et al.'s, or one that differs
+from it), m* a per-cell optimum scattered about the scaling rule's guess, the cell effect shared by
+the cell's seeds. A rate more than `diverge_factor` x m* diverges. A run is censored by its budget
+(max(max_epochs * n / B, min_steps) steps, as in `train.py`), and is seen only at the evaluation
+cadence: the target is detected at the first evaluation at or after S, and the interpolated
+crossing lands between that evaluation and the one before.
+
+    python -m wide_tf.analysis.simulate    # the calibration table quoted in the README
+    python -m wide_tf.analysis.simulate --studies=200 --generators=fitted,overhead
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+import sys
+import time
+
+import numpy as np
+
+from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis.stats import generators as gen
+from wide_tf.analysis.stats.generators import Truth
+from wide_tf.study import lr_grid
+
+DEFAULT_CONFIG = "configs/mlp.py:local"
+
+
+@dataclasses.dataclass(frozen=True)
+class Design:
+    """What the experimenter chooses (defaults: the shape of `configs/mlp.py:local`; a config's
+    own design comes from `design_from_config`)."""
+
+    widths: tuple = (64.0, 79.0, 92.0, 117.0, 140.0, 189.0, 667.0)
+    depths: tuple = (12, 8, 6, 4, 3, 2, 1)
+    batch_sizes: tuple = (8, 16, 32, 64, 128, 176)
+    lr_multipliers: tuple = (0.5, 1.0, 2.0)
+    tuning_seeds: tuple = (0, 1)
+    confirm_seeds: tuple = (2, 3, 4)
+    max_lr_extensions: int = 4
+    num_train: int = 1438
+    max_epochs: float = 30.0
+    min_steps: int = 400
+    eval_every_examples: int = 144
+
+
+def design_from_config(spec: str = DEFAULT_CONFIG) -> Design:
+    """The design of a study config (members resolved as the study resolves them; no TensorFlow)."""
+    from wide_tf.config import loader as configs_loader
+    from wide_tf.config import validate
+    from wide_tf.spec import families
+
+    config = configs_loader.load_config(spec)
+    num_train, classes, shape, _ = validate._dataset(config)
+    s, t = config.sweep, config.train
+    members = families.from_config(
+        config.model.arch, s.family, num_classes=classes, input_shape=shape, norm=config.model.norm
+    )
+    members = sorted(members, key=lambda m: m.width)
+    return Design(
+        widths=tuple(float(m.width) for m in members),
+        depths=tuple(int(m.depth) for m in members),
+        batch_sizes=tuple(int(b) for b in s.batch_sizes),
+        lr_multipliers=tuple(float(m) for m in s.lr_multipliers),
+        tuning_seeds=tuple(int(v) for v in s.seeds),
+        confirm_seeds=tuple(int(v) for v in s.confirm_seeds),
+        max_lr_extensions=int(s.max_lr_extensions) if s.extend_lr_grid else 0,
+        num_train=int(num_train),
+        max_epochs=float(t.max_epochs),
+        min_steps=int(t.min_steps),
+        eval_every_examples=int(t.eval_every_examples) or int(num_train),
+    )
+
+
+def _budget(design: Design, batch: int) -> int:
+    return max(math.ceil(design.max_epochs * design.num_train / batch), design.min_steps)
+
+
+def _eval_steps(design: Design, batch: int, budget: int) -> np.ndarray:
+    every = design.eval_every_examples
+    k = np.arange(1, math.ceil(budget * batch / every) + 2)
+    steps = np.unique(np.minimum(np.ceil(k * every / batch), budget).astype(int))
+    return steps
+
+
+@dataclasses.dataclass(frozen=True)
+class _Member:
+    name: str
+    width: float
+    depth: int
+    b_crit: float
+    s_min: float
+    exponent: float
+    widest: bool
+
+
+def simulate_run(
+    rng,
+    design: Design,
+    truth: Truth,
+    mem: _Member,
+    batch: int,
+    m_opt: float,
+    cell: float,
+    mult: float,
+    seed: int,
+    role: str,
+) -> dict:
+    budget = _budget(design, batch)
+    rec = {
+        "trial_id": f"{mem.name}_b{batch}_lr{mult:g}_s{seed}",
+        "member": mem.name,
+        "arch": "sim",
+        "depth": mem.depth,
+        "width": mem.width,
+        "params": 50_000,
+        "batch_size": batch,
+        "lr_multiplier": mult,
+        "learning_rate": 0.1 * mult,
+        "seed": seed,
+        "role": role,
+        "num_train": design.num_train,
+        "budget_steps": budget,
+        "steps_to_target": None,
+        "steps_to_target_interp": None,
+        "epochs_to_target": None,
+    }
+    if mult > truth.diverge_factor * m_opt:
+        rec.update(status="diverged", steps=int(rng.integers(1, 20)))
+        return rec
+    s = float(gen.curve_steps(mem.s_min, mem.b_crit, batch, mem.exponent))
+    s *= 1 + truth.lr_curvature * math.log(mult / m_opt) ** 2
+    lb = np.log(design.batch_sizes)
+    pos = (math.log(batch) - lb.min()) / (np.ptp(lb) or 1.0)
+    s *= cell * truth.seed_draw(rng, pos)
+    s += truth.overhead_steps
+    if s > budget:
+        rec.update(status="not_reached", steps=budget)
+        return rec
+    evals = _eval_steps(design, batch, budget)
+    i = int(np.searchsorted(evals, s))  # first evaluation at or after the crossing
+    seen = int(evals[min(i, len(evals) - 1)])
+    prev = int(evals[i - 1]) if i > 0 else 0
+    # A crossing interpolated on a noisy metric lands near, not at, the true one.
+    interp = min(max(s + (rng.random() - 0.5) * 0.5 * (seen - prev), prev), seen)
+    rec.update(
+        status="reached",
+        steps=seen,
+        steps_to_target=seen,
+        steps_to_target_interp=interp,
+        epochs_to_target=seen * batch / design.num_train,
+    )
+    return rec
+
+
+def members_of(design: Design, truth: Truth, rng, eps: float = analysis.DEFAULT_EPS):
+    b_crits = gen.member_b_crits(truth, design.widths, design.batch_sizes, eps, rng)
+    ps = gen.member_exponents(truth, design.widths)
+    deepest = max(design.depths)
+    widest = max(design.widths)
+    # S_min from the narrowest member's B_crit: the members share S_min unless told otherwise.
+    s_min = truth.epochs_small_batch * design.num_train / truth.b_crit_ref
+    return [
+        _Member(
+            f"sim-d{d}-w{w:g}",
+            w,
+            d,
+            bc,
+            s_min * (truth.deepest_s_min_factor if d == deepest else 1.0),
+            p,
+            w == widest,
+        )
+        for w, d, bc, p in zip(design.widths, design.depths, b_crits, ps)
+    ]
+
+
+def simulate_study(rng: np.random.Generator, design: Design, truth: Truth) -> list[dict]:
+    """Every record of one simulated study, driven by the real learning-rate protocol."""
+    records = []
+    b0 = min(design.batch_sizes)
+    for mem in members_of(design, truth, rng):
+        for batch in design.batch_sizes:
+            log_m = truth.lr_opt_spread * rng.standard_normal()
+            if mem.widest:
+                log_m += truth.lr_drift_widest * math.log2(batch / b0)
+            m_opt = math.exp(log_m)
+            cell = truth.cell_draw(rng)
+            args = (rng, design, truth, mem, batch, m_opt, cell)
+            runs = [
+                simulate_run(*args, m, s, lr_grid.TUNE)
+                for m in design.lr_multipliers
+                for s in design.tuning_seeds
+            ]
+            while True:
+                nxt = lr_grid.next_runs(
+                    runs,
+                    design.lr_multipliers,
+                    design.tuning_seeds,
+                    design.confirm_seeds,
+                    design.max_lr_extensions,
+                    extend=design.max_lr_extensions > 0,
+                )
+                if not nxt:
+                    break
+                runs += [simulate_run(*args, m, s, role) for m, s, role in nxt]
+            records += runs
+    return records
+
+
+@dataclasses.dataclass(frozen=True)
+class Calibration:
+    n_studies: int
+    supported: int
+    contradicted: int
+    no_effect: int
+    inconclusive: int
+    median_min_detectable: float | None
+
+    @property
+    def decisive_rate(self) -> float:
+        return (self.supported + self.contradicted) / self.n_studies
+
+    @property
+    def supported_rate(self) -> float:
+        return self.supported / self.n_studies
+
+
+def calibrate(
+    design: Design,
+    truth: Truth,
+    n_studies: int,
+    seed: int = 0,
+    eps: float = analysis.DEFAULT_EPS,
+    n_boot: int = 200,
+) -> Calibration:
+    """Runs n_studies simulated studies through the analysis and counts the outcomes."""
+    rng = np.random.default_rng(seed)
+    counts = dict.fromkeys(
+        (analysis.SUPPORTED, analysis.CONTRADICTED, analysis.NO_EFFECT, analysis.INCONCLUSIVE), 0
+    )
+    mds = []
+    for _ in range(n_studies):
+        recs = simulate_study(rng, design, truth)
+        summaries = analysis.summarize_members(recs, eps, n_boot=n_boot)
+        d = analysis.decide(summaries)
+        counts[d.outcome] += 1
+        if d.primary_slope is not None:
+            mds.append(d.primary_slope.min_detectable)
+    return Calibration(
+        n_studies,
+        counts[analysis.SUPPORTED],
+        counts[analysis.CONTRADICTED],
+        counts[analysis.NO_EFFECT],
+        counts[analysis.INCONCLUSIVE],
+        float(np.median(mds)) if mds else None,
+    )
+
+
+def table(
+    design: Design, names, n_studies: int, alpha: float, n_boot: int, seed: int = 0
+) -> list[str]:
+    rows = [
+        "| generator | decisive under the null | 'supported' with B_crit ~ width^"
+        f"{alpha:g} | inconclusive (null / effect) | median min. detectable slope |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for k, name in enumerate(names):
+        truth = name if isinstance(name, Truth) else gen.GENERATORS[name]
+        null = calibrate(design, truth, n_studies, seed=seed + 100 + k, n_boot=n_boot)
+        eff = calibrate(
+            design,
+            dataclasses.replace(truth, alpha=alpha),
+            n_studies,
+            seed=seed + 200 + k,
+            n_boot=n_boot,
+        )
+        mdt = "-" if null.median_min_detectable is None else f"{null.median_min_detectable:.2f}"
+        rows.append(
+            f"| {truth.name} | {null.decisive_rate:.1%} "
+            f"({null.supported + null.contradicted}/{n_studies}) | "
+            f"{eff.supported_rate:.1%} ({eff.supported}/{n_studies}) | "
+            f"{null.inconclusive / n_studies:.0%} / {eff.inconclusive / n_studies:.0%} | {mdt} |"
+        )
+    return rows
+
+
+def _summaries_of(workdir: str):
+    """The member summaries of a finished study's results (plain JSON files, no TensorFlow)."""
+    import glob
+    import json
+    import os
+
+    recs = []
+    for path in sorted(glob.glob(os.path.join(workdir, "results", "*.json"))):
+        with open(path) as f:
+            recs.append(json.load(f))
+    if not recs:
+        raise OSError(f"no results/*.json in {workdir}")
+    return analysis.summarize_members(recs, n_boot=20)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
+    p.add_argument(
+        "--generators",
+        default=",".join(gen.GENERATORS),
+        help=f"comma-separated, of: {', '.join(gen.GENERATORS)}",
+    )
+    p.add_argument("--config", default=DEFAULT_CONFIG, help="the study whose design is simulated")
+    p.add_argument("--alpha", type=float, default=0.5, help="effect: B_crit ~ width^alpha")
+    p.add_argument("--noise", type=float, default=None, help="seed-noise sigma (default 0.14)")
+    p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--residuals_from",
+        default=None,
+        help="a study's workdir: add a generator that resamples its fit residuals",
+    )
+    a = p.parse_args(argv)
+    names = [n.strip() for n in a.generators.split(",") if n.strip()]
+    unknown = [n for n in names if n not in gen.GENERATORS]
+    if unknown:
+        print(
+            f"error: --generators: unknown {', '.join(unknown)}; use some of "
+            f"{', '.join(gen.GENERATORS)}",
+            file=sys.stderr,
+        )
+        return 2
+    if a.studies < 1 or a.bootstrap < 20:
+        print("error: --studies must be >= 1 and --bootstrap >= 20", file=sys.stderr)
+        return 2
+    try:
+        design = design_from_config(a.config)
+    except Exception as e:  # the config loader's and the family's errors, as one line
+        print(
+            f"error: --config={a.config}: {e}; give a study config such as {DEFAULT_CONFIG}",
+            file=sys.stderr,
+        )
+        return 2
+    if a.noise is not None:
+        gen.GENERATORS.update(
+            {k: dataclasses.replace(v, noise=a.noise) for k, v in gen.GENERATORS.items()}
+        )
+    if a.residuals_from:
+        try:
+            names.append(gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from))
+        except (OSError, ValueError) as e:
+            print(
+                f"error: --residuals_from={a.residuals_from}: {e}; give a finished study's workdir",
+                file=sys.stderr,
+            )
+            return 2
+    t0 = time.time()
+    print(
+        f"Design of {a.config}: {len(design.widths)} members (widths "
+        f"{', '.join(f'{w:g}' for w in design.widths)}), batches {list(design.batch_sizes)}, "
+        f"n = {design.num_train}"
+    )
+    for line in table(design, names, a.studies, a.alpha, a.bootstrap, a.seed):
+        print(line, flush=True)
+    print(
+        f"\n({a.studies} studies per cell, {a.bootstrap} replicates per member, "
+        f"{time.time() - t0:.0f} s)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Config files, command-line overrides and the checks made before TensorFlow starts."""

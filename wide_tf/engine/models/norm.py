@@ -1,0 +1,129 @@
+"""Normalisation layers for the model builders: batch norm, ghost batch norm, or none."""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from wide_tf.spec.architectures import check_norm
+
+# Moving-average momentum and epsilon shared by batch norm and ghost batch norm, so that switching
+# between them changes only how training-mode statistics are grouped. Momentum 0.9 (not Keras's
+# 0.99) because CPU-scale studies train for a few hundred steps, and with 0.99 the moving
+# statistics used at evaluation would still be mostly their initial values.
+BN_MOMENTUM = 0.9
+BN_EPSILON = 1e-5
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class GhostBatchNormalization(keras.layers.BatchNormalization):
+    """Batch norm whose training statistics come from fixed-size virtual ("ghost") batches.
+
+    Hoffer et al. 2017. In training, the (per-replica) batch is split into consecutive groups of
+    `ghost_batch_size` examples and each group is normalised with its own mean and variance, so an
+    example's normalisation does not change when the batch grows. The batch must be a multiple of
+    `ghost_batch_size` (one group or more): the virtual batch is never shrunk to fit a smaller
+    batch, since that would make the statistics depend on the replica count (train.py rejects such
+    a configuration before training; here it is checked while tracing, or in the graph). The
+    moving statistics are updated with the mean over groups of the group means and
+    variances (averaged over replicas too, under a multi-replica strategy); inference uses them
+    exactly like BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are
+    those of BatchNormalization, so parameter counts and checkpoints line up, and code that
+    handles BatchNormalization in inference mode handles this layer too.
+    Statistics are computed in float32 under mixed precision.
+    """
+
+    def __init__(self, ghost_batch_size: int = 32, **kwargs):
+        super().__init__(**kwargs)
+        if (
+            isinstance(ghost_batch_size, bool)
+            or int(ghost_batch_size) != ghost_batch_size
+            or ghost_batch_size < 1
+        ):
+            raise ValueError(
+                f"ghost_batch_size must be a positive integer, got {ghost_batch_size!r}"
+            )
+        self.ghost_batch_size = int(ghost_batch_size)
+
+    def build(self, input_shape):
+        super().build(input_shape)
+        # Channels-last only: the grouping reshapes the leading (batch) axis and reduces every
+        # other axis except the last.
+        if self.axis not in (-1, len(input_shape) - 1):
+            raise ValueError(f"GhostBatchNormalization supports axis=-1 only, got {self.axis}")
+
+    def call(self, inputs, training=None, mask=None):
+        if not (training and self.trainable):  # inference: moving statistics, as in BN
+            return super().call(inputs, training=training, mask=mask)
+        if mask is not None:
+            raise ValueError("GhostBatchNormalization does not support masks in training")
+        x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
+        g = self.ghost_batch_size
+        static_batch = x.shape[0]
+        if static_batch is not None and static_batch % g:
+            raise ValueError(
+                f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
+                f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
+                f"model.ghost_batch_size or raise the batch"
+            )
+        batch = tf.shape(x)[0]
+        # Dynamic shapes only (on CPU and GPU without XLA; under XLA shapes are static and the
+        # check above runs while tracing, and train.py rejects such a batch before training).
+        check = tf.debugging.assert_equal(
+            batch % g,
+            0,
+            message=(
+                f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
+            ),
+        )
+        with tf.control_dependencies([check]):
+            num_groups = batch // g
+        group = g
+        grouped = tf.reshape(x, tf.concat([[num_groups, group], tf.shape(x)[1:]], axis=0))
+        axes = list(range(1, len(x.shape)))  # within a group: examples and spatial positions
+        mean, variance = tf.nn.moments(grouped, axes=axes, keepdims=True)
+        gamma = self.gamma if self.scale else None
+        beta = self.beta if self.center else None
+        out = tf.nn.batch_normalization(
+            grouped,
+            mean,
+            variance,
+            offset=None if beta is None else tf.cast(beta, tf.float32),
+            scale=None if gamma is None else tf.cast(gamma, tf.float32),
+            variance_epsilon=self.epsilon,
+        )
+        out = tf.reshape(out, tf.shape(x))
+        # Moving statistics from the mean of the group statistics (each group has the same size,
+        # so this is also the mean over examples of the batch).
+        channels = x.shape[-1]
+        group_mean = tf.reduce_mean(tf.reshape(mean, [-1, channels]), axis=0)
+        group_var = tf.reduce_mean(tf.reshape(variance, [-1, channels]), axis=0)
+        # Under a multi-replica strategy each replica holds its own copy of the moving statistics;
+        # averaging over replicas keeps the copies equal (Keras's BatchNormalization lets them
+        # drift apart) and makes them the mean over every ghost group of the global batch.
+        ctx = tf.distribute.get_replica_context()
+        if ctx is not None and ctx.num_replicas_in_sync > 1:
+            group_mean, group_var = ctx.all_reduce(
+                tf.distribute.ReduceOp.MEAN, [group_mean, group_var]
+            )
+        m = self.momentum
+        self.moving_mean.assign(tf.cast(self.moving_mean, tf.float32) * m + group_mean * (1.0 - m))
+        self.moving_variance.assign(
+            tf.cast(self.moving_variance, tf.float32) * m + group_var * (1.0 - m)
+        )
+        return tf.cast(out, self.compute_dtype)
+
+    def get_config(self):
+        return {**super().get_config(), "ghost_batch_size": self.ghost_batch_size}
+
+
+def make_norm_layer(norm: str, ghost_batch_size: int = 32, name: str | None = None):
+    """A BatchNormalization ('batch'), GhostBatchNormalization ('ghost') or None ('none')."""
+    check_norm(norm)
+    if norm == "none":
+        return None
+    if norm == "batch":
+        return keras.layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
+    return GhostBatchNormalization(  # norm == "ghost"
+        ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
+    )

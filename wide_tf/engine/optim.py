@@ -1,0 +1,694 @@
+"""Optimizers and learning rates: LARS on Keras 3, the batch-size scaling rules, warm-up/decay
+schedules, and the optimizers by name (OPTIMIZERS, build_optimizer)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+import keras
+import tensorflow as tf
+from absl import logging
+
+# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in
+# defaults.py (which imports no TensorFlow) and used here under these names: a config that names
+# anything else must fail loudly, because a silently substituted optimizer or schedule invalidates
+# every comparison in a study.
+from wide_tf.spec.defaults import OPTIMIZER_NAMES, SCALING_RULES, SCHEDULE_NAMES, TRUST_RATIO_FORMS
+
+# Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
+# from weight decay. By rank rather than by name: layer names change with the architecture, ranks
+# do not.
+DEFAULT_EXCLUDE_RANK = 1
+
+
+def _rank(variable) -> int:
+    return len(variable.shape)
+
+
+def _is_low_rank(variable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> bool:
+    return exclude_rank >= 0 and _rank(variable) <= exclude_rank
+
+
+def describe_exclusions(variables: Iterable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> dict:
+    """Splits variables by the rank rule: {'excluded': [names], 'adapted': [names]} (rank <=
+    exclude_rank excluded)."""
+    excluded, adapted = [], []
+    for v in variables:
+        (excluded if _is_low_rank(v, exclude_rank) else adapted).append(
+            v.path if hasattr(v, "path") else v.name
+        )
+    return {"excluded": excluded, "adapted": adapted}
+
+
+def _log_exclusions(owner: str, variables: Sequence, exclude_rank: int, what: str) -> None:
+    d = describe_exclusions(variables, exclude_rank)
+    logging.info(
+        "%s: %d variable(s) of rank <= %d excluded from %s: %s",
+        owner,
+        len(d["excluded"]),
+        exclude_rank,
+        what,
+        ", ".join(d["excluded"]) or "(none)",
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# Momentum warm-up
+# --------------------------------------------------------------------------------------------------
+
+
+def ramped_momentum(momentum, iterations, warmup_steps: int, dtype):
+    """The momentum of the step after `iterations` completed ones, with optim.momentum_warmup_steps
+    = `warmup_steps`: momentum * min(1, iterations / warmup_steps), i.e. 0 at the first step (plain
+    SGD), rising linearly, the full value from step warmup_steps + 1 on. Computed in the graph from
+    the optimizer's own step counter: no host update, no retrace, and exact on resume."""
+    m = tf.cast(momentum, dtype)
+    if not warmup_steps:
+        return m
+    return m * tf.minimum(tf.cast(iterations, dtype) / float(warmup_steps), 1.0)
+
+
+# --------------------------------------------------------------------------------------------------
+# LARS
+# --------------------------------------------------------------------------------------------------
+
+
+def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):
+    """LARS trust ratio of one variable from its norms.
+
+    w_norm = |w|, g_norm = |g|, gd_norm = |g + wd*w| (only used by form 'decayed_grad').
+      'you'          (You et al. 2017):  eta * |w| / (|g| + wd*|w| + epsilon)
+      'decayed_grad' (common variant):   eta * |w| / (|g + wd*w| + epsilon)
+    The ratio is 1.0 where |w| == 0 (fresh zero-initialised weights) or the gradient norm in the
+    denominator is 0 (|g| for 'you', |g + wd*w| for 'decayed_grad'), so such a variable gets the
+    plain learning rate.
+    """
+    if form == "you":
+        denom, g_for_test = g_norm + weight_decay * w_norm + epsilon, g_norm
+    elif form == "decayed_grad":
+        denom, g_for_test = gd_norm + epsilon, gd_norm
+    else:
+        raise ValueError(
+            f"Unknown LARS trust ratio form {form!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
+        )
+    ok = tf.logical_and(w_norm > 0.0, g_for_test > 0.0)
+    safe_denom = tf.where(ok, denom, tf.ones_like(denom))
+    return tf.where(ok, eta * w_norm / safe_denom, tf.ones_like(w_norm))
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class LARS(keras.optimizers.Optimizer):
+    """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum,
+    for Keras 3.
+
+    For an adapted variable w (rank > exclude_rank, and not excluded by
+    `exclude_from_weight_decay`), with gradient g, learning rate lr (the schedule's value at this
+    step), momentum m and velocity v:
+
+        g'    = g + wd * w              (L2 weight decay, coupled: it goes through the trust ratio)
+        trust = compute_trust_ratio(|w|, |g|, |g'|)
+                                        (form 'you' or 'decayed_grad'; 1.0 where a norm is 0)
+        local = lr * trust                          (clip=False)
+        local = lr * min(trust / lr, 1) = min(trust, lr)   (clip=True, LARC-style)
+        v     = m * v + local * g'
+        w     = w - v                               (nesterov=False)
+        w     = w - (m * v + local * g')            (nesterov=True, with the updated v)
+
+    Excluded variables (biases, batch-norm parameters: rank <= 1 by default) get plain momentum SGD
+    with no weight decay: v = m * v + lr * g; w -= v (Nesterov: w -= m * v + lr * g).
+
+    LARC clipping (clip=True) follows NVIDIA apex's LARC: the scaled gradient is
+    g' * min(trust/lr, 1) and the step uses lr, so the local learning rate is min(trust, lr): a
+    layer never steps faster than the global lr.
+
+    Keras' own decoupled weight decay (`Optimizer._apply_weight_decay`) is disabled here, because
+    LARS weight decay is part of the adapted gradient above; `weight_decay` means the coupled
+    coefficient wd."""
+
+    def __init__(
+        self,
+        learning_rate=0.1,
+        momentum=0.9,
+        eta=0.001,
+        weight_decay=0.0,
+        trust_ratio="you",
+        epsilon=0.0,
+        clip=False,
+        nesterov=False,
+        exclude_rank=DEFAULT_EXCLUDE_RANK,
+        momentum_warmup_steps=0,
+        name="lars",
+        **kwargs,
+    ):
+        super().__init__(
+            learning_rate=learning_rate, weight_decay=weight_decay, name=name, **kwargs
+        )
+        if trust_ratio not in TRUST_RATIO_FORMS:
+            raise ValueError(
+                f"Unknown LARS trust ratio form {trust_ratio!r}; "
+                f"valid: {', '.join(TRUST_RATIO_FORMS)}"
+            )
+        if not 0.0 <= float(momentum) < 1.0:
+            raise ValueError(f"LARS momentum must be in [0, 1), got {momentum}")
+        self.momentum = float(momentum)
+        self.eta = float(eta)
+        self.trust_ratio = trust_ratio
+        self.epsilon = float(epsilon)
+        self.clip = bool(clip)
+        self.nesterov = bool(nesterov)
+        self.exclude_rank = int(exclude_rank)
+        self.momentum_warmup_steps = int(momentum_warmup_steps)
+
+    # Weight decay is folded into g' in update_step: Keras' decoupled decay must not run on top.
+    def _apply_weight_decay(self, variables):
+        return
+
+    @property
+    def _wd(self) -> float:
+        return float(self.weight_decay or 0.0)
+
+    def is_adapted(self, variable) -> bool:
+        """True if the variable gets the trust ratio and weight decay; False for the excluded
+        (plain momentum)."""
+        return not _is_low_rank(variable, self.exclude_rank) and self._use_weight_decay(variable)
+
+    def build(self, variables):
+        if self.built:
+            return
+        super().build(variables)
+        # Velocity slots for every variable (also with momentum 0): checkpoints have one layout.
+        self.velocities = self.add_optimizer_variables(variables, "velocity")
+        excluded = [v.path for v in variables if not self.is_adapted(v)]
+        logging.info(
+            "LARS %s: %d of %d variables excluded from trust-ratio adaptation and weight decay "
+            "(rank <= %d or explicitly excluded): %s",
+            self.name,
+            len(excluded),
+            len(variables),
+            self.exclude_rank,
+            ", ".join(excluded) or "(none)",
+        )
+
+    def _trust(self, gradient, variable):
+        w = tf.convert_to_tensor(variable)
+        g = tf.cast(tf.convert_to_tensor(gradient), w.dtype)
+        wd = tf.cast(self._wd, w.dtype)
+        g_decayed = g + wd * w
+        w_norm = tf.norm(w)
+        g_norm = tf.norm(g)
+        gd_norm = tf.norm(g_decayed) if self.trust_ratio == "decayed_grad" else g_norm
+        trust = compute_trust_ratio(
+            w_norm,
+            g_norm,
+            gd_norm,
+            tf.cast(self.eta, w.dtype),
+            wd,
+            tf.cast(self.epsilon, w.dtype),
+            self.trust_ratio,
+        )
+        return trust, g_decayed
+
+    def update_step(self, gradient, variable, learning_rate):
+        lr = tf.cast(learning_rate, variable.dtype)
+        g = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
+        m = ramped_momentum(
+            self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
+        )
+        v = self.velocities[self._get_variable_index(variable)]
+        if self.is_adapted(variable):
+            trust, g = self._trust(g, variable)
+            local = tf.minimum(trust, lr) if self.clip else lr * trust
+        else:
+            local = lr
+        step = local * g
+        new_v = m * v + step
+        self.assign(v, new_v)
+        self.assign_sub(variable, m * new_v + step if self.nesterov else new_v)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            momentum=self.momentum,
+            eta=self.eta,
+            trust_ratio=self.trust_ratio,
+            epsilon=self.epsilon,
+            clip=self.clip,
+            nesterov=self.nesterov,
+            exclude_rank=self.exclude_rank,
+            momentum_warmup_steps=self.momentum_warmup_steps,
+        )
+        return config
+
+
+def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> tf.Tensor:
+    """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes
+    them.
+
+    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see
+    (the all-reduced ones, under a strategy). Variables that are excluded or have a None gradient
+    are skipped; the order follows `variables`. Returns a float32 vector, empty if nothing is
+    adapted. With clip=True the local learning rate is min(trust, lr), i.e. the effective ratio is
+    min(trust/lr, 1); this returns trust itself.
+    """
+    if not isinstance(optimizer, LARS):
+        raise TypeError(f"lars_trust_ratios needs a LARS optimizer, got {type(optimizer).__name__}")
+    ratios = [
+        tf.cast(optimizer._trust(g, v)[0], tf.float32)
+        for g, v in zip(grads, variables)
+        if g is not None and optimizer.is_adapted(v)
+    ]
+    return tf.stack(ratios) if ratios else tf.zeros([0], tf.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# Keras optimizers with weight decay excluded from low-rank variables
+# --------------------------------------------------------------------------------------------------
+
+
+class _ExcludeLowRankFromDecay:
+    """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay
+    exclusion set.
+
+    Doing it at build (not only in the factory) means the biases and BN parameters are excluded
+    however the optimizer is built. Keras 3's weight decay is decoupled: before each update,
+    w -= lr * wd * w with lr the current scheduled learning rate (for plain SGD that equals L2 on
+    the loss; with momentum or Adam it does not, because the decay bypasses the momentum/moment
+    estimates)."""
+
+    def __init__(self, *args, exclude_rank=DEFAULT_EXCLUDE_RANK, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.exclude_rank = int(exclude_rank)
+
+    def build(self, variables):
+        if self.built:
+            return
+        low = [v for v in variables if _is_low_rank(v, self.exclude_rank)]
+        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in
+        # a set).
+        self._exclude_from_weight_decay = set(
+            getattr(self, "_exclude_from_weight_decay", set())
+        ) | {self._var_key(v) for v in low}
+        self._exclude_from_weight_decay_cache = dict()
+        if self.weight_decay:
+            _log_exclusions(
+                f"{type(self).__name__} {self.name}", variables, self.exclude_rank, "weight decay"
+            )
+        super().build(variables)
+
+    def get_config(self):
+        config = super().get_config()
+        config["exclude_rank"] = self.exclude_rank
+        return config
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class DecayExcludingSGD(_ExcludeLowRankFromDecay, keras.optimizers.SGD):
+    """keras.optimizers.SGD whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank; with momentum_warmup_steps > 0, its momentum follows `ramped_momentum` (Keras's
+    own update, with that momentum in place of the fixed one)."""
+
+    def __init__(self, *args, momentum_warmup_steps=0, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.momentum_warmup_steps = int(momentum_warmup_steps)
+
+    def update_step(self, gradient, variable, learning_rate):
+        if not self.momentum_warmup_steps or self.momentum == 0:
+            return super().update_step(gradient, variable, learning_rate)
+        lr = tf.cast(learning_rate, variable.dtype)
+        g = tf.cast(gradient, variable.dtype)
+        velocity = self.momentums[self._get_variable_index(variable)]
+        m = ramped_momentum(
+            self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
+        )
+        self.assign(velocity, velocity * m - g * lr)
+        if self.nesterov:
+            self.assign_add(variable, velocity * m - g * lr)
+        else:
+            self.assign_add(variable, velocity)
+
+    def get_config(self):
+        return {**super().get_config(), "momentum_warmup_steps": self.momentum_warmup_steps}
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class DecayExcludingAdamW(_ExcludeLowRankFromDecay, keras.optimizers.AdamW):
+    """keras.optimizers.AdamW whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class DecayExcludingLamb(_ExcludeLowRankFromDecay, keras.optimizers.Lamb):
+    """keras.optimizers.Lamb whose (decoupled) weight decay skips variables of rank <=
+    exclude_rank."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Learning rates
+# --------------------------------------------------------------------------------------------------
+
+
+def scaled_learning_rate(
+    base_lr: float, batch: int, reference_batch: int = 256, rule: str = "linear"
+) -> float:
+    """base_lr is the learning rate at reference_batch; 'none' -> base_lr,
+    'linear' -> base_lr * batch/ref, 'sqrt' -> base_lr * sqrt(batch/ref)."""
+    if rule not in SCALING_RULES:
+        raise ValueError(
+            f"Unknown learning-rate scaling rule {rule!r}; valid: {', '.join(SCALING_RULES)}"
+        )
+    if batch <= 0 or reference_batch <= 0:
+        raise ValueError(
+            f"batch and reference_batch must be positive, got {batch}, {reference_batch}"
+        )
+    ratio = batch / reference_batch
+    return float(base_lr) * {"none": 1.0, "linear": ratio, "sqrt": math.sqrt(ratio)}[rule]
+
+
+def peak_learning_rate(optim_cfg, global_batch: int) -> float:
+    """The run's peak learning rate: scaled_learning_rate(base_lr, global_batch, reference_batch,
+    scaling) times lr_multiplier (the study's learning-rate grid)."""
+    o = optim_cfg
+    return scaled_learning_rate(o.base_lr, global_batch, o.reference_batch, o.scaling) * float(
+        o.lr_multiplier
+    )
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warm-up to peak_lr, then a decay; a function of the optimizer step s (0 for the first
+    update).
+
+    Warm-up (s < warmup_steps): lr = peak * (f0 + (1 - f0) * s / warmup_steps),
+    f0 = warmup_init_fraction (0 by default, so the first update has lr 0 exactly as in the usual
+    linear warm-up). After warm-up, with t = clip((s - W) / max(total_steps - W, 1), 0, 1) and
+    end = end_lr_fraction * peak:
+      'constant'   : peak
+      'cosine'     : end + (peak - end) * (1 + cos(pi t)) / 2
+      'polynomial' : end + (peak - end) * (1 - t) ** power
+      'multistep'  : peak * decay_factor ** (number of boundaries <= s)  (boundaries in steps)
+    The cosine and polynomial decays reach `end` at total_steps and stay there.
+    """
+
+    # The numbers of a schedule; with variables=True they live in tf.Variables that __call__ reads,
+    # so a traced training step serves every run of a learning-rate grid (assign_from).
+    _NUMBERS = (
+        "peak_lr",
+        "total_steps",
+        "warmup_steps",
+        "decay_factor",
+        "power",
+        "end_lr_fraction",
+        "warmup_init_fraction",
+    )
+
+    def __init__(
+        self,
+        peak_lr,
+        total_steps,
+        warmup_steps=0,
+        decay="constant",
+        boundaries=(),
+        decay_factor=0.1,
+        power=2.0,
+        end_lr_fraction=0.0,
+        warmup_init_fraction=0.0,
+        name="warmup_decay",
+        variables=False,
+    ):
+        if decay not in SCHEDULE_NAMES:
+            raise ValueError(f"Unknown schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
+        self.peak_lr = float(peak_lr)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.decay = decay
+        self.boundaries = [int(b) for b in boundaries]
+        self.decay_factor = float(decay_factor)
+        self.power = float(power)
+        self.end_lr_fraction = float(end_lr_fraction)
+        self.warmup_init_fraction = float(warmup_init_fraction)
+        self.name = name
+        self._vars = None
+        if variables:
+            only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+            self._vars = {
+                k: tf.Variable(
+                    float(getattr(self, k)),
+                    trainable=False,
+                    aggregation=only_first,
+                    name=f"{name}_{k}",
+                )
+                for k in self._NUMBERS
+            }
+            self._vars["boundaries"] = tf.Variable(
+                [float(b) for b in self.boundaries],
+                dtype=tf.float32,
+                shape=[len(self.boundaries)],
+                trainable=False,
+                aggregation=only_first,
+                name=f"{name}_boundaries",
+            )
+
+    def structure(self) -> tuple:
+        """What a traced graph depends on besides the numbers held in variables."""
+        return (self.decay, len(self.boundaries))
+
+    def assign_from(self, other: WarmupDecaySchedule) -> None:
+        """Takes `other`'s numbers (same structure) into this schedule's variables."""
+        if self._vars is None or other.structure() != self.structure():
+            raise ValueError("assign_from needs a schedule with variables and the same structure")
+        for k in self._NUMBERS:
+            setattr(self, k, getattr(other, k))
+            self._vars[k].assign(float(getattr(other, k)))
+        self.boundaries = list(other.boundaries)
+        self._vars["boundaries"].assign([float(b) for b in other.boundaries])
+
+    def _value(self, k):
+        if self._vars is None:
+            return tf.constant(
+                getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32
+            )
+        return tf.cast(self._vars[k], tf.float32)
+
+    def __call__(self, step):
+        with tf.name_scope(self.name):
+            s = tf.cast(step, tf.float32)
+            peak = self._value("peak_lr")
+            end = peak * self._value("end_lr_fraction")
+            w = self._value("warmup_steps")
+            t = tf.clip_by_value(
+                (s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0
+            )
+            if self.decay == "constant":
+                decayed = peak
+            elif self.decay == "cosine":
+                decayed = end + (peak - end) * 0.5 * (1.0 + tf.cos(math.pi * t))
+            elif self.decay == "polynomial":
+                decayed = end + (peak - end) * tf.pow(1.0 - t, self._value("power"))
+            else:  # multistep
+                if self.boundaries:
+                    n = tf.reduce_sum(tf.cast(s >= self._value("boundaries"), tf.float32))
+                else:
+                    n = tf.constant(0.0)
+                decayed = peak * tf.pow(self._value("decay_factor"), n)
+            # Warm-up while s < w (never when w = 0).
+            f0 = self._value("warmup_init_fraction")
+            warm = peak * (f0 + (1.0 - f0) * s / tf.maximum(w, 1.0))
+            return tf.where(s < w, warm, decayed)
+
+    def get_config(self):
+        return dict(
+            peak_lr=self.peak_lr,
+            total_steps=self.total_steps,
+            warmup_steps=self.warmup_steps,
+            decay=self.decay,
+            boundaries=list(self.boundaries),
+            decay_factor=self.decay_factor,
+            power=self.power,
+            end_lr_fraction=self.end_lr_fraction,
+            warmup_init_fraction=self.warmup_init_fraction,
+            name=self.name,
+        )
+
+
+def warmup_steps_for(optim_cfg, steps_per_epoch: int) -> int:
+    """Warm-up length in steps: 'epochs' -> round(warmup_epochs * steps_per_epoch) (fewer steps as
+    the batch grows), 'steps' -> warmup_steps (the same number of steps at every batch size)."""
+    fixed = optim_cfg.warmup_fixed
+    if fixed == "epochs":
+        return int(round(float(optim_cfg.warmup_epochs) * steps_per_epoch))
+    if fixed == "steps":
+        return int(optim_cfg.warmup_steps)
+    raise ValueError(f"Unknown optim.warmup_fixed {fixed!r}; valid: epochs, steps")
+
+
+def build_schedule(
+    optim_cfg, global_batch: int, steps_per_epoch: int, total_steps: int, variables: bool = False
+) -> WarmupDecaySchedule:
+    """The run's schedule: warm-up to peak_learning_rate(optim_cfg, global_batch), then
+    optim_cfg.schedule. multistep boundaries are optim_cfg.decay_epochs converted with
+    round(epoch * steps_per_epoch)."""
+    decay = optim_cfg.schedule
+    if decay not in SCHEDULE_NAMES:
+        raise ValueError(f"Unknown optim.schedule {decay!r}; valid: {', '.join(SCHEDULE_NAMES)}")
+    boundaries = [int(round(float(e) * steps_per_epoch)) for e in optim_cfg.decay_epochs]
+    return WarmupDecaySchedule(
+        peak_lr=peak_learning_rate(optim_cfg, global_batch),
+        total_steps=total_steps,
+        warmup_steps=warmup_steps_for(optim_cfg, steps_per_epoch),
+        decay=decay,
+        boundaries=sorted(boundaries),
+        decay_factor=optim_cfg.decay_factor,
+        power=optim_cfg.poly_power,
+        end_lr_fraction=optim_cfg.end_lr_fraction,
+        variables=variables,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The optimizers by name
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Diagnostics:
+    """Scalars an optimizer can report about its own update, which the training step logs
+    (min/mean/max of the LARS trust ratios, say).
+
+    `fn(optimizer, grads, variables)` returns a dict of scalar tensors with the keys `names`; it
+    runs inside the compiled step, on the all-reduced gradients, before the update is applied."""
+
+    names: tuple[str, ...]
+    fn: Callable[[keras.optimizers.Optimizer, Sequence, Sequence], dict]
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimizerSpec:
+    """One entry of OPTIMIZERS.
+
+    `build(optim_cfg, learning_rate, variables)` returns the optimizer, not built;
+    `learning_rate` is the run's schedule and `variables`, if not None, the model's trainable
+    variables (for weight-decay exclusions that must hold before build). `diagnostics`, if any, is
+    logged by the training step on the last step of every host call."""
+
+    build: Callable[..., keras.optimizers.Optimizer]
+    diagnostics: Diagnostics | None = None
+
+
+def _lars_diagnostics(optimizer, grads, variables) -> dict:
+    ratios = lars_trust_ratios(optimizer, grads, variables)
+    return {
+        "trust_ratio_min": tf.reduce_min(ratios),
+        "trust_ratio_mean": tf.reduce_mean(ratios),
+        "trust_ratio_max": tf.reduce_max(ratios),
+    }
+
+
+LARS_DIAGNOSTICS = Diagnostics(
+    names=("trust_ratio_min", "trust_ratio_mean", "trust_ratio_max"), fn=_lars_diagnostics
+)
+
+
+def _decay_excluded(optimizer, variables):
+    """Registers the low-rank variables (biases, normalisation parameters) in Keras' weight-decay
+    exclusions now, so they hold before build too (the optimizers below add them at build)."""
+    if variables is not None:
+        optimizer.exclude_from_weight_decay(var_list=[v for v in variables if _is_low_rank(v)])
+    return optimizer
+
+
+def _sgd(momentum: bool, nesterov: bool):
+    def build(o, learning_rate, variables):
+        opt = DecayExcludingSGD(
+            learning_rate=learning_rate,
+            momentum=float(o.momentum) if momentum else 0.0,
+            nesterov=nesterov,
+            weight_decay=float(o.weight_decay) or None,
+            momentum_warmup_steps=int(o.momentum_warmup_steps) if momentum else 0,
+        )
+        return _decay_excluded(opt, variables)
+
+    return build
+
+
+def _lars(o, learning_rate, variables):
+    # LARS applies the rank rule itself and logs the excluded names once, in build().
+    return LARS(
+        learning_rate=learning_rate,
+        momentum=float(o.momentum),
+        eta=o.lars_eta,
+        weight_decay=float(o.weight_decay),
+        trust_ratio=o.lars_trust_ratio,
+        epsilon=o.lars_epsilon,
+        clip=o.lars_clip,
+        momentum_warmup_steps=int(o.momentum_warmup_steps),
+    )
+
+
+def _adam(o, learning_rate, variables):
+    if o.weight_decay:
+        raise ValueError(
+            "optim.name='adam' with weight_decay > 0: use 'adamw' (decoupled decay) instead"
+        )
+    return keras.optimizers.Adam(learning_rate=learning_rate)
+
+
+def _adamw(o, learning_rate, variables):
+    opt = DecayExcludingAdamW(learning_rate=learning_rate, weight_decay=float(o.weight_decay))
+    return _decay_excluded(opt, variables)
+
+
+def _lamb(o, learning_rate, variables):
+    opt = DecayExcludingLamb(
+        learning_rate=learning_rate, weight_decay=float(o.weight_decay) or None
+    )
+    return _decay_excluded(opt, variables)
+
+
+# optim.name -> how to build it. Adding an optimizer is one entry here, and its name in
+# defaults.OPTIMIZER_NAMES (which validate.py reads without importing TensorFlow).
+OPTIMIZERS = {
+    "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
+    "momentum": OptimizerSpec(build=_sgd(momentum=True, nesterov=False)),
+    "nesterov": OptimizerSpec(build=_sgd(momentum=True, nesterov=True)),
+    "lars": OptimizerSpec(build=_lars, diagnostics=LARS_DIAGNOSTICS),
+    "adam": OptimizerSpec(build=_adam),
+    "adamw": OptimizerSpec(build=_adamw),
+    "lamb": OptimizerSpec(build=_lamb),
+}
+if tuple(OPTIMIZERS) != OPTIMIZER_NAMES:
+    raise ImportError(
+        f"optim.OPTIMIZERS {tuple(OPTIMIZERS)} and defaults.OPTIMIZER_NAMES {OPTIMIZER_NAMES} "
+        "must name the same optimizers in the same order"
+    )
+
+
+def optimizer_spec(name: str) -> OptimizerSpec:
+    if name not in OPTIMIZERS:
+        raise ValueError(f"Unknown optimizer {name!r}; valid: {', '.join(OPTIMIZERS)}")
+    return OPTIMIZERS[name]
+
+
+def build_optimizer(
+    optim_cfg,
+    global_batch: int,
+    steps_per_epoch: int,
+    total_steps: int,
+    variables: Sequence | None = None,
+) -> keras.optimizers.Optimizer:
+    """The Keras optimizer OPTIMIZERS[optim_cfg.name] with build_schedule(...) as its learning
+    rate. Not built: build it inside strategy.scope() with optimizer.build(variables) before the
+    first step.
+
+    sgd/momentum/nesterov/adamw/lamb: Keras' decoupled weight decay (w -= lr * wd * w each step)
+    when optim_cfg.weight_decay > 0, excluded from variables of rank <= 1. lars: coupled decay
+    inside the trust ratio (see LARS). adam: no weight decay (use adamw; a nonzero weight_decay
+    raises). The rank rule is applied, and the excluded names logged once, when the optimizer is
+    built; `variables`, if given, registers the Keras exclusions now as well
+    (exclude_from_weight_decay), so they hold even before build.
+    """
+    spec = optimizer_spec(optim_cfg.name)
+    # The schedule's numbers in variables: a run can take another learning rate without a retrace.
+    lr = build_schedule(optim_cfg, global_batch, steps_per_epoch, total_steps, variables=True)
+    return spec.build(optim_cfg, lr, variables)

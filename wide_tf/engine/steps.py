@@ -1,0 +1,406 @@
+"""Owns the compiled distributed computations of a run: the training step (with gradient
+accumulation), the multi-step host loop around `strategy.run`, and evaluation."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from wide_tf.engine import data as data_lib
+from wide_tf.engine.optim import Diagnostics
+
+# Scalars the training loop accumulates on the device between two host reads.
+TRAIN_SCALARS = (
+    "loss_sum",
+    "correct",
+    "examples",
+    "grad_norm_sq",
+    "small_grad_sq",
+    "big_grad_sq",
+    "update_norm_sq",
+    "param_norm_sq",
+    "steps",
+)
+
+
+class BatchSplitError(ValueError):
+    """The global batch cannot be split evenly over replicas or micro-batches."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """How one optimizer update of `global_batch` examples is laid out on the hardware."""
+
+    global_batch: int
+    num_replicas: int
+    num_micro_batches: int
+
+    @property
+    def per_replica(self) -> int:
+        return self.global_batch // self.num_replicas
+
+    @property
+    def micro_batch(self) -> int:
+        return self.per_replica // self.num_micro_batches
+
+    @classmethod
+    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> BatchPlan:
+        if global_batch <= 0:
+            raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
+        if global_batch % num_replicas:
+            raise BatchSplitError(
+                f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
+                f"use a multiple of {num_replicas}"
+            )
+        per_replica = global_batch // num_replicas
+        micro = 1
+        if max_device_batch and per_replica > max_device_batch:
+            micro = -(-per_replica // max_device_batch)
+            while per_replica % micro:  # the smallest split whose micro-batches fit and are equal
+                micro += 1
+        return cls(global_batch, num_replicas, micro)
+
+
+def _is_tpu(strategy) -> bool:
+    return "TPU" in type(strategy).__name__
+
+
+def _sq_norm(tensors) -> tf.Tensor:
+    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
+
+
+def losses_and_hits(model, x, y, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-example cross-entropy (from float32 logits, whatever the model's dtype policy) and
+    per-example hits (1.0 where the arg-max class is the label) of `model` on (x, y)."""
+    logits = tf.cast(model(x, training=training), tf.float32)
+    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+    predicted = tf.argmax(logits, -1, output_type=tf.int32)
+    hits = tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.float32)
+    return losses, hits
+
+
+def weighted_sums(model, x, y, w) -> tf.Tensor:
+    """[loss sum, hits, examples] of `model` in inference mode over a batch whose padding rows
+    have weight 0 (see data.pad_for_evaluation)."""
+    losses, hits = losses_and_hits(model, x, y, training=False)
+    w = tf.cast(w, tf.float32)
+    return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
+
+
+class Stepper:
+    """The device side of a run. Build it inside `strategy.scope()` after the model and optimizer.
+
+    The optimizer's own all-reduce is bypassed: the step all-reduces the gradients once itself
+    (it needs the reduced gradient for its norm and the noise-scale estimator), then hands the
+    reduced gradients to the optimizer. Keras 3 would otherwise sum them over replicas a second
+    time (keras/src/backend/tensorflow/optimizer.py, `_all_reduce_sum_gradients`).
+    """
+
+    def __init__(
+        self,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
+        strategy: tf.distribute.Strategy,
+        plan: BatchPlan,
+        *,
+        jit_compile: bool = False,
+        diverge_loss: float = float("inf"),
+        diagnostics: Diagnostics | None = None,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.strategy = strategy
+        self.plan = plan
+        # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
+        # compiles the whole replica function itself, and a jit_compile function nested inside
+        # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
+        # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
+        self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
+        # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
+        self.diagnostics = diagnostics
+        self.scalar_names = TRAIN_SCALARS + (diagnostics.names if diagnostics else ())
+        # The two-batch noise-scale estimator needs a batch smaller than the global one.
+        self._two_batch = plan.num_replicas * plan.num_micro_batches > 1
+        # Gradients arrive here already summed over replicas (see the class docstring).
+        optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+        only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        with strategy.scope():
+            self.acc = {
+                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
+                for k in self.scalar_names
+            }
+            self.diverged = tf.Variable(
+                False, trainable=False, aggregation=only_first, name="diverged"
+            )
+            # A variable, not a constant baked into the graph: runs that differ only in their
+            # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
+            self.diverge_loss = tf.Variable(
+                float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
+            )
+        self._train_fn = None
+        self._eval_fn = None
+
+    # ---- training -------------------------------------------------------------------------------
+
+    def _loss_and_grads(self, x, y):
+        """Sum of per-example losses divided by the GLOBAL batch, and its gradients, on one replica.
+
+        Dividing by the global batch (as tf.nn.compute_average_loss does) makes the all-reduced sum
+        of replica gradients the mean gradient of the whole batch, for any replica count."""
+        variables = self.model.trainable_variables
+        plan = self.plan
+
+        def one(xb, yb):
+            with tf.GradientTape() as tape:
+                per_example, hits = losses_and_hits(self.model, xb, yb, training=True)
+                loss = tf.reduce_sum(per_example) / plan.global_batch
+            grads = tape.gradient(loss, variables)
+            correct = tf.reduce_sum(hits)
+            # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
+            # only when there is a batch smaller than the global one to compare with.
+            if self._two_batch:
+                small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
+            else:
+                small_sq = tf.constant(0.0)
+            return tf.reduce_sum(per_example), correct, grads, small_sq
+
+        if plan.num_micro_batches == 1:
+            return one(x, y)
+        m = plan.num_micro_batches
+        xs = tf.reshape(x, [m, plan.micro_batch] + x.shape[1:].as_list())
+        ys = tf.reshape(y, [m, plan.micro_batch])
+        first = one(xs[0], ys[0])
+
+        def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
+            loss_i, c_i, g_i, s_i = one(xs[i], ys[i])
+            loss_sum, correct, grads, small_sq = totals
+            return i + 1, (
+                loss_sum + loss_i,
+                correct + c_i,
+                [a + b for a, b in zip(grads, g_i)],
+                small_sq + s_i,
+            )
+
+        _, (loss_sum, correct, grads, small_sq) = tf.while_loop(
+            lambda i, _: i < m, accumulate, (tf.constant(1), first)
+        )
+        return loss_sum, correct, grads, small_sq / m
+
+    def _replica_step(self, x, y, diagnostics: bool):
+        """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
+        update norms and the optimizer's own diagnostics (the LARS trust ratios, say); the loop
+        asks for them on its last step only, since the update norm needs a copy of every weight.
+
+        Divergence is checked here, on the device, with no host read: `diverged` is read at the
+        start of the step (`skip`) and set by the first step whose loss (or gradient) is bad.
+        That first diverged step is applied and counted, as it always was; the later steps of the
+        same host call still run (skipping an update would need a conditional around the
+        optimizer's cross-replica synchronisation, which tf.distribute does not support) but
+        count for nothing: no scalar accumulates, `steps` stops, so the step count, scalars and
+        status the host reads after the call are those of the first diverged step, and the host
+        loop ends there. The weights after that step are not used: a diverged run records no
+        final metrics and is never resumed."""
+        ctx = tf.distribute.get_replica_context()
+        variables = self.model.trainable_variables
+        skip = self.diverged.read_value()
+        live = tf.logical_not(skip)
+        loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
+        grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+        loss_sum, correct, small_sq = ctx.all_reduce(
+            tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
+        )
+        small_sq = small_sq / self.plan.num_replicas
+        loss = loss_sum / self.plan.global_batch
+        bad = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)), loss > self.diverge_loss)
+        # |G_big|^2 every step only when the two-batch estimator needs it; otherwise on the
+        # diagnostic step (a non-finite gradient with a finite loss shows up there, or in the loss
+        # of the step after).
+        if self._two_batch or diagnostics:
+            big_sq = _sq_norm(grads)
+            bad = tf.logical_or(bad, tf.logical_not(tf.math.is_finite(big_sq)))
+        else:
+            big_sq = tf.constant(0.0)
+        acc = self.acc
+
+        def keep(name, value):  # a diagnostic of a live step replaces the last one
+            acc[name].assign(tf.where(live, tf.cast(value, tf.float32), acc[name]))
+
+        if diagnostics:
+            if self.diagnostics is not None:
+                for name, value in self.diagnostics.fn(self.optimizer, grads, variables).items():
+                    keep(name, value)
+            before = [tf.identity(v) for v in variables]
+        self.optimizer.apply_gradients(zip(grads, variables))
+        if diagnostics:
+            keep("update_norm_sq", _sq_norm([v - b for v, b in zip(variables, before)]))
+            keep("param_norm_sq", _sq_norm(variables))
+            keep("grad_norm_sq", big_sq)
+        zero = tf.constant(0.0)
+        for name, value in (
+            ("loss_sum", loss_sum),
+            ("correct", correct),
+            ("examples", float(self.plan.global_batch)),
+            ("small_grad_sq", small_sq),
+            ("big_grad_sq", big_sq),
+            ("steps", 1.0),
+        ):
+            acc[name].assign_add(tf.where(live, tf.cast(value, tf.float32), zero))
+        self.diverged.assign(tf.logical_or(skip, bad))
+
+    def _reset(self):
+        """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call). The
+        optimizer's diagnostics start as NaN, "not measured": a call whose last step came after
+        the run diverged measures none, and non-finite values are not logged."""
+        for k, v in self.acc.items():
+            v.assign(0.0 if k in TRAIN_SCALARS else float("nan"))
+
+    def _packed(self):
+        """Every scalar the host needs after a call, in one tensor (one device-to-host read):
+        the accumulators, then `diverged`, the optimizer's step and its learning rate."""
+        lr = self.optimizer.learning_rate
+        lr = lr.value if hasattr(lr, "value") and not callable(lr) else lr
+        return tf.stack(
+            [tf.cast(self.acc[k].read_value(), tf.float32) for k in self.scalar_names]
+            + [
+                tf.cast(self.diverged.read_value(), tf.float32),
+                tf.cast(self.optimizer.iterations, tf.float32),
+                tf.cast(lr, tf.float32),
+            ]
+        )
+
+    def _build_train_fn(self):
+        lean = functools.partial(self._replica_step, diagnostics=False)
+        full = functools.partial(self._replica_step, diagnostics=True)
+        if self.jit_compile:
+            lean = tf.function(lean, jit_compile=True, autograph=False)
+            full = tf.function(full, jit_compile=True, autograph=False)
+
+        # autograph=False, with the loops written out: autograph would convert the model, the
+        # optimizer and Keras internals on every trace, seconds per run of a study.
+        @tf.function(autograph=False)
+        def train_loop(iterator, num_steps):
+            # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
+            # The loop's condition reads only its counter: no device read per step (divergence
+            # is handled inside the step, see _replica_step).
+            self._reset()
+
+            def lean_step(i):
+                self.strategy.run(lean, args=iterator.get_next())
+                return i + 1
+
+            tf.while_loop(lambda i: i < num_steps - 1, lean_step, [tf.constant(0)])
+            self.strategy.run(full, args=iterator.get_next())
+            return self._packed()
+
+        return train_loop
+
+    def reset_accumulators(self):
+        self._reset()
+
+    def train(self, iterator, num_steps: int) -> dict:
+        """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
+        diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
+        `learning_rate`, all from one device-to-host read."""
+        if self._train_fn is None:
+            self._train_fn = self._build_train_fn()
+        packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
+        out = {k: float(v) for k, v in zip(self.scalar_names, packed)}
+        n = len(self.scalar_names)
+        out["diverged"] = bool(packed[n])
+        out["iteration"] = int(packed[n + 1])
+        out["learning_rate"] = float(packed[n + 2])
+        return out
+
+    def reset(self, diverge_loss: float | None = None):
+        """Ready for a new run on the same model and optimizer (whose variables the caller resets):
+        not diverged, a new threshold. The traced functions are kept."""
+        self.diverged.assign(False)
+        if diverge_loss is not None:
+            self.diverge_loss.assign(float(diverge_loss))
+
+    # ---- evaluation -----------------------------------------------------------------------------
+
+    def _build_eval_fn(self):
+        def replica_eval(x, y, w):
+            return weighted_sums(self.model, x, y, w)
+
+        if self.jit_compile:  # no synchronisation inside (sums are reduced outside)
+            replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
+
+        @tf.function(autograph=False)
+        def eval_all(dataset):
+            # The whole pass in one graph: evaluation runs on a cadence inside every training
+            # run, and a Python loop over batches cost more than the forward passes themselves.
+            iterator = iter(dataset)
+
+            def add_batch(more, sums):
+                batch = iterator.get_next_as_optional()
+
+                def add():
+                    out = self.strategy.run(replica_eval, args=batch.get_value())
+                    return sums + self.strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+                return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
+
+            _, sums = tf.while_loop(
+                lambda more, _: more, add_batch, [tf.constant(True), tf.zeros([3], tf.float32)]
+            )
+            return sums
+
+        return eval_all
+
+    def evaluate(self, dataset) -> dict:
+        """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight),
+        or over an `InMemoryEvalSet`."""
+        if isinstance(dataset, InMemoryEvalSet):
+            loss, hits, count = (float(v) for v in dataset.sums(self.model).numpy())
+        else:
+            if self._eval_fn is None:
+                self._eval_fn = self._build_eval_fn()
+            loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
+        if count == 0:
+            raise ValueError("the evaluation set is empty")
+        return {"loss": loss / count, "accuracy": hits / count, "examples": count}
+
+
+class InMemoryEvalSet:
+    """A small evaluation set held as one tensor, evaluated without tf.data, for one replica.
+
+    In a local study the model is evaluated every few steps; creating a tf.data iterator for each
+    pass cost ~40 ms here, several times the forward pass of a small model over 5,000 examples."""
+
+    # Above this the set stays a tf.data pipeline (a float32 copy of it is held in memory here).
+    MAX_BYTES = 64 << 20
+
+    def __init__(self, x, y, batch_size: int):
+        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size, dtype=np.float32)
+        batches = len(w) // batch_size
+        self.x = tf.constant(x.reshape((batches, batch_size) + x.shape[1:]))
+        self.y = tf.constant(y.reshape(batches, batch_size))
+        self.w = tf.constant(w.reshape(batches, batch_size))
+        self._fn = None
+
+    @classmethod
+    def fits(cls, num_values: int) -> bool:
+        return num_values * 4 <= cls.MAX_BYTES
+
+    def sums(self, model) -> tf.Tensor:
+        """[loss sum, correct, examples] of `model` in inference mode."""
+        if self._fn is None:
+
+            @tf.function(autograph=False)
+            def fn():
+                def add(i, sums):
+                    return i + 1, sums + weighted_sums(model, self.x[i], self.y[i], self.w[i])
+
+                _, sums = tf.while_loop(
+                    lambda i, _: i < tf.shape(self.w)[0], add, [tf.constant(0), tf.zeros([3])]
+                )
+                return sums
+
+            self._fn = fn
+        return self._fn()

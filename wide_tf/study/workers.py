@@ -1,0 +1,370 @@
+"""Owns running a study in several worker processes on one machine (`--workers=N`): how many by
+default, which cores or GPU each one gets, starting them, forwarding SIGTERM/SIGINT to them,
+printing the whole study's progress, surfacing a failed worker, and writing the one report once
+all of them are done. Which (member, batch size) group each worker runs is decided by the workers
+themselves through claims in the workdir (wide_tf/claims.py, study.run_worker), so the same
+mechanism serves several machines sharing one gs:// workdir.
+
+A worker is `python -m wide_tf.main` with the parent's own command line and WIDE_TF_WORKER in its
+environment (its index, the run id, its cores and GPU). It pins itself to its cores with
+`os.sched_setaffinity` and gets TensorFlow's intra- and inter-op threads set to that many cores
+before TensorFlow starts; on a GPU machine each worker sees one GPU (CUDA_VISIBLE_DEVICES): a
+50k-parameter model gains nothing from MirroredStrategy over 8 GPUs, while 8 independent groups
+keep all 8 busy. Nothing here imports TensorFlow at module level (main imports it late).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+ENV = "WIDE_TF_WORKER"
+LOGS = "logs"
+# How often the parent looks at the workers and the results, and the longest it stays silent.
+POLL_S = 1.0
+PROGRESS_EVERY_S = 60.0
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerSpec:
+    index: int
+    count: int
+    run_id: str
+    cpus: tuple[int, ...]
+    gpu: int | None
+
+    def to_env(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @staticmethod
+    def from_env(text: str) -> WorkerSpec:
+        d = json.loads(text)
+        return WorkerSpec(d["index"], d["count"], d["run_id"], tuple(d["cpus"]), d["gpu"])
+
+
+def child_spec() -> WorkerSpec | None:
+    """This process's worker spec when it was started as a worker, else None."""
+    text = os.environ.get(ENV)
+    return WorkerSpec.from_env(text) if text else None
+
+
+def cpu_cores() -> list[int]:
+    """The cores this process may run on (a container or taskset may allow fewer than exist)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:  # macOS: no affinity API
+        return list(range(os.cpu_count() or 1))
+
+
+def gpu_ids() -> list[int]:
+    """The GPUs of this machine, without starting TensorFlow (which would claim their memory in
+    the parent): CUDA_VISIBLE_DEVICES when set, else the /dev/nvidiaN devices."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
+        return [int(v) for v in ids if v.isdigit()]
+    return sorted(int(p[len("/dev/nvidia") :]) for p in glob.glob("/dev/nvidia[0-9]*"))
+
+
+def _tpu_machine(config) -> bool:
+    rt = config.runtime
+    return (
+        rt.strategy == "tpu"
+        or bool(rt.tpu)
+        or bool(os.environ.get("TPU_NAME"))
+        or any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
+    )
+
+
+def default_workers(config, n_groups: int | None = None) -> int:
+    """What the machine has: 1 on a TPU (one process drives it) or with runtime.strategy =
+    multi_worker; one per GPU on a GPU machine; else one per CPU core (the local studies' models
+    are small enough that a core each beats two cores on one model). Never more than there are
+    (member, batch size) groups, the unit of work."""
+    if _tpu_machine(config) or config.runtime.strategy == "multi_worker":
+        n = 1
+    elif config.runtime.strategy != "cpu" and gpu_ids():
+        n = len(gpu_ids())
+    else:
+        n = len(cpu_cores())
+    return max(1, min(n, n_groups)) if n_groups else max(1, n)
+
+
+def plan(n: int, run_id: str, config) -> list[WorkerSpec]:
+    """Worker k's cores (an even split of this process's cores; a core each, shared round-robin,
+    when there are more workers than cores) and its GPU (worker k gets GPU k mod #GPUs)."""
+    cores = cpu_cores()
+    gpus = gpu_ids() if config.runtime.strategy != "cpu" else []
+    per = max(1, len(cores) // n)
+    specs = []
+    for k in range(n):
+        if len(cores) >= n:
+            mine = cores[k * per : (k + 1) * per]
+        else:
+            mine = [cores[k % len(cores)]]
+        specs.append(WorkerSpec(k, n, run_id, tuple(mine), gpus[k % len(gpus)] if gpus else None))
+    return specs
+
+
+def pin_before_tensorflow(spec: WorkerSpec) -> None:
+    """In the worker, before TensorFlow is imported: its cores, its GPU, its thread counts."""
+    if spec.cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, spec.cpus)
+    threads = str(max(1, len(spec.cpus)))
+    os.environ["OMP_NUM_THREADS"] = threads
+    os.environ["TF_NUM_INTRAOP_THREADS"] = threads
+    os.environ["TF_NUM_INTEROP_THREADS"] = threads
+    if spec.gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
+    _die_with_parent()
+
+
+def set_tensorflow_threads(spec: WorkerSpec) -> None:
+    """In the worker, right after TensorFlow's import and before its first op."""
+    import tensorflow as tf
+
+    threads = max(1, len(spec.cpus))
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:  # already initialised (a test importing it first): the env vars hold
+        pass
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGTERM this worker when its parent dies (even by SIGKILL), so no worker outlives
+    the command; it then checkpoints and leaves its claim to be taken over."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def log_dir(workdir: str) -> tuple[str, bool]:
+    """Where the worker logs go: WORKDIR/logs for a local workdir; for a gs:// one a local folder
+    (a process writes its stdout to a local file), copied to WORKDIR/logs at the end."""
+    if "://" not in workdir:
+        return os.path.join(workdir, LOGS), False
+    name = uuid.uuid5(uuid.NAMESPACE_URL, workdir).hex[:12]
+    return os.path.join(tempfile.gettempdir(), f"wide_tf-logs-{name}"), True
+
+
+def _last_line(path: str) -> str:
+    """The line that explains a worker's failure: its last `error:` line, else its last line."""
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.strip() for ln in f if ln.strip()]
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    return (errors or lines or [""])[-1][:300]
+
+
+class _Signals:
+    """In the parent: SIGTERM and SIGINT are passed to every worker as SIGTERM (each checkpoints
+    after its current host loop and exits 143); the parent then waits for them and exits 143
+    (SIGTERM) or 130 (SIGINT). A second signal is passed on too: a worker's second SIGTERM kills
+    it at once."""
+
+    def __init__(self, procs: list[subprocess.Popen]):
+        self.procs = procs
+        self.received: int | None = None
+        self._old = {}
+
+    def __enter__(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            self._old[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum, frame) -> None:
+        self.received = self.received or signum
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+
+    def __exit__(self, *exc):
+        for sig, old in self._old.items():
+            signal.signal(sig, old)
+        self._old = {}
+
+
+def count_groups(config) -> int:
+    """The study's (member, batch size) groups, without TensorFlow: members x batch sizes."""
+    s = config.sweep
+    f = s.family
+    members = list(f.widths) if f.kind == "width" else list(f.depths)
+    return max(1, len(members) * len(s.batch_sizes))
+
+
+@dataclasses.dataclass
+class Started:
+    """Workers started by `start`, supervised by `supervise`."""
+
+    procs: list[subprocess.Popen]
+    paths: list[str]
+    specs: list[WorkerSpec]
+    signals: _Signals
+    remote_logs: bool
+    start: float
+
+
+def start(workdir: str, n: int, argv: list[str], config) -> Started:
+    """Starts n workers running `argv` (this command line). Called before the parent imports
+    TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM and SIGINT to
+    the parent are passed on from here on."""
+    run_id = uuid.uuid4().hex[:12]
+    logs, remote_logs = log_dir(workdir)
+    os.makedirs(logs, exist_ok=True)
+    specs = plan(n, run_id, config)
+    procs, paths = [], []
+    signals = _Signals(procs).__enter__()
+    for s in specs:
+        path = os.path.join(logs, f"worker-{s.index}.log")
+        paths.append(path)
+        env = dict(os.environ, **{ENV: s.to_env()})
+        with open(path, "a") as f:
+            # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on as
+            # SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt in the middle of a step.
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "wide_tf.main", *argv[1:]],
+                    env=env,
+                    stdout=f,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    # The parent only watches from here on: its own start-up (TensorFlow's import, to read the
+    # results) must not take CPU from the workers'.
+    try:
+        os.nice(5)
+    except OSError:
+        pass
+    return Started(procs, paths, specs, signals, remote_logs, time.time())
+
+
+def supervise(
+    started: Started,
+    config,
+    workdir: str,
+    shard: str | None = None,
+    write_report: bool = True,
+    log=print,
+) -> int:
+    """Prints the study's progress until every worker has exited, writes the report, and returns
+    the exit status for the command (0; 143 / 130 after SIGTERM / SIGINT), or raises WorkerFailed
+    (one line) when a worker failed. Results are never touched here: a re-run resumes."""
+    from wide_tf import report
+    from wide_tf.store import workdir as wd
+    from wide_tf.study import scheduler as study
+
+    procs, paths, signals = started.procs, started.paths, started.signals
+    try:
+        trials = study.list_trials(config)
+        shard_i, shard_n = study.parse_shard(shard)
+        trials = [t for t in trials if study._stable_index(t.group) % shard_n == shard_i]
+        initial = study.group_trials(trials)
+        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+        done_before = study.estimate_progress(config, initial, results).done
+        log(
+            f"Study: {len(initial)} groups, {len(procs)} workers ("
+            + ", ".join(
+                f"{s.index}: cores {','.join(map(str, s.cpus))}"
+                + ("" if s.gpu is None else f" GPU {s.gpu}")
+                for s in started.specs
+            )
+            + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>.log"
+        )
+        failed: dict[int, int] = {}
+        last_line, last_print, last_done = "", 0.0, -1
+        while True:
+            running = [p for p in procs if p.poll() is None]
+            for k, p in enumerate(procs):
+                if p.returncode not in (None, 0) and k not in failed:
+                    failed[k] = p.returncode
+                    if not signals.received:
+                        log(
+                            f"worker {k} exited with status {p.returncode}: "
+                            f"{_last_line(paths[k]) or '(no output)'}"
+                        )
+            now = time.time()
+            if now - last_print >= 5.0 or not running:
+                results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+                p = study.estimate_progress(config, initial, results)
+                ran = p.done - done_before
+                left = (now - started.start) / ran * (p.expected - p.done) if ran > 0 else None
+                line = f"progress: {p.describe()}, {len(running)} workers running" + (
+                    "" if left is None else f", about {study._fmt_time(left)} left"
+                )
+                if p.done != last_done or now - last_print >= PROGRESS_EVERY_S or not running:
+                    if line != last_line:
+                        log(line)
+                    last_line, last_print, last_done = line, now, p.done
+            if not running:
+                break
+            time.sleep(POLL_S)
+    finally:
+        for p in procs:  # the parent failing must not leave workers behind
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait()
+        signals.__exit__()
+    if started.remote_logs:
+        import tensorflow as tf
+
+        tf.io.gfile.makedirs(os.path.join(workdir, LOGS))
+        for path in paths:
+            tf.io.gfile.copy(path, os.path.join(workdir, LOGS, os.path.basename(path)), True)
+    log(f"Workers done in {study._fmt_time(time.time() - started.start)}.")
+    if signals.received:
+        log(
+            "stopped by "
+            + ("SIGTERM" if signals.received == signal.SIGTERM else "SIGINT")
+            + "; the workers checkpointed: run the same command again to resume"
+        )
+        return 143 if signals.received == signal.SIGTERM else 130
+    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+    p = study.estimate_progress(config, initial, results)
+    complete = p.groups_done == p.groups_total
+    if write_report and complete:
+        log(f"Report: {report.write_report(workdir)}")
+    if failed:
+        k, code = next(iter(failed.items()))
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise WorkerFailed(
+            f"worker {k} exited with status {code}{more}: "
+            f"{_last_line(paths[k]) or '(no output)'}; see {paths[k]}; finished trials are kept"
+            f"{'' if complete else ' and the report is not written'}: fix the cause and run the "
+            "same command again to resume"
+        )
+    if not complete:
+        raise WorkerFailed(
+            f"{p.groups_total - p.groups_done} groups are unfinished although every worker "
+            "exited; run the same command again to resume"
+        )
+    return 0
+
+
+def run_parent(config, workdir: str, n: int, argv: list[str], **kwargs) -> int:
+    """`start` then `supervise` (for callers that have imported TensorFlow already)."""
+    return supervise(start(workdir, n, argv, config), config, workdir, **kwargs)
+
+
+class WorkerFailed(RuntimeError):
+    """A worker exited non-zero; the message is the one line to show."""

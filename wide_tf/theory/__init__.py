@@ -1,0 +1,1 @@
+"""The theory check at initialisation: gradient diversity across the members of a family."""

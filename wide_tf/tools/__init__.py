@@ -1,0 +1,1 @@
+"""Tools outside the library core: the speed benchmarks."""
