@@ -524,11 +524,6 @@ def test_simulated_study_follows_the_protocol():
     )
 
 
-def test_lower_is_better_for_losses_only():
-    assert A.lower_is_better("train_loss") and A.lower_is_better("test_loss")
-    assert not A.lower_is_better("train_accuracy") and not A.lower_is_better("test_accuracy")
-
-
 def test_the_data_driven_generator_resamples_a_studys_residuals():
     rng = np.random.default_rng(8)
     summaries = A.summarize_members(family(0.0, 0.1, rng), n_boot=20)

@@ -9,7 +9,7 @@ import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.engine import train
-from wide_tf.spec import defaults
+from wide_tf.spec import defaults, plan
 
 
 def _single(data="mnist_embedded", **train_overrides):
@@ -134,8 +134,8 @@ def test_budget_has_a_floor_in_steps():
 
 
 def test_eval_steps_are_at_the_same_examples_for_every_batch():
-    assert train._eval_steps(64, 1000, 100) == {16, 32, 47, 63, 79, 94, 100}
-    assert train._eval_steps(4000, 1000, 5) == {1, 2, 3, 4, 5}
+    assert plan.eval_steps(64, 1000, 100) == [16, 32, 47, 63, 79, 94, 100]
+    assert plan.eval_steps(4000, 1000, 5) == [1, 2, 3, 4, 5]
 
 
 def test_killed_run_resumes_to_the_same_result(tmp_path):

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from wide_tf.spec import plan as plan_lib
 from wide_tf.study import lr_grid
 
 Z95 = 1.959963984540054
@@ -622,7 +623,13 @@ def plan(config, num_train: int, members: int | None = None) -> Plan:
     per_cell_min, per_cell_max = grid + confirm, grid + ext + confirm
     examples = probes = 0.0
     for b in batches:
-        steps = t.max_steps or max(math.ceil(t.max_epochs * num_train / b), t.min_steps)
+        steps = plan_lib.budget_steps(
+            max_steps=t.max_steps,
+            max_epochs=t.max_epochs,
+            min_steps=t.min_steps,
+            num_train=num_train,
+            batch=b,
+        )
         examples += per_cell_max * steps * b
         probe_n = t.probe_size or num_train
         if t.gradient_every_examples:

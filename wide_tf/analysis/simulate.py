@@ -33,6 +33,7 @@ import numpy as np
 from wide_tf.analysis import verdict as analysis
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
+from wide_tf.spec import plan as plan_lib
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -85,14 +86,17 @@ def design_from_config(spec: str = DEFAULT_CONFIG) -> Design:
 
 
 def _budget(design: Design, batch: int) -> int:
-    return max(math.ceil(design.max_epochs * design.num_train / batch), design.min_steps)
+    return plan_lib.budget_steps(
+        max_steps=0,
+        max_epochs=design.max_epochs,
+        min_steps=design.min_steps,
+        num_train=design.num_train,
+        batch=batch,
+    )
 
 
 def _eval_steps(design: Design, batch: int, budget: int) -> np.ndarray:
-    every = design.eval_every_examples
-    k = np.arange(1, math.ceil(budget * batch / every) + 2)
-    steps = np.unique(np.minimum(np.ceil(k * every / batch), budget).astype(int))
-    return steps
+    return np.asarray(plan_lib.eval_steps(batch, design.eval_every_examples, budget))
 
 
 @dataclasses.dataclass(frozen=True)

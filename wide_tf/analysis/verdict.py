@@ -41,8 +41,9 @@ import numpy as np
 
 from wide_tf.analysis import critical_batch as cb
 from wide_tf.analysis.stats import meta
+from wide_tf.spec import plan as plan_lib
+from wide_tf.spec.targets import comparison
 from wide_tf.study import lr_grid
-from wide_tf.study.lr_grid import lower_is_better  # noqa: F401  (re-exported: the report uses it)
 
 STATUSES = ("reached", "not_reached", "diverged")
 # Numeric status code for TensorBoard HParams (which only takes numbers as metrics).
@@ -193,8 +194,8 @@ def _finite(v) -> float | None:
 
 
 def budget_steps(rec: dict) -> float | None:
-    """The steps a run was given: recorded by newer runs (`budget_steps`), else recomputed from
-    its protocol as train.py does (max_steps, or max(max_epochs x n / B, min_steps)), else the
+    """The steps a run was given: recorded by simulated runs (`budget_steps`), else recomputed from
+    its protocol by the trainer's rule (`wide_tf.spec.plan.budget_steps`), else the
     steps it ran."""
     if rec.get("budget_steps"):
         return float(rec["budget_steps"])
@@ -203,7 +204,15 @@ def budget_steps(rec: dict) -> float | None:
     if p.get("max_steps"):
         return float(p["max_steps"])
     if p.get("max_epochs") and n and b:
-        return float(max(math.ceil(p["max_epochs"] * n / b), p.get("min_steps") or 0))
+        return float(
+            plan_lib.budget_steps(
+                max_steps=0,
+                max_epochs=p["max_epochs"],
+                min_steps=p.get("min_steps") or 0,
+                num_train=n,
+                batch=b,
+            )
+        )
     steps = rec.get("steps")
     return float(steps) if steps else None
 
@@ -678,8 +687,7 @@ def target_labels(records: Sequence[dict]) -> list[str]:
 
 
 def target_label(t: dict) -> str:
-    op = "<=" if lower_is_better(str(t.get("metric", ""))) else ">="
-    return f"{t.get('metric')} {op} {t.get('value'):g}"
+    return f"{t.get('metric')} {comparison(str(t.get('metric')))} {t.get('value'):g}"
 
 
 def records_for_target(records: Sequence[dict], k: int) -> list[dict]:

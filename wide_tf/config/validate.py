@@ -21,7 +21,7 @@ import math
 import os
 import tempfile
 
-from wide_tf.spec import architectures, defaults, families
+from wide_tf.spec import architectures, defaults, families, targets
 
 
 class Problem(Exception):
@@ -59,7 +59,7 @@ SCHEDULES = defaults.SCHEDULE_NAMES
 SCALING_RULES = defaults.SCALING_RULES
 TRUST_RATIO_FORMS = defaults.TRUST_RATIO_FORMS
 WARMUP_FIXED = ("epochs", "steps")
-TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
+TARGET_METRICS = targets.TARGET_METRICS
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 KINDS = ("study", "theory")
@@ -384,7 +384,8 @@ def _check_optim(config) -> None:
 
 def _target_value(where: str, metric: str, value, *, listed: bool = False) -> None:
     """A target's value: an accuracy in (0, 1], a loss above 0."""
-    if metric.endswith("accuracy"):
+    spec = targets.TARGET_METRICS_SPEC.get(metric)
+    if spec is not None and spec.bounded_by_one:
         _num(
             where,
             value,

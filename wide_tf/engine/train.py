@@ -26,10 +26,11 @@ from wide_tf.engine.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.engine.models import build_model
 from wide_tf.engine.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.engine.strategy import Runtime, setup_runtime
+from wide_tf.spec import plan as plan_lib
+from wide_tf.spec import targets as targets_lib
 from wide_tf.store import workdir as wd
-from wide_tf.study.lr_grid import lower_is_better
 
-TARGET_METRICS = ("train_accuracy", "train_loss", "test_accuracy")
+TARGET_METRICS = targets_lib.TARGET_METRICS
 # With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
 DEFAULT_CHECKPOINT_MIN_S = 10.0
 
@@ -38,14 +39,11 @@ class ConfigError(ValueError):
     """A run's config asks for something that cannot be done; the message says what to change."""
 
 
-def _comparison(metric: str) -> str:
-    """How `metric` meets its target: a loss at or below it, an accuracy at or above it."""
-    return "<=" if lower_is_better(metric) else ">="
+_comparison = targets_lib.comparison
 
 
 def _target_met(metric: str, value: float, evaluation: dict) -> bool:
-    got = evaluation[metric]
-    return got <= value if lower_is_better(metric) else got >= value
+    return targets_lib.met(metric, value, evaluation[metric])
 
 
 def extra_targets(config) -> list[tuple[str, float]]:
@@ -77,25 +75,14 @@ def interpolated_crossing(prev: dict | None, now: dict, metric: str, target: flo
     return float(prev["step"] + frac * (now["step"] - prev["step"]))
 
 
-def _eval_steps(batch: int, every_examples: int, total_steps: int) -> set[int]:
-    """Steps at which the run evaluates: the first step at or past every multiple of
-    `every_examples` examples, so every batch size is checked at the same points of training."""
-    steps = {total_steps}
-    k = 1
-    while True:
-        s = math.ceil(k * every_examples / batch)
-        if s >= total_steps:
-            return steps
-        steps.add(s)
-        k += 1
-
-
 def _budget_steps(t, n_train: int, batch: int) -> int:
-    """The run's budget in steps: train.max_steps if set, else max_epochs' worth of steps but at
-    least train.min_steps (a floor, so the largest batches get enough updates)."""
-    if t.max_steps > 0:
-        return int(t.max_steps)
-    return max(math.ceil(t.max_epochs * n_train / batch), int(t.min_steps))
+    return plan_lib.budget_steps(
+        max_steps=t.max_steps,
+        max_epochs=t.max_epochs,
+        min_steps=t.min_steps,
+        num_train=n_train,
+        batch=batch,
+    )
 
 
 def _check(config, info) -> None:
@@ -637,7 +624,7 @@ class Run:
         self.steps_per_epoch = info.num_train / batch
         self.total_steps = _budget_steps(t, info.num_train, batch)
         self.eval_every = t.eval_every_examples or info.num_train
-        self.eval_steps = _eval_steps(batch, self.eval_every, self.total_steps)
+        self.eval_steps = set(plan_lib.eval_steps(batch, self.eval_every, self.total_steps))
         self.name = self.trial.get("trial_id", "run")
         self.extra_targets = extra_targets(config)
 

@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import verdict as analysis
+from wide_tf.spec.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
 _SWEEP_ROWS = (
@@ -310,7 +311,7 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         )
         metric = config_value(config, "train.target_metric")
         if metric:  # until a trial says, the study's target is what config.json asks for
-            op = "<=" if analysis.lower_is_better(metric) else ">="
+            op = comparison(metric)
             value = config_value(config, "train.target_value")
             rows.append(("Target", f"{metric} {op} {value} (config.json)"))
     if config is None:

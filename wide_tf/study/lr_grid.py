@@ -26,6 +26,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+from wide_tf.spec.targets import lower_is_better
+
 TUNE = "tune"
 CONFIRM = "confirm"
 
@@ -68,13 +70,6 @@ def _median(values: Sequence[float]) -> float:
     v = sorted(values)
     k = len(v)
     return v[k // 2] if k % 2 else 0.5 * (v[k // 2 - 1] + v[k // 2])
-
-
-def lower_is_better(metric: str) -> bool:
-    """Whether a smaller value of `metric` is better: losses (train_loss, test_loss), not
-    accuracies. The one rule for which way a target is met and which way a run gets closer
-    (train.py, this module, the report through analysis)."""
-    return metric.endswith("loss")
 
 
 def _progress(rec: dict) -> float | None:
