@@ -6,6 +6,7 @@ import csv
 import math
 import re
 
+from wide_tf import report as report_lib
 from wide_tf.config import loader as configs_loader
 from wide_tf.study import scheduler as study
 
@@ -16,6 +17,7 @@ def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
     config.train.diverge_loss = 100.0
     config.runtime.strategy = "cpu"
     records = study.run_study(config, str(tmp_path))
+    report_lib.write_report(str(tmp_path))  # main's, after a study
     assert len(records) == 8 and len({r["trial_id"] for r in records}) == 8
     diverged = [r for r in records if r["lr_multiplier"] == 3000.0]
     assert diverged and all(r["status"] == "diverged" for r in diverged)

@@ -1,8 +1,10 @@
 """Bad input: every one ends in one line on stderr that names the problem and the fix, with exit
 status 2 (usage) or 1 (runtime), no traceback, no TensorFlow start-up noise, and the workdir's
-files as they were. Most are caught before TensorFlow is imported: those cases run with a fake
-`tensorflow` package first on the path that fails on import, so each takes a fraction of a second
-and proves that no TensorFlow work was done."""
+files as they were. Most are caught before TensorFlow is imported: those cases run `wide_tf.main`
+in this process (the `cli` fixture) with TensorFlow's start replaced by a failure, which proves
+that no TensorFlow work was done; a few run it as a subprocess, with a fake `tensorflow` package
+first on the path that fails on import, to pin the command's own contract (exit status, one line
+on stderr, no traceback)."""
 
 import json
 import os
@@ -423,10 +425,73 @@ def workdirs(tmp_path_factory):
     return {"wd": str(wd), "broken": str(broken), "empty_ckpt": str(empty), "tmp": str(tmp)}
 
 
+@pytest.fixture
+def cli(monkeypatch, capsys):
+    """`python -m wide_tf.main ARGS` in this process: run(args) -> (exit status, stdout, stderr),
+    with the flags parsed as the command parses them (`errors.parse_flags`). Unless
+    `tensorflow=True`, TensorFlow's start (and the workers') fails the test: a case that passes
+    was decided before either."""
+    from absl import flags
+
+    from wide_tf import errors, main, tf_start
+    from wide_tf.engine import preemption
+    from wide_tf.study import workers
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+    monkeypatch.delenv(workers.ENV, raising=False)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(preemption, "install", lambda: False)  # the test process keeps SIGTERM
+
+    def started(*args, **kwargs):
+        raise AssertionError("TensorFlow (or a worker) was started before validation finished")
+
+    def run(args, tensorflow=False):
+        if not tensorflow:
+            monkeypatch.setattr(tf_start, "import_tensorflow", started)
+            monkeypatch.setattr(workers, "start", started)
+        argv = ["wide_tf.main", *args]
+        monkeypatch.setattr(sys, "argv", argv)
+        code = 0
+        try:
+            main.main(errors.parse_flags(argv, flags.FLAGS))
+        except SystemExit as e:
+            code = e.code
+        finally:
+            flags.FLAGS.unparse_flags()
+            # ml_collections defines a flag per override (--config.a.b) as it parses one; a
+            # process parses its flags once, so the next case must not find them defined.
+            for flag in [f for f in flags.FLAGS if f.startswith(f"{main._CONFIG.name}.")]:
+                delattr(flags.FLAGS, flag)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
 @pytest.mark.parametrize("name,args,code,words", CASES, ids=[c[0] for c in CASES])
-def test_bad_input_is_one_line_before_tensorflow(name, args, code, words, workdirs, tmp_path):
+def test_bad_input_is_one_line_before_tensorflow(name, args, code, words, workdirs, cli):
     args = [a.format(**workdirs) for a in args]
     before = {k: _snapshot(v) for k, v in workdirs.items() if k != "tmp"}
+    status, out, err = cli(args)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), err[-3000:]
+    assert status == code, (status, lines[0])
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert out == ""
+    assert {k: _snapshot(v) for k, v in workdirs.items() if k != "tmp"} == before
+
+
+# A usage error found before absl parses the flags, one of ml_collections' (an override's value),
+# one of validate's (the workdir), and a runtime error (exit 1): the command's own contract.
+SUBPROCESS_CASES = ["no_config", "value_wrong_type", "workdir_other_study", "data_not_prepared"]
+
+
+@pytest.mark.parametrize("name", SUBPROCESS_CASES)
+def test_bad_input_is_one_line_on_stderr_of_the_command(name, workdirs, tmp_path):
+    _, args, code, words = next(c for c in CASES if c[0] == name)
+    args = [a.format(**workdirs) for a in args]
     proc = _main(args, _env(fake_tf=True, tmp_path=tmp_path))
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr[-3000:]
@@ -434,7 +499,6 @@ def test_bad_input_is_one_line_before_tensorflow(name, args, code, words, workdi
     for w in words:
         assert w in lines[0], (w, lines[0])
     assert "Traceback" not in proc.stderr and proc.stdout == ""
-    assert {k: _snapshot(v) for k, v in workdirs.items() if k != "tmp"} == before
 
 
 def test_verbose_shows_the_traceback(tmp_path):
@@ -648,15 +712,13 @@ def test_every_shipped_config_passes(tmp_path):
         validate.check_config(config)
 
 
-def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path):
+def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path, cli):
     """--trial that matches no trial is only known once the study is expanded (TensorFlow runs):
     still one line, exit 2, nothing written."""
     wd = tmp_path / "study"
-    proc = _main(
-        [SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], _env(False, tmp_path), timeout=300
-    )
-    assert proc.returncode == 2, proc.stderr[-3000:]
-    assert proc.stderr.strip().splitlines() == [
+    status, _, err = cli([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], tensorflow=True)
+    assert status == 2, err[-3000:]
+    assert err.strip().splitlines() == [
         "error: --trial='no_such_trial' matches no trial; --list_trials shows them"
     ]
     assert not wd.exists()
@@ -710,7 +772,7 @@ def test_extra_targets_are_checked(entries, words):
     validate.check_config(config)
 
 
-def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
+def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path, cli):
     path = tmp_path / "targets.py"
     path.write_text(
         "from wide_tf.spec import defaults\n"
@@ -720,21 +782,20 @@ def test_a_malformed_extra_target_in_a_config_file_is_one_line_exit_2(tmp_path):
         "    c.train.extra_targets = ['train_loss:0.1', 'train_accuracy']\n"
         "    return c\n"
     )
-    proc = _main([f"--config={path}", f"--workdir={tmp_path / 'wd'}"], _env(True, tmp_path))
-    lines = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-3000:]
+    status, _, err = cli([f"--config={path}", f"--workdir={tmp_path / 'wd'}"])
+    lines = err.strip().splitlines()
+    assert status == 2 and len(lines) == 1, err[-3000:]
     assert lines[0].startswith("error: train.extra_targets[1]='train_accuracy'"), lines[0]
     assert not (tmp_path / "wd").exists()
 
 
 @pytest.mark.parametrize("replicas", [1, 4, 8, 16])
-def test_the_paper_wrn_config_fits_every_listed_slice(replicas, tmp_path):
+def test_the_paper_wrn_config_fits_every_listed_slice(replicas, tmp_path, cli):
     """configs/wrn.py on 1 to 16 replicas (v4-8: 4; v2-8, v3-8, v4-16, v5litepod-8, v6e-8: 8;
     v4-32: 16), checked without TensorFlow and without the data (it is on the target)."""
-    proc = _main(
-        ["--config=configs/wrn.py", "--dry_run", f"--replicas={replicas}", "--shard=1/4"],
-        _env(fake_tf=True, tmp_path=tmp_path),
+    status, out, err = cli(
+        ["--config=configs/wrn.py", "--dry_run", f"--replicas={replicas}", "--shard=1/4"]
     )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.startswith(f"dry run: the config fits {replicas} replica(s): batches [256,")
-    assert "ghost batch 16" in proc.stdout and not list(tmp_path.glob("*/config.json"))
+    assert status == 0, err
+    assert out.startswith(f"dry run: the config fits {replicas} replica(s): batches [256,")
+    assert "ghost batch 16" in out and not list(tmp_path.glob("*/config.json"))

@@ -8,7 +8,9 @@ from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.config.loader import load_config
 from wide_tf.store import workdir as wd
+from wide_tf.study import progress
 from wide_tf.study import scheduler as study
+from wide_tf.study import trials as trials_lib
 
 
 def _smoke(**sweep):
@@ -20,16 +22,16 @@ def _smoke(**sweep):
 
 def test_expansion_and_trial_ids_are_stable_and_distinct():
     config = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
-    trials = study.expand(config, 10, (8, 8, 1))
+    trials = trials_lib.expand(config, 10, (8, 8, 1))
     assert len(trials) == 2 * 2 * 2 * 2
     ids = [t.trial_id for t in trials]
     assert len(set(ids)) == len(ids)
-    again = study.expand(_smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1]), 10, (8, 8, 1))
+    again = trials_lib.expand(_smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1]), 10, (8, 8, 1))
     assert ids == [t.trial_id for t in again]
     # Another protocol, same (member, batch, lr, seed): another id.
     other = _smoke(lr_multipliers=[0.5, 1.0], seeds=[0, 1])
     other.train.target_value = 0.6
-    assert set(ids).isdisjoint(t.trial_id for t in study.expand(other, 10, (8, 8, 1)))
+    assert set(ids).isdisjoint(t.trial_id for t in trials_lib.expand(other, 10, (8, 8, 1)))
     t = trials[0]
     assert t.config.train.global_batch == t.batch_size and t.config.model.depth == t.member.depth
     assert t.config.optim.lr_multiplier == t.lr_multiplier and "sweep" not in t.config
@@ -55,7 +57,7 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
     config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32], extend_lr_grid=True)
     config.sweep.family.depths = [1]
     config.sweep.confirm_seeds = [1, 2]
-    trials = study.expand(config, 10, (8, 8, 1))
+    trials = trials_lib.expand(config, 10, (8, 8, 1))
     assert {t.seed for t in trials} == {0}  # the grid runs on the tuning seed only
     by_lr = {t.lr_multiplier: t for t in trials}
     # Largest learning rate wins: extend upwards, keeping the grid's ratio.
@@ -63,7 +65,7 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
         t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr])
         for lr, t in by_lr.items()
     }
-    new = study.next_trials(config, trials, results)
+    new = trials_lib.next_trials(config, trials, results)
     assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [(4.0, 0, "tune")]
     # An interior winner: the grid is final, so the chosen rate runs on the confirmation seeds,
     # as ordinary trials with their own ids.
@@ -71,7 +73,7 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
         t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[lr])
         for lr, t in by_lr.items()
     }
-    new = study.next_trials(config, trials, results)
+    new = trials_lib.next_trials(config, trials, results)
     assert [(t.lr_multiplier, t.seed, t.role) for t in new] == [
         (1.0, 1, "confirm"),
         (1.0, 2, "confirm"),
@@ -80,36 +82,39 @@ def test_next_trials_extend_the_grid_then_confirm_the_chosen_rate():
     assert all(t.meta()["role"] == "confirm" for t in new)
     # Once confirmed, the cell is complete.
     done = dict(results, **{t.trial_id: _result(t, "reached", 33) for t in new})
-    assert study.next_trials(config, trials + new, done) == []
+    assert trials_lib.next_trials(config, trials + new, done) == []
     # Nothing reached because every rate diverged: go down.
     results = {t.trial_id: _result(t, "diverged") for lr, t in by_lr.items()}
-    assert [t.lr_multiplier for t in study.next_trials(config, trials, results)] == [0.25]
+    assert [t.lr_multiplier for t in trials_lib.next_trials(config, trials, results)] == [0.25]
     # Nothing reached because the budget ran out (no divergence): go up, where runs are faster.
     results = {t.trial_id: _result(t, "not_reached") for lr, t in by_lr.items()}
-    assert [t.lr_multiplier for t in study.next_trials(config, trials, results)] == [4.0]
+    assert [t.lr_multiplier for t in trials_lib.next_trials(config, trials, results)] == [4.0]
     # Too slow at small rates and diverging at large ones: no extension, nothing to confirm.
     results = {
         t.trial_id: _result(t, "diverged" if lr == 2.0 else "not_reached")
         for lr, t in by_lr.items()
     }
-    assert study.next_trials(config, trials, results) == []
+    assert trials_lib.next_trials(config, trials, results) == []
     # Unfinished groups wait; the extension budget is respected.
-    assert study.next_trials(config, trials, {}) == []
+    assert trials_lib.next_trials(config, trials, {}) == []
     config.sweep.max_lr_extensions = 0
     results = {
         t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 60, 2.0: 40}[lr])
         for lr, t in by_lr.items()
     }
-    assert [t.role for t in study.next_trials(config, trials, results)] == ["confirm", "confirm"]
+    assert [t.role for t in trials_lib.next_trials(config, trials, results)] == [
+        "confirm",
+        "confirm",
+    ]
 
 
 def test_shard_parsing():
-    assert study.parse_shard("1/3") == (1, 3)
-    assert study.parse_shard(None) == (0, 1)
-    with pytest.raises(study.StudyError, match="i/n"):
-        study.parse_shard("2")
-    with pytest.raises(study.StudyError, match="0 <= i < n"):
-        study.parse_shard("3/3")
+    assert trials_lib.parse_shard("1/3") == (1, 3)
+    assert trials_lib.parse_shard(None) == (0, 1)
+    with pytest.raises(trials_lib.StudyError, match="i/n"):
+        trials_lib.parse_shard("2")
+    with pytest.raises(trials_lib.StudyError, match="0 <= i < n"):
+        trials_lib.parse_shard("3/3")
 
 
 def test_a_different_study_on_the_same_workdir_is_refused(tmp_path):
@@ -119,7 +124,7 @@ def test_a_different_study_on_the_same_workdir_is_refused(tmp_path):
     config.runtime.strategy = "cpu"  # the runtime may differ between machines
     study.check_workdir(config, str(tmp_path))
     other = _smoke(batch_sizes=[16, 32])
-    with pytest.raises(study.StudyError, match="different study.*sweep.batch_sizes"):
+    with pytest.raises(trials_lib.StudyError, match="different study.*sweep.batch_sizes"):
         study.check_workdir(other, str(tmp_path))
 
 
@@ -188,7 +193,7 @@ def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
 
     try:
         train_lib.build_model = spy
-        records = study.run_study(config, str(tmp_path), write_report=False)
+        records = study.run_study(config, str(tmp_path))
     finally:
         train_lib.build_model = real_build
         keras.mixed_precision.set_global_policy("float32")
@@ -243,7 +248,7 @@ def test_two_shards_on_one_workdir_run_every_trial_exactly_once(tmp_path):
     ids = [r["trial_id"] for r in lines]
     assert len(ids) == len(set(ids)) == 4
     expected = {
-        t.trial_id for t in study.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))
+        t.trial_id for t in trials_lib.expand(load_config("configs/mlp.py:smoke"), 10, (8, 8, 1))
     }
     assert set(ids) == expected
 
@@ -255,10 +260,10 @@ def test_progress_expects_every_round_of_every_group():
     config = _smoke(lr_multipliers=[0.5, 1.0, 2.0], batch_sizes=[32, 256], extend_lr_grid=True)
     config.sweep.family.depths = [1]
     config.sweep.confirm_seeds = [1, 2]
-    trials = study.expand(config, 10, (8, 8, 1))
-    initial = study.group_trials(trials)
+    trials = trials_lib.expand(config, 10, (8, 8, 1))
+    initial = trials_lib.group_trials(trials)
     assert len(initial) == 2
-    p = study.estimate_progress(config, initial, {})
+    p = progress.estimate_progress(config, initial, {})
     assert (p.done, p.expected, p.groups_done, p.groups_total) == (0, 2 * (3 + 1 + 2), 0, 2)
     assert p.describe() == "0/12 trials (expected), 0/2 groups done"
     # Group 1: an interior winner, confirmed on two seeds: 5 trials in all, finished.
@@ -266,11 +271,11 @@ def test_progress_expects_every_round_of_every_group():
     results = {
         t.trial_id: _result(t, "reached", {0.5: 90, 1.0: 30, 2.0: 40}[t.lr_multiplier]) for t in g1
     }
-    known, pending = study.expand_group(config, g1, results)
+    known, pending = trials_lib.expand_group(config, g1, results)
     assert [t.role for t in pending] == ["confirm", "confirm"] and len(known) == 5
-    p = study.estimate_progress(config, initial, results)
+    p = progress.estimate_progress(config, initial, results)
     assert (p.done, p.expected) == (3, 5 + 6)  # group 1 is confirming: 5; group 2: the prior
     results.update({t.trial_id: _result(t, "reached", 33) for t in pending})
-    assert study.expand_group(config, g1, results)[1] == []
-    p = study.estimate_progress(config, initial, results)
+    assert trials_lib.expand_group(config, g1, results)[1] == []
+    p = progress.estimate_progress(config, initial, results)
     assert (p.done, p.expected, p.groups_done) == (5, 5 + 5, 1)  # group 2 as large as group 1

@@ -19,6 +19,7 @@ from wide_tf.config.loader import load_config
 from wide_tf.store import claims
 from wide_tf.store import workdir as wd
 from wide_tf.study import scheduler as study
+from wide_tf.study import trials as trials_lib
 from wide_tf.study import workers
 
 SMOKE = ["--config=configs/mlp.py:smoke"]
@@ -134,7 +135,7 @@ def test_a_worker_takes_over_a_dead_owners_group(tmp_path):
     runs the whole study."""
     config = load_config("configs/mlp.py:smoke")
     config.runtime.strategy = "cpu"
-    trials = study.list_trials(config)
+    trials = trials_lib.list_trials(config)
     study.check_workdir(config, str(tmp_path))
     dead = claims.group_key(trials[0].group)
     _write_claim(tmp_path / "claims", dead, 0, pid=_dead_pid())
@@ -204,7 +205,7 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path):
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err[-3000:]
         errs.append(err)
-    expected = {t.trial_id for t in study.list_trials(load_config("configs/mlp.py:smoke"))}
+    expected = {t.trial_id for t in trials_lib.list_trials(load_config("configs/mlp.py:smoke"))}
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
     assert len(os.listdir(two / "logs")) == 2 and not (one / "logs").exists()

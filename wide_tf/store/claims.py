@@ -296,3 +296,30 @@ class Claims:
 
         threading.Thread(target=beat, name="claims-heartbeat", daemon=True).start()
         return stop
+
+
+class LocalClaims:
+    """The claims of a study run by one process (`--workers=1`, `--trial`, a shard): the same
+    interface as `Claims`, held in memory, so one process runs the same loop as each of N workers
+    and writes no claims/ folder. Nobody else can take a group over or have failed one."""
+
+    def current(self) -> dict[str, Claim]:
+        return {}
+
+    def available(self, claim: Claim | None) -> bool:
+        return True
+
+    def failed_here(self, claim: Claim | None) -> bool:
+        return False
+
+    def try_claim(self, key: str, current: Claim | None) -> bool:
+        return True
+
+    def still_mine(self, key: str) -> bool:
+        return True
+
+    def release(self, key: str, state: str = DONE) -> None:
+        pass
+
+    def start_heartbeat(self, every_s: float = HEARTBEAT_S) -> threading.Event:
+        return threading.Event()  # nothing to keep alive

@@ -60,23 +60,6 @@ def dumps_line(obj) -> str:
     return json.dumps(obj, sort_keys=True, default=_jsonable)
 
 
-def read_jsonl(path: str) -> list[dict]:
-    """Every complete JSON line of `path` (a torn last line, from a crash mid-write, is skipped)."""
-    if not tf.io.gfile.exists(path):
-        return []
-    out = []
-    with tf.io.gfile.GFile(path, "r") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-    return out
-
-
 def result_path(workdir: str, trial_id: str) -> str:
     return join(workdir, RESULTS_DIR, f"{trial_id}.json")
 

@@ -1,9 +1,10 @@
 """Owns running a study in several worker processes on one machine (`--workers=N`): how many by
 default, which cores or GPU each one gets, starting them, forwarding SIGTERM/SIGINT to them,
-printing the whole study's progress, surfacing a failed worker, and writing the one report once
-all of them are done. Which (member, batch size) group each worker runs is decided by the workers
-themselves through claims in the workdir (wide_tf/claims.py, study.run_worker), so the same
-mechanism serves several machines sharing one gs:// workdir.
+printing the whole study's progress, surfacing a failed worker, and saying whether the one report is
+due once all of them are done (main writes it). Which (member, batch size) group each worker runs
+is decided by the workers themselves through claims in the workdir (wide_tf/store/claims.py,
+wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
+workdir.
 
 A worker is `python -m wide_tf.main` with the parent's own command line and WIDE_TF_WORKER in its
 environment (its index, the run id, its cores and GPU). It pins itself to its cores with
@@ -25,6 +26,8 @@ import sys
 import tempfile
 import time
 import uuid
+
+from wide_tf.config import validate
 
 ENV = "WIDE_TF_WORKER"
 LOGS = "logs"
@@ -203,6 +206,26 @@ class _Signals:
         self._old = {}
 
 
+def count_for(config, requested: str | None, workdir: str, one_process: bool) -> int:
+    """The processes a study runs in: `requested` (--workers), or the machine's default (never
+    more than the study has groups); 1 when `one_process` (--trial, --list_trials, a single run,
+    the theory check)."""
+    if one_process:
+        return 1
+    groups = count_groups(config)
+    n = validate.parse_workers(requested)
+    if n is not None:
+        return max(1, min(n, groups))  # a worker more than there are groups would only wait
+    n = default_workers(config, groups)
+    if n > 1:
+        try:
+            validate.check_workers(str(n), config, None, workdir)
+        except validate.UsageError as e:  # e.g. gs:// without google-cloud-storage: one process
+            print(f"warning: running in one process, not {n}: {e}", file=sys.stderr, flush=True)
+            return 1
+    return n
+
+
 def count_groups(config) -> int:
     """The study's (member, batch size) groups, without TensorFlow: members x batch sizes."""
     s = config.sweep
@@ -258,31 +281,29 @@ def start(workdir: str, n: int, argv: list[str], config) -> Started:
     return Started(procs, paths, specs, signals, remote_logs, time.time())
 
 
-def supervise(
-    started: Started,
-    config,
-    workdir: str,
-    shard: str | None = None,
-    write_report: bool = True,
-    log=print,
-) -> int:
-    """Prints the study's progress until every worker has exited, writes the report, and returns
-    the exit status for the command (0; 143 / 130 after SIGTERM / SIGINT), or raises WorkerFailed
-    (one line) when a worker failed. Results are never touched here: a re-run resumes."""
-    from wide_tf import report
-    from wide_tf.store import workdir as wd
-    from wide_tf.study import scheduler as study
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """How a study's processes ended: whether its report is due now (main writes it), the exit
+    status for the command, and the failure to raise once the report is written."""
 
-    procs, paths, signals = started.procs, started.paths, started.signals
+    report_due: bool
+    exit_code: int = 0
+    failure: Exception | None = None
+
+
+def supervise(started: Started, config, workdir: str, shard: str | None = None, log=print):
+    """Prints the study's progress until every worker has exited; returns an `Outcome`: the report
+    is due when every group is finished, the exit status is 143 / 130 after SIGTERM / SIGINT, and
+    a failed worker (or groups left unfinished) is a WorkerFailed (one line). Results are never
+    touched here: a re-run resumes."""
+    from wide_tf.study import trials as trials_lib
+
     try:
-        trials = study.list_trials(config)
-        shard_i, shard_n = study.parse_shard(shard)
-        trials = [t for t in trials if study._stable_index(t.group) % shard_n == shard_i]
-        initial = study.group_trials(trials)
-        results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-        done_before = study.estimate_progress(config, initial, results).done
+        initial = trials_lib.group_trials(
+            trials_lib.in_shard(trials_lib.list_trials(config), shard)
+        )
         log(
-            f"Study: {len(initial)} groups, {len(procs)} workers ("
+            f"Study: {len(initial)} groups, {len(started.procs)} workers ("
             + ", ".join(
                 f"{s.index}: cores {','.join(map(str, s.cpus))}"
                 + ("" if s.gpu is None else f" GPU {s.gpu}")
@@ -290,80 +311,105 @@ def supervise(
             )
             + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>.log"
         )
-        failed: dict[int, int] = {}
-        last_line, last_print, last_done = "", 0.0, -1
-        while True:
-            running = [p for p in procs if p.poll() is None]
-            for k, p in enumerate(procs):
-                if p.returncode not in (None, 0) and k not in failed:
-                    failed[k] = p.returncode
-                    if not signals.received:
-                        log(
-                            f"worker {k} exited with status {p.returncode}: "
-                            f"{_last_line(paths[k]) or '(no output)'}"
-                        )
-            now = time.time()
-            if now - last_print >= 5.0 or not running:
-                results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-                p = study.estimate_progress(config, initial, results)
-                ran = p.done - done_before
-                left = (now - started.start) / ran * (p.expected - p.done) if ran > 0 else None
-                line = f"progress: {p.describe()}, {len(running)} workers running" + (
-                    "" if left is None else f", about {study._fmt_time(left)} left"
-                )
-                if p.done != last_done or now - last_print >= PROGRESS_EVERY_S or not running:
-                    if line != last_line:
-                        log(line)
-                    last_line, last_print, last_done = line, now, p.done
-            if not running:
-                break
-            time.sleep(POLL_S)
+        failed = _watch(started, config, workdir, initial, log)
     finally:
-        for p in procs:  # the parent failing must not leave workers behind
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs:
-            p.wait()
-        signals.__exit__()
+        _stop_all(started)
+    return _outcome(started, config, workdir, initial, failed, log)
+
+
+def _progress(config, workdir: str, initial):
+    from wide_tf.store import workdir as wd
+    from wide_tf.study import progress
+
+    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+    return progress.estimate_progress(config, initial, results)
+
+
+def _watch(started: Started, config, workdir: str, initial, log) -> dict[int, int]:
+    """Polls the workers until all have exited, printing a progress line when the count moves
+    (at least every PROGRESS_EVERY_S); returns {worker index: exit status} of the failed ones."""
+    from wide_tf.study import progress
+
+    procs, paths, signals = started.procs, started.paths, started.signals
+    done_before = _progress(config, workdir, initial).done
+    failed: dict[int, int] = {}
+    last_line, last_print, last_done = "", 0.0, -1
+    while True:
+        running = [p for p in procs if p.poll() is None]
+        for k, p in enumerate(procs):
+            if p.returncode not in (None, 0) and k not in failed:
+                failed[k] = p.returncode
+                if not signals.received:
+                    log(
+                        f"worker {k} exited with status {p.returncode}: "
+                        f"{_last_line(paths[k]) or '(no output)'}"
+                    )
+        now = time.time()
+        if now - last_print >= 5.0 or not running:
+            p = _progress(config, workdir, initial)
+            left = progress.time_left(now - started.start, p.done - done_before, p)
+            line = f"progress: {p.describe()}, {len(running)} workers running" + (
+                "" if left is None else f", about {progress.fmt_time(left)} left"
+            )
+            if p.done != last_done or now - last_print >= PROGRESS_EVERY_S or not running:
+                if line != last_line:
+                    log(line)
+                last_line, last_print, last_done = line, now, p.done
+        if not running:
+            return failed
+        time.sleep(POLL_S)
+
+
+def _stop_all(started: Started) -> None:
+    for p in started.procs:  # the parent failing must not leave workers behind
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in started.procs:
+        p.wait()
+    started.signals.__exit__()
+
+
+def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Outcome:
+    """The workers' logs copied (for a gs:// workdir), and how the study ended."""
+    from wide_tf.study import progress
+
+    paths, signals = started.paths, started.signals
     if started.remote_logs:
         import tensorflow as tf
 
         tf.io.gfile.makedirs(os.path.join(workdir, LOGS))
         for path in paths:
             tf.io.gfile.copy(path, os.path.join(workdir, LOGS, os.path.basename(path)), True)
-    log(f"Workers done in {study._fmt_time(time.time() - started.start)}.")
+    log(f"Workers done in {progress.fmt_time(time.time() - started.start)}.")
     if signals.received:
         log(
             "stopped by "
             + ("SIGTERM" if signals.received == signal.SIGTERM else "SIGINT")
             + "; the workers checkpointed: run the same command again to resume"
         )
-        return 143 if signals.received == signal.SIGTERM else 130
-    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
-    p = study.estimate_progress(config, initial, results)
-    complete = p.groups_done == p.groups_total
-    if write_report and complete:
-        log(f"Report: {report.write_report(workdir)}")
+        return Outcome(False, 143 if signals.received == signal.SIGTERM else 130)
+    p = _progress(config, workdir, initial)
     if failed:
         k, code = next(iter(failed.items()))
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise WorkerFailed(
-            f"worker {k} exited with status {code}{more}: "
-            f"{_last_line(paths[k]) or '(no output)'}; see {paths[k]}; finished trials are kept"
-            f"{'' if complete else ' and the report is not written'}: fix the cause and run the "
-            "same command again to resume"
+        return Outcome(
+            p.complete,
+            failure=WorkerFailed(
+                f"worker {k} exited with status {code}{more}: "
+                f"{_last_line(paths[k]) or '(no output)'}; see {paths[k]}; finished trials are "
+                f"kept{'' if p.complete else ' and the report is not written'}: fix the cause "
+                "and run the same command again to resume"
+            ),
         )
-    if not complete:
-        raise WorkerFailed(
-            f"{p.groups_total - p.groups_done} groups are unfinished although every worker "
-            "exited; run the same command again to resume"
+    if not p.complete:
+        return Outcome(
+            False,
+            failure=WorkerFailed(
+                f"{p.groups_total - p.groups_done} groups are unfinished although every worker "
+                "exited; run the same command again to resume"
+            ),
         )
-    return 0
-
-
-def run_parent(config, workdir: str, n: int, argv: list[str], **kwargs) -> int:
-    """`start` then `supervise` (for callers that have imported TensorFlow already)."""
-    return supervise(start(workdir, n, argv, config), config, workdir, **kwargs)
+    return Outcome(True)
 
 
 class WorkerFailed(RuntimeError):

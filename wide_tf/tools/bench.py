@@ -437,7 +437,7 @@ def bench_trial_cost(quick: bool, steps: int = 40) -> list[dict]:
     train_lib.train_and_evaluate = timed_run
     try:
         with tempfile.TemporaryDirectory() as tmp, _Counters() as counters:
-            study_lib.run_study(config, tmp, write_report=False)
+            study_lib.run_study(config, tmp)
             end = time.perf_counter()
     finally:
         steps_lib.Stepper.train, steps_lib.Stepper.evaluate = real_train, real_eval
