@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import sys
 
+from wide_tf.analysis import members, verdict
 from wide_tf.analysis import prediction as pr
-from wide_tf.analysis import verdict as analysis
 
 ROW_HEADER = (
     "| member | width | B_simple at target | measured B_crit | ratio | model-free batch | ratio |"
@@ -43,8 +43,8 @@ def entry_lines(c: pr.Comparison, study: str, source: str) -> list[str]:
     ]
     lines += [
         f"| {m.name} | {float(m.width or 0):g} | {pr.fmt_est(m.at_target)} | "
-        f"{analysis.fmt_interval(m.b_crit)} | {pr.fmt_est(m.ratio_b_crit)} | "
-        f"{analysis.fmt_interval(m.b_model_free)} | {pr.fmt_est(m.ratio_model_free)} |"
+        f"{members.fmt_interval(m.b_crit)} | {pr.fmt_est(m.ratio_b_crit)} | "
+        f"{members.fmt_interval(m.b_model_free)} | {pr.fmt_est(m.ratio_model_free)} |"
         for m in c.members
     ]
     return lines + [""]
@@ -76,7 +76,7 @@ def main(argv=None) -> int:
         return _fail(f"{e}; pass the workdir of a study (python -m wide_tf.main ...)")
     if not records:
         return _fail(f"{args.workdir} holds no finished trial; run the study first")
-    result = analysis.analyze(records, analysis.DEFAULT_EPS)
+    result = verdict.analyze(records, members.DEFAULT_EPS)
     c = prediction.compare_study(config, records, result)
     print("\n".join(prediction.md_prediction(c)))
     if args.source:

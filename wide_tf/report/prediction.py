@@ -9,8 +9,8 @@ from __future__ import annotations
 import numpy as np
 from absl import logging
 
+from wide_tf.analysis import members
 from wide_tf.analysis import prediction as pr
-from wide_tf.analysis import verdict as analysis
 from wide_tf.report import plots as plots_lib
 
 PLOT_FILE = "noise_scale_vs_b_crit.png"
@@ -127,8 +127,8 @@ def _member_row(m) -> list:
         pr.fmt_est(m.at_target),
         pr.fmt_est(m.run_average),
         pr.fmt_est(m.two_batch),
-        analysis.fmt_interval(m.b_crit),
-        analysis.fmt_interval(m.b_model_free) if m.b_model_free is not None else "-",
+        members.fmt_interval(m.b_crit),
+        members.fmt_interval(m.b_model_free) if m.b_model_free is not None else "-",
         _ratio(m.ratio_b_crit),
         _ratio(m.ratio_model_free),
         _ratio(m.ratio_avg_b_crit),
@@ -201,7 +201,7 @@ def log_prediction(c: pr.Comparison) -> None:
             m.name,
             m.width,
             pr.fmt_est(m.at_target),
-            analysis.fmt_interval(m.b_crit) if m.b_crit is not None else "- (no sweep)",
+            members.fmt_interval(m.b_crit) if m.b_crit is not None else "- (no sweep)",
         )
     if c.slope_predicted is not None:
         logging.info("  width slope of log B_simple: %s", pr.fmt_slope(c.slope_predicted))
