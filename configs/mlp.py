@@ -28,7 +28,7 @@ Variants (after the colon):
           minutes on 2 cores; docs/prediction.md).
 """
 
-from wide_tf.analysis import predict
+from wide_tf.analysis import predict_study
 from wide_tf.spec import defaults
 
 
@@ -110,8 +110,9 @@ def get_config(arg=None):
         config.train.steps_per_loop = 10
     elif variant == "predict":
         # The local study at its smallest batch on three seeds, B_simple measured along training:
-        # the critical batch predicted without the sweep (wide_tf/predict.py, docs/prediction.md).
-        return predict.as_predict_config(get_config("local"))
+        # the critical batch predicted without the sweep (wide_tf/analysis/predict_study.py,
+        # docs/prediction.md).
+        return predict_study.as_predict_config(get_config("local"))
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/mlp.py: local, local_replicate, local_width, "

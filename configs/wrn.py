@@ -21,12 +21,12 @@ Variants (after the colon):
   smoke   seconds; for the tests.
   predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
           measured at every evaluation: B_crit per member predicted from the noise scale, for
-          a fraction of the sweep's cost (`python -m wide_tf.analysis.predict
+          a fraction of the sweep's cost (`python -m wide_tf.analysis.predict_study
           --config=configs/wrn.py` prints both; docs/prediction.md).
   predict_local  the same for the local study (its smallest batch).
 """
 
-from wide_tf.analysis import predict
+from wide_tf.analysis import predict_study
 from wide_tf.spec import defaults
 
 
@@ -117,10 +117,10 @@ def get_config(arg=None):
             config.train.target_value = 0.5
     elif variant == "predict":
         # The CIFAR-10 study at its smallest batch on three seeds, B_simple measured at every
-        # evaluation (wide_tf/predict.py, docs/prediction.md).
-        return predict.as_predict_config(get_config("paper"))
+        # evaluation (wide_tf/analysis/predict_study.py, docs/prediction.md).
+        return predict_study.as_predict_config(get_config("paper"))
     elif variant == "predict_local":
-        return predict.as_predict_config(get_config("local"))
+        return predict_study.as_predict_config(get_config("local"))
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: "

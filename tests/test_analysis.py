@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from helpers import add_second_target
 
+from wide_tf.analysis import cells as C
 from wide_tf.analysis import critical_batch as cb
+from wide_tf.analysis import members as M
 from wide_tf.analysis import simulate
 from wide_tf.analysis import verdict as A
 from wide_tf.study import lr_grid
@@ -123,7 +125,7 @@ def test_parse_results_skips_torn_lines_and_dedupes():
     a = rec(tid="t1", steps=10)
     b = dict(rec(tid="t1", steps=12))
     text = json.dumps(a) + "\n\n" + json.dumps(b) + "\n" + '{"trial_id": "t2", "mem'
-    records, bad = A.parse_results(text)
+    records, bad = C.parse_results(text)
     assert bad == 1
     assert len(records) == 1 and records[0]["steps_to_target"] == 12  # last line of a trial wins
 
@@ -141,7 +143,7 @@ def test_best_rate_on_tuning_seed_then_median_over_confirmation_seeds():
         # a confirmation seed of another rate never decides the choice
         rec(mult=0.5, seed=1, role="confirm", steps=10),
     ]
-    (cell,) = A.cells_of(recs)
+    (cell,) = C.cells_of(recs)
     assert cell.best_multiplier == 1.0 and cell.learning_rate == pytest.approx(0.1)
     assert cell.seed_steps == (100, 120, 140) and cell.median_steps == 120
     assert cell.epochs_to_target == pytest.approx(120 * 32 / 1000)
@@ -155,7 +157,7 @@ def test_interpolated_steps_are_preferred_and_ties_go_to_the_smaller_rate():
         rec(mult=1.0, steps=100, steps_to_target_interp=91.5),
         rec(mult=2.0, steps=150),
     ]
-    (cell,) = A.cells_of(recs)
+    (cell,) = C.cells_of(recs)
     assert cell.best_multiplier == 0.5 and cell.median_steps == 91.5 and cell.lr_at_grid_edge
 
 
@@ -168,7 +170,7 @@ def test_censored_and_diverged_seeds():
         rec(mult=1.0, seed=1, role="confirm", status="not_reached", budget=400),
         rec(mult=1.0, seed=2, role="confirm", status="diverged", budget_steps=700),
     ]
-    (cell,) = A.cells_of(recs)
+    (cell,) = C.cells_of(recs)
     assert cell.median_steps is None and cell.censored_bound == 400
     assert cell.n_diverged_censored == 1 and cell.n_seeds == 3
     assert sorted(cell.censored_budgets) == [400.0, 700.0]
@@ -180,10 +182,10 @@ def test_censored_and_diverged_seeds():
         status="diverged",
         protocol={"max_epochs": 10.0, "max_steps": 0, "min_steps": 500},
     )
-    assert A.budget_steps(recs[2]) == 500.0  # max(10 x 1000 / 32 = 313, 500)
+    assert C.budget_steps(recs[2]) == 500.0  # max(10 x 1000 / 32 = 313, 500)
     # Two finished and one censored: the median is the larger finished one.
     recs[2] = rec(mult=1.0, seed=2, role="confirm", steps=150)
-    (cell,) = A.cells_of(recs)
+    (cell,) = C.cells_of(recs)
     assert cell.median_steps == 150 and cell.censored_budgets == (400.0,)
 
 
@@ -193,9 +195,9 @@ def test_a_cell_where_nothing_reached_is_censored_at_its_budget():
         rec(mult=1.0, status="not_reached", budget=500),
         rec(mult=2.0, status="diverged"),
     ]
-    (cell,) = A.cells_of(recs)
+    (cell,) = C.cells_of(recs)
     assert cell.best_multiplier is None and cell.censored_bound == 500
-    obs = A.observations([cell])
+    obs = C.observations([cell])
     assert obs.censored.tolist() == [True] and np.exp(obs.log_steps[0]) == pytest.approx(500)
 
 
@@ -258,7 +260,7 @@ def test_a_power_law_without_a_knee_gives_a_bound_and_a_fit_quality_that_can_fai
     obs = cb.Observations.make(np.repeat(b, 3), np.repeat(s, 3), np.zeros(27, bool), 4000)
     est = cb.estimate(obs, 0.25, n_boot=50)
     assert est.b_crit.above_range  # past the largest batch: a bound, never a number
-    assert A.fmt_interval(est.b_crit).startswith("> 4,096")
+    assert M.fmt_interval(est.b_crit).startswith("> 4,096")
     # R^2 of log S would be ~1 for this curve; R^2 of log epochs is far from it.
     log_s, pred = (
         obs.log_steps,
@@ -310,7 +312,7 @@ def test_max_batch_is_the_first_crossing_interpolated_in_log_log():
 
 def test_member_estimate_of_a_known_curve():
     recs = curve_records("m", 64, 2, 500, 200, [16, 32, 64, 128, 256, 512, 1024])
-    (s,) = A.summarize_members(recs, 1.0, n_boot=50)
+    (s,) = M.summarize_members(recs, 1.0, n_boot=50)
     # E(B) = S_min (B + B_crit) / n; the reference is the geometric mean of E(16) and E(32),
     # sqrt(216 x 232) = 223.9 in units of S_min / n, so E doubles at B = 2 x 223.9 - 200 = 247.7
     # (the crossing is interpolated linearly in log-log between 128 and 256: a little below).
@@ -346,7 +348,7 @@ def family(alpha, noise, rng, widths=WIDTHS, budget_epochs=None):
 
 def test_slope_of_exact_power_law_members():
     recs = family(0.5, 0.0, None)
-    d = A.decide(A.summarize_members(recs, n_boot=50))
+    d = A.decide(M.summarize_members(recs, n_boot=50))
     assert d.b_crit_slope.value == pytest.approx(0.5, abs=0.02)
     # The model-free measure of an exact curve family: E doubles over the reference at
     # 2 ref - B_crit with ref = sqrt((16 + B_crit)(32 + B_crit)), read off the cells by linear
@@ -372,7 +374,7 @@ def test_verdicts_supported_contradicted_and_no_effect():
 def test_verdict_inconclusive_cases():
     rng = np.random.default_rng(1)
     assert A.verdict([]).outcome == A.INCONCLUSIVE
-    one = A.summarize_members(curve_records("m", 64, 2, 500, 200, [16, 64, 256]), n_boot=20)
+    one = M.summarize_members(curve_records("m", 64, 2, 500, 200, [16, 64, 256]), n_boot=20)
     v = A.verdict(one)
     assert v.outcome == A.INCONCLUSIVE and "needs at least 3" in v.text
     same = family(0.0, 0.05, rng, widths=(100,) * 5)
@@ -404,7 +406,7 @@ def test_a_slope_that_rests_on_one_member_is_inconclusive():
         recs += curve_records(
             f"m{d}", w, d, 300, bc, [16, 32, 64, 128, 256, 512, 1024], noise=0.03, rng=rng
         )
-    d = A.decide(A.summarize_members(recs, n_boot=100))
+    d = A.decide(M.summarize_members(recs, n_boot=100))
     assert d.primary_slope.value > 0 and d.primary_slope.max_leverage > 0.6
     assert d.outcome in (A.INCONCLUSIVE, A.NO_EFFECT)
     assert d.primary_slope.loo[-1] < 0 and not d.primary_slope.loo_agree
@@ -443,7 +445,7 @@ def test_several_targets_are_analysed_from_the_same_runs():
     assert second.outcome == A.SUPPORTED
     # Same knee, fewer steps: the same B_crit per member, S_min 0.6x.
     first = out["summaries"][0].curve.fit
-    sub = A.summarize_members(A.records_for_target(recs, 1), n_boot=20)[0].curve.fit
+    sub = M.summarize_members(C.records_for_target(recs, 1), n_boot=20)[0].curve.fit
     assert sub.b_crit == pytest.approx(first.b_crit, rel=1e-6)
     assert sub.s_min == pytest.approx(0.6 * first.s_min, rel=1e-6)
 
@@ -469,8 +471,8 @@ def test_batch_bound_at_init():
         ),
         rec(tid="y", steps=10),
     ]
-    assert A.batch_bound_at_init(recs) == [40.0, 60.0]
-    (s,) = A.summarize_members(recs, n_boot=20)
+    assert M.batch_bound_at_init(recs) == [40.0, 60.0]
+    (s,) = M.summarize_members(recs, n_boot=20)
     assert s.batch_bound_init == pytest.approx(50.0) and s.noise_scale_ema == pytest.approx(12.0)
 
 
@@ -499,7 +501,7 @@ def test_calibration_points_the_right_way_under_a_real_effect():
 def test_simulated_study_follows_the_protocol():
     rng = np.random.default_rng(0)
     recs = simulate.simulate_study(rng, simulate.Design(), simulate.Truth(noise=0.1))
-    cells = A.cells_of(recs)
+    cells = C.cells_of(recs)
     d = simulate.Design()
     assert len(cells) == len(d.widths) * len(d.batch_sizes)
     statuses = {r["status"] for r in recs}
@@ -526,7 +528,7 @@ def test_simulated_study_follows_the_protocol():
 
 def test_the_data_driven_generator_resamples_a_studys_residuals():
     rng = np.random.default_rng(8)
-    summaries = A.summarize_members(family(0.0, 0.1, rng), n_boot=20)
+    summaries = M.summarize_members(family(0.0, 0.1, rng), n_boot=20)
     truth = simulate.gen.from_residuals(summaries, "a test study")
     # 5 members x 7 complete cells of 3 seeds; the cell effects are centred.
     assert len(truth.cell_pool) == 35 and len(truth.seed_pool) == 105

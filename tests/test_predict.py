@@ -1,5 +1,6 @@
-"""Tests for wide_tf.analysis.predict (NumPy only: hand-made histories and records with known
-answers) and the report's prediction section on a synthetic study."""
+"""Tests for wide_tf.analysis.prediction and wide_tf.analysis.predict_study (NumPy only: hand-made
+histories and records with known answers), the report's prediction section on a synthetic study,
+and the docs/local_agreement.md entry of a study (wide_tf.report.agreement)."""
 
 import math
 import types
@@ -8,7 +9,8 @@ import numpy as np
 import pytest
 
 from wide_tf.analysis import critical_batch as cb
-from wide_tf.analysis import predict as pr
+from wide_tf.analysis import predict_study as ps
+from wide_tf.analysis import prediction as pr
 
 
 def _rec(member="m", width=100, seed=0, batch=16, mult=1.0, steps=100.0, hist=(), **kw):
@@ -208,19 +210,19 @@ def test_as_predict_config_measures_once_an_epoch_and_caps_the_probe():
 
     cfg = mlp.get_config("paper")  # TFDS MNIST: 60,000 training digits, probe_size 0 (all)
     cfg.train.eval_every_examples = 0
-    pred = pr.as_predict_config(cfg, batch=128, seeds=2)
+    pred = ps.as_predict_config(cfg, batch=128, seeds=2)
     assert pred.train.gradient_every_examples == 60000
-    assert pred.train.probe_size == pr.PROBE_CAP
+    assert pred.train.probe_size == ps.PROBE_CAP
     assert pred.sweep.batch_sizes == [128] and len(pred.sweep.confirm_seeds) == 1
     with pytest.raises(ValueError):
-        pr.as_predict_config(mlp.get_config("single"))  # no sweep
+        ps.as_predict_config(mlp.get_config("single"))  # no sweep
 
 
 def test_plan_counts_runs_and_examples_by_hand():
     from configs import mlp
 
     cfg = mlp.get_config("smoke")  # 2 members, batches 32 and 256, one rate, no extension
-    p = pr.plan(cfg, num_train=1000)
+    p = ps.plan(cfg, num_train=1000)
     assert (p.runs_min, p.runs_max) == (4, 4)
     # 3 epochs of 1,000 examples; the step floor min_steps is 0 here
     steps = {32: math.ceil(3000 / 32), 256: math.ceil(3000 / 256)}
@@ -228,7 +230,7 @@ def test_plan_counts_runs_and_examples_by_hand():
     lo, hi = p.chip_hours()
     assert 0 < lo < hi and hi / lo == pytest.approx(5.0)
     cfg.sweep.family.kind, cfg.sweep.family.widths = "width", [8, 16, 32]
-    assert pr.plan(cfg, num_train=1000).members == 3
+    assert ps.plan(cfg, num_train=1000).members == 3
 
 
 # -- the report section on a synthetic study ----------------------------------------------------
@@ -256,7 +258,9 @@ def test_report_has_the_prediction_section_and_plot(tmp_path):
     make_workdir(wd, recs)
     md = open(report.write_report(wd)).read()
     section = md.split("## Does the gradient noise scale predict the critical batch?")[1]
-    section = section.split("What the prediction has been worth")[0]  # this study's rows only
+    # The section speaks of this study only: the local sweeps' agreement is docs/local_agreement.md.
+    assert "What the prediction has been worth" not in md and "earlier configs" not in md
+    section = section.split("\n## ")[0]
     assert "times the measured B_crit" in section
     ratios = [row.split("|")[10].strip() for row in section.splitlines() if row.startswith("| mlp")]
     assert len(ratios) == len(MEMBERS)
@@ -295,3 +299,63 @@ def test_predict_configs_pass_validation(tmp_path):
     paper = configs_loader.load_config("configs/wrn.py")
     assert config.sweep.batch_sizes == [min(paper.sweep.batch_sizes)]
     assert config.train.probe_size == paper.train.probe_size
+
+
+def test_configs_load_the_predict_study_without_the_prediction_or_tensorflow():
+    """configs/*.py import only `predict_study` (the config transform and its cost plan), which
+    pulls neither the prediction's numbers, SciPy nor TensorFlow."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, configs.mlp, configs.wrn; "
+        "print(sorted(m for m in ('tensorflow', 'scipy', 'wide_tf.analysis.prediction', "
+        "'wide_tf.report') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_analysis_never_imports_the_report():
+    import ast
+    import pathlib
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "wide_tf" / "analysis"
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            assert not any(n.startswith("wide_tf.report") for n in names), (path, names)
+
+
+def test_agreement_entry_lists_the_pooled_ratios_and_every_member():
+    from wide_tf.report import agreement
+
+    recs, sums = [], []
+    for name, w, bc in (("a", 64, 50.0), ("b", 128, 60.0), ("c", 256, 70.0)):
+        for seed, f in enumerate((1.0, 1.1, 1.2)):
+            recs.append(_rec(member=name, width=w, seed=seed, hist=[(0, 5.0), (100, 2 * bc * f)]))
+        sums.append(_summary(name, w, cb.Interval(value=bc, low=0.8 * bc, high=1.25 * bc)))
+    c = pr.compare(recs, sums, None)
+    lines = agreement.entry_lines(c, "the study", "run here")
+    assert lines[0].startswith("**the study** (run here): B_simple at the target / B_crit, pooled")
+    assert pr.fmt_est(c.pooled_ratio, "member") in lines[0]
+    assert lines[2] == agreement.ROW_HEADER and lines[-1] == ""
+    rows = [x for x in lines if x.startswith("| ") and x != agreement.ROW_HEADER]
+    assert [r.split(" | ")[0] for r in rows] == ["| a", "| b", "| c"]
+    assert rows[0].split(" | ")[2] == pr.fmt_est(c.members[0].at_target)
+
+
+def test_docs_keep_the_local_agreement_with_its_sources():
+    import pathlib
+
+    docs = pathlib.Path(__file__).resolve().parents[1] / "docs"
+    text = (docs / "local_agreement.md").read_text()
+    from wide_tf.report import agreement
+
+    assert text.count(agreement.ROW_HEADER) == 3  # the three local studies measured so far
+    assert "docs/local_agreement.md" in (docs / "prediction.md").read_text()

@@ -13,6 +13,7 @@ import pytest
 from helpers import add_second_target
 
 from wide_tf import report
+from wide_tf.analysis import cells
 from wide_tf.analysis import verdict as analysis
 from wide_tf.engine import train
 from wide_tf.spec import defaults
@@ -371,7 +372,7 @@ def test_report_tensorboard_hparams_and_images(full_report):
         v.tag: float(tf.make_ndarray(v.tensor))
         for e in events
         for v in e.summary.value
-        if v.tag in analysis.STATUS_CODE or v.tag in report.METRIC_DOCS
+        if v.tag in cells.STATUS_CODE or v.tag in report.METRIC_DOCS
     }
     bc = {m[0]: m[3] for m in MEMBERS}["mlp-d4-w181"]
     assert scalars["steps_to_target"] == round(400 * (1 + bc / 64)) + 10

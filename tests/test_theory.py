@@ -1,5 +1,5 @@
-"""Tests for wide_tf.theory.check: analytic per-example gradients vs finite differences, budgets,
-the study."""
+"""Tests for wide_tf.theory (bound, report, check): analytic per-example gradients vs finite
+differences, budgets, the study."""
 
 import csv
 import importlib.util
@@ -9,7 +9,8 @@ import os
 import numpy as np
 import pytest
 
-from wide_tf.theory import check as theory
+from wide_tf.theory import bound as theory
+from wide_tf.theory import check
 
 CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "configs", "theory.py")
 
@@ -115,7 +116,7 @@ def test_trend_slopes_with_intervals():
 def test_smoke_study_writes_report(tmp_path):
     config = _load_config("smoke")
     assert config.kind == "theory"
-    out = theory.run_theory(config, str(tmp_path))
+    out = check.run_theory(config, str(tmp_path))
     report = tmp_path / "report"
     md = (report / "theory.md").read_text()
     rows = list(csv.DictReader(io.StringIO((report / "theory.csv").read_text())))

@@ -31,6 +31,7 @@ import time
 import numpy as np
 
 from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
 from wide_tf.spec import plan as plan_lib
@@ -169,7 +170,7 @@ def simulate_run(
     return rec
 
 
-def members_of(design: Design, truth: Truth, rng, eps: float = analysis.DEFAULT_EPS):
+def members_of(design: Design, truth: Truth, rng, eps: float = DEFAULT_EPS):
     b_crits = gen.member_b_crits(truth, design.widths, design.batch_sizes, eps, rng)
     ps = gen.member_exponents(truth, design.widths)
     deepest = max(design.depths)
@@ -246,7 +247,7 @@ def calibrate(
     truth: Truth,
     n_studies: int,
     seed: int = 0,
-    eps: float = analysis.DEFAULT_EPS,
+    eps: float = DEFAULT_EPS,
     n_boot: int = 200,
 ) -> Calibration:
     """Runs n_studies simulated studies through the analysis and counts the outcomes."""
@@ -257,7 +258,7 @@ def calibrate(
     mds = []
     for _ in range(n_studies):
         recs = simulate_study(rng, design, truth)
-        summaries = analysis.summarize_members(recs, eps, n_boot=n_boot)
+        summaries = summarize_members(recs, eps, n_boot=n_boot)
         d = analysis.decide(summaries)
         counts[d.outcome] += 1
         if d.primary_slope is not None:
@@ -312,7 +313,7 @@ def _summaries_of(workdir: str):
             recs.append(json.load(f))
     if not recs:
         raise OSError(f"no results/*.json in {workdir}")
-    return analysis.summarize_members(recs, n_boot=20)
+    return summarize_members(recs, n_boot=20)
 
 
 def main(argv=None) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import cells, members
 from wide_tf.report import prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
@@ -94,13 +94,13 @@ def md_members(summaries, eps: float) -> list[str]:
                 _f(s.info.depth),
                 _f(s.info.width),
                 f"{s.info.params:,}" if s.info.params else "-",
-                analysis.fmt_interval(cv.max_batch)
+                members.fmt_interval(cv.max_batch)
                 if cv and cv.max_batch
                 else f"- ({cv.max_batch_reason if cv else 'no data'})",
-                analysis.fmt_interval(cv.b_crit)
+                members.fmt_interval(cv.b_crit)
                 if cv and cv.b_crit
                 else f"- ({cv.fit_reason if cv else 'no data'})",
-                analysis.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
+                members.fmt_interval(cv.s_min) if cv and cv.s_min else "-",
                 "-" if s.lof_p is None else f"{s.lof_p:.3f}" + (" (fails)" if s.fails_lof else ""),
                 _f(f.r2_log_epochs, "{:.2f}") if f else "-",
                 _f(cv.reference_epochs, "{:.3g}") if cv else "-",
@@ -249,7 +249,7 @@ def md_edges(summaries) -> list[str]:
 def md_header(config, records, n_bad, verdicts) -> list[str]:
     """The title, the question, the count of finished trials and the verdict."""
     name = config_value(config, "name") or config_value(config, "study") or ""
-    counts = {s: sum(1 for r in records if r.get("status") == s) for s in analysis.STATUSES}
+    counts = {s: sum(1 for r in records if r.get("status") == s) for s in cells.STATUSES}
     lines = [
         f"# Batch-size study report{': ' + str(name) if name else ''}",
         "",

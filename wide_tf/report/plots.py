@@ -349,7 +349,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
             "max_batch",
             f"B_x{1 + eps:g} (examples per step)",
             f"Model-free critical batch: epochs x{1 + eps:g} over perfect scaling",
-            "max_batch_slope",
+            "primary_slope",
         ),
     )
     for ax, (field, ylabel, title, slope_name) in zip(axes, panels):

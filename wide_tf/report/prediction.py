@@ -1,15 +1,16 @@
 """Owns the report's section "Does the gradient noise scale predict the critical batch?" and its
-plot (predicted against measured, log-log, with the diagonal). The numbers come from
-`wide_tf.analysis.predict`; this module only lays them out (docs/prediction.md says how to read
-them)."""
+plot (predicted against measured, log-log, with the diagonal), and its lines on the log. The
+numbers come from `wide_tf.analysis.prediction`; this module only lays them out (docs/prediction.md
+says how to read them). The section speaks of its own study only: what the prediction has been
+worth on other studies is docs/local_agreement.md."""
 
 from __future__ import annotations
 
 import numpy as np
 from absl import logging
 
-from wide_tf.analysis import predict as pr
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import members
+from wide_tf.analysis import prediction as pr
 from wide_tf.report import plots as plots_lib
 
 PLOT_FILE = "noise_scale_vs_b_crit.png"
@@ -89,63 +90,63 @@ def _ratio(e) -> str:
     return pr.fmt_est(e) if e is not None else "-"
 
 
-def md_prediction(c: pr.Comparison | None) -> list[str]:
-    """The section's lines (nothing when there is no comparison)."""
-    if c is None:
-        return []
-    lines = ["## Does the gradient noise scale predict the critical batch?", ""]
-    lines += [pr.sentence(c), ""]
-    if not c.has_history:
-        return lines
-    lines += [
-        "B_simple = tr(Sigma)/|G|^2 is measured exactly on the probe set (n x diversity - 1) along "
-        "training, read at each run's target crossing (log-linear in steps between the two "
-        "measurements around it) and averaged over the run, on the chosen learning rate's runs "
-        "of each member's smallest batch. Values are geometric means over seeds with 95% t "
-        "intervals; a ratio's interval combines the seeds' interval with the sweep's bootstrap "
-        "interval. McCandlish et al. (2018) found B_simple within about 10x of the critical batch "
-        "on ten tasks; Merrill et al. (2025) found it under the critical batch by orders of "
-        "magnitude for Adam-trained language models.",
-        "",
+METHOD = (
+    "B_simple = tr(Sigma)/|G|^2 is measured exactly on the probe set (n x diversity - 1) along "
+    "training, read at each run's target crossing (log-linear in steps between the two "
+    "measurements around it) and averaged over the run, on the chosen learning rate's runs "
+    "of each member's smallest batch. Values are geometric means over seeds with 95% t "
+    "intervals; a ratio's interval combines the seeds' interval with the sweep's bootstrap "
+    "interval. McCandlish et al. (2018) found B_simple within about 10x of the critical batch "
+    "on ten tasks; Merrill et al. (2025) found it under the critical batch by orders of "
+    "magnitude for Adam-trained language models."
+)
+HEADER = (
+    "member",
+    "width",
+    "batch (runs)",
+    "B_simple at init",
+    "B_simple at target (predicted B_crit)",
+    "B_simple run average",
+    "two-batch estimate (final)",
+    "measured B_crit",
+    "model-free batch",
+    "at target / B_crit",
+    "at target / model-free",
+    "run average / B_crit",
+)
+# A predict study measured one batch per member: nothing to compare with, so no such columns.
+N_PREDICT_COLUMNS = 7
+
+
+def _member_row(m) -> list:
+    return [
+        m.name,
+        plots_lib._plain_numbers()(m.width, None) if m.width is not None else "-",
+        f"{m.batch_size} ({len(m.runs)})" if m.batch_size else "-",
+        pr.fmt_est(m.at_init),
+        pr.fmt_est(m.at_target),
+        pr.fmt_est(m.run_average),
+        pr.fmt_est(m.two_batch),
+        members.fmt_interval(m.b_crit),
+        members.fmt_interval(m.b_model_free) if m.b_model_free is not None else "-",
+        _ratio(m.ratio_b_crit),
+        _ratio(m.ratio_model_free),
+        _ratio(m.ratio_avg_b_crit),
     ]
-    rows = []
-    for m in c.members:
-        rows.append(
-            [
-                m.name,
-                plots_lib._plain_numbers()(m.width, None) if m.width is not None else "-",
-                f"{m.batch_size} ({len(m.runs)})" if m.batch_size else "-",
-                pr.fmt_est(m.at_init),
-                pr.fmt_est(m.at_target),
-                pr.fmt_est(m.run_average),
-                pr.fmt_est(m.two_batch),
-                analysis.fmt_interval(m.b_crit),
-                analysis.fmt_interval(m.b_model_free) if m.b_model_free is not None else "-",
-                _ratio(m.ratio_b_crit),
-                _ratio(m.ratio_model_free),
-                _ratio(m.ratio_avg_b_crit),
-            ]
-        )
-    header = [
-        "member",
-        "width",
-        "batch (runs)",
-        "B_simple at init",
-        "B_simple at target (predicted B_crit)",
-        "B_simple run average",
-        "two-batch estimate (final)",
-        "measured B_crit",
-        "model-free batch",
-        "at target / B_crit",
-        "at target / model-free",
-        "run average / B_crit",
-    ]
-    if not c.sweep:  # a predict study: nothing measured to compare with, so no such columns
-        header, rows = header[:7], [row[:7] for row in rows]
-    lines += ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    lines += [
-        "",
+
+
+def md_member_table(c: pr.Comparison) -> list[str]:
+    """The table of predicted against measured, one row per member."""
+    header, rows = list(HEADER), [_member_row(m) for m in c.members]
+    if not c.sweep:
+        header, rows = header[:N_PREDICT_COLUMNS], [row[:N_PREDICT_COLUMNS] for row in rows]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+
+
+def md_notes(c: pr.Comparison) -> list[str]:
+    """The bullets under the table: slopes, extrapolated runs, missing values, the plot, cost."""
+    lines = [
         f"- Width slope of log B_simple at the target (random effects over members): "
         f"{pr.fmt_slope(c.slope_predicted)}",
     ]
@@ -173,11 +174,21 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
         f"- This study's finished runs: {sp['runs']} runs, {sp['examples']:.3g} training examples "
         f"and {sp['probe_examples']:.3g} exact-probe examples (about 2 training examples each), "
         f"{sp['wall_s'] / 60:.1f} minutes of run time summed over runs; "
-        "`python -m wide_tf.analysis.predict --config=<the study>` compares a predict study's plan "
-        "with the full sweep's."
+        "`python -m wide_tf.analysis.predict_study --config=<the study>` compares a predict "
+        "study's plan with the full sweep's."
     )
-    lines += ["", "What the prediction has been worth on the local sweeps:", ""]
-    lines += pr.format_local_agreement()
+    return lines
+
+
+def md_prediction(c: pr.Comparison | None) -> list[str]:
+    """The section's lines (nothing when there is no comparison)."""
+    if c is None:
+        return []
+    lines = ["## Does the gradient noise scale predict the critical batch?", ""]
+    lines += [pr.sentence(c), ""]
+    if not c.has_history:
+        return lines
+    lines += [METHOD, ""] + md_member_table(c) + [""] + md_notes(c)
     return lines + [""]
 
 
@@ -190,10 +201,7 @@ def log_prediction(c: pr.Comparison) -> None:
             m.name,
             m.width,
             pr.fmt_est(m.at_target),
-            analysis.fmt_interval(m.b_crit) if m.b_crit is not None else "- (no sweep)",
+            members.fmt_interval(m.b_crit) if m.b_crit is not None else "- (no sweep)",
         )
     if c.slope_predicted is not None:
         logging.info("  width slope of log B_simple: %s", pr.fmt_slope(c.slope_predicted))
-    for line in pr.format_local_agreement():
-        if line and not line.startswith("|---"):
-            logging.info("  %s", line)

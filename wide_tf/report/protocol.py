@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from collections.abc import Callable
 
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import members
 from wide_tf.spec.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
@@ -38,7 +38,7 @@ def eps_from_config(config: dict | None) -> float:
         v = config_value(config, key)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
-    return analysis.DEFAULT_EPS
+    return members.DEFAULT_EPS
 
 
 def target_label(config: dict | None) -> str:

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import cells
 
 # The metrics of the HParams table, with the description TensorBoard shows.
 METRIC_DOCS = {
@@ -47,7 +47,7 @@ def _metrics_of(rec: dict) -> dict:
         "final_train_accuracy": final.get("train_accuracy"),
         "final_test_accuracy": final.get("test_accuracy"),
         "best_test_accuracy": rec.get("best_test_accuracy"),
-        "status_code": analysis.STATUS_CODE.get(rec.get("status")),
+        "status_code": cells.STATUS_CODE.get(rec.get("status")),
     }
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 
