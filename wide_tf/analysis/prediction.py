@@ -356,7 +356,7 @@ def compare(
     """The prediction for every member of `summaries` (analysis.summarize_members of `records`),
     against the sweep's measurements. `sweep_slope` and `model_free_slope` are the study's own
     slopes of log B_crit and of its model-free batch on log width (the verdict's:
-    `analysis.decide(...).b_crit_slope` and `.primary_slope`)."""
+    `analysis.decide(...).b_crit_slope` and `.model_free_slope`)."""
     members = tuple(member_prediction(s, records) for s in summaries)
     has_history = any(
         any(
