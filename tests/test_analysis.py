@@ -1,4 +1,4 @@
-"""Tests of the analysis (cells, the censored fit, max_batch, intervals, the verdict) on hand-made
+"""Tests of the analysis (cells, the censored fit, B_x(1+eps), intervals, the verdict) on hand-made
 tables whose answers are computed by hand, and of the verdict's calibration on simulated studies
 with a known answer. NumPy only: seconds, no TensorFlow."""
 
@@ -283,10 +283,10 @@ def test_bootstrap_interval_covers_the_truth():
     assert covered >= 54  # 95% nominal; >= 90% of 60
 
 
-# ---------------------------------------------------------------- max_batch(eps)
+# ------------------------------------------------ B_x(1+eps), the model-free critical batch
 
 
-def test_max_batch_is_the_first_crossing_interpolated_in_log_log():
+def test_b_model_free_is_the_first_crossing_interpolated_in_log_log():
     bs = np.array([16, 32, 64, 128])
     e = np.log([[10.0, 10.0, 14.0, 20.0]])
     # The reference is the geometric mean of the two smallest batches' epochs (10 here).
@@ -318,8 +318,8 @@ def test_member_estimate_of_a_known_curve():
     # (the crossing is interpolated linearly in log-log between 128 and 256: a little below).
     ref = math.sqrt((16 + 200) * (32 + 200))
     assert s.curve.reference_epochs == pytest.approx(500 * ref / 1000)
-    assert 0.95 * (2 * ref - 200) < s.curve.max_batch.value <= 2 * ref - 200
-    assert s.b_model_free is s.curve.max_batch
+    assert 0.95 * (2 * ref - 200) < s.curve.b_model_free.value <= 2 * ref - 200
+    assert s.b_model_free is s.curve.b_model_free
     assert s.curve.b_crit.value == pytest.approx(200, rel=0.02)
 
 
@@ -355,7 +355,7 @@ def test_slope_of_exact_power_law_members():
     # interpolation in log-log: 145 for B_crit = 100 and 246 for 200 (worked by hand), a slope
     # of log(246 / 145) / log 4 = 0.38 against B_crit's 0.5. The reference includes the small
     # batches' own rise, which attenuates the measure where B_crit is not far above them.
-    assert d.primary_slope.value == pytest.approx(math.log(246 / 145) / math.log(4), abs=0.01)
+    assert d.model_free_slope.value == pytest.approx(math.log(246 / 145) / math.log(4), abs=0.01)
 
 
 def test_verdicts_supported_contradicted_and_no_effect():
@@ -368,7 +368,7 @@ def test_verdicts_supported_contradicted_and_no_effect():
     assert v.outcome == A.CONTRADICTED, v.text
     v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.NO_EFFECT, v.text
-    assert v.decision.primary_slope.low < 0 < v.decision.primary_slope.high
+    assert v.decision.model_free_slope.low < 0 < v.decision.model_free_slope.high
 
 
 def test_verdict_inconclusive_cases():
@@ -407,9 +407,9 @@ def test_a_slope_that_rests_on_one_member_is_inconclusive():
             f"m{d}", w, d, 300, bc, [16, 32, 64, 128, 256, 512, 1024], noise=0.03, rng=rng
         )
     d = A.decide(M.summarize_members(recs, n_boot=100))
-    assert d.primary_slope.value > 0 and d.primary_slope.max_leverage > 0.6
+    assert d.model_free_slope.value > 0 and d.model_free_slope.max_leverage > 0.6
     assert d.outcome in (A.INCONCLUSIVE, A.NO_EFFECT)
-    assert d.primary_slope.loo[-1] < 0 and not d.primary_slope.loo_agree
+    assert d.model_free_slope.loo[-1] < 0 and not d.model_free_slope.loo_agree
     if d.outcome == A.INCONCLUSIVE:
         assert "without m1" in "; ".join(d.reasons)
 

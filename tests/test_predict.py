@@ -70,7 +70,7 @@ def test_run_noise_reads_the_primary_target_and_skips_bad_points():
         {"metric": "train_accuracy", "status": "reached", "steps_to_target_interp": 75.0},
     ]
     assert pr.run_noise(rec).at_target == pytest.approx(100.0)
-    # Re-aimed at the second target (analysis.records_for_target names it in "target").
+    # Re-aimed at the second target (analysis.cells.records_for_target names it in "target").
     rec["target"] = {"metric": "train_accuracy", "value": 0.99}
     rec["targets"][1]["value"] = 0.99
     assert pr.run_noise(rec).at_target == pytest.approx(10**2.5)

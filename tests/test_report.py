@@ -21,7 +21,7 @@ from wide_tf.spec import defaults
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
 # Fixed-budget family, narrowest first, with S(B) = 400 (1 + Bc / B): E(B) is proportional to
-# B + Bc (max_batch: `expected_max_batch`).
+# B + Bc (B_x(1+eps): `expected_b_model_free`).
 # B_crit = 40 (w / 90)^1.5: a slope of 1.5 on log width, every B_crit inside the batches tried.
 MEMBERS = [
     (f"mlp-d{d}-w{w}", d, w, 40.0 * (w / 90) ** 1.5)
@@ -29,8 +29,8 @@ MEMBERS = [
 ]
 
 
-def expected_max_batch(bc: float, eps: float = 0.25, batches=BATCHES) -> float:
-    """B_+eps of E = B + B_crit (in units of S_min / n), worked as the report does it: the
+def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> float:
+    """B_x(1+eps) of E = B + B_crit (in units of S_min / n), worked as the report does it: the
     reference is the geometric mean of the two smallest batches' epochs, the crossing is
     interpolated linearly in (log B, log E) between the two cells around it."""
     e = [b + bc for b in batches]
@@ -250,7 +250,7 @@ def test_report_files_and_tables(full_report):
 
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
     for name, _, _, bc in MEMBERS:
-        mb = expected_max_batch(bc)
+        mb = expected_b_model_free(bc)
         assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.02)
         assert float(members[name]["max_batch_low"]) <= 1.001 * float(members[name]["max_batch"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)

@@ -187,7 +187,7 @@ def fit(obs: Observations) -> Fit | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Cell medians and max_batch(eps)
+# Cell medians and the model-free critical batch B_x(1+eps)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -314,14 +314,14 @@ class CurveEstimate:
     fit_reason: str | None  # why there is no fit
     b_crit: Interval | None
     s_min: Interval | None
-    max_batch: Interval | None  # B_x(1+eps), the model-free critical batch
-    max_batch_status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
-    max_batch_reason: str
+    b_model_free: Interval | None  # B_x(1+eps), the model-free critical batch
+    b_model_free_status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
+    b_model_free_reason: str
     reference_epochs: float | None  # E_ref: the two smallest batches' epochs (geometric mean)
     threshold_epochs: float | None
     # Replicates in log space (unclipped), for the members' variances in the slope.
     log_b_crit_reps: np.ndarray | None
-    log_max_batch_reps: np.ndarray | None
+    log_b_model_free_reps: np.ndarray | None
     band_batches: np.ndarray | None = None  # batches at which the fitted curve's band is given
     band_low: np.ndarray | None = None  # 2.5% / 97.5% of the fitted steps over replicates
     band_high: np.ndarray | None = None
@@ -356,25 +356,58 @@ def bootstrap_replicates(
     return lof.draw(comp, pred, obs.batch, _bounds(obs), n_boot, rng)
 
 
-def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
-    """Point estimates and intervals of B_crit and B_x(1+eps) for one member."""
-    rng = np.random.default_rng(seed)
-    lo, hi = float(obs.batch.min()), float(obs.batch.max())
-    log_n = np.log(obs.num_train)
+MODEL_FREE_REASONS = {
+    0: "first crossing of (1+eps) x E_ref",
+    1: "no crossing up to the largest batch tried (a lower bound)",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class _ModelFreePoint:
+    """B_x(1+eps) read off the cell medians, before its interval."""
+
+    batches: np.ndarray  # the cells' batch sizes, ascending
+    value: float
+    status: int  # 0 crossing, 1 no crossing (lower bound), 2 undefined
+    reason: str
+    reference_epochs: float | None
+    threshold_epochs: float | None
+
+
+def _model_free_point(obs: Observations, eps: float) -> _ModelFreePoint:
     bs, med, med_c = cell_medians(obs.batch, obs.log_steps, obs.censored)
-    log_e = med + np.log(bs)[None, :] - log_n
-    mb_point, mb_status = first_crossing(bs, log_e, med_c, eps)
-    status = int(mb_status[0])
+    log_e = med + np.log(bs)[None, :] - np.log(obs.num_train)
+    point, st = first_crossing(bs, log_e, med_c, eps)
+    status = int(st[0])
     e_ref = None
     if status != 2:
         two = log_e.shape[1] >= 2 and not med_c[0, 1]
         e_ref = float(np.exp(0.5 * (log_e[0, 0] + log_e[0, 1]) if two else log_e[0, 0]))
+    reason = MODEL_FREE_REASONS.get(
+        status, f"the smallest batch B={int(bs[0])} did not reach the target"
+    )
     thr = None if e_ref is None else e_ref * (1.0 + eps)
-    mb_reason = {
-        0: "first crossing of (1+eps) x E_ref",
-        1: "no crossing up to the largest batch tried (a lower bound)",
-        2: f"the smallest batch B={int(bs[0])} did not reach the target",
-    }[status]
+    return _ModelFreePoint(bs, float(point[0]), status, reason, e_ref, thr)
+
+
+def _model_free_interval(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, rng):
+    """(Interval, log replicates) of B_x(1+eps): seeds redrawn about the cell medians; (None,
+    None) when it is undefined."""
+    if mf.status == 2:
+        return None, None
+    bs, log_n = mf.batches, np.log(obs.num_train)
+    y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng)
+    _, med_r, medc_r = cell_medians(obs.batch, y_m, c_m)
+    mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
+    reps = mb_r[st_r != 2]
+    return _interval(mf.value, reps, float(obs.batch.min()), float(obs.batch.max())), reps
+
+
+def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
+    """Point estimates and intervals of B_crit and B_x(1+eps) for one member."""
+    rng = np.random.default_rng(seed)
+    lo, hi = float(obs.batch.min()), float(obs.batch.max())
+    mf = _model_free_point(obs, eps)
     fit_ = fit(obs)
     # Variance components: from the fitted curve when there is one, else from the cell medians
     # (then there is no lack-of-fit test, only the seed noise).
@@ -387,31 +420,23 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     comp = lof.components(obs.batch, obs.log_steps, obs.censored, pred)
     if fit_ is None:
         comp = dataclasses.replace(comp, ms_lof=None, df_lof=0)
-    mb, mb_reps = None, None
-    if status != 2:
-        y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng)
-        _, med_r, medc_r = cell_medians(obs.batch, y_m, c_m)
-        mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
-        mb_reps = mb_r[st_r != 2]
-        mb = _interval(float(mb_point[0]), mb_reps, lo, hi)
+    mb, mb_reps = _model_free_interval(obs, mf, eps, comp, centers, n_boot, rng)
+    model_free = dict(
+        b_model_free=mb,
+        b_model_free_status=mf.status,
+        b_model_free_reason=mf.reason,
+        reference_epochs=mf.reference_epochs,
+        threshold_epochs=mf.threshold_epochs,
+        log_b_model_free_reps=mb_reps,
+        components=comp,
+    )
     if fit_ is None:
         reason = (
             f"needs finished runs at >= 3 batch sizes, has "
             f"{np.unique(obs.batch[~obs.censored]).size}"
         )
         return CurveEstimate(
-            fit=None,
-            fit_reason=reason,
-            b_crit=None,
-            s_min=None,
-            max_batch=mb,
-            max_batch_status=status,
-            max_batch_reason=mb_reason,
-            reference_epochs=e_ref,
-            threshold_epochs=thr,
-            log_b_crit_reps=None,
-            log_max_batch_reps=mb_reps,
-            components=comp,
+            fit=None, fit_reason=reason, b_crit=None, s_min=None, log_b_crit_reps=None, **model_free
         )
     y, c = bootstrap_replicates(obs, fit_, n_boot, rng, comp)
     a_r, lbc_r = fit_many(obs.batch, y, c)
@@ -423,15 +448,9 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
         fit_reason=None,
         b_crit=_interval(fit_.log_b_crit, lbc_r, lo, hi),
         s_min=_interval(fit_.log_s_min, a_r),  # steps: no batch range to be beyond
-        max_batch=mb,
-        max_batch_status=status,
-        max_batch_reason=mb_reason,
-        reference_epochs=e_ref,
-        threshold_epochs=thr,
         log_b_crit_reps=lbc_r,
-        log_max_batch_reps=mb_reps,
         band_batches=grid_b,
         band_low=band_lo,
         band_high=band_hi,
-        components=comp,
+        **model_free,
     )

@@ -62,8 +62,8 @@ class MemberSummary:
 
     @property
     def b_model_free(self) -> cb.Interval | None:
-        """B_x(1+eps), the model-free critical batch (the study's primary measure)."""
-        return None if self.curve is None else self.curve.max_batch
+        """B_x(1+eps), the model-free critical batch (the measure the verdict decides on)."""
+        return None if self.curve is None else self.curve.b_model_free
 
 
 def batch_bound_at_init(records: Sequence[dict]) -> list[float]:

@@ -43,7 +43,7 @@ def primary_target(rec: dict) -> dict:
     targets = rec.get("targets")
     if not (isinstance(targets, list) and targets and isinstance(targets[0], dict)):
         return rec
-    # A record re-aimed at another target (analysis.records_for_target) names it in "target".
+    # A record re-aimed at another target (analysis.cells.records_for_target) names it in "target".
     want = rec.get("target") or {}
     for t in targets:
         if (t.get("metric"), t.get("value")) == (want.get("metric"), want.get("value")):
@@ -353,10 +353,10 @@ def compare(
     sweep_slope=None,
     model_free_slope=None,
 ):
-    """The prediction for every member of `summaries` (analysis.summarize_members of `records`),
-    against the sweep's measurements. `sweep_slope` and `model_free_slope` are the study's own
-    slopes of log B_crit and of its model-free batch on log width (the verdict's:
-    `analysis.decide(...).b_crit_slope` and `.primary_slope`)."""
+    """The prediction for every member of `summaries` (`members.summarize_members` of
+    `records`), against the sweep's measurements. `sweep_slope` and `model_free_slope` are the
+    study's own slopes of log B_crit and of its model-free batch B_x(1+eps) on log width (the
+    verdict's: `verdict.decide(...).b_crit_slope` and `.model_free_slope`)."""
     members = tuple(member_prediction(s, records) for s in summaries)
     has_history = any(
         any(

@@ -261,8 +261,8 @@ def calibrate(
         summaries = summarize_members(recs, eps, n_boot=n_boot)
         d = analysis.decide(summaries)
         counts[d.outcome] += 1
-        if d.primary_slope is not None:
-            mds.append(d.primary_slope.min_detectable)
+        if d.model_free_slope is not None:
+            mds.append(d.model_free_slope.min_detectable)
     return Calibration(
         n_studies,
         counts[analysis.SUPPORTED],
@@ -316,6 +316,35 @@ def _summaries_of(workdir: str):
     return summarize_members(recs, n_boot=20)
 
 
+def _setup(a) -> tuple[Design, list[str]] | str:
+    """(the design, the generators' names) from the parsed flags, or the error line."""
+    names = [n.strip() for n in a.generators.split(",") if n.strip()]
+    unknown = [n for n in names if n not in gen.GENERATORS]
+    if unknown:
+        return (
+            f"error: --generators: unknown {', '.join(unknown)}; use some of "
+            f"{', '.join(gen.GENERATORS)}"
+        )
+    if a.studies < 1 or a.bootstrap < 20:
+        return "error: --studies must be >= 1 and --bootstrap >= 20"
+    try:
+        design = design_from_config(a.config)
+    except Exception as e:  # the config loader's and the family's errors, as one line
+        return f"error: --config={a.config}: {e}; give a study config such as {DEFAULT_CONFIG}"
+    if a.noise is not None:
+        gen.GENERATORS.update(
+            {k: dataclasses.replace(v, noise=a.noise) for k, v in gen.GENERATORS.items()}
+        )
+    if a.residuals_from:
+        try:
+            names.append(gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from))
+        except (OSError, ValueError) as e:
+            return (
+                f"error: --residuals_from={a.residuals_from}: {e}; give a finished study's workdir"
+            )
+    return design, names
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
@@ -335,39 +364,11 @@ def main(argv=None) -> int:
         help="a study's workdir: add a generator that resamples its fit residuals",
     )
     a = p.parse_args(argv)
-    names = [n.strip() for n in a.generators.split(",") if n.strip()]
-    unknown = [n for n in names if n not in gen.GENERATORS]
-    if unknown:
-        print(
-            f"error: --generators: unknown {', '.join(unknown)}; use some of "
-            f"{', '.join(gen.GENERATORS)}",
-            file=sys.stderr,
-        )
+    got = _setup(a)
+    if isinstance(got, str):
+        print(got, file=sys.stderr)
         return 2
-    if a.studies < 1 or a.bootstrap < 20:
-        print("error: --studies must be >= 1 and --bootstrap >= 20", file=sys.stderr)
-        return 2
-    try:
-        design = design_from_config(a.config)
-    except Exception as e:  # the config loader's and the family's errors, as one line
-        print(
-            f"error: --config={a.config}: {e}; give a study config such as {DEFAULT_CONFIG}",
-            file=sys.stderr,
-        )
-        return 2
-    if a.noise is not None:
-        gen.GENERATORS.update(
-            {k: dataclasses.replace(v, noise=a.noise) for k, v in gen.GENERATORS.items()}
-        )
-    if a.residuals_from:
-        try:
-            names.append(gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from))
-        except (OSError, ValueError) as e:
-            print(
-                f"error: --residuals_from={a.residuals_from}: {e}; give a finished study's workdir",
-                file=sys.stderr,
-            )
-            return 2
+    design, names = got
     t0 = time.time()
     print(
         f"Design of {a.config}: {len(design.widths)} members (widths "

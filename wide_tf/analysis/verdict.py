@@ -53,12 +53,12 @@ EDGE_REASON = "the best learning rate is at the edge of the rates tried in "
 @dataclasses.dataclass(frozen=True)
 class Decision:
     outcome: str  # SUPPORTED | CONTRADICTED | NO_EFFECT | INCONCLUSIVE
-    primary_slope: meta.MetaSlope | None  # log B_x(1+eps) on log width: decides
+    model_free_slope: meta.MetaSlope | None  # log B_x(1+eps) on log width: decides
     b_crit_slope: meta.MetaSlope | None  # log B_crit on log width: must agree in sign
     reasons: tuple  # why inconclusive (empty otherwise)
     caveats: tuple  # notes that do not decide the outcome
     members: tuple  # MemberSummaries used, narrowest first
-    primary_members: tuple = ()  # names of the members in the primary slope
+    model_free_members: tuple = ()  # names of the members in the model-free slope
     b_crit_members: tuple = ()  # names of the members in the B_crit slope
 
 
@@ -69,15 +69,15 @@ def _meta_slope(ms: Sequence[MemberSummary], which: str):
     use, out = [], []
     for s in ms:
         cv = s.curve
-        iv = None if cv is None else (cv.max_batch if which == "primary" else cv.b_crit)
+        iv = None if cv is None else (cv.b_model_free if which == "model_free" else cv.b_crit)
         reps = (
             None
             if cv is None
-            else (cv.log_max_batch_reps if which == "primary" else cv.log_b_crit_reps)
+            else (cv.log_b_model_free_reps if which == "model_free" else cv.log_b_crit_reps)
         )
         if iv is None or reps is None or reps.size < 2:
             out.append((s.info.name, "no estimate"))
-        elif iv.is_bound or (which == "primary" and cv.max_batch_status == 1):
+        elif iv.is_bound or (which == "model_free" and cv.b_model_free_status == 1):
             out.append((s.info.name, "beyond the batches tried"))
         elif which == "b_crit" and s.fails_lof:
             out.append((s.info.name, f"fails the lack-of-fit test, p = {s.lof_p:.3f}"))
@@ -104,12 +104,12 @@ def _design_reasons(ms: Sequence[MemberSummary]) -> list[str]:
     return []
 
 
-def _member_caveats(ms: Sequence[MemberSummary], prim_out, bc_out) -> list[str]:
+def _member_caveats(ms: Sequence[MemberSummary], mf_out, bc_out) -> list[str]:
     """Notes on the members that do not decide the outcome: who is left out of which slope,
     diverged seeds, and parameter counts that differ."""
     caveats = []
-    if prim_out:
-        caveats.append("not in the model-free slope: " + _fmt_left_out(prim_out))
+    if mf_out:
+        caveats.append("not in the model-free slope: " + _fmt_left_out(mf_out))
     if bc_out:
         caveats.append("not in the B_crit slope: " + _fmt_left_out(bc_out))
     n_div = sum(s.n_diverged_censored for s in ms)
@@ -127,21 +127,21 @@ def _member_caveats(ms: Sequence[MemberSummary], prim_out, bc_out) -> list[str]:
     return caveats
 
 
-def _slope_outcome(prim, prim_names, bc, bc_names, edges) -> tuple[str, list[str]]:
+def _slope_outcome(mf, mf_names, bc, bc_names, edges) -> tuple[str, list[str]]:
     """(outcome, reasons) from the model-free slope, checked against the learning-rate edges,
     the leave-one-out slopes and the B_crit slope."""
     reasons = []
-    if prim.decision == 0:
+    if mf.decision == 0:
         if edges:
             reasons.append(EDGE_REASON + "; ".join(edges))
         return (INCONCLUSIVE if reasons else NO_EFFECT), reasons
     if edges:
         reasons.append(EDGE_REASON + "; ".join(edges) + ": those cells' steps are upper bounds")
-    if not prim.loo_agree:
+    if not mf.loo_agree:
         flips = [
             f"without {n}: {v:+.2f}"
-            for n, v in zip(prim_names, prim.loo)
-            if v is not None and np.sign(v) != np.sign(prim.value)
+            for n, v in zip(mf_names, mf.loo)
+            if v is not None and np.sign(v) != np.sign(mf.value)
         ]
         reasons.append(
             "the slope rests on single members (leave-one-out slopes " + ", ".join(flips) + ")"
@@ -151,11 +151,11 @@ def _slope_outcome(prim, prim_names, bc, bc_names, edges) -> tuple[str, list[str
             f"only {len(bc_names)} member(s) have a B_crit that passes the lack-of-fit test "
             "inside the batches tried: the two measures cannot be compared"
         )
-    elif np.sign(bc.value) != np.sign(prim.value):
+    elif np.sign(bc.value) != np.sign(mf.value):
         reasons.append(
             f"the B_crit slope ({bc.value:+.2f}) points the other way from the model-free slope"
         )
-    outcome = {1: SUPPORTED, -1: CONTRADICTED}[prim.decision]
+    outcome = {1: SUPPORTED, -1: CONTRADICTED}[mf.decision]
     return (INCONCLUSIVE if reasons else outcome), reasons
 
 
@@ -168,27 +168,27 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     reasons = _design_reasons(ms)
     if reasons:
         return Decision(INCONCLUSIVE, None, None, tuple(reasons), (), ms)
-    prim, prim_names, prim_out = _meta_slope(ms, "primary")
+    mf, mf_names, mf_out = _meta_slope(ms, "model_free")
     bc, bc_names, bc_out = _meta_slope(ms, "b_crit")
-    caveats = _member_caveats(ms, prim_out, bc_out)
-    if prim is None:
+    caveats = _member_caveats(ms, mf_out, bc_out)
+    if mf is None:
         reasons.append(
-            f"only {len(prim_names)} member(s) have a model-free critical batch inside the "
+            f"only {len(mf_names)} member(s) have a model-free critical batch inside the "
             "batches tried (3 needed): extend the batch range"
         )
         return Decision(
-            INCONCLUSIVE, None, bc, tuple(reasons), tuple(caveats), ms, prim_names, bc_names
+            INCONCLUSIVE, None, bc, tuple(reasons), tuple(caveats), ms, mf_names, bc_names
         )
-    if prim.max_leverage > 0.6:
-        heavy = prim_names[int(np.argmax(prim.leverage))]
-        caveats.append(f"{heavy} carries {prim.max_leverage:.0%} of the slope's weight")
+    if mf.max_leverage > 0.6:
+        heavy = mf_names[int(np.argmax(mf.leverage))]
+        caveats.append(f"{heavy} carries {mf.max_leverage:.0%} of the slope's weight")
     edges = [
         f"{s.info.name} (B = {', '.join(str(c.batch_size) for c in s.edge_cells)})"
         for s in ms
         if s.edge_cells
     ]
-    outcome, reasons = _slope_outcome(prim, prim_names, bc, bc_names, edges)
-    return Decision(outcome, prim, bc, tuple(reasons), tuple(caveats), ms, prim_names, bc_names)
+    outcome, reasons = _slope_outcome(mf, mf_names, bc, bc_names, edges)
+    return Decision(outcome, mf, bc, tuple(reasons), tuple(caveats), ms, mf_names, bc_names)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -252,7 +252,7 @@ def describe(d: Decision, eps: float) -> str:
         return head + " No trial has finished yet, so there is nothing to compare."
     widths = [s.info.width for s in ms if s.info.width]
     parts = [head]
-    sl = d.primary_slope
+    sl = d.model_free_slope
     if sl is not None:
         span = max(widths) / min(widths) if widths and min(widths) > 0 else float("nan")
         sentence = (

@@ -14,6 +14,8 @@ The package, one owner each:
     plots        the PNG figures, one function each
     tensorboard  HParams and the plots as images
     markdown     report.md, one function per section
+    prediction   the section and plot of the noise-scale prediction, and its log lines
+    agreement    a finished study's entry of docs/local_agreement.md (its own command line)
     __main__     the command line
 """
 

@@ -94,9 +94,9 @@ def md_members(summaries, eps: float) -> list[str]:
                 _f(s.info.depth),
                 _f(s.info.width),
                 f"{s.info.params:,}" if s.info.params else "-",
-                members.fmt_interval(cv.max_batch)
-                if cv and cv.max_batch
-                else f"- ({cv.max_batch_reason if cv else 'no data'})",
+                members.fmt_interval(cv.b_model_free)
+                if cv and cv.b_model_free
+                else f"- ({cv.b_model_free_reason if cv else 'no data'})",
                 members.fmt_interval(cv.b_crit)
                 if cv and cv.b_crit
                 else f"- ({cv.fit_reason if cv else 'no data'})",
@@ -167,7 +167,7 @@ def md_targets(per_target: dict) -> list[str]:
     for label, verdicts in per_target.items():
         for arch, v in verdicts.items():
             d = v.decision
-            p, b = d.primary_slope, d.b_crit_slope
+            p, b = d.model_free_slope, d.b_crit_slope
             rows.append(
                 [
                     label + (f" ({arch})" if len(verdicts) > 1 else ""),

@@ -230,10 +230,10 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
     )
 
 
-def _draw_max_batch(ax, cv, col) -> None:
-    """A member's (1 + eps) x E_ref threshold and max_batch(eps) on it, with its interval."""
+def _draw_b_model_free(ax, cv, col) -> None:
+    """A member's (1 + eps) x E_ref threshold and B_x(1+eps) on it, with its interval."""
     ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
-    mb = cv.max_batch
+    mb = cv.b_model_free
     if mb is not None and mb.low is not None:
         ax.errorbar(
             [mb.value],
@@ -249,7 +249,7 @@ def _draw_max_batch(ax, cv, col) -> None:
 
 
 def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
-    """Epochs to target vs batch: flat while scaling is perfect; max_batch(eps) marked with its
+    """Epochs to target vs batch: flat while scaling is perfect; B_x(1+eps) marked with its
     interval on each member's (1 + eps) threshold."""
     fig, ax = _figure()
     marked: list = []
@@ -266,7 +266,7 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
                 g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15, linewidth=0
             )
         if cv is not None and cv.threshold_epochs is not None:
-            _draw_max_batch(ax, cv, col)
+            _draw_b_model_free(ax, cv, col)
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
     ax.plot(
@@ -286,7 +286,7 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
 
 
 def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> tuple[bool, bool]:
-    """One panel of batch_vs_width.png: `field` (b_crit or max_batch) of every member against its
+    """One panel of batch_vs_width.png: `field` (b_crit or b_model_free) of every member against its
     width, one colour per architecture, and the architecture's slope line. Returns (anything
     drawn, any value beyond the batches tried)."""
     drawn = bound = False
@@ -339,17 +339,17 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
 
 
 def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
-    """B_crit and max_batch(eps) against width with 95% intervals; values beyond the batches
+    """B_crit and B_x(1+eps) against width with 95% intervals; values beyond the batches
     tried are drawn as arrows at the range edge; the slope across members in the legend."""
     fig = Figure(figsize=(11.5, 4.6))
     axes = fig.subplots(1, 2)
     panels = (
         ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
         (
-            "max_batch",
+            "b_model_free",
             f"B_x{1 + eps:g} (examples per step)",
             f"Model-free critical batch: epochs x{1 + eps:g} over perfect scaling",
-            "primary_slope",
+            "model_free_slope",
         ),
     )
     for ax, (field, ylabel, title, slope_name) in zip(axes, panels):

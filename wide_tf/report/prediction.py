@@ -23,7 +23,7 @@ def compare_study(config, records, result) -> pr.Comparison:
     b_crit_slope = model_free_slope = None
     if len(verdicts) == 1:
         decision = next(iter(verdicts.values())).decision
-        b_crit_slope, model_free_slope = decision.b_crit_slope, decision.primary_slope
+        b_crit_slope, model_free_slope = decision.b_crit_slope, decision.model_free_slope
     return pr.compare(records, result["summaries"], config, b_crit_slope, model_free_slope)
 
 

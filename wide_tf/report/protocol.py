@@ -298,7 +298,7 @@ def study_design_rows(config: dict) -> list[tuple[str, str]]:
 
 def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[tuple[str, str]]:
     """The protocol table as (setting, value) rows: how the trials ran (from their records), the
-    study's design (from config.json), and the eps of max_batch."""
+    study's design (from config.json), and the eps of B_x(1+eps)."""
     rows = trial_settings_rows(records)
     if not rows:
         rows.append(

@@ -176,13 +176,14 @@ def _iv(iv):
 
 
 def member_rows(summaries, eps: float) -> list[dict]:
-    """One row per member: B_crit, S_min and max_batch(eps) with their 95% intervals."""
+    """One row per member: B_crit, S_min and B_x(1+eps) (the max_batch columns) with their
+    95% intervals."""
     rows = []
     for s in summaries:
         cv = s.curve
         f = cv.fit if cv else None
         bc, sm, mb = (
-            (_iv(cv.b_crit), _iv(cv.s_min), _iv(cv.max_batch)) if cv else ((None,) * 3,) * 3
+            (_iv(cv.b_crit), _iv(cv.s_min), _iv(cv.b_model_free)) if cv else ((None,) * 3,) * 3
         )
         beyond = (
             ("above" if cv.b_crit.above_range else "below" if cv.b_crit.below_range else "")
@@ -210,7 +211,7 @@ def member_rows(summaries, eps: float) -> list[dict]:
                     "max_batch": mb[0],
                     "max_batch_low": mb[1],
                     "max_batch_high": mb[2],
-                    "max_batch_status": cv.max_batch_reason if cv else None,
+                    "max_batch_status": cv.b_model_free_reason if cv else None,
                     "reference_epochs": cv.reference_epochs if cv else None,
                     "threshold_epochs": cv.threshold_epochs if cv else None,
                     "batch_bound_init": s.batch_bound_init,
