@@ -21,7 +21,7 @@ import math
 import os
 import tempfile
 
-from wide_tf.spec import architectures, defaults, families, targets
+from wide_tf.spec import architectures, defaults, families, hardware, targets
 
 
 class Problem(Exception):
@@ -580,25 +580,13 @@ def _check_hardware(config) -> None:
     it)."""
     rt = config.runtime
     name = rt.strategy
-    if (
-        name == "tpu"
-        and not rt.tpu
-        and not os.environ.get("TPU_NAME")
-        and not any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
-    ):
+    if name == "tpu" and not hardware.tpu_reachable(rt.tpu):
         raise RuntimeProblem(
             "runtime.strategy=tpu but this machine is not a TPU VM (no /dev/accel0 or /dev/vfio/0) "
             "and no TPU is named; run on a TPU VM, name one with --config.runtime.tpu=NAME, or use "
             "--config.runtime.strategy=auto"
         )
-    if name == "gpu" and (
-        os.environ.get("CUDA_VISIBLE_DEVICES") in ("", "-1")
-        or not (
-            glob.glob("/dev/nvidia[0-9]*")
-            or os.path.exists("/dev/dxg")
-            or os.path.exists("/dev/kfd")
-        )
-    ):
+    if name == "gpu" and not hardware.gpu_visible():
         raise RuntimeProblem(
             "runtime.strategy=gpu but this machine shows no GPU (no /dev/nvidia*, or "
             "CUDA_VISIBLE_DEVICES hides them); run on a GPU machine with the [gpu] extra, or use "

@@ -11,6 +11,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
+from wide_tf.spec import hardware
+
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
 
 
@@ -48,14 +50,7 @@ def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _tpu_reachable(tpu: str) -> bool:
-    """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio
-    devices)."""
-    if tpu:
-        return True
-    return bool(os.environ.get("TPU_NAME")) or any(
-        os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")
-    )
+_tpu_reachable = hardware.tpu_reachable  # a TPU named, or this is a TPU VM
 
 
 def _multi_worker_strategy() -> tf.distribute.Strategy:
