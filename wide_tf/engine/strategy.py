@@ -12,8 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from wide_tf.spec import hardware
-
-STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
+from wide_tf.spec.choices import PRECISIONS, STRATEGIES
 
 
 class StrategyError(RuntimeError):
@@ -121,7 +120,7 @@ def _default_policy(platform: str, requested: str) -> str:
     if requested in ("auto", None, ""):
         return "mixed_bfloat16" if platform == "tpu" else "float32"
     # mixed_float16 would need loss scaling in the custom loop; bfloat16 (TPU, A100/H100) does not.
-    if requested not in ("float32", "mixed_bfloat16"):
+    if requested not in PRECISIONS:  # "auto" was handled above
         raise StrategyError(
             f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or mixed_bfloat16"
         )
