@@ -597,17 +597,18 @@ def test_unwritable_workdir(tmp_path):
         ro.chmod(0o700)
 
 
-def test_validate_and_the_engine_read_the_spec_registries():
-    """The names and data sets have one home, the spec: validate.py and the TensorFlow modules
-    hold those objects, not copies (the registries themselves: tests/test_registries.py)."""
+def test_the_engine_reads_the_spec_registries():
+    """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
+    modules hold those objects, not copies (the registries themselves: tests/test_registries.py);
+    and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy, train
-    from wide_tf.spec import choices, datasets, optimizers
+    from wide_tf.spec import choices, datasets, optimizers, targets
     from wide_tf.study import scheduler as study
 
-    assert validate.OPTIMIZERS is optimizers.NAMES and tuple(optim.OPTIMIZERS) == optimizers.NAMES
-    assert validate.SCHEDULES is optim.SCHEDULE_NAMES is choices.SCHEDULES
-    assert validate.STRATEGIES is strategy.STRATEGIES is choices.STRATEGIES
-    assert validate.TARGET_METRICS is train.TARGET_METRICS
+    assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
+    assert optim.SCHEDULE_NAMES is choices.SCHEDULES
+    assert strategy.STRATEGIES is choices.STRATEGIES
+    assert train.TARGET_METRICS is targets.TARGET_METRICS
     assert data.DATASETS is datasets.DATASETS
     config = _config("configs/wrn.py:smoke")
     assert validate.study_part(json.loads(config.to_json_best_effort())) == study._study_part(

@@ -56,6 +56,9 @@ def test_the_study_identity_ignores_operational_settings_and_names_what_differs(
     theirs["train"]["seed"] = 3
     theirs["sweep"]["family"]["budget"] = 1.0
     assert identity.differing_fields(theirs, mine) == ["sweep.family.budget", "train.seed"]
+    del theirs["train"]["seed"]  # a field one side lacks: a difference even if the other is None
+    mine.train.seed = None
+    assert identity.differing_fields(theirs, mine) == ["sweep.family.budget", "train.seed"]
     assert identity.describe(list("abcdefg")) == "a, b, c, d, e, f ..."
     assert identity.describe(["x"]) == "x"
 

@@ -20,7 +20,7 @@ from wide_tf.config.fields_check import parse_target
 from wide_tf.config.overrides import check_override_path, check_overrides, is_sweep, override_paths
 from wide_tf.config.preflight import check_shard, check_workdir, check_workers, parse_workers
 from wide_tf.config.problems import Problem, RuntimeProblem, UsageError, suggest
-from wide_tf.spec import choices, datasets, fields, identity, optimizers, rules, targets
+from wide_tf.spec import choices, datasets, fields, identity, rules
 
 __all__ = [
     "Problem",
@@ -42,11 +42,6 @@ __all__ = [
     "study_part",
 ]
 
-# The names every choice reads have one home in the spec (choices.py and the registries).
-OPTIMIZERS = optimizers.NAMES
-SCHEDULES = choices.SCHEDULES
-STRATEGIES = choices.STRATEGIES
-TARGET_METRICS = targets.TARGET_METRICS
 # (num_train, num_test, num_classes, input_shape, TFDS name): a view of the spec's registry for
 # analysis/predict.py, which indexes it so; it should read wide_tf.spec.datasets after the merge.
 DATASETS = {

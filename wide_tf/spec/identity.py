@@ -31,10 +31,13 @@ def study_part(config) -> dict:
     return d
 
 
+_MISSING = object()  # a field one side lacks differs from one set to None (as `!=` of the dicts)
+
+
 def _diff_keys(a, b, prefix=""):
     if isinstance(a, dict) and isinstance(b, dict):
         for k in set(a) | set(b):
-            yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
+            yield from _diff_keys(a.get(k, _MISSING), b.get(k, _MISSING), f"{prefix}{k}.")
     elif a != b:
         yield prefix.rstrip(".")
 
