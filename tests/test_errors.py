@@ -661,28 +661,19 @@ def test_unwritable_workdir(tmp_path):
         ro.chmod(0o700)
 
 
-def test_validate_names_agree_with_the_modules_that_use_them():
+def test_the_engine_reads_the_spec_registries():
+    """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
+    modules hold those objects, not copies (the registries themselves: tests/test_registries.py);
+    and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy, train
-    from wide_tf.spec import defaults
+    from wide_tf.spec import choices, datasets, optimizers, targets
     from wide_tf.study import scheduler as study
 
-    assert validate.OPTIMIZERS == optim.OPTIMIZER_NAMES
-    assert validate.SCHEDULES == optim.SCHEDULE_NAMES
-    assert validate.SCALING_RULES == optim.SCALING_RULES
-    assert validate.TRUST_RATIO_FORMS == optim.TRUST_RATIO_FORMS
-    assert validate.TARGET_METRICS == train.TARGET_METRICS
-    assert validate.STRATEGIES == strategy.STRATEGIES
-    assert set(validate.DATASETS) == set(data.DATASETS)
-    for name in ("mnist_embedded", "digits_embedded"):
-        info = data.dataset_info(defaults.data_config(name))
-        assert validate.DATASETS[name][:4] == (
-            info.num_train,
-            info.num_test,
-            info.num_classes,
-            info.input_shape,
-        )
-    for name, spec in data.DATASETS.items():
-        assert validate.DATASETS[name][2:] == (spec.num_classes, spec.input_shape, spec.tfds_name)
+    assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
+    assert optim.SCHEDULE_NAMES is choices.SCHEDULES
+    assert strategy.STRATEGIES is choices.STRATEGIES
+    assert train.TARGET_METRICS is targets.TARGET_METRICS
+    assert data.DATASETS is datasets.DATASETS
     config = _config("configs/wrn.py:smoke")
     assert validate.study_part(json.loads(config.to_json_best_effort())) == study._study_part(
         config

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from wide_tf.engine import optim
 from wide_tf.spec import defaults
+from wide_tf.spec import optimizers as optimizers_spec
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference
@@ -466,9 +467,15 @@ def test_build_optimizer_by_name():
 
 
 def test_registry_names_and_diagnostics():
-    """OPTIMIZERS is keyed by the names validate.py reads from defaults (no TensorFlow there);
-    only LARS reports diagnostics, its trust ratios' min/mean/max, inside a tf.function."""
-    assert tuple(optim.OPTIMIZERS) == defaults.OPTIMIZER_NAMES == optim.OPTIMIZER_NAMES
+    """Every optimizer of the spec (which validate.py reads, no TensorFlow there) has a builder,
+    in the spec's order, and builds; only LARS reports diagnostics, its trust ratios'
+    min/mean/max, inside a tf.function."""
+    assert tuple(optim.OPTIMIZERS) == optimizers_spec.NAMES
+    assert set(optim._BUILDERS) == set(optimizers_spec.NAMES)  # no builder without a spec entry
+    for name in optimizers_spec.NAMES:
+        assert isinstance(
+            optim.build_optimizer(_cfg(name=name), 256, 10, 100), keras.optimizers.Optimizer
+        )
     with_diagnostics = {n for n, spec in optim.OPTIMIZERS.items() if spec.diagnostics}
     assert with_diagnostics == {"lars"}
     model = _dense_model(seed=0)

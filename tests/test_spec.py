@@ -1,5 +1,7 @@
 """wide_tf.spec: the facts every layer reads (target directions, the run plan); no TensorFlow."""
 
+import json
+
 import pytest
 
 from wide_tf.spec import plan, targets
@@ -40,3 +42,52 @@ def test_evaluations_fall_on_the_same_examples_for_every_batch_and_end_at_the_bu
         # a brute-force reference: the first step at or past each multiple of 144 examples
         ref = sorted({min(-(-k * 144 // batch), 300) for k in range(1, 300 * batch // 144 + 2)})
         assert steps == ref
+
+
+def test_the_study_identity_ignores_operational_settings_and_names_what_differs():
+    from wide_tf.spec import defaults, identity
+
+    mine = defaults.base_config()
+    theirs = json.loads(mine.to_json_best_effort())
+    theirs["runtime"]["strategy"] = "cpu"  # operational: the same study
+    theirs["train"]["steps_per_loop"] = 7
+    assert identity.differing_fields(theirs, mine) == []
+    assert "runtime" not in identity.study_part(mine)
+    theirs["train"]["seed"] = 3
+    theirs["sweep"]["family"]["budget"] = 1.0
+    assert identity.differing_fields(theirs, mine) == ["sweep.family.budget", "train.seed"]
+    del theirs["train"]["seed"]  # a field one side lacks: a difference even if the other is None
+    mine.train.seed = None
+    assert identity.differing_fields(theirs, mine) == ["sweep.family.budget", "train.seed"]
+    assert identity.describe(list("abcdefg")) == "a, b, c, d, e, f ..."
+    assert identity.describe(["x"]) == "x"
+
+
+def test_every_field_is_declared_once_with_a_doc_and_its_default_in_its_domain():
+    from wide_tf.spec import defaults, fields
+
+    config = defaults.base_config()
+    paths = [f.path for section in fields.SECTIONS.values() for f in section]
+    assert len(paths) == len(set(paths)) == len(fields.FIELDS)
+    for f in fields.FIELDS.values():
+        assert f.doc and f.section in ("model", "data", "optim", "train", "runtime", "sweep")
+        node = config
+        for part in f.path.split("."):
+            node = node[part]
+        assert node == f.default
+        if isinstance(f.domain, fields.Choice):
+            assert f.default in f.domain.choices(), f.path
+
+    # and every field of a built config is declared
+    def walk(node, prefix):
+        for k in node.keys():
+            if hasattr(node[k], "keys"):
+                yield from walk(node[k], f"{prefix}{k}.")
+            else:
+                yield f"{prefix}{k}"
+
+    built = [p for s in fields.SECTIONS for p in walk(config[s], f"{s}.")]
+    assert sorted(built) == sorted(paths)
+    assert defaults.model_config("wrn", 10, 2.0).width == 2.0
+    with pytest.raises(TypeError, match="no field 'widht'"):
+        defaults.section("model", widht=2.0)

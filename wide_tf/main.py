@@ -66,6 +66,191 @@ _VERBOSE = flags.DEFINE_bool(
     "On an error, show the Python traceback; also show TensorFlow's start-up lines.",
 )
 
+<<<<<<< HEAD
+=======
+_HELP = ("-h", "--help", "-help", "--helpshort", "--helpfull", "--helpxml", "-?")
+
+
+class _DropCheckpointChatter(std_logging.Filter):
+    def filter(self, record) -> bool:
+        return not str(record.msg).startswith("Sharding callback duration")
+
+
+def _one_line(text) -> str:
+    """The message of an exception as one line (ml_collections and TensorFlow write several)."""
+    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
+    lines = [ln for ln in lines if not ln.startswith(("Traceback", "File ", "Pass --help"))]
+    return re.sub(r"\s+", " ", " ".join(lines[:3])).strip()[:600]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    print(f"error: {message}", file=sys.stderr, flush=True)
+    sys.exit(code)
+
+
+def _verbose_in(argv) -> bool:
+    return any(
+        a in ("--verbose", "-verbose", "--verbose=true", "--verbose=True", "--verbose=1")
+        for a in argv
+    )
+
+
+def _config_spec(argv) -> str | None:
+    for i, arg in enumerate(argv[1:], 1):
+        if arg == "--":
+            break
+        for prefix in ("--config=", "-config="):
+            if arg.startswith(prefix):
+                return arg[len(prefix) :]
+        if arg in ("--config", "-config") and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
+def _parse_flags(argv):
+    """absl's flag parsing, with every error as one line (exit 2): the config file and variant,
+    and the override paths, are checked first, with the closest valid name suggested."""
+    verbose = _verbose_in(argv)
+    config = None
+    try:
+        spec = _config_spec(argv)
+        if spec is None and not any(a in _HELP for a in argv):
+            raise validate.UsageError(
+                "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, "
+                "configs/wrn.py, configs/theory.py; the variant follows the colon)"
+            )
+        if spec is not None:
+            config = configs_loader.load_config(spec)
+            validate.check_overrides(config, validate.override_paths(argv))
+        return flags.FLAGS(argv)
+    except validate.Problem as e:
+        if verbose:
+            raise
+        _fail(str(e), e.exit_code)
+    except Exception as e:  # flags.Error, and ml_collections' errors while applying an override
+        if verbose:
+            raise
+        message = _one_line(e)
+        if "is not supported for overriding" in message:
+            field = re.search(r"field config\.(\S+) is", message)
+            name = field.group(1) if field else "that field"
+            message = (
+                f"--config.{name}: a list cannot be set on the command line; change it in the "
+                f"config file (or add a variant)"
+            )
+        _fail(_type_hint(message.replace("FATAL Flags parsing error: ", ""), config), 2)
+
+
+def _type_hint(message: str, config) -> str:
+    """Adds the type a --config.<field> value must have to ml_collections' parse error."""
+    m = re.match(r"flag --config\.([\w.]+)=", message)
+    if not m or config is None:
+        return message
+    value = config
+    for part in m.group(1).split("."):
+        try:
+            value = value[part]
+        except (KeyError, TypeError):
+            return message
+    kinds = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
+    kind = kinds.get(type(value))
+    if kind is None:
+        return message
+    return f"{message}; --config.{m.group(1)} takes {kind}, e.g. --config.{m.group(1)}={value}"
+
+
+def _tf_noise(line: str, level: int) -> bool:
+    """True for a C++ start-up line that TF_CPP_MIN_LOG_LEVEL=level means to hide but that
+    TensorFlow writes before its logging honours it (oneDNN, cudart stub, CPU feature guard)."""
+    m = re.match(r"^([IWEF])\d{4} [\d:.]+\s+\d+\s+\S+:\d+\]", line)
+    if m:
+        return "IWEF".index(m.group(1)) < level
+    if line.startswith("WARNING: All log messages before absl::InitializeLog()"):
+        return level >= 1
+    return line.startswith("To enable the following instructions:") and level >= 1
+
+
+def _import_tensorflow(verbose: bool) -> None:
+    """Imports TensorFlow once, keeping its C++ start-up lines out of the output.
+
+    If the user set TF_CPP_MIN_LOG_LEVEL it is kept. Otherwise it becomes 3 on a machine without a
+    GPU (CUDA's 'failed call to cuInit' is an ERROR line there, and means nothing) and 2 elsewhere.
+    The lines TensorFlow writes at import before its logging starts ignore the level; they are
+    caught on file descriptor 2 during the import and only the ones the level keeps are shown."""
+    if "tensorflow" in sys.modules or verbose:
+        import tensorflow
+
+        return
+    if _USER_TF_LOG_LEVEL is None:
+        from wide_tf.spec import hardware
+
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if hardware.gpu_devices_present() else "3"
+    try:
+        level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
+    except ValueError:
+        level = 0
+    if level <= 0:
+        import tensorflow
+
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            import tensorflow  # noqa: F401
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            captured.seek(0)
+            text = captured.read().decode("utf-8", "replace")
+            kept = [ln for ln in text.splitlines() if not _tf_noise(ln, level)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
+
+
+def _tf_error_line(e) -> str:
+    message = _one_line(getattr(e, "message", e))
+    line = f"TensorFlow {type(e).__name__}: {message}"
+    damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
+    if damaged or type(e).__name__ == "DataLossError":
+        line += (
+            "; a checkpoint in the workdir is damaged (truncated or partly copied): delete that "
+            "run's checkpoints/ folder to run it from the start, or restore the files"
+        )
+    elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
+        line += "; check that this machine may write to --workdir (and read data.data_dir)"
+    return line
+
+
+def _damaged_checkpoint(e) -> str | None:
+    """The path of the checkpoint that `e` was raised reading, or '' if unknown; None when `e` did
+    not come from reading a checkpoint (a truncated file raises anything from IndexError to
+    DataLossError there)."""
+    tb, found, path = e.__traceback__, False, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if "/checkpoint/" in name or "checkpoint_reader" in name or "checkpoint_management" in name:
+            found = True
+            save_path = tb.tb_frame.f_locals.get("save_path")
+            if isinstance(save_path, (str, bytes)) and not path:
+                path = save_path.decode() if isinstance(save_path, bytes) else save_path
+        tb = tb.tb_next
+    return path if found else None
+
+
+def _raised_in(e, *parts) -> bool:
+    """True when a frame of `e`'s traceback is in a file whose path holds one of `parts`."""
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
+        if any(p in name for p in parts):
+            return True
+        tb = tb.tb_next
+    return False
+
+>>>>>>> h-spec
 
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""

@@ -10,7 +10,7 @@ import importlib.util
 import os
 import re
 
-from wide_tf.config.validate import UsageError, suggest
+from wide_tf.config.problems import UsageError, suggest
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

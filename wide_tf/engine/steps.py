@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine.optim import Diagnostics
+from wide_tf.spec import rules
 
 # Scalars the training loop accumulates on the device between two host reads.
 TRAIN_SCALARS = (
@@ -56,12 +57,7 @@ class BatchPlan:
                 f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
                 f"use a multiple of {num_replicas}"
             )
-        per_replica = global_batch // num_replicas
-        micro = 1
-        if max_device_batch and per_replica > max_device_batch:
-            micro = -(-per_replica // max_device_batch)
-            while per_replica % micro:  # the smallest split whose micro-batches fit and are equal
-                micro += 1
+        micro = rules.micro_batches(global_batch // num_replicas, max_device_batch)
         return cls(global_batch, num_replicas, micro)
 
 

@@ -11,7 +11,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")
+from wide_tf.spec import hardware
+from wide_tf.spec.choices import PRECISIONS, STRATEGIES
 
 
 class StrategyError(RuntimeError):
@@ -48,14 +49,7 @@ def _tpu_strategy(tpu: str) -> tf.distribute.Strategy:
     return tf.distribute.TPUStrategy(resolver)
 
 
-def _tpu_reachable(tpu: str) -> bool:
-    """True when a TPU was named or this is a TPU VM (libtpu present and /dev/accel* or vfio
-    devices)."""
-    if tpu:
-        return True
-    return bool(os.environ.get("TPU_NAME")) or any(
-        os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0")
-    )
+_tpu_reachable = hardware.tpu_reachable  # a TPU named, or this is a TPU VM
 
 
 def _multi_worker_strategy() -> tf.distribute.Strategy:
@@ -126,7 +120,7 @@ def _default_policy(platform: str, requested: str) -> str:
     if requested in ("auto", None, ""):
         return "mixed_bfloat16" if platform == "tpu" else "float32"
     # mixed_float16 would need loss scaling in the custom loop; bfloat16 (TPU, A100/H100) does not.
-    if requested not in ("float32", "mixed_bfloat16"):
+    if requested not in PRECISIONS:  # "auto" was handled above
         raise StrategyError(
             f"unknown runtime.mixed_precision {requested!r}; choose auto, float32 or mixed_bfloat16"
         )

@@ -26,7 +26,9 @@ from wide_tf.engine.measure import TwoBatchNoiseScale, diversity, per_example
 from wide_tf.engine.models import build_model
 from wide_tf.engine.steps import BatchPlan, InMemoryEvalSet, Stepper
 from wide_tf.engine.strategy import Runtime, setup_runtime
+from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import plan as plan_lib
+from wide_tf.spec import rules
 from wide_tf.spec import targets as targets_lib
 from wide_tf.store import workdir as wd
 
@@ -58,7 +60,7 @@ def momentum_ramp_steps(optim_cfg) -> float | None:
     """1 / (1 - momentum): the steps over which heavy-ball momentum builds up to its full effect
     (the weight of past gradients sums to it), for the optimizers that use optim.momentum; None
     for the others. A steps-to-target of this order may be a transient of the optimizer."""
-    if optim_cfg.name not in ("momentum", "nesterov", "lars") or not optim_cfg.momentum:
+    if not optimizers_spec.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
         return None
     return 1.0 / (1.0 - float(optim_cfg.momentum))
 
@@ -86,22 +88,12 @@ def _budget_steps(t, n_train: int, batch: int) -> int:
 
 
 def _check(config, info) -> None:
-    t = config.train
-    if t.target_metric not in TARGET_METRICS:
-        raise ConfigError(f"train.target_metric={t.target_metric!r} is not one of {TARGET_METRICS}")
-    extra_targets(config)  # raises on a malformed entry
-    if t.global_batch > info.num_train:
-        raise ConfigError(
-            f"train.global_batch={t.global_batch} is larger than the training set "
-            f"({info.num_train} examples); use at most {info.num_train}"
-        )
-    if t.max_steps <= 0 and t.max_epochs <= 0:
-        raise ConfigError("set a budget: train.max_epochs > 0 or train.max_steps > 0")
-    if t.target_bn == "recompute" and t.target_bn_batch > min(t.target_bn_examples, info.num_train):
-        raise ConfigError(
-            f"train.target_bn_batch={t.target_bn_batch} is larger than the subset it is taken "
-            f"from; use at most min(train.target_bn_examples, the training set's size)"
-        )
+    """The config checks' cross-field rules (spec.rules), on this run's training set; the batch's
+    split over the replicas is checked once they are known (BatchPlan, below)."""
+    try:
+        rules.check(config, info.num_train, replicas=None)
+    except rules.RuleError as e:
+        raise ConfigError(str(e)) from None
 
 
 def _model_policy(model) -> str:

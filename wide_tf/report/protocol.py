@@ -9,6 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
+from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
@@ -117,7 +118,7 @@ def _optimizer(p: dict, r: dict) -> str | None:
     if not name:
         return None
     parts = [name]
-    if name in ("momentum", "nesterov", "lars"):
+    if optimizers_spec.uses_momentum(name):
         warmup = p.get("momentum_warmup_steps")
         parts.append(
             f"momentum {p.get('momentum')}"

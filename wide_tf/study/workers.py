@@ -17,7 +17,6 @@ keep all 8 busy. Nothing here imports TensorFlow at module level (main imports i
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import os
 import signal
@@ -28,6 +27,7 @@ import time
 import uuid
 
 from wide_tf.config import validate
+from wide_tf.spec import hardware
 
 ENV = "WIDE_TF_WORKER"
 LOGS = "logs"
@@ -59,32 +59,15 @@ def child_spec() -> WorkerSpec | None:
     return WorkerSpec.from_env(text) if text else None
 
 
-def cpu_cores() -> list[int]:
-    """The cores this process may run on (a container or taskset may allow fewer than exist)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # macOS: no affinity API
-        return list(range(os.cpu_count() or 1))
-
-
-def gpu_ids() -> list[int]:
-    """The GPUs of this machine, without starting TensorFlow (which would claim their memory in
-    the parent): CUDA_VISIBLE_DEVICES when set, else the /dev/nvidiaN devices."""
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        ids = [v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1"]
-        return [int(v) for v in ids if v.isdigit()]
-    return sorted(int(p[len("/dev/nvidia") :]) for p in glob.glob("/dev/nvidia[0-9]*"))
+# The machine's cores and GPUs, seen without starting TensorFlow (which would claim the GPUs'
+# memory in the parent); module names so that a test can stand in for the machine.
+cpu_cores = hardware.cpu_cores
+gpu_ids = hardware.gpu_ids
 
 
 def _tpu_machine(config) -> bool:
     rt = config.runtime
-    return (
-        rt.strategy == "tpu"
-        or bool(rt.tpu)
-        or bool(os.environ.get("TPU_NAME"))
-        or any(os.path.exists(p) for p in ("/dev/accel0", "/dev/vfio/0"))
-    )
+    return rt.strategy == "tpu" or hardware.tpu_reachable(rt.tpu)
 
 
 def default_workers(config, n_groups: int | None = None) -> int:

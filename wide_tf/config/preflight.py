@@ -1,0 +1,266 @@
+"""Owns the checks of what surrounds a valid config before TensorFlow starts: this machine's
+hardware and data for the strategy and data set it names, the --shard and --workers flags, and the
+workdir (a folder that can be written, of the same kind of run, holding the same study, with whole
+result and checkpoint files). No file of the workdir is changed."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import tempfile
+
+from wide_tf.config.overrides import is_sweep
+from wide_tf.config.problems import RuntimeProblem, UsageError
+from wide_tf.spec import hardware, identity
+
+
+def check_data_present(config, tfds_name) -> None:
+    """A TFDS set that is not prepared, found without importing TensorFlow (local folders only)."""
+    d = config.data
+    if tfds_name is None or d.download:
+        return
+    data_dir = (
+        d.data_dir or os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+    )
+    if "://" in data_dir:
+        return
+    if glob.glob(os.path.join(data_dir, tfds_name, "*", "dataset_info.json")):
+        return
+    raise RuntimeProblem(
+        f"TFDS data set {d.name!r} is not prepared in data_dir={data_dir}; point "
+        f"--config.data.data_dir at a prepared copy, prepare it on a machine with network "
+        f'(python -c "import '
+        f"tensorflow_datasets as tfds; tfds.builder({tfds_name!r}, data_dir={data_dir!r})"
+        f'.download_and_prepare()", or --config.data.download=True), or use the offline '
+        f"--config.data.name=mnist_embedded (or digits_embedded)"
+    )
+
+
+def check_hardware(config) -> None:
+    """Hardware that a strategy asks for and that is plainly absent (no TensorFlow needed to see
+    it)."""
+    rt = config.runtime
+    name = rt.strategy
+    if name == "tpu" and not hardware.tpu_reachable(rt.tpu):
+        raise RuntimeProblem(
+            "runtime.strategy=tpu but this machine is not a TPU VM (no /dev/accel0 or /dev/vfio/0) "
+            "and no TPU is named; run on a TPU VM, name one with --config.runtime.tpu=NAME, or use "
+            "--config.runtime.strategy=auto"
+        )
+    if name == "gpu" and not hardware.gpu_visible():
+        raise RuntimeProblem(
+            "runtime.strategy=gpu but this machine shows no GPU (no /dev/nvidia*, or "
+            "CUDA_VISIBLE_DEVICES hides them); run on a GPU machine with the [gpu] extra, or use "
+            "--config.runtime.strategy=cpu (or auto)"
+        )
+    if name == "multi_worker":
+        tf_config = os.environ.get("TF_CONFIG")
+        if not tf_config:
+            raise RuntimeProblem(
+                "runtime.strategy=multi_worker needs TF_CONFIG (cluster and task) in the "
+                "environment; set it on every worker, or use --config.runtime.strategy=auto"
+            )
+        try:
+            json.loads(tf_config)
+        except json.JSONDecodeError as e:
+            raise RuntimeProblem(
+                f"TF_CONFIG is not valid JSON ({e}); fix the environment variable"
+            ) from None
+
+
+def check_shard(text) -> None:
+    if not text:
+        return
+    try:
+        i, n = (int(v) for v in str(text).split("/"))
+    except ValueError:
+        raise UsageError(
+            f"--shard={text!r} is not of the form i/n; e.g. --shard=0/2 and --shard=1/2"
+        ) from None
+    if not 0 <= i < n:
+        raise UsageError(f"--shard={text!r}: need 0 <= i < n, e.g. --shard=0/{max(n, 2)}")
+
+
+def parse_workers(text) -> int | None:
+    """--workers as a count, or None when it was left out (the machine's default)."""
+    if text is None or str(text).strip() == "":
+        return None
+    fix = "give a whole number of processes, e.g. --workers=2, or leave it out for one per core"
+    try:
+        n = int(str(text).strip())
+    except ValueError:
+        raise UsageError(f"--workers={text!r} is not a whole number; {fix}") from None
+    if n < 1:
+        raise UsageError(f"--workers={n} is less than 1; {fix}")
+    return n
+
+
+def check_workers(text, config=None, trial=None, workdir=None) -> None:
+    """--workers=N with N > 1 needs a study, one trial at a time per process, a strategy that one
+    process per core or GPU can use, and a workdir on which claims are atomic."""
+    n = parse_workers(text)
+    if n is None or n == 1:
+        return
+    if trial is not None:
+        raise UsageError(f"--trial runs one trial in this process; drop --workers={n} or --trial")
+    if config is not None and not is_sweep(config):
+        raise UsageError(
+            f"--workers={n} needs a study (a config with a sweep); a single run or the theory "
+            "check runs in one process: drop --workers"
+        )
+    if config is not None and config.runtime.strategy in ("tpu", "multi_worker"):
+        raise UsageError(
+            f"--workers={n} with runtime.strategy={config.runtime.strategy}: one process drives "
+            "those devices; drop --workers (or use --workers=1)"
+        )
+    if workdir:
+        from wide_tf.store import claims  # pure Python; google-cloud-storage only for gs://
+
+        try:
+            claims.check_store(workdir)
+        except claims.ClaimError as e:
+            raise UsageError(str(e)) from None
+
+
+# ------------------------------------------------------------------------------------------------
+# The workdir
+
+
+def _writable(path: str) -> None:
+    """Raises RuntimeProblem unless a file can be created in `path` or its nearest existing
+    folder."""
+    probe = os.path.abspath(path)
+    while not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    if not os.path.isdir(probe):
+        raise UsageError(
+            f"cannot create --workdir={path}: {probe} is a file, not a folder; choose "
+            f"another --workdir"
+        )
+    try:
+        fd, name = tempfile.mkstemp(prefix=".wide_tf_write_test-", dir=probe)
+        os.close(fd)
+        os.remove(name)
+    except OSError as e:
+        raise RuntimeProblem(
+            f"cannot write in {probe} ({e.strerror or e}); choose a --workdir you can write to, "
+            f"or fix the folder's permissions"
+        ) from None
+
+
+def _check_run_kind(config, workdir: str) -> None:
+    """Refuses a study in a single run's workdir, and a single run in a study's."""
+    is_study = is_sweep(config)
+    has_study = os.path.exists(os.path.join(workdir, "config.json")) or os.path.isdir(
+        os.path.join(workdir, "trials")
+    )
+    has_single = os.path.exists(os.path.join(workdir, "result.json")) or os.path.isdir(
+        os.path.join(workdir, "checkpoints")
+    )
+    kind = config.get("kind", "study")
+    if kind == "study" and is_study and has_single and not has_study:
+        raise UsageError(
+            f"--workdir={workdir} holds a single run (result.json or checkpoints/), not a "
+            f"study; use a new --workdir for the study"
+        )
+    if kind == "study" and not is_study and has_study:
+        raise UsageError(
+            f"--workdir={workdir} holds a study (config.json, trials/); a config without a "
+            f"sweep runs in the workdir itself: use a new --workdir"
+        )
+
+
+def _check_same_study(config, workdir: str) -> None:
+    """Refuses a study whose results-defining config differs from the one in the workdir."""
+    cfg_path = os.path.join(workdir, "config.json")
+    if not (is_sweep(config) and os.path.exists(cfg_path)):
+        return
+    try:
+        with open(cfg_path) as f:
+            theirs = json.load(f)
+    except (OSError, ValueError) as e:
+        raise RuntimeProblem(
+            f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
+            f"and run the same command to write it again"
+        ) from None
+    diff = identity.differing_fields(theirs, config)
+    if diff:
+        raise UsageError(
+            f"--workdir={workdir} holds a different study (config differs in: "
+            f"{identity.describe(diff)}); use a new --workdir, or the config that made it"
+        )
+
+
+def _results_warnings(workdir: str) -> list[str]:
+    """A warning for each line of results.jsonl that is not a whole result."""
+    results = os.path.join(workdir, "results.jsonl")
+    if not os.path.exists(results):
+        return []
+    warnings = []
+    with open(results, "rb") as f:
+        for i, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                ok = isinstance(rec, dict) and "trial_id" in rec
+            except ValueError:
+                ok = False
+            if not ok:
+                warnings.append(
+                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
+                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
+                )
+    return warnings
+
+
+def _check_run_files(workdir: str) -> None:
+    """Refuses an unreadable result.json and an empty (truncated) checkpoint file, of the single
+    run in the workdir or of any trial."""
+    result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
+        os.path.join(workdir, "trials", "*", "result.json")
+    )
+    for path in result_files:
+        try:
+            with open(path) as f:
+                json.load(f)
+        except (OSError, ValueError) as e:
+            raise RuntimeProblem(
+                f"{path} is not a whole result ({type(e).__name__}); delete it and run the same "
+                f"command again: that run resumes from its checkpoint"
+            ) from None
+    ckpt_files = glob.glob(os.path.join(workdir, "checkpoints", "ckpt-*")) + glob.glob(
+        os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*")
+    )
+    for path in ckpt_files:
+        if os.path.isfile(path) and os.path.getsize(path) == 0:
+            folder = os.path.dirname(path)
+            raise RuntimeProblem(
+                f"checkpoint file {path} is empty (truncated); delete {folder} to run that trial "
+                f"from the start, or restore the file"
+            )
+
+
+def check_workdir(config, workdir: str) -> list[str]:
+    """Checks a local workdir without changing any of its files; returns warning lines.
+
+    Refuses (UsageError) a workdir that is a file or holds another study or another kind of run;
+    RuntimeProblem for a folder that cannot be written, an unreadable config.json or result.json,
+    and an empty (truncated) checkpoint file. Unreadable lines of results.jsonl are warnings: the
+    study ignores them and runs those trials again."""
+    if not workdir or "://" in workdir:
+        return []
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise UsageError(f"--workdir={workdir} is a file, not a folder; choose another --workdir")
+    _writable(workdir)
+    if not os.path.isdir(workdir):
+        return []
+    _check_run_kind(config, workdir)
+    _check_same_study(config, workdir)
+    warnings = _results_warnings(workdir)
+    _check_run_files(workdir)
+    return warnings

@@ -1,0 +1,291 @@
+"""Owns the declared schema of every config field: its default, its domain (a number's bounds, a
+choice's names, a list's entries) and a one-line doc. defaults.py builds every config from it and
+config/fields_check.py checks every field against it in one loop; the rules that relate several
+fields are code, in spec/rules.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import math
+from collections.abc import Callable
+
+from wide_tf.spec import architectures, choices, datasets, families, optimizers, targets
+
+
+def suggest(word, names) -> str:
+    """' (did you mean 'x'?)' for the closest of `names`, or ''."""
+    close = difflib.get_close_matches(str(word), [str(c) for c in names], n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Num:
+    """A finite number within bounds (an integer if `integer`); `fix` adds a hint to the error."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    integer: bool = False
+    fix: str = ""
+
+    def fits(self, value) -> bool:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.integer and int(value) != value:
+            return False
+        if not math.isfinite(value):
+            return False
+        low, high = self.low, self.high
+        if low is not None and (value < low or (self.low_open and value == low)):
+            return False
+        return not (high is not None and (value > high or (self.high_open and value == high)))
+
+    def error(self, where: str, value, *, listed: bool = False) -> str | None:
+        """The one-line message for `where`=value out of this domain, or None when it fits;
+        `listed`: an entry of a list (changed in the config file, not on the command line)."""
+        if self.fits(value):
+            return None
+        lo = "" if self.low is None else ("> " if self.low_open else ">= ") + f"{self.low:g}"
+        hi = "" if self.high is None else ("< " if self.high_open else "<= ") + f"{self.high:g}"
+        rng = " and ".join(x for x in (lo, hi) if x)
+        kind = "an integer" if self.integer else "a finite number"
+        return (
+            f"{where}={value!r} is out of range: use {kind}{' ' + rng if rng else ''}"
+            f"{'; ' + self.fix if self.fix else ''} "
+            + ("(a list: change it in the config file)" if listed else f"(--config.{where}=...)")
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """One of `names` (a tuple, or a function returning one for a registry that can grow)."""
+
+    names: tuple | Callable[[], tuple]
+
+    def choices(self) -> tuple:
+        return self.names() if callable(self.names) else self.names
+
+    def error(self, where: str, value) -> str | None:
+        names = self.choices()
+        if value in names:
+            return None
+        return (
+            f"{where}={value!r} is not valid{suggest(value, names)}; choose one of "
+            f"{', '.join(map(str, names))} (--config.{where}=...)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class NumList:
+    """A list whose every entry is `item`; `empty`: the error for an empty list (None: allowed)."""
+
+    item: Num
+    empty: str | None = None
+    increasing: bool = False
+    unique: bool = False
+
+
+FREE = None  # a flag, a name or a path: any value of the default's type (ConfigDict checks it)
+# The domains whose check is code in config/fields_check.py: a value that depends on another
+# field (a target's value on its metric) or a grammar of its own.
+TARGET_VALUE, TARGET_LIST, JIT = "target_value", "target_list", "jit_compile"
+
+
+@dataclasses.dataclass(frozen=True)
+class Field:
+    path: str  # section.name (sweep.family.name for the family)
+    default: object
+    domain: object  # Num, Choice, NumList, FREE or one of the named domains above
+    doc: str
+    field_type: type | None = None  # a None default's type (a FieldReference)
+    when: Callable | None = None  # checked only when when(config) is true
+
+    @property
+    def section(self) -> str:
+        return self.path.split(".", 1)[0]
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit(".", 1)[-1]
+
+
+def _int(low=0, **kw) -> Num:
+    return Num(low=low, integer=True, **kw)
+
+
+def _empty(where: str) -> str:
+    return f"{where} is empty; list at least one value in the config file"
+
+
+def _ghost(config) -> bool:
+    return config.model.norm == "ghost"
+
+
+def _budget_family(config) -> bool:
+    return config.sweep.family.kind == "budget"
+
+
+_POSITIVE = Num(low=0, low_open=True)
+_FRACTION = Num(low=0, high=1, high_open=True)
+_FIX_LR = (
+    "a learning rate of 0 does not train and a negative one ascends the loss; "
+    "the study tunes the rate through sweep.lr_multipliers"
+)
+_FIX_MULT = "a multiplier of 0 or below makes the learning rate 0 or negative"
+_F = Field
+
+MODEL = (
+    _F("model.arch", "mlp", Choice(architectures.names), "the architecture (a registered name)"),
+    # A float: units for an MLP (a whole number), the multiplier k for a WRN (fractional allowed).
+    _F("model.depth", 2, FREE, "layers (MLP) or the 6n+4 depth (WRN); checked by the family"),
+    _F("model.width", 256.0, FREE, "units (MLP) or the width multiplier k (WRN)"),
+    _F("model.norm", "none", Choice(architectures.NORMS), "'none' | 'batch' | 'ghost'"),
+    # The virtual batch of ghost batch norm: its statistics do not depend on the batch.
+    _F("model.ghost_batch_size", 32, _int(1), "ghost batch norm's virtual batch", when=_ghost),
+)
+DATA = (
+    _F("data.name", "mnist_embedded", Choice(datasets.NAMES), "the data set (spec/datasets.py)"),
+    _F("data.data_dir", None, FREE, "TFDS data_dir; None: TFDS_DATA_DIR or ~", field_type=str),
+    _F("data.download", False, FREE, "never touch the network unless asked"),
+    _F("data.augment", False, FREE, "pad-crop (and flip where label-preserving)"),
+    # Fixed: a buffer that grew with the batch would change the data order.
+    _F("data.shuffle_buffer", 10_000, _int(1), "the bounded shuffle's reach, in examples"),
+    _F("data.num_train", 0, _int(0, fix="0 means all"), "a fixed training subset; 0: the whole"),
+)
+OPTIM = (
+    _F("optim.name", "sgd", Choice(optimizers.NAMES), "the optimizer (spec/optimizers.py)"),
+    _F("optim.base_lr", 0.1, Num(low=0, low_open=True, fix=_FIX_LR), "the lr at reference_batch"),
+    _F("optim.reference_batch", 256, _int(1), "the batch at which base_lr applies"),
+    _F("optim.scaling", "sqrt", Choice(choices.SCALING_RULES), "base_lr's rule over batch"),
+    _F("optim.lr_multiplier", 1.0, _POSITIVE, "the lr grid's factor on the rule's guess"),
+    _F("optim.momentum", 0.9, _FRACTION, "momentum/nesterov/lars: the momentum"),
+    # Momentum rises linearly from 0 to optim.momentum over this many steps (0: off), to check
+    # that steps-to-target is not momentum's build-up.
+    _F("optim.momentum_warmup_steps", 0, _int(0), "steps of momentum's linear warm-up; 0: off"),
+    _F("optim.weight_decay", 0.0, Num(low=0), "weight decay (coupled for lars)"),
+    _F("optim.lars_eta", 0.001, _POSITIVE, "LARS's trust coefficient"),
+    _F("optim.lars_trust_ratio", "you", Choice(choices.TRUST_RATIO_FORMS), "LARS's ratio form"),
+    _F("optim.lars_epsilon", 0.0, Num(low=0), "LARS's denominator epsilon"),
+    _F("optim.lars_clip", False, FREE, "LARC: clip the local lr at the global one"),
+    _F("optim.schedule", "constant", Choice(choices.SCHEDULES), "the decay after warm-up"),
+    _F("optim.warmup_epochs", 0.0, Num(low=0), "warm-up length in epochs"),
+    _F("optim.warmup_steps", 0, _int(0), "warm-up length in steps"),
+    _F("optim.warmup_fixed", "epochs", Choice(choices.WARMUP_FIXED), "which warm-up is fixed"),
+    _F("optim.decay_epochs", [], NumList(_POSITIVE, increasing=True), "multistep's epochs"),
+    _F("optim.decay_factor", 0.1, Num(low=0, high=1, low_open=True), "multistep's factor"),
+    _F("optim.poly_power", 2.0, _POSITIVE, "polynomial decay's power"),
+    _F("optim.end_lr_fraction", 0.0, Num(low=0, high=1), "the final lr over the peak"),
+)
+TRAIN = (
+    _F("train.global_batch", 128, FREE, "the batch (a sweep sets it); checked by spec.rules"),
+    _F(
+        "train.max_device_batch",
+        0,
+        _int(0, fix="0 means no accumulation"),
+        ">0: accumulate micro-batches of at most this many per replica",
+    ),
+    _F("train.max_epochs", 50.0, Num(low=0), "the budget in epochs"),
+    _F("train.max_steps", 0, _int(0), "the budget in steps; 0: max_epochs"),
+    # A floor of the budget in steps: large batches are not censored by max_epochs alone.
+    _F("train.min_steps", 0, _int(0), "a floor of the budget in steps"),
+    _F("train.steps_per_loop", 100, _int(1), "optimizer steps per tf.function call"),
+    _F(
+        "train.eval_every_examples",
+        0,
+        _int(0, fix="0 means once an epoch"),
+        "0: once per epoch; the same points of training for every batch",
+    ),
+    _F("train.eval_batch", 1024, _int(1), "the evaluation batch"),
+    _F("train.eval_train_limit", 0, _int(0), "0: training accuracy over the whole training set"),
+    _F("train.target_metric", "train_accuracy", Choice(targets.TARGET_METRICS), "the target"),
+    _F("train.target_value", 0.99, TARGET_VALUE, "an accuracy in (0, 1], a loss above 0"),
+    # Stop once the primary target and every extra target is met (or at the budget).
+    _F("train.stop_at_target", True, FREE, "stop once every target is met"),
+    # More targets judged on the same evaluations, each "metric:value" with a metric of
+    # target_metric's choices, e.g. ["train_loss:0.1", "test_accuracy:0.9"].
+    _F("train.extra_targets", [], TARGET_LIST, 'more targets, each "metric:value"'),
+    # The batch-norm statistics of the evaluations (every one, so also those that judge the
+    # targets): 'moving' (the training run's moving averages, which lag the weights by
+    # ~1/(1 - 0.9) steps) or 'recompute' (recomputed before each evaluation from the first
+    # target_bn_examples training examples in batches of target_bn_batch; the training run's
+    # moving averages are put back after it).
+    _F("train.target_bn", "moving", Choice(choices.TARGET_BN_MODES), "the evaluations' BN stats"),
+    _F("train.target_bn_examples", 1024, _int(1), "recompute: the subset of the statistics"),
+    _F("train.target_bn_batch", 256, _int(1), "recompute: the batch of the statistics"),
+    _F("train.seed", 0, _int(0), "the run's seed (a sweep sets it)"),
+    _F(
+        "train.checkpoint_every_steps",
+        0,
+        _int(0, fix="0 means ten checkpoints per run"),
+        "0: ten checkpoints per run",
+    ),
+    _F("train.diverge_loss", 1e3, _POSITIVE, "a loss above this (or non-finite) ends the run"),
+    _F("train.gradient_every_examples", 0, _int(0), "the gradient probe's cadence; 0: off"),
+    _F("train.gradient_at_init", False, FREE, "also probe the gradients at initialisation"),
+    # Examples of the gradient probe; 0: the whole training set (the batch bound n x diversity
+    # saturates near the probe size n, so a small probe caps it).
+    _F("train.probe_size", 0, _int(0), "the gradient probe's examples; 0: the training set"),
+    _F("train.probe_chunk", 256, _int(1), "the gradient probe's chunk"),
+    _F("train.noise_scale_ema", 0.95, _FRACTION, "the noise scale's moving-average decay"),
+)
+RUNTIME = (
+    _F("runtime.strategy", "auto", Choice(choices.STRATEGIES), "auto | tpu | gpu | cpu | ..."),
+    _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
+    # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
+    _F("runtime.devices", [], FREE, "the cpu strategy's devices"),
+    _F("runtime.jit_compile", "auto", JIT, "auto: XLA on TPU and GPU, off on CPU"),
+    _F(
+        "runtime.mixed_precision",
+        "auto",
+        Choice(choices.PRECISIONS),
+        "auto: bfloat16 on TPU, float32 elsewhere",
+    ),
+)
+_INTS0 = _int(0)
+SWEEP = (
+    # 'budget' (depths at a fixed budget), 'width' (fixed depth), 'depth' (fixed width)
+    _F("sweep.family.kind", "budget", Choice(families.KINDS), "the family's kind"),
+    _F("sweep.family.budget", 0.0, _POSITIVE, "the parameter budget", when=_budget_family),
+    _F("sweep.family.depths", [], FREE, "the depths (checked by the family)"),
+    _F("sweep.family.widths", [], FREE, "the widths (checked by the family)"),
+    _F("sweep.family.depth", 0, FREE, "kind='width': the fixed depth"),
+    _F("sweep.family.width", 0.0, FREE, "kind='depth': the fixed width"),
+    _F("sweep.family.tolerance", 0.05, FREE, "the budget's relative tolerance"),
+    _F("sweep.batch_sizes", [], NumList(_int(1), empty=_empty("sweep.batch_sizes")), "the batches"),
+    _F(
+        "sweep.lr_multipliers",
+        [1.0],
+        NumList(
+            Num(low=0, low_open=True, fix=_FIX_MULT),
+            empty="sweep.lr_multipliers is empty; list at least one in the config file, e.g. [1.0]",
+        ),
+        "log grid around the scaling rule's guess, per batch size",
+    ),
+    _F("sweep.extend_lr_grid", True, FREE, "add one grid point past an edge that won"),
+    _F("sweep.max_lr_extensions", 2, _int(0), "at most this many extensions"),
+    _F(
+        "sweep.seeds",
+        [0],
+        NumList(_INTS0, empty=_empty("sweep.seeds"), unique=True),
+        "tuning seeds: every learning rate of the grid runs on each",
+    ),
+    _F("sweep.confirm_seeds", [], NumList(_INTS0), "the chosen rate is re-run on these seeds"),
+    # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the two
+    # smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
+    _F("sweep.eps", 1.0, _POSITIVE, "B_x(1+eps)'s eps"),
+)
+SECTIONS = {
+    "model": MODEL,
+    "data": DATA,
+    "optim": OPTIM,
+    "train": TRAIN,
+    "runtime": RUNTIME,
+    "sweep": SWEEP,
+}
+FIELDS = {f.path: f for section in SECTIONS.values() for f in section}
+
+
+def field(path: str) -> Field:
+    return FIELDS[path]
