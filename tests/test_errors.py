@@ -501,6 +501,30 @@ def test_bad_input_is_one_line_on_stderr_of_the_command(name, workdirs, tmp_path
     assert "Traceback" not in proc.stderr and proc.stdout == ""
 
 
+def test_every_kind_of_error_after_the_checks_has_its_line_and_status():
+    """errors.error_line, the one mapping from an exception to (line, exit status)."""
+    from wide_tf import errors
+    from wide_tf.study import trials, workers
+
+    config = _config()
+    assert errors.error_line(KeyboardInterrupt(), config) == (
+        "interrupted; run the same command again to resume where it stopped",
+        130,
+    )
+    assert errors.error_line(trials.StudyError("bad\n  study"), config) == ("bad study", 2)
+    assert errors.error_line(validate.UsageError("use x"), config) == ("use x", 2)
+    assert errors.error_line(workers.WorkerFailed("worker 0 exited"), config) == (
+        "worker 0 exited",
+        1,
+    )
+    line, code = errors.error_line(FileNotFoundError("no /x"), config)
+    assert code == 1 and line == (
+        "no /x; check the path and its permissions (--workdir, data.data_dir)"
+    )
+    line, code = errors.error_line(ZeroDivisionError("boom"), config)
+    assert code == 1 and line.startswith("ZeroDivisionError: boom (unexpected: run the same")
+
+
 def test_verbose_shows_the_traceback(tmp_path):
     proc = _main(
         [SMOKE, "--config.optim.name=adamx", "--workdir=x", "--verbose"], _env(True, tmp_path)

@@ -209,6 +209,7 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path):
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
     assert len(os.listdir(two / "logs")) == 2 and not (one / "logs").exists()
+    assert (two / "claims").is_dir() and not (one / "claims").exists()  # one process: in memory
     assert _report_without_timings(one) == _report_without_timings(two)
     # Both progress lines count the whole study: the parent's, and one process's per trial.
     assert "progress: 4/4 trials (expected), 4/4 groups done" in errs[1]
