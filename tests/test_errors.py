@@ -691,17 +691,12 @@ def test_the_engine_reads_the_spec_registries():
     and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy, train
     from wide_tf.spec import choices, datasets, optimizers, targets
-    from wide_tf.study import scheduler as study
 
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
     assert optim.SCHEDULE_NAMES is choices.SCHEDULES
     assert strategy.STRATEGIES is choices.STRATEGIES
     assert train.TARGET_METRICS is targets.TARGET_METRICS
     assert data.DATASETS is datasets.DATASETS
-    config = _config("configs/wrn.py:smoke")
-    assert validate.study_part(json.loads(config.to_json_best_effort())) == study._study_part(
-        config
-    )
 
 
 def test_every_shipped_config_passes(tmp_path):

@@ -46,8 +46,9 @@ def import_tensorflow(verbose: bool) -> None:
 
         return
     if _USER_TF_LOG_LEVEL is None:
-        gpu = any(os.path.exists(p) for p in ("/dev/nvidia0", "/dev/dxg", "/dev/kfd"))
-        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if gpu else "3"
+        from wide_tf.spec import hardware
+
+        os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if hardware.gpu_devices_present() else "3"
     try:
         level = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0"))
     except ValueError:

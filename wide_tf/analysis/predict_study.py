@@ -73,7 +73,7 @@ def _num_train(config) -> int | None:
     from wide_tf.config import validate  # TensorFlow-free: the sizes of the known data sets
 
     try:
-        return validate._dataset(config)[0]
+        return validate.dataset_facts(config)[0]
     except Exception:  # noqa: BLE001  (an unknown data set is validate's to report, not ours)
         return None
 
@@ -159,7 +159,7 @@ def cost_lines(config, spec: str = "the study") -> list[str]:
 
     from wide_tf.config import validate
 
-    n_train = validate._dataset(config)[0]
+    n_train = validate.dataset_facts(config)[0]
     full = plan(config, n_train)
     small = plan(as_predict_config(copy.deepcopy(config)), n_train)
     lines = [
@@ -171,7 +171,7 @@ def cost_lines(config, spec: str = "the study") -> list[str]:
         f"predict {small.examples_max:.3g} ({small.examples_max / full.examples_max:.0%}); exact "
         f"probe examples {full.probe_examples_max:.3g} vs {small.probe_examples_max:.3g}",
     ]
-    if config.model.arch == "wrn" and validate.DATASETS[config.data.name][4] is not None:
+    if config.model.arch == "wrn" and validate.dataset_facts(config)[3] is not None:
         (flo, fhi), (plo, phi) = full.chip_hours(), small.chip_hours()
         lines.append(
             "  v4 chip-hours at 2-10% of peak (docs/tpu.md cost model, runs to their budget): "

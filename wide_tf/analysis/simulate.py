@@ -65,7 +65,7 @@ def design_from_config(spec: str = DEFAULT_CONFIG) -> Design:
     from wide_tf.spec import families
 
     config = configs_loader.load_config(spec)
-    num_train, classes, shape, _ = validate._dataset(config)
+    num_train, classes, shape, _ = validate.dataset_facts(config)
     s, t = config.sweep, config.train
     members = families.from_config(
         config.model.arch, s.family, num_classes=classes, input_shape=shape, norm=config.model.norm

@@ -42,16 +42,10 @@ __all__ = [
     "study_part",
 ]
 
-# (num_train, num_test, num_classes, input_shape, TFDS name): a view of the spec's registry for
-# analysis/predict.py, which indexes it so; it should read wide_tf.spec.datasets after the merge.
-DATASETS = {
-    n: (d.num_train, d.num_test, d.num_classes, d.input_shape, d.tfds_name)
-    for n, d in datasets.DATASETS.items()
-}
 study_part = identity.study_part  # the part of a config that defines the study's results
 
 
-def _dataset(config):
+def dataset_facts(config):
     """(training examples after data.num_train, classes, input shape, TFDS name or None)."""
     fields_check.check_value(config, fields.field("data.name"))
     d = datasets.DATASETS[config.data.name]
@@ -104,7 +98,7 @@ def check_config(config, overrides=()) -> None:
         fields_check.check_theory(config)
         return
     fields_check.check_sections(config)
-    num_train, _, _, tfds_name = _dataset(config)
+    num_train, _, _, tfds_name = dataset_facts(config)
     fields_check.check_values(config)
     replicas, source = _replicas(config)
     try:
@@ -120,7 +114,7 @@ def design_warnings(config) -> list[str]:
     """What a study can run but a reader should doubt (warnings, not errors)."""
     if config.get("kind", "study") != "study" or not is_sweep(config):
         return []
-    num_train = _dataset(config)[0]
+    num_train = dataset_facts(config)[0]
     big = max(int(b) for b in config.sweep.batch_sizes)
     if big <= num_train / 4:
         return []

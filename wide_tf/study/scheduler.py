@@ -16,13 +16,13 @@ from absl import logging
 from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
 from wide_tf.engine.strategy import setup_runtime
+from wide_tf.spec import identity
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress, workers
 from wide_tf.study.trials import (
     StudyError,
     Trial,
-    _study_part,
     expand_group,
     group_trials,
     in_shard,
@@ -38,27 +38,16 @@ from wide_tf.study.trials import (
 def check_workdir(config, workdir: str) -> None:
     """Writes config.json, or refuses a workdir that holds a different study."""
     path = wd.join(workdir, wd.CONFIG)
-    mine = _study_part(config)
     if tf.io.gfile.exists(path):
-        theirs = _study_part(wd.read_json(path))
-        if theirs != mine:
-            diff = sorted(_diff_keys(theirs, mine))
+        diff = identity.differing_fields(wd.read_json(path), config)
+        if diff:
             raise StudyError(
-                f"{workdir} holds a different study (config differs in: {', '.join(diff[:6])}"
-                f"{' ...' if len(diff) > 6 else ''}); use a new --workdir, or the config that "
-                "made it"
+                f"{workdir} holds a different study (config differs in: {identity.describe(diff)})"
+                "; use a new --workdir, or the config that made it"
             )
         return
     tf.io.gfile.makedirs(workdir)
     wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-
-
-def _diff_keys(a, b, prefix=""):
-    if isinstance(a, dict) and isinstance(b, dict):
-        for k in set(a) | set(b):
-            yield from _diff_keys(a.get(k), b.get(k), f"{prefix}{k}.")
-    elif a != b:
-        yield prefix.rstrip(".")
 
 
 class WorkerStopped(preemption.Preempted):

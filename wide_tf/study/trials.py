@@ -11,7 +11,7 @@ import json
 import ml_collections
 
 from wide_tf.engine import data as data_lib
-from wide_tf.spec import families
+from wide_tf.spec import families, identity
 from wide_tf.study import lr_grid
 
 
@@ -51,29 +51,6 @@ class Trial:
         }
 
 
-# Settings that change how a run is executed, not what it computes: they may differ between the
-# machines (or the sessions) that share a study, and do not enter trial ids.
-_OPERATIONAL = {
-    "runtime": None,
-    "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch"),
-}
-
-
-def _study_part(config) -> dict:
-    """The part of a config that defines the study's results."""
-    d = (
-        json.loads(config.to_json_best_effort())
-        if hasattr(config, "to_json_best_effort")
-        else dict(config)
-    )
-    for section, keys in _OPERATIONAL.items():
-        if keys is None:
-            d.pop(section, None)
-        elif isinstance(d.get(section), dict):
-            d[section] = {k: v for k, v in d[section].items() if k not in keys}
-    return d
-
-
 def resolve_members(config, num_classes: int, input_shape) -> list[families.Member]:
     """The family's members (families.from_config dispatches on sweep.family.kind)."""
     return families.from_config(
@@ -88,7 +65,9 @@ def resolve_members(config, num_classes: int, input_shape) -> list[families.Memb
 def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: int, cfg) -> str:
     """Readable and stable: the settings in the name, plus a hash of the whole trial config, so two
     trials with the same name but another protocol never share a folder."""
-    digest = hashlib.sha1(json.dumps(_study_part(cfg), sort_keys=True).encode()).hexdigest()[:8]
+    digest = hashlib.sha1(
+        json.dumps(identity.study_part(cfg), sort_keys=True).encode()
+    ).hexdigest()[:8]
     return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 
