@@ -15,7 +15,6 @@ import tensorflow as tf
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
-from wide_tf.engine.models import build_model
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
 
@@ -128,30 +127,20 @@ def clear_cache() -> None:
         keras.backend.clear_session()
 
 
-def _new_model(config, info) -> keras.Model:
-    m = config.model
-    return build_model(
-        m.arch,
-        m.depth,
-        m.width,
-        info.num_classes,
-        info.input_shape,
-        norm=m.norm,
-        ghost_batch_size=m.ghost_batch_size,
-    )
-
-
-def _initial_weights(built: Built, config, info, seed: int) -> list:
+def _initial_weights(built: Built, config, info, seed: int, new_model) -> list:
     """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
     if seed not in built.init_weights:
         keras.utils.set_random_seed(seed)
-        built.init_weights[seed] = [w.numpy() for w in _new_model(config, info).weights]
+        built.init_weights[seed] = [w.numpy() for w in new_model(config, info).weights]
     return built.init_weights[seed]
 
 
-def build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int) -> Built:
+def build(
+    config, runtime, info, plan, steps_per_epoch: float, total_steps: int, new_model
+) -> Built:
     """A model, optimizer and Stepper for this run: the kept ones, reset, when the key matches
-    (no retrace, no rebuild), else new ones (and the old ones are dropped)."""
+    (no retrace, no rebuild), else new ones (and the old ones are dropped). `new_model(config,
+    info)` makes a fresh model (the trainer's: engine.train.new_model)."""
     t = config.train
     key = build_key(config, runtime, info, plan)
     built = _BUILT.get(key)
@@ -160,10 +149,10 @@ def build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int)
         keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
         runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
         built = _BUILT[key] = _new_built(
-            key, config, runtime, info, plan, steps_per_epoch, total_steps
+            key, config, runtime, info, plan, steps_per_epoch, total_steps, new_model
         )
         return built
-    built.model.set_weights(_initial_weights(built, config, info, t.seed))
+    built.model.set_weights(_initial_weights(built, config, info, t.seed, new_model))
     for v, value in zip(built.optimizer.variables, built.optimizer_init):
         v.assign(value)
     schedule = optim_lib.build_schedule(
@@ -175,10 +164,10 @@ def build(config, runtime, info, plan, steps_per_epoch: float, total_steps: int)
     return built
 
 
-def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps) -> Built:
+def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, new_model) -> Built:
     t, strategy = config.train, runtime.strategy
     with strategy.scope():
-        model = _new_model(config, info)
+        model = new_model(config, info)
         optimizer = optim_lib.build_optimizer(
             config.optim,
             plan.global_batch,

@@ -16,6 +16,7 @@ from wide_tf.engine import loop, reuse, timing
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.bn_stats import batch_norm_layers
 from wide_tf.engine.measure import TwoBatchNoiseScale
+from wide_tf.engine.models import build_model
 from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.reuse import clear_cache
 from wide_tf.engine.state import RunState
@@ -101,7 +102,7 @@ class Run:
         self.name = self.trial.get("trial_id", "run")
 
         self.built = built = reuse.build(
-            config, runtime, info, plan, self.steps_per_epoch, self.total_steps
+            config, runtime, info, plan, self.steps_per_epoch, self.total_steps, new_model
         )
         self.model, self.optimizer, self.stepper = built.model, built.optimizer, built.stepper
         # Multi-worker: only the chief writes into the workdir (see engine/loop.py).
@@ -297,6 +298,22 @@ class Run:
     def run(self) -> dict:
         """The whole run (engine/loop.py); returns its result record."""
         return loop.Controller(self).run()
+
+
+def new_model(config, info):
+    """A fresh keras.Model of config.model for this data set. Through this module's
+    `build_model` (looked up at each call), which tests/test_study.py replaces to see every
+    model a study builds."""
+    m = config.model
+    return build_model(
+        m.arch,
+        m.depth,
+        m.width,
+        info.num_classes,
+        info.input_shape,
+        norm=m.norm,
+        ghost_batch_size=m.ghost_batch_size,
+    )
 
 
 def _log(message: str, *args, warning: bool = False) -> None:
