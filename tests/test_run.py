@@ -246,6 +246,25 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     train.clear_cache()
 
 
+def test_the_result_schema_names_what_is_wrong_with_a_record():
+    good = {"metric": "train_loss", "value": 0.1, "status": "reached", "steps_to_target": 3}
+    good.update(steps_to_target_interp=2.5, epochs_to_target=0.1)
+    assert result_schema.problems(good, result_schema.TARGET) == []
+    bad = dict(good, value=True, status="done", steps_to_target=None, extra="allowed")
+    del bad["metric"]
+    assert result_schema.problems(bad, result_schema.TARGET) == [
+        "metric: missing",
+        "value: bool, not number",
+        "status: 'done' is not one of ('reached', 'not_reached', 'diverged')",
+    ]
+    record = {"targets": [dict(good, steps_to_target=1.5)], "final": {"train_loss": "x"}}
+    got = result_schema.problems(record)
+    assert "targets[0].steps_to_target: float, not int" in got
+    assert "final.train_loss: str, not number" in got and "final.test_loss: missing" in got
+    assert "trial_id: missing" in got and "role: missing" not in got  # role is optional
+    assert set(result_schema.REQUIRED) < set(result_schema.NAMES)
+
+
 def _changed(value):
     """Another value of a config field's type."""
     if isinstance(value, bool):
