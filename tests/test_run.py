@@ -8,8 +8,11 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf.engine import train
+from wide_tf.engine import reuse, timing, train
+from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.steps import Stepper
 from wide_tf.spec import defaults, plan
+from wide_tf.spec import result as result_schema
 
 
 def _single(data="mnist_embedded", **train_overrides):
@@ -34,6 +37,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
     assert result["examples_to_target"] % 2000 < 64
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["steps_to_target"] == result["steps_to_target"]
+    assert result_schema.problems(on_disk) == []  # the record is the declared one
     history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert history[0]["step"] == 0 and history[-1]["train_accuracy"] >= 0.95
     tags = set()
@@ -54,10 +58,21 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
 
 def test_not_reached_is_recorded_as_not_reached_not_as_the_budget(tmp_path):
     config = _single(data="digits_embedded", global_batch=32, max_epochs=1.0, target_value=0.999)
-    result = train.train_and_evaluate(config, str(tmp_path))
+    events = []
+    train.clear_cache()  # a kept build would share its step-0 evaluations (fewer "eval" events)
+    with timing.listening(lambda *event: events.append(event)):
+        result = train.train_and_evaluate(config, str(tmp_path))
     assert result["status"] == "not_reached"
     assert result["steps_to_target"] is None and result["epochs_to_target"] is None
     assert result["steps"] == math.ceil(1437 / 32)
+    assert result_schema.problems(json.loads((tmp_path / "result.json").read_text())) == []
+    # The timing hook heard the run: its span, every training call's steps, every evaluation
+    # (training and test set per evaluation) and the final checkpoint, in order.
+    kinds = [e[0] for e in events]
+    assert kinds[0] == "trial" and kinds[-1] == "trial_end" and kinds[-2] == "checkpoint"
+    assert sum(e[3] for e in events if e[0] == "train") == result["steps"]
+    assert kinds.count("eval") == 2 * len((tmp_path / "metrics.jsonl").read_text().splitlines())
+    assert all(e[2] >= 0 for e in events) and set(kinds) <= set(timing.KINDS)
 
 
 def test_a_diverging_run_is_a_result(tmp_path):
@@ -66,6 +81,7 @@ def test_a_diverging_run_is_a_result(tmp_path):
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["status"] == "diverged"
     assert result["steps_to_target"] is None
+    assert result_schema.problems(result) == []
     assert result["steps"] < math.ceil(5 * 1437 / 32)
 
 
@@ -211,10 +227,10 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     runtime = setup_runtime(config(1.0, 0).runtime)  # one per process, as in a study
     train.clear_cache()
     train.train_and_evaluate(config(1.0, 0), str(tmp_path / "a"), runtime)
-    (built,) = train._BUILT.values()
+    (built,) = reuse._BUILT.values()
     traces = built.stepper._train_fn.experimental_get_tracing_count()
     reused = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "b"), runtime)
-    assert list(train._BUILT.values()) == [built]
+    assert list(reuse._BUILT.values()) == [built]
     assert built.stepper._train_fn.experimental_get_tracing_count() == traces  # no retrace
     train.clear_cache()
     fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
@@ -228,6 +244,77 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     for g, w in zip(got, want, strict=True):
         assert {k: pytest.approx(v, rel=1e-3) for k, v in w.items()} == g
     train.clear_cache()
+
+
+def test_the_result_schema_names_what_is_wrong_with_a_record():
+    good = {"metric": "train_loss", "value": 0.1, "status": "reached", "steps_to_target": 3}
+    good.update(steps_to_target_interp=2.5, epochs_to_target=0.1)
+    assert result_schema.problems(good, result_schema.TARGET) == []
+    bad = dict(good, value=True, status="done", steps_to_target=None, extra="allowed")
+    del bad["metric"]
+    assert result_schema.problems(bad, result_schema.TARGET) == [
+        "metric: missing",
+        "value: bool, not number",
+        "status: 'done' is not one of ('reached', 'not_reached', 'diverged')",
+    ]
+    record = {"targets": [dict(good, steps_to_target=1.5)], "final": {"train_loss": "x"}}
+    got = result_schema.problems(record)
+    assert "targets[0].steps_to_target: float, not int" in got
+    assert "final.train_loss: str, not number" in got and "final.test_loss: missing" in got
+    assert "trial_id: missing" in got and "role: missing" not in got  # role is optional
+    assert set(result_schema.REQUIRED) < set(result_schema.NAMES)
+
+
+def _changed(value):
+    """Another value of a config field's type."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int | float):
+        return value * 2 + 1
+    if isinstance(value, str) or value is None:
+        return (value or "") + "x"
+    return list(value) + [value[0] if value else "x"]
+
+
+def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
+    """A config field not in reuse.KEY_EXCLUDED (a new one included) gets a new build; an excluded
+    one shares the kept build (that such a run equals a fresh one is the test above)."""
+    from types import SimpleNamespace
+
+    from wide_tf.engine.steps import BatchPlan
+
+    runtime = SimpleNamespace(strategy=object(), mixed_precision="float32", jit_compile=False)
+    info = SimpleNamespace(num_classes=10, input_shape=(8, 8, 1))
+    plan = BatchPlan.make(32, 1)
+
+    def key(config):
+        return reuse.build_key(config, runtime, info, plan)
+
+    base = _single("digits_embedded")
+    checked = 0
+    for section in ("model", "data", "optim", "train", "runtime"):
+        excluded = reuse.KEY_EXCLUDED.get(section, ())
+        for name, value in base[section].items():
+            if name == "decay_epochs":
+                continue  # below: its values are excluded, its length is not
+            config = _single("digits_embedded")
+            config[section][name] = _changed(value)
+            if name in excluded:
+                assert key(config) == key(base), f"{section}.{name} is excluded"
+            else:
+                assert key(config) != key(base), f"{section}.{name} changes the traced program"
+            checked += 1
+    assert checked > 50  # every field of those sections was tried
+    # A field the engine does not know yet recompiles by default.
+    config = _single("digits_embedded")
+    config.train.unlock()
+    config.train.some_new_field = 1
+    assert key(config) != key(base)
+    # The decay boundaries are schedule variables, their number a shape of the schedule.
+    one, other, two = (_single("digits_embedded") for _ in range(3))
+    one.optim.decay_epochs, other.optim.decay_epochs = [1.0], [3.0]
+    two.optim.decay_epochs = [1.0, 3.0]
+    assert key(one) == key(other) != key(two)
 
 
 def test_metrics_writer_writes_only_on_the_chief(tmp_path):
@@ -299,11 +386,11 @@ def test_runs_of_one_seed_measure_the_initial_model_once(tmp_path, monkeypatch):
         return c
 
     calls = []
-    real_probe, real_eval = train._GradientProbe.__call__, train.Stepper.evaluate
+    real_probe, real_eval = GradientProbe.__call__, Stepper.evaluate
     monkeypatch.setattr(
-        train._GradientProbe, "__call__", lambda *a: calls.append("probe") or real_probe(*a)
+        GradientProbe, "__call__", lambda *a: calls.append("probe") or real_probe(*a)
     )
-    monkeypatch.setattr(train.Stepper, "evaluate", lambda *a: calls.append("eval") or real_eval(*a))
+    monkeypatch.setattr(Stepper, "evaluate", lambda *a: calls.append("eval") or real_eval(*a))
     from wide_tf.engine.strategy import setup_runtime
 
     runtime = setup_runtime(config(1.0, 0).runtime)
@@ -370,7 +457,7 @@ def test_compiled_probe_matches_the_host_measurement():
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     with strategy.scope():
         model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
-    probe = train._GradientProbe(config, model, strategy)
+    probe = GradientProbe(config, model, strategy)
     x, y = data_lib.load_arrays(config.data, "train", limit=300)
     ref = measure.gradient_stats(model, x, y, chunk_size=128)
     got = probe(model)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from wide_tf.engine import data as data_lib
-from wide_tf.engine import preemption, train
+from wide_tf.engine import preemption, reuse, train
 from wide_tf.engine.strategy import setup_runtime
 from wide_tf.spec import defaults
 
@@ -295,7 +295,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     runtime = setup_runtime(config(1.0).runtime)
     train.clear_cache()
     train.train_and_evaluate(config(1.0), str(tmp_path / "a"), runtime)
-    (built,) = train._BUILT.values()
+    (built,) = reuse._BUILT.values()
     counts = [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
         built.stepper._train_fn.experimental_get_tracing_count(),
@@ -303,7 +303,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     ]
     assert counts[0] == 1
     train.train_and_evaluate(config(2.0), str(tmp_path / "b"), runtime)
-    assert list(train._BUILT.values()) == [built]
+    assert list(reuse._BUILT.values()) == [built]
     assert [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
         built.stepper._train_fn.experimental_get_tracing_count(),

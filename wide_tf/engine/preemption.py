@@ -36,7 +36,6 @@ from absl import logging
 EXIT_CODE = 128 + signal.SIGTERM  # 143
 
 _requested = threading.Event()
-_installed = False
 
 
 class Preempted(Exception):
@@ -61,23 +60,12 @@ def _on_sigterm(signum, frame) -> None:
 
 def install() -> bool:
     """Routes SIGTERM to the flag; only possible from the main thread (returns False elsewhere)."""
-    global _installed
     if threading.current_thread() is not threading.main_thread():
         return False
     signal.signal(signal.SIGTERM, _on_sigterm)
-    _installed = True
     return True
 
 
 def requested() -> bool:
     """True once SIGTERM has arrived (after `install()`): the loop should checkpoint and stop."""
     return _requested.is_set()
-
-
-def request() -> None:
-    """Sets the flag as SIGTERM would (for tests and for callers that stop a run themselves)."""
-    _requested.set()
-
-
-def reset() -> None:
-    _requested.clear()

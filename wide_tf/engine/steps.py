@@ -1,5 +1,6 @@
-"""Owns the compiled distributed computations of a run: the training step (with gradient
-accumulation), the multi-step host loop around `strategy.run`, and evaluation."""
+"""Owns the compiled distributed computations of a run: the training step (its micro-batch
+accumulation is engine/accumulate.py), the multi-step host loop around `strategy.run`, and
+evaluation."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from wide_tf.engine import accumulate
 from wide_tf.engine import data as data_lib
+from wide_tf.engine.accumulate import losses_and_hits, sq_norm
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.spec import rules
 
@@ -65,26 +68,44 @@ def _is_tpu(strategy) -> bool:
     return "TPU" in type(strategy).__name__
 
 
-def _sq_norm(tensors) -> tf.Tensor:
-    return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
-
-
-def losses_and_hits(model, x, y, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-example cross-entropy (from float32 logits, whatever the model's dtype policy) and
-    per-example hits (1.0 where the arg-max class is the label) of `model` on (x, y)."""
-    logits = tf.cast(model(x, training=training), tf.float32)
-    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-    predicted = tf.argmax(logits, -1, output_type=tf.int32)
-    hits = tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.float32)
-    return losses, hits
-
-
 def weighted_sums(model, x, y, w) -> tf.Tensor:
     """[loss sum, hits, examples] of `model` in inference mode over a batch whose padding rows
     have weight 0 (see data.pad_for_evaluation)."""
     losses, hits = losses_and_hits(model, x, y, training=False)
     w = tf.cast(w, tf.float32)
     return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
+
+
+def _build_eval_fn(model, strategy, jit_compile: bool):
+    """The whole evaluation pass over a distributed (x, y, weight) dataset, as one graph."""
+
+    def replica_eval(x, y, w):
+        return weighted_sums(model, x, y, w)
+
+    if jit_compile:  # no synchronisation inside (sums are reduced outside)
+        replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
+
+    @tf.function(autograph=False)
+    def eval_all(dataset):
+        # The whole pass in one graph: evaluation runs on a cadence inside every training
+        # run, and a Python loop over batches cost more than the forward passes themselves.
+        iterator = iter(dataset)
+
+        def add_batch(more, sums):
+            batch = iterator.get_next_as_optional()
+
+            def add():
+                out = strategy.run(replica_eval, args=batch.get_value())
+                return sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+            return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
+
+        _, sums = tf.while_loop(
+            lambda more, _: more, add_batch, [tf.constant(True), tf.zeros([3], tf.float32)]
+        )
+        return sums
+
+    return eval_all
 
 
 class Stepper:
@@ -142,50 +163,6 @@ class Stepper:
 
     # ---- training -------------------------------------------------------------------------------
 
-    def _loss_and_grads(self, x, y):
-        """Sum of per-example losses divided by the GLOBAL batch, and its gradients, on one replica.
-
-        Dividing by the global batch (as tf.nn.compute_average_loss does) makes the all-reduced sum
-        of replica gradients the mean gradient of the whole batch, for any replica count."""
-        variables = self.model.trainable_variables
-        plan = self.plan
-
-        def one(xb, yb):
-            with tf.GradientTape() as tape:
-                per_example, hits = losses_and_hits(self.model, xb, yb, training=True)
-                loss = tf.reduce_sum(per_example) / plan.global_batch
-            grads = tape.gradient(loss, variables)
-            correct = tf.reduce_sum(hits)
-            # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,
-            # only when there is a batch smaller than the global one to compare with.
-            if self._two_batch:
-                small_sq = _sq_norm(grads) * (plan.global_batch / plan.micro_batch) ** 2
-            else:
-                small_sq = tf.constant(0.0)
-            return tf.reduce_sum(per_example), correct, grads, small_sq
-
-        if plan.num_micro_batches == 1:
-            return one(x, y)
-        m = plan.num_micro_batches
-        xs = tf.reshape(x, [m, plan.micro_batch] + x.shape[1:].as_list())
-        ys = tf.reshape(y, [m, plan.micro_batch])
-        first = one(xs[0], ys[0])
-
-        def accumulate(i, totals):  # the sum over micro-batches is the full-batch update
-            loss_i, c_i, g_i, s_i = one(xs[i], ys[i])
-            loss_sum, correct, grads, small_sq = totals
-            return i + 1, (
-                loss_sum + loss_i,
-                correct + c_i,
-                [a + b for a, b in zip(grads, g_i)],
-                small_sq + s_i,
-            )
-
-        _, (loss_sum, correct, grads, small_sq) = tf.while_loop(
-            lambda i, _: i < m, accumulate, (tf.constant(1), first)
-        )
-        return loss_sum, correct, grads, small_sq / m
-
     def _replica_step(self, x, y, diagnostics: bool):
         """One update. `diagnostics` (a Python bool: two traced variants) adds the parameter and
         update norms and the optimizer's own diagnostics (the LARS trust ratios, say); the loop
@@ -204,7 +181,9 @@ class Stepper:
         variables = self.model.trainable_variables
         skip = self.diverged.read_value()
         live = tf.logical_not(skip)
-        loss_sum, correct, grads, small_sq = self._loss_and_grads(x, y)
+        loss_sum, correct, grads, small_sq = accumulate.loss_and_grads(
+            self.model, self.plan, x, y, two_batch=self._two_batch
+        )
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         loss_sum, correct, small_sq = ctx.all_reduce(
             tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
@@ -216,7 +195,7 @@ class Stepper:
         # diagnostic step (a non-finite gradient with a finite loss shows up there, or in the loss
         # of the step after).
         if self._two_batch or diagnostics:
-            big_sq = _sq_norm(grads)
+            big_sq = sq_norm(grads)
             bad = tf.logical_or(bad, tf.logical_not(tf.math.is_finite(big_sq)))
         else:
             big_sq = tf.constant(0.0)
@@ -232,20 +211,19 @@ class Stepper:
             before = [tf.identity(v) for v in variables]
         self.optimizer.apply_gradients(zip(grads, variables))
         if diagnostics:
-            keep("update_norm_sq", _sq_norm([v - b for v, b in zip(variables, before)]))
-            keep("param_norm_sq", _sq_norm(variables))
+            keep("update_norm_sq", sq_norm([v - b for v, b in zip(variables, before)]))
+            keep("param_norm_sq", sq_norm(variables))
             keep("grad_norm_sq", big_sq)
-        zero = tf.constant(0.0)
-        for name, value in (
-            ("loss_sum", loss_sum),
-            ("correct", correct),
-            ("examples", float(self.plan.global_batch)),
-            ("small_grad_sq", small_sq),
-            ("big_grad_sq", big_sq),
-            ("steps", 1.0),
-        ):
-            acc[name].assign_add(tf.where(live, tf.cast(value, tf.float32), zero))
+        sums = {"loss_sum": loss_sum, "correct": correct, "small_grad_sq": small_sq}
+        self._add_live(live, dict(sums, big_grad_sq=big_sq))
         self.diverged.assign(tf.logical_or(skip, bad))
+
+    def _add_live(self, live, values: dict) -> None:
+        """Adds a step's sums (and its examples and step) to the accumulators, when it is live."""
+        zero = tf.constant(0.0)
+        values = dict(values, examples=float(self.plan.global_batch), steps=1.0)
+        for name in ("loss_sum", "correct", "examples", "small_grad_sq", "big_grad_sq", "steps"):
+            self.acc[name].assign_add(tf.where(live, tf.cast(values[name], tf.float32), zero))
 
     def _reset(self):
         """Zeroes the accumulators; traced into the compiled loop (no eager assigns per call). The
@@ -294,9 +272,6 @@ class Stepper:
 
         return train_loop
 
-    def reset_accumulators(self):
-        self._reset()
-
     def train(self, iterator, num_steps: int) -> dict:
         """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
         diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
@@ -320,35 +295,6 @@ class Stepper:
 
     # ---- evaluation -----------------------------------------------------------------------------
 
-    def _build_eval_fn(self):
-        def replica_eval(x, y, w):
-            return weighted_sums(self.model, x, y, w)
-
-        if self.jit_compile:  # no synchronisation inside (sums are reduced outside)
-            replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
-
-        @tf.function(autograph=False)
-        def eval_all(dataset):
-            # The whole pass in one graph: evaluation runs on a cadence inside every training
-            # run, and a Python loop over batches cost more than the forward passes themselves.
-            iterator = iter(dataset)
-
-            def add_batch(more, sums):
-                batch = iterator.get_next_as_optional()
-
-                def add():
-                    out = self.strategy.run(replica_eval, args=batch.get_value())
-                    return sums + self.strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
-
-                return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
-
-            _, sums = tf.while_loop(
-                lambda more, _: more, add_batch, [tf.constant(True), tf.zeros([3], tf.float32)]
-            )
-            return sums
-
-        return eval_all
-
     def evaluate(self, dataset) -> dict:
         """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight),
         or over an `InMemoryEvalSet`."""
@@ -356,7 +302,7 @@ class Stepper:
             loss, hits, count = (float(v) for v in dataset.sums(self.model).numpy())
         else:
             if self._eval_fn is None:
-                self._eval_fn = self._build_eval_fn()
+                self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
             loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
         if count == 0:
             raise ValueError("the evaluation set is empty")

@@ -1,0 +1,64 @@
+"""Owns the gradient probe: exact gradient diversity on a fixed probe set, compiled once per model
+and measured on the devices every train.gradient_every_examples examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from wide_tf.engine import data as data_lib
+from wide_tf.engine.measure import diversity, per_example
+
+
+class GradientProbe:
+    """Exact gradient diversity on a fixed probe set, measured every `every` examples.
+
+    Compiled once per model (a tf.function over the probe's fixed chunks) and run through
+    `strategy.run` on the devices, where the weights are: the probe set lives in variables there,
+    every replica computes the same three sums (per-example squared norms, squared norm of the
+    summed gradient, loss), and one packed tensor of three numbers comes back per measurement."""
+
+    def __init__(self, config, model, strategy):
+        self.every = config.train.gradient_every_examples
+        size = config.train.probe_size
+        chunk = config.train.probe_chunk
+        x, y = data_lib.load_arrays(config.data, "train", limit=size or None)
+        self.n = len(y)
+        engine = per_example.PerExampleGradients.for_model(model)
+        with strategy.scope():
+            chunks = [
+                tuple(tf.Variable(a, trainable=False) for a in (xb, yb, w))
+                for xb, yb, w, _ in per_example._chunks(
+                    np.asarray(x, np.float32), np.asarray(y, np.int32), chunk
+                )
+            ]
+
+        def replica_sums():
+            s1 = loss = 0.0
+            summed = None
+            for xb, yb, wb in chunks:
+                sq, losses, grads = engine._chunk_impl(
+                    xb.read_value(), yb.read_value(), wb.read_value()
+                )
+                s1 += tf.reduce_sum(sq)
+                loss += tf.reduce_sum(losses)
+                summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            q = tf.add_n([tf.reduce_sum(tf.square(g)) for g in summed])
+            return tf.stack([s1, q, loss])
+
+        @tf.function(autograph=False)
+        def sums():
+            # Every replica holds the same weights and probe set: their mean is any one's value.
+            return strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None
+            )
+
+        self._sums = sums
+
+    def due(self, examples_before: int, examples_now: int) -> bool:
+        return self.every > 0 and examples_now // self.every > examples_before // self.every
+
+    def __call__(self, model=None) -> dict:
+        s1, q, _ = (float(v) for v in self._sums().numpy())
+        stats = diversity.stats_from_norms([s1], q, n=self.n)
+        return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}

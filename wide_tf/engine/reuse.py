@@ -1,0 +1,219 @@
+"""Owns the reuse of a compiled step across runs: the model, optimizer, traced functions,
+evaluation sets, probe and batch-norm recompute of the last run (one process-global entry), kept
+for the next run whose traced program is the same (the next learning rate or seed of a study's
+group), with only their variables reset; and the key that says when the program is the same."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from wide_tf.engine import data as data_lib
+from wide_tf.engine import optim as optim_lib
+from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
+from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.steps import InMemoryEvalSet, Stepper
+
+# The config fields that do NOT change the traced program, so runs that differ only in them share
+# one: every other field, a new one included, is in the key and gets a new build. Each entry says
+# why it may be left out; a field belongs here only if the reset in `build` (weights, optimizer
+# variables, schedule, threshold) or the host loop takes care of it.
+KEY_EXCLUDED = {
+    # Numbers held in the learning-rate schedule's variables (optim.WarmupDecaySchedule), which
+    # `build` reassigns for every run; the count of decay boundaries is a shape: kept (below).
+    "optim": (
+        "base_lr",
+        "lr_multiplier",
+        "scaling",
+        "reference_batch",
+        "warmup_epochs",
+        "warmup_steps",
+        "warmup_fixed",
+        "decay_epochs",
+        "decay_factor",
+        "poly_power",
+        "end_lr_fraction",
+    ),
+    "train": (
+        "seed",  # the initial weights, set from the seed's own copy
+        "diverge_loss",  # a variable of the step (Stepper.diverge_loss)
+        # Read by the host loop only: the budget, the cadences, the targets and when to stop.
+        "max_epochs",
+        "max_steps",
+        "min_steps",
+        "steps_per_loop",  # an argument tensor of the traced loop
+        "eval_every_examples",
+        "target_metric",
+        "target_value",
+        "stop_at_target",
+        "extra_targets",
+        "checkpoint_every_steps",
+        "gradient_every_examples",  # the probe's cadence (GradientProbe.every, reset per run)
+        "gradient_at_init",
+        "noise_scale_ema",
+    ),
+    # The study's grid: a trial's config has none, and the engine never reads it.
+    "sweep": None,
+}
+
+
+def _key_part(section: str, value):
+    excluded = KEY_EXCLUDED.get(section, ())
+    if excluded is None:
+        return None
+    if not isinstance(value, dict):
+        return value
+    return {k: v for k, v in value.items() if k not in excluded}
+
+
+def build_key(config, runtime, info, plan) -> str:
+    """Everything a run's model, optimizer, traced functions and evaluation sets depend on: the
+    whole config but KEY_EXCLUDED, with the runtime's strategy (the object: each has its own
+    devices and graphs), dtype policy and XLA setting, the batch plan and the data's shapes."""
+    resolved = config.to_dict()
+    key = {k: _key_part(k, v) for k, v in resolved.items() if _key_part(k, v) is not None}
+    if "optim" in key:
+        key["optim"]["decay_boundaries"] = len(config.optim.decay_epochs)
+    key["engine"] = {
+        "strategy": id(runtime.strategy),
+        "policy": runtime.mixed_precision,
+        "jit": runtime.jit_compile,
+        "plan": dataclasses.astuple(plan),
+        "info": [info.num_classes, list(info.input_shape)],
+    }
+    return json.dumps(key, sort_keys=True, default=str)
+
+
+@dataclasses.dataclass
+class Built:
+    """A run's model, optimizer, compiled step, evaluation sets and probe, kept for the next run
+    with the same key (the next learning rate or seed of the same member and batch size in a
+    study): the traced functions are reused, only variables are reset."""
+
+    key: str
+    model: keras.Model
+    optimizer: keras.optimizers.Optimizer
+    stepper: Stepper
+    eval_sets: dict
+    host_var: tf.Variable  # a run's host-side state, saved as a JSON string in its checkpoints
+    checkpoint: tf.train.Checkpoint
+    optimizer_init: list  # the optimizer's variables right after build (iterations 0, zero slots)
+    init_weights: dict  # seed -> the model's initial weights
+    # seed -> {what: value}: the initial model's evaluations and gradient diversity, which every
+    # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
+    # learning rates of a grid measure them once (see Run.at_init).
+    at_init: dict = dataclasses.field(default_factory=dict)
+    _probe: GradientProbe | None = None
+    bn_recompute: BatchNormRecompute | None = None  # train.target_bn='recompute' on a BN model
+
+    def probe(self, config) -> GradientProbe:
+        if self._probe is None:
+            self._probe = GradientProbe(config, self.model, self.stepper.strategy)
+        self._probe.every = config.train.gradient_every_examples
+        return self._probe
+
+
+_BUILT: dict[str, Built] = {}  # at most one entry: the last run's
+
+
+def clear_cache() -> None:
+    """Drops the kept model and functions (and Keras's global state with them)."""
+    if _BUILT:
+        _BUILT.clear()
+        keras.backend.clear_session()
+
+
+def _initial_weights(built: Built, config, info, seed: int, new_model) -> list:
+    """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
+    if seed not in built.init_weights:
+        keras.utils.set_random_seed(seed)
+        built.init_weights[seed] = [w.numpy() for w in new_model(config, info).weights]
+    return built.init_weights[seed]
+
+
+def build(
+    config, runtime, info, plan, steps_per_epoch: float, total_steps: int, new_model
+) -> Built:
+    """A model, optimizer and Stepper for this run: the kept ones, reset, when the key matches
+    (no retrace, no rebuild), else new ones (and the old ones are dropped). `new_model(config,
+    info)` makes a fresh model (the trainer's: engine.train.new_model)."""
+    t = config.train
+    key = build_key(config, runtime, info, plan)
+    built = _BUILT.get(key)
+    if built is None:
+        clear_cache()  # the previous run's graphs go (a study used to do this after every run)
+        keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
+        runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
+        built = _BUILT[key] = _new_built(
+            key, config, runtime, info, plan, steps_per_epoch, total_steps, new_model
+        )
+        return built
+    built.model.set_weights(_initial_weights(built, config, info, t.seed, new_model))
+    for v, value in zip(built.optimizer.variables, built.optimizer_init):
+        v.assign(value)
+    schedule = optim_lib.build_schedule(
+        config.optim, plan.global_batch, steps_per_epoch, total_steps
+    )
+    built.optimizer._learning_rate.assign_from(schedule)
+    built.stepper.reset(t.diverge_loss)
+    keras.utils.set_random_seed(t.seed)
+    return built
+
+
+def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, new_model) -> Built:
+    t, strategy = config.train, runtime.strategy
+    with strategy.scope():
+        model = new_model(config, info)
+        optimizer = optim_lib.build_optimizer(
+            config.optim,
+            plan.global_batch,
+            steps_per_epoch,
+            total_steps,
+            variables=model.trainable_variables,
+        )
+        # Before the first step (docs/design.md, "TensorFlow / Keras 3 facts").
+        optimizer.build(model.trainable_variables)
+        stepper = Stepper(
+            model,
+            optimizer,
+            strategy,
+            plan,
+            jit_compile=runtime.jit_compile,
+            diverge_loss=t.diverge_loss,
+            diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
+        )
+    with tf.device("/cpu:0"):
+        host_var = tf.Variable("", trainable=False, dtype=tf.string)
+    bn_recompute = None
+    if t.target_bn == "recompute" and batch_norm_layers(model):
+        bn_recompute = BatchNormRecompute(config, model, strategy)
+    return Built(
+        key=key,
+        bn_recompute=bn_recompute,
+        host_var=host_var,
+        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var),
+        model=model,
+        optimizer=optimizer,
+        stepper=stepper,
+        eval_sets={
+            "train": _eval_set(config, runtime, info, "train", t.eval_train_limit or None),
+            "test": _eval_set(config, runtime, info, "test", None),
+        },
+        optimizer_init=[v.numpy() for v in optimizer.variables],
+        init_weights={t.seed: [w.numpy() for w in model.weights]},
+    )
+
+
+def _eval_set(config, runtime, info, split: str, limit: int | None):
+    """An evaluation set: in memory on one replica when it fits, else a distributed dataset."""
+    replicas = runtime.num_replicas
+    batch = config.train.eval_batch // replicas * replicas or replicas
+    n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
+    if replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
+        x, y = data_lib.load_arrays(config.data, split, limit=limit)
+        return InMemoryEvalSet(x, y, batch)
+    return data_lib.make_eval_dataset(config.data, split, batch, runtime.strategy, limit=limit)
