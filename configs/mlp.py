@@ -24,8 +24,8 @@ Variants (after the colon):
   smoke   seconds; for the tests.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
-          predicted from the gradient noise scale at the target, without the sweep (about 2
-          minutes on 2 cores; docs/prediction.md).
+          predicted from the gradient noise scale at the target, without the sweep (41 s on 2
+          idle cores; docs/prediction.md).
 """
 
 from wide_tf.analysis import predict_study

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from wide_tf.engine import data
+from wide_tf.engine import data, sources
 from wide_tf.spec import defaults
 
 
@@ -123,7 +123,7 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     assert len(set(both)) == 5000 and set(both) == set(ref)
     assert [ref[x] for x in both] == list(np.concatenate([ytr, yte]))
     # Deterministic: a fresh load (cache cleared) gives the same order.
-    data._EMBEDDED_CACHE.clear()
+    sources._EMBEDDED_CACHE.clear()
     xtr2, ytr2 = data.load_arrays(cfg, "train")
     np.testing.assert_array_equal(xtr, xtr2)
     np.testing.assert_array_equal(ytr, ytr2)
