@@ -2,6 +2,8 @@
 
 import os
 
+import pytest
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # the tests are CPU tests, also on a GPU box
 
@@ -32,3 +34,16 @@ class _TestMirroredStrategy(tf.distribute.MirroredStrategy):
 
 
 tf.distribute.MirroredStrategy = _TestMirroredStrategy
+
+
+@pytest.fixture(scope="session")
+def smoke_study(tmp_path_factory):
+    """A finished `configs/mlp.py:smoke` study run by one process (`--workers=1`), report included,
+    and that command's stderr: the one reference that resumed, sharded and multi-worker runs of the
+    same study are compared with (run once per test process instead of once per test). Tests read
+    it and never write into it."""
+    from helpers import run_main
+
+    workdir = tmp_path_factory.mktemp("smoke_study") / "study"
+    proc = run_main("--config=configs/mlp.py:smoke", f"--workdir={workdir}", "--workers=1")
+    return workdir, proc.stderr

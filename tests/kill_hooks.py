@@ -1,6 +1,6 @@
 """`python tests/kill_hooks.py MAIN_FLAGS...`: runs `python -m wide_tf.main MAIN_FLAGS...` with a
 SIGKILL planted at one point of the study, chosen by WIDE_TF_KILL_AT=POINT:N (the N-th time this
-process reaches POINT). Used by tests/test_interruptions.py; the points are
+process reaches POINT). Used by tests/study/test_interruptions.py; the points are
 
   trial       inside a trial, on the N-th call of the compiled training loop
   checkpoint  inside a checkpoint save: the files are written, the 'checkpoint' state is not

@@ -1,5 +1,5 @@
-"""One process of the multi-worker test (tests/test_multiworker.py): a few Stepper updates of a
-small MLP under the strategy that wide_tf.engine.strategy.setup_runtime builds, weights written to
+"""One process of the multi-worker test (tests/engine/test_multiworker.py): a few Stepper updates of
+a small MLP under the strategy that wide_tf.engine.strategy.setup_runtime builds, weights written to
 .npz.
 
     python tests/multiworker_worker.py multi_worker OUT.npz   # TF_CONFIG in the environment

@@ -28,7 +28,7 @@ from wide_tf.analysis.cells import MemberInfo, cells_of, members_from_records, o
 # at the doubling), and on an S_min (1 + B_crit / B) curve it is about B_crit / 5.
 DEFAULT_EPS = 1.0
 # Replicates per member: the 2.5% and 97.5% quantiles of 200 replicates rest on their 5th
-# values, which costs about 1.5 points of coverage (tests/test_stats.py).
+# values, which costs about 1.5 points of coverage (tests/analysis/test_stats.py).
 DEFAULT_BOOTSTRAP = 1000
 # A member whose lack-of-fit test rejects the curve at this level gets no B_crit in the slope.
 LOF_ALPHA = 0.05

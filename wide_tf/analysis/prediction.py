@@ -6,7 +6,7 @@ sentence that reads them. The predict study and its cost are `wide_tf.analysis.p
 the report section and plot are `wide_tf.report.prediction`'s.
 
 Pure Python and NumPy on result.json records and analysis summaries, so every number is
-unit-tested on hand-made records (tests/test_predict.py).
+unit-tested on hand-made records (tests/analysis/test_predict.py).
 
 Why the value at the target: McCandlish et al. (2018) find the noise scale grows as the loss
 falls (about 10x over a run), so the value at initialisation underestimates the batch at which

@@ -452,7 +452,8 @@ def _lamb(o, learning_rate, variables):
 
 
 # How to build each optimizer of the spec (spec/optimizers.py: its name, fields and momentum),
-# keyed in the spec's order; tests/test_optim.py checks that every spec optimizer has a builder.
+# keyed in the spec's order; tests/engine/test_optim.py checks that every spec optimizer has a
+# builder.
 _BUILDERS = {
     "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
     "momentum": OptimizerSpec(build=_sgd(momentum=True, nesterov=False)),

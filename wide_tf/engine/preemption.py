@@ -15,8 +15,8 @@ other workers through the coordination service; this loop runs many steps per `t
 and keeps host-side state (metric history, noise-scale averages) in the checkpoint, and the handler
 needs a cluster resolver on CPU, so it could not be tested here. A flag checked between host loops
 needs nothing from TensorFlow, is the same on TPU, GPU and CPU, and is tested on the CPU
-(tests/test_preemption.py). Its limit: with `runtime.strategy=multi_worker` every worker must get
-the signal (a checkpoint save may run collectives); on a Cloud TPU, including a pod slice, one
+(tests/engine/test_preemption.py). Its limit: with `runtime.strategy=multi_worker` every worker must
+get the signal (a checkpoint save may run collectives); on a Cloud TPU, including a pod slice, one
 client process drives the TPU, so that case does not arise there.
 
 The grace period is short: Compute Engine allows 30 seconds between the soft-off signal and the

@@ -293,7 +293,7 @@ class Run:
 
 def new_model(config, info):
     """A fresh keras.Model of config.model for this data set. Through this module's
-    `build_model` (looked up at each call), which tests/test_study.py replaces to see every
+    `build_model` (looked up at each call), which tests/study/test_study.py replaces to see every
     model a study builds."""
     m = config.model
     return build_model(
@@ -310,7 +310,7 @@ def new_model(config, info):
 def _log(message: str, *args, warning: bool = False) -> None:
     """Writes one of the run's log lines (all of them, the loop's too, through MetricsWriter.log):
     from here, so that absl's prefix names train.py, as it did before the run was split into
-    modules (tests/test_errors.py looks for it in a run's output)."""
+    modules (tests/config/test_errors.py looks for it in a run's output)."""
     (logging.warning if warning else logging.info)(message, *args)
 
 

@@ -6,8 +6,8 @@ units for an MLP, a widening factor k on a 0.01 grid for a wide ResNet), how a m
 which channels it has. `wide_tf.spec.families` solves families from these specs,
 `wide_tf.config.validate` checks configs against them before TensorFlow starts, and
 `wide_tf.engine.models.BUILDERS` holds the Keras builder of each spec under the same name
-(tests/test_models.py checks that every built model has exactly the count given here, and that both
-registries name the same architectures).
+(tests/engine/test_models.py checks that every built model has exactly the count given here, and
+that both registries name the same architectures).
 
 Config files and validation import this module, so it must stay importable without TensorFlow.
 

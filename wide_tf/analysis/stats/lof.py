@@ -21,7 +21,7 @@ replicate carries the uncertainty of the variances themselves: with few cells th
 t-like tails instead of the normal ones that under-cover. Seed noise is counted once (the earlier
 two-level residual bootstrap added it to the cell effects and then again within cells). For a
 linear curve with normal errors this reproduces the exact t interval on m - 2 df whether or not
-there is a cell effect; `tests/test_stats.py` checks the coverage on the curve itself.
+there is a cell effect; `tests/analysis/test_stats.py` checks the coverage on the curve itself.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ lowers its variance without changing its expectation.
 
 `averaged_estimate` is the same estimator over a stretch of steps without the moving average (a
 plain mean of G2 and of S, then the ratio) with its standard error: what the exact probe is checked
-against (tests/test_measure.py), and how a run's two-batch norms can be read where the exact
+against (tests/engine/test_measure.py), and how a run's two-batch norms can be read where the exact
 per-example pass is too costly (docs/prediction.md).
 """
 

@@ -12,7 +12,7 @@ import pytest
 from wide_tf.theory import bound as theory
 from wide_tf.theory import check
 
-CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "configs", "theory.py")
+CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "theory.py")
 
 
 def _load_config(arg=None):

@@ -10,7 +10,7 @@ from helpers import REPO, env, run_main
 
 TIMINGS = ("wall_time_s", "examples_per_s")
 # --workers=1: the kill hooks are planted in this process (the worker processes of the default
-# --workers are covered by tests/test_workers.py).
+# --workers are covered by tests/study/test_workers.py).
 SMOKE = ["--config=configs/mlp.py:smoke", "--config.train.checkpoint_every_steps=2", "--workers=1"]
 POINTS = ["trial:2", "checkpoint:1", "record:1", "between:2", "report:2"]
 

@@ -320,7 +320,7 @@ def test_analysis_never_imports_the_report():
     import ast
     import pathlib
 
-    root = pathlib.Path(__file__).resolve().parents[1] / "wide_tf" / "analysis"
+    root = pathlib.Path(__file__).resolve().parents[2] / "wide_tf" / "analysis"
     for path in root.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
@@ -353,7 +353,7 @@ def test_agreement_entry_lists_the_pooled_ratios_and_every_member():
 def test_docs_keep_the_local_agreement_with_its_sources():
     import pathlib
 
-    docs = pathlib.Path(__file__).resolve().parents[1] / "docs"
+    docs = pathlib.Path(__file__).resolve().parents[2] / "docs"
     text = (docs / "local_agreement.md").read_text()
     from wide_tf.report import agreement
 

@@ -220,9 +220,8 @@ def test_read_results_skips_partial_files_and_reads_a_legacy_jsonl(tmp_path):
     assert wd.read_results(str(tmp_path / "nowhere")) == []
 
 
-def test_killed_study_resumes_and_records_every_trial_once(tmp_path):
-    ref = tmp_path / "ref"
-    run_main(*SMOKE, f"--workdir={ref}")
+def test_killed_study_resumes_and_records_every_trial_once(tmp_path, smoke_study):
+    ref, _ = smoke_study
     killed = tmp_path / "killed"
     proc = start_main(*SMOKE, f"--workdir={killed}")
     # Kill once the first trial is recorded, most likely in the middle of the second.

@@ -23,7 +23,7 @@ ARGS = [
     "--config.train.checkpoint_every_steps=1000000",
     "--no_report",
     # In this process: the log lines checked below are a single process's (SIGTERM through the
-    # parent of --workers=N is tests/test_workers.py's).
+    # parent of --workers=N is tests/study/test_workers.py's).
     "--workers=1",
 ]
 

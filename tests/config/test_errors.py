@@ -687,8 +687,8 @@ def test_unwritable_workdir(tmp_path):
 
 def test_the_engine_reads_the_spec_registries():
     """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
-    modules hold those objects, not copies (the registries themselves: tests/test_registries.py);
-    and the study's identity is the one the workdir check uses."""
+    modules hold those objects, not copies (the registries themselves:
+    tests/spec/test_registries.py); and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy, train
     from wide_tf.spec import choices, datasets, optimizers, targets
 

@@ -194,17 +194,12 @@ def _report_without_timings(workdir) -> dict[str, str]:
     return out
 
 
-def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path):
-    one, two = tmp_path / "one", tmp_path / "two"
-    procs = [
-        start_main(*SMOKE, f"--workdir={one}", "--workers=1"),
-        start_main(*SMOKE, f"--workdir={two}", "--workers=2"),
-    ]
-    errs = []
-    for p in procs:
-        _, err = p.communicate(timeout=300)
-        assert p.returncode == 0, err[-3000:]
-        errs.append(err)
+def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, smoke_study):
+    (one, one_err), two = smoke_study, tmp_path / "two"
+    proc = start_main(*SMOKE, f"--workdir={two}", "--workers=2")
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    errs = [one_err, err]
     expected = {t.trial_id for t in trials_lib.list_trials(load_config("configs/mlp.py:smoke"))}
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
