@@ -22,6 +22,8 @@ Variants (after the colon):
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
   smoke   seconds; for the tests.
+  check   the smoke study at batches 256 and 512: a whole number of examples per replica on up
+          to 256 replicas; `launch_tpu.sh --check` runs it on the VM before the study.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
           predicted from the gradient noise scale at the target, without the sweep (about 2
@@ -98,7 +100,7 @@ def get_config(arg=None):
         config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 367 steps
         config.train.eval_every_examples = 30_000
         config.train.eval_train_limit = 10_000
-    elif variant == "smoke":
+    elif variant in ("smoke", "check"):
         config.data.name = "digits_embedded"
         s.family.budget = 3.0e3
         s.family.depths = [1, 2]
@@ -108,6 +110,8 @@ def get_config(arg=None):
         config.train.max_epochs = 3.0
         config.train.target_value = 0.5
         config.train.steps_per_loop = 10
+        if variant == "check":
+            s.batch_sizes = [256, 512]  # smoke's 32 would not split over 64 replicas
     elif variant == "predict":
         # The local study at its smallest batch on three seeds, B_simple measured along training:
         # the critical batch predicted without the sweep (wide_tf/predict.py, docs/prediction.md).
@@ -115,6 +119,6 @@ def get_config(arg=None):
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/mlp.py: local, local_replicate, local_width, "
-            "local_depth, single, paper, smoke or predict"
+            "local_depth, single, paper, smoke, check or predict"
         )
     return config

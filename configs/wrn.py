@@ -19,6 +19,9 @@ Variants (after the colon):
           See the README for what it costs.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
+  check   the smoke study at batches 256 and 512 (ghost batch 8): whole virtual batches on every
+          replica count up to 32, so it runs on every slice launch_tpu.sh lists; `launch_tpu.sh
+          --check` runs it on the VM before the study (tests/test_launch.py checks every slice).
   predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
           measured at every evaluation: B_crit per member predicted from the noise scale, for
           a fraction of the sweep's cost (`python -m wide_tf.analysis.predict
@@ -73,7 +76,7 @@ def get_config(arg=None):
         config.train.steps_per_loop = 50
         config.train.gradient_every_examples = 500_000
         config.train.probe_size = 1024
-    elif variant in ("local", "single", "smoke"):
+    elif variant in ("local", "single", "smoke", "check"):
         config.data.name = "digits_embedded"
         config.model.ghost_batch_size = 8  # divides every batch from 8 up
         # Plain SGD: no momentum ramp inside the steps to target.
@@ -107,7 +110,7 @@ def get_config(arg=None):
             config.sweep = None
             config.model.depth, config.model.width = 16, 0.53
             config.train.global_batch = 64
-        elif variant == "smoke":
+        elif variant in ("smoke", "check"):
             s.family.budget = 1.0e4
             s.family.depths = [10, 16]
             s.batch_sizes = [32, 128]
@@ -115,6 +118,10 @@ def get_config(arg=None):
             s.extend_lr_grid = False
             config.train.max_epochs = 2.0
             config.train.target_value = 0.5
+            if variant == "check":
+                # Multiples of 32 replicas x ghost batch 8 (smoke's 32 and 128 leave 4 or 2
+                # examples per replica on 8 or 16 replicas, less than one virtual batch).
+                s.batch_sizes = [256, 512]
     elif variant == "predict":
         # The CIFAR-10 study at its smallest batch on three seeds, B_simple measured at every
         # evaluation (wide_tf/predict.py, docs/prediction.md).
@@ -124,6 +131,6 @@ def get_config(arg=None):
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: "
-            "paper (default), local, single, predict, predict_local or smoke"
+            "paper (default), local, single, predict, predict_local, smoke or check"
         )
     return config

@@ -26,9 +26,11 @@ FRESH_LAUNCH = [
 ]
 G = ["compute", "tpus", "tpu-vm"]
 
-# A stateful fake: vm-NAME.json holds a VM (state, spot, queued, started); create, delete and
-# start change it; a queue file (a JSON list) gives the next answers of `describe` (sticky:
-# it becomes the VM's state), of the run check and of a queued request's describe.
+# A stateful fake: vm-NAME.json holds a VM (state, spot, queued, started) and qr-NAME.json a queued
+# request (its state); create, delete and start change them; a queue file (a JSON list) gives the
+# next answers of `describe` (sticky: it becomes the VM's state), of the run check and of an
+# existing queued request's describe. A queued VM that goes missing leaves its request SUSPENDED
+# (a spot preemption: Google deletes the node, the request stays).
 FAKE_GCLOUD = f"""#!{sys.executable}
 import json, os, shutil, sys
 args = sys.argv[1:]
@@ -49,15 +51,29 @@ def pop(name):
 queued = args[2] == "queued-resources"
 verb = args[3]
 vm_file = "vm-" + args[4] + ".json"  # one per VM name (--shards starts several)
+qr_file = "qr-" + args[4] + ".json"
 vm = load(vm_file, {{"state": ""}})
+qr = load(qr_file, None)
 if verb == "describe" and queued:
-    print(pop("qr_states") or "ACTIVE")
+    if qr is None:
+        print("ERROR: (gcloud.compute.tpus.queued-resources.describe) NOT_FOUND: no such request",
+              file=sys.stderr)
+        sys.exit(1)
+    print(pop("qr_states") or qr["state"])
+elif verb == "create" and queued:
+    save(vm_file, {{"state": "READY", "spot": "--spot" in args, "queued": True}})
+    save(qr_file, {{"state": "ACTIVE"}})
+elif verb == "delete" and queued:
+    save(vm_file, {{"state": ""}})
+    os.remove(os.path.join(d, qr_file))
 elif verb == "describe":
     if os.environ.get("FAKE_DESCRIBE_ERROR"):
         print(os.environ["FAKE_DESCRIBE_ERROR"], file=sys.stderr)
         sys.exit(1)
     nxt = pop("states")
     if nxt is not None:
+        if nxt == "" and vm.get("queued") and qr is not None:
+            save(qr_file, {{"state": "SUSPENDED"}})
         vm["state"] = nxt
         save(vm_file, vm)
     if not vm["state"]:
@@ -69,7 +85,7 @@ elif verb == "describe":
         fields.append("projects/p/locations/z/queuedResources/" + args[4])
     print("\\t".join(fields))
 elif verb == "create":
-    save(vm_file, {{"state": "READY", "spot": "--spot" in args, "queued": queued}})
+    save(vm_file, {{"state": "READY", "spot": "--spot" in args, "queued": False}})
 elif verb == "delete":
     save(vm_file, {{"state": ""}})
 elif verb == "start":
@@ -87,7 +103,8 @@ elif verb == "ssh":
             answer = "running 4242" if vm.get("started") else "no run active"
         print("wide_tf: " + answer)
     elif "initialize_tpu_system" in cmd:
-        print("wide_tf check: the TPU system has 4 replicas (expected 4)")
+        expected = cmd.split(" && rm -rf /tmp/wide_tf_check")[0].split()[-1]
+        print(f"wide_tf check: the TPU system has {{expected}} replicas (expected {{expected}})")
         sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
     elif "nohup" in cmd:
         vm["started"] = True
@@ -130,13 +147,23 @@ def fake(tmp_path):
     log = tmp_path / "calls.jsonl"
 
     def launch(
-        *args, state="", running=False, spot=False, queued=False, states=(), checks=(), env=None
+        *args,
+        state="",
+        running=False,
+        spot=False,
+        queued=False,
+        request=None,
+        states=(),
+        checks=(),
+        env=None,
     ):
         log.write_text("")
         vm = {"state": state, "spot": spot, "queued": queued, "started": running}
-        for old in tmp_path.glob("vm-*.json"):
+        for old in [*tmp_path.glob("vm-*.json"), *tmp_path.glob("qr-*.json")]:
             old.unlink()
         (tmp_path / "vm-wide-v4.json").write_text(json.dumps(vm))
+        if request or (queued and state):  # a request of that name (a queued VM has one)
+            (tmp_path / "qr-wide-v4.json").write_text(json.dumps({"state": request or "ACTIVE"}))
         (tmp_path / "states").write_text(json.dumps(list(states)))
         (tmp_path / "checks").write_text(json.dumps(list(checks)))
         full_env = {
@@ -246,6 +273,25 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert "--logs --follow" in p.stdout and "4 replicas" in p.stdout
     assert "no --config.data.data_dir" not in p.stderr
     assert "checked here: dry run: the config fits 4 replica(s)" in p.stderr
+    assert "checked here: memory: the config fits 4 x v4 (32 GiB per chip" in p.stderr
+
+
+def test_the_install_takes_setup_cfgs_requirements():
+    """The VM gets setup.cfg's install_requires (read from it) less tensorflow and the tensorboard
+    pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked scipy."""
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines()
+    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+    wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
+    assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
+    p = _launch(*REQUIRED, "--dry_run")
+    assert p.returncode == 0, p.stderr
+    (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
+    deps = install.split('"libtpu==0.0.14" ', 1)[1].split(" -f ")[0]
+    assert deps.replace('\\"', '"').replace("'", "") == " ".join(f'"{r}"' for r in wanted)
 
 
 def test_a_launch_without_data_dir_says_where_the_data_must_be(fake):
@@ -434,14 +480,15 @@ def test_queued_spot_launch_waits_for_active(fake):
         *REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot", "--queued"
     )
     assert p.returncode == 0, p.stderr
-    assert [v for v, _ in _verbs(calls)][:5] == [
+    assert [v for v, _ in _verbs(calls)][:6] == [
         "describe",
+        "qr-describe",  # no request of that name left over (NOT_FOUND)
         "qr-create",
         "qr-describe",
         "qr-describe",
         "qr-describe",
     ]
-    assert calls[1] == [
+    assert calls[2] == [
         "qr-create",
         "wide-v4",
         "--zone=us-west4-a",
@@ -457,7 +504,7 @@ def test_a_failed_queued_request_is_an_error(fake):
     (fake.tmp_path / "qr_states").write_text('["FAILED"]')
     p, calls = fake(*REQUIRED, "--queued")
     assert p.returncode == 1 and "is FAILED" in p.stderr.splitlines()[-1]
-    assert [v for v, _ in _verbs(calls)] == ["describe", "qr-create", "qr-describe"]
+    assert [v for v, _ in _verbs(calls)] == ["describe", "qr-describe", "qr-create", "qr-describe"]
 
 
 def test_watch_relaunches_after_a_preemption_and_deletes_when_done(fake):
@@ -473,7 +520,7 @@ def test_watch_relaunches_after_a_preemption_and_deletes_when_done(fake):
         checks=["running 1", "running 2", "exited 0"],
     )
     assert p.returncode == 0, p.stderr
-    relaunch = ["qr-create", "qr-describe", "scp", "install", "start", "check"]
+    relaunch = ["qr-describe", "qr-create", "qr-describe", "scp", "install", "start", "check"]
     assert [v for v, _ in _verbs(calls)] == [
         "describe",
         *relaunch,
@@ -483,12 +530,70 @@ def test_watch_relaunches_after_a_preemption_and_deletes_when_done(fake):
         *relaunch,
         "describe",  # poll 2: READY
         "check",  # exited 0
-        "qr-delete",
+        "qr-delete",  # on exit (--delete_when_done)
     ]
     creates = [c for c in calls if c[0] == "qr-create"]
     assert len(creates) == 2 and all(c[-1] == "--spot" for c in creates)
     assert calls[-1] == ["qr-delete", "wide-v4", "--zone=us-central2-b", "--force", "--quiet"]
     assert "the study is done on wide-v4" in p.stderr
+
+
+def test_a_spot_node_gone_with_its_request_suspended_is_requeued_after_a_delete(fake):
+    # The first poll finds the node gone (Google deleted the preempted spot node); its queued
+    # request is left SUSPENDED, which is not eligible for allocation. Before: a new request was
+    # queued under the old name beside it. Now the old one is deleted first.
+    p, calls = fake(
+        *REQUIRED,
+        "--spot",
+        "--queued",
+        "--watch",
+        states=["", ""],
+        checks=["running 1", "running 2", "exited 0"],
+    )
+    assert p.returncode == 0, p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    second = verbs.index("qr-create", verbs.index("qr-create") + 1)
+    assert verbs[second - 3 : second + 1] == ["describe", "qr-describe", "qr-delete", "qr-create"]
+    assert calls[second - 1] == [
+        "qr-delete",
+        "wide-v4",
+        "--zone=us-central2-b",
+        "--force",
+        "--quiet",
+    ]
+    assert "is SUSPENDED without its node; deleting it before queueing again" in p.stderr
+
+
+def test_a_request_still_queued_is_waited_for_not_queued_twice(fake):
+    # A launch stopped while its request waited (Ctrl-C), then run again: no second request.
+    (fake.tmp_path / "qr_states").write_text('["WAITING_FOR_RESOURCES", "ACTIVE"]')
+    p, calls = fake(*REQUIRED, "--queued", request="WAITING_FOR_RESOURCES")
+    assert p.returncode == 0, p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    assert verbs[:4] == ["describe", "qr-describe", "qr-describe", "scp"]
+    assert "qr-create" not in verbs and "qr-delete" not in verbs
+    assert "is WAITING_FOR_RESOURCES; waiting for it instead of queueing again" in p.stderr
+
+
+def test_watch_deletes_when_done_even_when_a_relaunch_fails(fake):
+    # The first poll finds the VM preempted; the relaunch's run dies at once (exit 2): the launch
+    # fails. Before, that exit came before the delete and the VM kept billing.
+    p, calls = fake(
+        *REQUIRED,
+        "--watch",
+        "--delete_when_done",
+        states=["", "PREEMPTED"],
+        checks=["running 1", "exited 2"],
+    )
+    assert p.returncode == 1, p.stderr
+    assert "is not running (wide_tf: exited 2)" in p.stderr
+    assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
+    assert "deleting wide-v4 (--delete_when_done; the watch ended with exit 1)" in p.stderr
+    # Without --delete_when_done the VM stays (and the launcher says it is billed).
+    p, calls = fake(
+        *REQUIRED, "--watch", states=["", "PREEMPTED"], checks=["running 1", "exited 2"]
+    )
+    assert p.returncode == 1 and _verbs(calls)[-1] != ("delete", None)
 
 
 def test_watch_stops_on_a_failed_study_and_attaches_to_a_running_one(fake):
@@ -520,10 +625,89 @@ def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
     assert verbs == ["describe", "create", "scp", "install", "tpucheck", "start", "check"]
     check = _command(calls[4])
     assert "initialize_tpu_system" in check and "local 4" in check
-    assert "--config=configs/wrn.py:smoke --workdir=/tmp/wide_tf_check" in check
+    assert "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check" in check
+    # It prints the runtime path, the libtpu version and the memory TensorFlow reports.
+    assert "stream executor" in check and "libtpu" in check and "get_memory_info" in check
+    assert (
+        "checked here for --check: dry run: the config fits 4 replica(s): batches [256, 512]"
+        in (p.stderr)
+    )
     p, calls = fake(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
     assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-1]
     assert "start" not in [v for v, _ in _verbs(calls)]
+
+
+@pytest.mark.parametrize("accelerator", ["v4-32", "v5litepod-8", "v3-8"])
+def test_check_on_slices_of_8_and_16_replicas(fake, accelerator):
+    # Before: --check ran configs/wrn.py:smoke, whose batches 32 and 128 leave 4 or 2 examples per
+    # replica (ghost batch 8) on 8 or more replicas, so it could not pass on these slices.
+    zone = [] if accelerator.startswith("v4") else ["--zone=us-central1-a"]
+    p, calls = fake(*REQUIRED, f"--accelerator={accelerator}", *zone, "--check")
+    assert p.returncode == 0, p.stderr
+    assert "tpucheck" in [v for v, _ in _verbs(calls)]
+    assert "checked here for --check" in p.stderr
+
+
+def _slices():
+    """launch_tpu.sh's table of slices: (slice, replicas, hosts)."""
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "--list_slices"], capture_output=True, text=True, timeout=60
+    )
+    assert p.returncode == 0, p.stderr
+    return [(a, int(r), int(h)) for a, r, h in (line.split() for line in p.stdout.splitlines())]
+
+
+def test_the_slice_table_lists_the_documented_slices():
+    table = {a: (r, h) for a, r, h in _slices()}
+    assert table["v4-8"] == (4, 1) and table["v4-32"] == (16, 4) and table["v3-8"] == (8, 1)
+    assert table["v5litepod-16"] == (16, 2) and table["v6e-1"] == (1, 1)
+    assert {"v2-8", "v4-16", "v5litepod-1", "v5litepod-4", "v5p-8", "v6e-4", "v6e-8"} <= set(table)
+
+
+@pytest.mark.parametrize("config", ["configs/wrn.py:check", "configs/mlp.py:check"])
+def test_the_check_configs_fit_every_slice_of_the_launcher(config):
+    """`--check` runs CONFIG:check on the VM: it must pass the dry run at every replica count the
+    launcher's table has (the dry run needs no TensorFlow). :smoke did not at 8."""
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    for replicas in sorted({r for _, r, _ in _slices()}):
+        p = subprocess.run(
+            [sys.executable, "-m", "wide_tf.main", f"--config={config}", "--dry_run"]
+            + [f"--replicas={replicas}"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert p.returncode == 0, (replicas, p.stdout + p.stderr)
+        assert f"the config fits {replicas} replica(s)" in p.stdout
+    p = subprocess.run(
+        [sys.executable, "-m", "wide_tf.main", "--config=configs/wrn.py:smoke", "--dry_run"]
+        + ["--replicas=8"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert p.returncode == 2 and "ghost batch norm splits each (micro-)batch of 4" in p.stderr
+
+
+def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake):
+    # WRN-40-1.64 at batch 16,384 on a v5litepod-4: 4,096 examples per chip need 16.9 GB of
+    # activations in bfloat16 (wide_tf/spec/memory.py), more than 85% of its 16 GB.
+    where = ["--accelerator=v5litepod-4", "--zone=us-west4-a"]
+    p, calls = fake(*REQUIRED, *where)
+    assert p.returncode == 2 and calls == []
+    (line,) = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert line.startswith(
+        "launch_tpu.sh: error: configs/wrn.py on v5litepod-4 (4 replicas): memory: the config "
+        "does not fit 4 x v5e"
+    )
+    assert "add --config.train.max_device_batch=3296 (micro-batches)" in line
+    p, calls = fake(*REQUIRED, *where, "--", "--config.train.max_device_batch=3296")
+    assert p.returncode == 0, p.stderr
+    assert "memory: the config fits 4 x v5e" in p.stderr
 
 
 def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
@@ -536,7 +720,9 @@ def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
     assert sorted(s.split("--shard=")[1][:3] for s in starts) == ["0/3", "1/3", "2/3"]
     assert all("wide_tf_run ~/wide_tf_logs/" in s and "logs/wide-" in s for s in starts)
     assert all("--workdir=gs://bucket/wrn" in s for s in starts)
-    assert p.stderr.count("checked here") == 1  # once, for all shards
+    # once, for all shards: the dry run and the memory model
+    assert p.stderr.count("checked here: dry run") == 1
+    assert p.stderr.count("checked here: memory") == 1
 
 
 def test_an_untracked_config_is_copied_explicitly(fake):
@@ -592,21 +778,18 @@ def test_report_runs_here_on_the_bucket():
     assert p.stdout.strip() == f"{sys.executable} -m wide_tf.report --workdir=gs://bucket/wrn"
 
 
-def test_dry_run_calls_nothing_and_prints_every_branch(fake):
-    p, calls = fake(*REQUIRED, "--dry_run", "--accelerator=v4-32")
+def test_dry_run_calls_nothing_prints_a_fresh_launch_and_comments_the_other_branches(fake):
+    p, calls = fake(*REQUIRED, "--dry_run", "--accelerator=v4-32", "--watch", "--delete_when_done")
     assert p.returncode == 0, p.stderr
     assert calls == []
+    # Live: a fresh launch (create, copy, install, start, the alive check). Before, the delete of
+    # the PREEMPTED branch and the READY check were live too: a pasted block created the VM and
+    # then deleted it.
     lines = [line for line in p.stdout.splitlines() if line.startswith("gcloud ")]
-    assert [line.split()[4] for line in lines] == [
-        "create",
-        "delete",
-        "ssh",
-        "scp",
-        "ssh",
-        "ssh",
-        "ssh",
-    ]
-    assert "# STOPPED: gcloud compute tpus tpu-vm start wide-v4" in p.stdout
+    assert [line.split()[4] for line in lines] == ["create", "scp", "ssh", "ssh", "ssh"]
+    commented = [line for line in p.stdout.splitlines() if line.startswith("#   gcloud ")]
+    assert [line.split()[5] for line in commented] == ["delete", "start", "ssh", "delete"]
+    assert "#   gcloud compute tpus tpu-vm start wide-v4" in p.stdout
     assert "versions list" in p.stdout
     p2 = _launch(*REQUIRED, "--dry_run")  # and no gcloud on PATH at all
     assert p2.returncode == 0, p2.stderr
