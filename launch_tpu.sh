@@ -9,7 +9,9 @@
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
 # A launch: (0) checks the config on this machine for the replica count of --accelerator
-# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM), and refuses it there.
+# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM; with --check its :check
+# variant too) and against one replica's memory (`python -m wide_tf.config.hardware_fit`), and
+# refuses it there.
 # (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
 # -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
 # restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
@@ -19,8 +21,8 @@
 # Python 3.11 virtual environment (TPU VM images ship 3.10; Keras 3.15 needs 3.11), TensorFlow's
 # TPU build with the libtpu its wheel pairs with it, the package's other requirements,
 # `cloud-tpu-client` on multi-host slices, and an environment file with the PJRT variables where
-# the chip needs them. (--check) initialises the TPU system, prints its replica count and runs the
-# config's :smoke variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
+# the chip needs them. (--check) initialises the TPU system, prints its replica count, runtime path,
+# libtpu version and device memory, and runs the config's :check variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
 # nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
 # to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
 # ~/wide_tf.exit, and checks that the process is alive. (--watch) polls until the study is done,
@@ -810,7 +812,7 @@ launch_once() {
   run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
   run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
   if ((CHECK)); then
-    ((DRY_RUN)) && echo "# --check: the TPU system and a :smoke run on worker 0, before the study"
+    ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK" \
       || fail "--check failed on $NAME (its output is above); the study was not started"
   fi
