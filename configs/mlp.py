@@ -48,42 +48,7 @@ def get_config(arg=None):
     s = config.sweep
     s.family.kind = "budget"
     if variant in ("local", "local_replicate", "local_width", "local_depth"):
-        config.data.name = "digits_embedded"
-        # Plain SGD: momentum 0.9's ~10-step ramp was the scale of the old target's S_min.
-        config.optim.name = "sgd"
-        config.optim.momentum = 0.0
-        config.optim.base_lr = 0.1
-        config.optim.reference_batch = 32
-        s.family.budget = 5.0e4
-        s.family.depths = [1, 2, 3, 4, 6, 8, 12]
-        if variant == "local_width":
-            s.family.kind, s.family.depth = "width", 2
-            s.family.widths = [32, 56, 90, 160, 288, 512]
-        elif variant == "local_depth":
-            s.family.kind, s.family.width = "depth", 128.0
-            s.family.depths = [1, 2, 3, 4, 6, 12]
-        # At most n / 8 of the 1,438 training digits (the old design went to 1,024, 71%): the
-        # gradient-noise variance of sampling without replacement keeps (n - B) / (n - 1) >= 0.88.
-        s.batch_sizes = [8, 16, 32, 64, 128, 176]
-        s.lr_multipliers = [0.5, 1.0, 2.0]  # x2 spacing, extended past a winning edge
-        s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
-        s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds
-        s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
-        if variant == "local_replicate":
-            s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
-        config.train.target_value = 0.97
-        # The same runs judged at two more targets (each analysed; the report shows whether the
-        # verdict holds at all three). A run stops once it has met all of them.
-        config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
-        config.train.max_epochs = 30.0
-        # A step floor: 30 epochs at B = 128 are only 338 steps.
-        config.train.min_steps = 400
-        # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
-        config.train.eval_every_examples = 144
-        config.train.gradient_at_init = True
-        # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
-        # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
-        config.train.gradient_every_examples = 288
+        _local(config, variant)
     elif variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 2, 120
@@ -122,3 +87,44 @@ def get_config(arg=None):
             "local_depth, single, paper, smoke, check or predict"
         )
     return config
+
+
+def _local(config, variant):
+    """The local studies: 8x8 digits, plain SGD, a x2 learning-rate grid on two tuning seeds."""
+    s = config.sweep
+    config.data.name = "digits_embedded"
+    # Plain SGD: momentum 0.9's ~10-step ramp was the scale of the old target's S_min.
+    config.optim.name = "sgd"
+    config.optim.momentum = 0.0
+    config.optim.base_lr = 0.1
+    config.optim.reference_batch = 32
+    s.family.budget = 5.0e4
+    s.family.depths = [1, 2, 3, 4, 6, 8, 12]
+    if variant == "local_width":
+        s.family.kind, s.family.depth = "width", 2
+        s.family.widths = [32, 56, 90, 160, 288, 512]
+    elif variant == "local_depth":
+        s.family.kind, s.family.width = "depth", 128.0
+        s.family.depths = [1, 2, 3, 4, 6, 12]
+    # At most n / 8 of the 1,438 training digits (the old design went to 1,024, 71%): the
+    # gradient-noise variance of sampling without replacement keeps (n - B) / (n - 1) >= 0.88.
+    s.batch_sizes = [8, 16, 32, 64, 128, 176]
+    s.lr_multipliers = [0.5, 1.0, 2.0]  # x2 spacing, extended past a winning edge
+    s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
+    s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds
+    s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
+    if variant == "local_replicate":
+        s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
+    config.train.target_value = 0.97
+    # The same runs judged at two more targets (each analysed; the report shows whether the
+    # verdict holds at all three). A run stops once it has met all of them.
+    config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
+    config.train.max_epochs = 30.0
+    # A step floor: 30 epochs at B = 128 are only 338 steps.
+    config.train.min_steps = 400
+    # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
+    config.train.eval_every_examples = 144
+    config.train.gradient_at_init = True
+    # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
+    # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
+    config.train.gradient_every_examples = 288
