@@ -22,7 +22,8 @@ Variants (after the colon):
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
   smoke   seconds; for the tests.
-  check   the smoke study at batches 256 and 512: a whole number of examples per replica on up
+  check   the smoke study at batches 256 and 512, one seed, no confirmation runs (4 trials): a
+          whole number of examples per replica on up
           to 256 replicas; `launch_tpu.sh --check` runs it on the VM before the study.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
@@ -77,6 +78,7 @@ def get_config(arg=None):
         config.train.steps_per_loop = 10
         if variant == "check":
             s.batch_sizes = [256, 512]  # smoke's 32 would not split over 64 replicas
+            s.seeds, s.confirm_seeds = [0], []  # 4 trials: a check of the machinery
     elif variant == "predict":
         # The local study at its smallest batch on three seeds, B_simple measured along training:
         # the critical batch predicted without the sweep (wide_tf/predict.py, docs/prediction.md).

@@ -19,7 +19,8 @@ Variants (after the colon):
           See the README for what it costs.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
-  check   the smoke study at batches 256 and 512 (ghost batch 8): whole virtual batches on every
+  check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
+          runs (4 trials): whole virtual batches on every
           replica count up to 32, so it runs on every slice launch_tpu.sh lists; `launch_tpu.sh
           --check` runs it on the VM before the study (tests/test_launch.py checks every slice).
   predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
@@ -149,3 +150,5 @@ def _local(config, variant):
             # Multiples of 32 replicas x ghost batch 8 (smoke's 32 and 128 leave 4 or 2
             # examples per replica on 8 or 16 replicas, less than one virtual batch).
             s.batch_sizes = [256, 512]
+            # One seed, no confirmation runs: 4 trials, a check of the machinery, not a study.
+            s.seeds, s.confirm_seeds = [0], []

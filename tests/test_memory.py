@@ -71,6 +71,26 @@ def test_step_bytes_devices_and_the_largest_batch_by_hand():
 
 
 @pytest.mark.parametrize(
+    "name, key",
+    [
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb"),
+        ("NVIDIA A100-SXM4-80GB", "a100-80gb"),
+        ("NVIDIA A100 80GB PCIe", "a100-80gb"),
+        ("NVIDIA H100 80GB HBM3", "h100-80gb"),
+        ("Tesla V100-SXM2-16GB", "v100-16gb"),
+        ("Tesla V100-SXM2-32GB", "v100-32gb"),
+        ("Tesla T4", "t4"),
+        ("NVIDIA L4", "l4"),
+        ("NVIDIA A10G", "a10g"),
+        ("NVIDIA GeForce RTX 4090", None),
+    ],
+)
+def test_gpu_from_cuda_names(name, key):
+    dev = memory.gpu_from_name(name)
+    assert (dev.name if dev else None) == key
+
+
+@pytest.mark.parametrize(
     "per_replica, cap, expected",
     [(4096, 0, 1), (4096, 4096, 1), (4096, 3296, 2), (100, 30, 4), (98, 30, 7), (7, 1, 7)],
 )

@@ -122,6 +122,31 @@ def device(name: str) -> Device:
     return DEVICES[key]
 
 
+# The names CUDA gives these GPUs (TensorFlow's get_device_details(...)["device_name"], e.g.
+# "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-16GB", "NVIDIA H100 80GB HBM3"), matched in this order.
+_GPU_NAMES = (
+    ("A100", "80GB", "a100-80gb"),
+    ("A100", "", "a100-40gb"),
+    ("H100", "", "h100-80gb"),
+    ("H200", "", "h200"),
+    ("V100", "32GB", "v100-32gb"),
+    ("V100", "", "v100-16gb"),
+    ("T4", "", "t4"),
+    ("L4", "", "l4"),
+    ("A10G", "", "a10g"),
+)
+
+
+def gpu_from_name(device_name: str) -> Device | None:
+    """The DEVICES entry of a GPU named as CUDA names it; None for one not in the table. So a GPU
+    run can get a default train.max_device_batch (hardware_fit.check with this device)."""
+    words = device_name.upper().replace("-", " ").split()
+    for model, size, key in _GPU_NAMES:
+        if model in words and (not size or size in words):
+            return DEVICES[key]
+    return None
+
+
 def _wrn_elements(depth: int, width: float, num_classes: int, input_shape, norm: str) -> int:
     spec = architectures.WRN_SPEC
     n = spec.blocks_per_group(depth)
