@@ -9,7 +9,9 @@
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
 # A launch: (0) checks the config on this machine for the replica count of --accelerator
-# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM), and refuses it there.
+# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM; with --check its :check
+# variant too) and against one replica's memory (`python -m wide_tf.config.hardware_fit`), and
+# refuses it there.
 # (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
 # -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
 # restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
@@ -19,8 +21,8 @@
 # Python 3.11 virtual environment (TPU VM images ship 3.10; Keras 3.15 needs 3.11), TensorFlow's
 # TPU build with the libtpu its wheel pairs with it, the package's other requirements,
 # `cloud-tpu-client` on multi-host slices, and an environment file with the PJRT variables where
-# the chip needs them. (--check) initialises the TPU system, prints its replica count and runs the
-# config's :smoke variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
+# the chip needs them. (--check) initialises the TPU system, prints its replica count, runtime path,
+# libtpu version and device memory, and runs the config's :check variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
 # nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
 # to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
 # ~/wide_tf.exit, and checks that the process is alive. (--watch) polls until the study is done,
@@ -47,13 +49,15 @@ readonly PROG="${0##*/}"
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/${BASH_SOURCE[0]##*/}"
 REPO_DIR="${SELF%/*}"
 readonly SELF REPO_DIR
-# setup.cfg's install_requires less tensorflow (the TPU build replaces it) and less the
-# tensorboard pin (tensorflow-tpu pins its own TensorBoard minor).
-readonly NON_TF_DEPS=(
-  "keras==3.15.*" "tensorflow-datasets==4.9.10" "importlib_resources>=6" "absl-py>=2.1"
-  "ml-collections>=1.0" "numpy>=1.26" "matplotlib>=3.8" "mlxtend>=0.23" "scikit-learn>=1.4"
-  "pandas>=2"
-)
+# The package's requirements on the VM: setup.cfg's install_requires (read from it, one home),
+# less tensorflow (the TPU build replaces it) and less the tensorboard pin (tensorflow-tpu pins its
+# own TensorBoard minor). A hand-kept copy here once lacked scipy.
+non_tf_deps() {
+  awk '/^install_requires[ \t]*=/ { on = 1; next }
+       on && /^[^ \t#]/ { on = 0 }
+       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg" \
+    | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
+}
 # Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu
 # (libtpu 2.17.x/2.18.0 are only there; the 0.0.x builds are on PyPI too).
 readonly LIBTPU_INDEX="https://storage.googleapis.com/libtpu-tf-releases/index.html"
@@ -89,6 +93,12 @@ replicas_of() {  # FAMILY SIZE
     v4 | v5p) echo $(($2 / 2)) ;;
   esac
 }
+hosts_of() {  # SIZE: v2-v4 and v5p count TensorCores, v5e and v6e chips; either way 8 a host
+  echo $((($1 + 7) / 8))
+}
+# The slices docs/tpu.md's table covers ("Which config runs where"): each config's :check variant
+# must fit every one (tests/test_launch.py runs it at each replica count `--list_slices` prints).
+readonly SLICES="v2-8 v3-8 v4-8 v4-16 v4-32 v5litepod-1 v5litepod-4 v5litepod-8 v5litepod-16 v5p-8 v6e-1 v6e-4 v6e-8"
 # The zone when --zone is not given: only v4 has one (us-central2-b, its only zone); it offers no
 # v5e, v5p or v6e. The zones per family, for the message (Google, cloud.google.com/tpu/docs/
 # regions-zones, North America and Europe; docs/tpu.md, "Which config runs where", has the table).
@@ -115,6 +125,7 @@ usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PAT
          [-- EXTRA_MAIN_FLAGS...]
        $PROG --name=TPU_NAME [--zone=...] [--project=...] [--queued] --status | --logs [--lines=N] [--follow] | --delete
        $PROG --workdir=gs://BUCKET/PATH --report
+       $PROG --list_slices     # the slices of docs/tpu.md's table: SLICE REPLICAS HOSTS
 USAGE
 }
 
@@ -165,8 +176,8 @@ while (($#)); do
     --no_validate) VALIDATE=0 ;;
     --dry_run) DRY_RUN=1 ;;
     --follow) FOLLOW=1 ;;
-    --status | --logs | --report | --delete)
-      [[ "$ACTION" == launch ]] || die "give one of --status, --logs, --report, --delete"
+    --status | --logs | --report | --delete | --list_slices)
+      [[ "$ACTION" == launch ]] || die "give one of --status, --logs, --report, --delete, --list_slices"
       ACTION="${1#--}" ;;
     -h | --help) usage; exit 0 ;;
     --) shift; EXTRA=("$@"); break ;;
@@ -197,9 +208,10 @@ show() {  # a command as one shell line (words quoted only where needed)
   echo "${out% }"
 }
 
-run() {  # runs a command, or prints it under --dry_run
+COMMENT=0  # 1: the dry run prints the commands of a branch it would not take, commented out
+run() {  # runs a command, or prints it under --dry_run (commented out under COMMENT=1)
   if ((DRY_RUN)); then
-    show "$@"
+    if ((COMMENT)); then echo "#   $(show "$@")"; else show "$@"; fi
   else
     echo "+ $(show "$@")" >&2
     "$@"
@@ -284,6 +296,11 @@ delete_vm() {  # the VM, or its queued resource with it (--force deletes the req
 
 # ---- following a run -------------------------------------------------------------------------
 case "$ACTION" in
+  list_slices)
+    for slice in $SLICES; do
+      echo "$slice $(replicas_of "${slice%-*}" "${slice##*-}") $(hosts_of "${slice##*-}")"
+    done
+    exit 0 ;;
   status | logs | delete)
     check_name
     ZONE="${ZONE:-us-central2-b}"
@@ -356,8 +373,7 @@ set_where
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
   [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS gives every VM its --shard=i/$SHARDS; drop $a"
 done
-# v2-v4 and v5p count TensorCores, v5e and v6e chips; either way a host holds at most 8.
-HOSTS=$(((SIZE + 7) / 8))
+HOSTS="$(hosts_of "$SIZE")"
 MULTI_HOST=$((HOSTS > 1 ? 1 : 0))
 if ((MULTI_HOST)); then
   # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
@@ -434,23 +450,40 @@ fi
 # No TensorFlow and no VM: `wide_tf.main --dry_run --replicas=N` runs the package's own checks
 # (wide_tf/config/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
 # does not split into whole ghost batches per replica, ...) is refused before anything is billed.
+OUT="" CODE=0
+here() {  # MODULE ARGS...: a wide_tf module run on this machine (this checkout); sets OUT and CODE
+  CODE=0
+  OUT="$(cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" \
+    -m "$@" 2>&1)" || CODE=$?
+}
+refuse_here() {  # WHAT: a failed check as one line; exit 2 for a config that cannot run (its
+  # usage errors and a study that does not fit the memory), 1 for anything else
+  ((CODE)) || return 0
+  local line
+  line="$(grep -E '^(error|memory): ' <<<"$OUT" | tail -n 1)"
+  line="${line#error: }"
+  echo "$PROG: error: $1 on $ACCELERATOR ($REPLICAS replicas): ${line:-$(tail -n 1 <<<"$OUT")}" >&2
+  exit "$((CODE == 2 || CODE == 3 ? 2 : 1))"
+}
 validate_here() {  # [--shard=i/n]
-  local py="${PYTHON:-python3}" out code=0
-  if ! "$py" -c 'import absl, ml_collections' >/dev/null 2>&1; then
-    fail "cannot check the config on this machine: '$py' lacks absl-py and ml-collections;" \
+  if ! "${PYTHON:-python3}" -c 'import absl, ml_collections' >/dev/null 2>&1; then
+    fail "cannot check the config on this machine: '${PYTHON:-python3}' lacks absl-py and ml-collections;" \
       "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
       "Python that has them, or skip the check with --no_validate"
   fi
-  out="$(cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "$py" -m wide_tf.main \
-    "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "${EXTRA[@]+"${EXTRA[@]}"}" "$@" 2>&1)" || code=$?
-  if ((code)); then
-    local line
-    line="$(grep '^error: ' <<<"$out" | tail -n 1)"
-    line="${line#error: }"
-    echo "$PROG: error: $CONFIG on $ACCELERATOR ($REPLICAS replicas): ${line:-$(tail -n 1 <<<"$out")}" >&2
-    exit "$((code == 2 ? 2 : 1))"
+  here wide_tf.main "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "${EXTRA[@]+"${EXTRA[@]}"}" "$@"
+  refuse_here "$CONFIG"
+  note "checked here: $(tail -n 1 <<<"$OUT")"
+  if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
+    here wide_tf.main "--config=$CONFIG_FILE:check" --dry_run "--replicas=$REPLICAS"
+    refuse_here "$CONFIG_FILE:check (--check)"
+    note "checked here for --check: $(tail -n 1 <<<"$OUT")"
   fi
-  note "checked here: $(tail -n 1 <<<"$out")"
+  # The memory model (wide_tf/spec/memory.py): every member at every batch on one replica's HBM.
+  here wide_tf.config.hardware_fit "--config=$CONFIG" "--replicas=$REPLICAS" "--accelerator=$FAMILY" \
+    "${EXTRA[@]+"${EXTRA[@]}"}"
+  refuse_here "$CONFIG"
+  note "checked here: $(tail -n 1 <<<"$OUT")"
 }
 ((VALIDATE)) && validate_here ${SHARDS:+"--shard=0/$SHARDS"}
 
@@ -492,13 +525,59 @@ if ((MULTI_HOST)); then
     "and give the VM's service account roles/tpu.viewer if the client cannot resolve the TPU (docs/tpu.md)"
 fi
 
+# A queued request outlives its node: after a spot preemption the node is deleted and the request
+# is SUSPENDED ("the resources specified in the QueuedResource request have been deleted"), or it
+# is FAILED; either way it is no longer eligible for allocation, and a new request under its name
+# would be refused or never served. So a leftover request is deleted first (delete is allowed in
+# ACCEPTED, FAILED and SUSPENDED; --force deletes any node too), and one that is still on its way
+# (CREATING, ACCEPTED, WAITING_FOR_RESOURCES, PROVISIONING) is waited for instead. Google:
+# https://cloud.google.com/python/docs/reference/tpu/latest/google.cloud.tpu_v2.types.QueuedResourceState.State
+# and .../google.cloud.tpu_v2.types.DeleteQueuedResourceRequest.
+QR_PENDING=0
+clear_old_request() {
+  QR_PENDING=0
+  local describe=("${QR[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state.state)")
+  if ((DRY_RUN)); then
+    echo "# a queued resource $NAME left SUSPENDED, FAILED or ACTIVE without its node is deleted first; one still queued is waited for: $(show "${describe[@]}")"
+    return 0
+  fi
+  local qs err code=0
+  err="$(mktemp "${TMPDIR:-/tmp}/wide_tf_describe.XXXXXX")"
+  qs="$("${describe[@]}" 2>"$err")" || code=$?
+  if ((code)); then
+    if grep -q "NOT_FOUND" "$err"; then
+      rm -f "$err"
+      return 0
+    fi
+    local line
+    line="$(grep -v '^\s*$' "$err" | head -n 1)"
+    rm -f "$err"
+    fail "'gcloud compute tpus queued-resources describe $NAME' failed (exit $code): ${line:-no message}"
+  fi
+  rm -f "$err"
+  case "$qs" in
+    SUSPENDED | SUSPENDING | FAILED | ACTIVE)
+      note "the queued resource $NAME is $qs without its node; deleting it before queueing again"
+      run "${QR[@]}" delete "$NAME" "${WHERE[@]}" --force --quiet ;;
+    DELETING)
+      refuse "the queued resource $NAME is being deleted; launch again once" \
+        "'gcloud compute tpus queued-resources describe $NAME --zone=$ZONE' says NOT_FOUND" ;;
+    *)
+      note "the queued resource $NAME is $qs; waiting for it instead of queueing again"
+      QR_PENDING=1 ;;
+  esac
+}
+
 create_vm() {
   local spot="$1"
   if ((QUEUED)); then
-    local cmd=("${QR[@]}" create "$NAME" "${WHERE[@]}" "--node-id=$NAME" \
-      "--accelerator-type=$ACCELERATOR" "--runtime-version=$VERSION")
-    ((spot)) && cmd+=(--spot)
-    run "${cmd[@]}"
+    clear_old_request
+    if ((!QR_PENDING)); then
+      local cmd=("${QR[@]}" create "$NAME" "${WHERE[@]}" "--node-id=$NAME" \
+        "--accelerator-type=$ACCELERATOR" "--runtime-version=$VERSION")
+      ((spot)) && cmd+=(--spot)
+      run "${cmd[@]}"
+    fi
     wait_for_queue
   else
     local cmd=("${GCLOUD[@]}" create "$NAME" "${WHERE[@]}" "--accelerator-type=$ACCELERATOR" \
@@ -561,13 +640,18 @@ ensure_vm() {
     echo "# the VM's state: $(show "${GCLOUD[@]}" describe "$NAME" "${WHERE[@]}" "--format=value(state,schedulingConfig.spot,schedulingConfig.preemptible,queuedResource)")"
     echo "# (any describe error but NOT_FOUND stops here, exit 1)"
     check_image_offered
-    echo "# no such VM:"
+    # Printed live: the branch of a fresh launch (no such VM). The others are commented out, so
+    # that a pasted block does not create a VM and then delete it.
+    echo "# no such VM (the branch printed as commands; the other states' are commented out):"
     create_vm "$spot"
+    COMMENT=1
     echo "# PREEMPTED or TERMINATED: delete it, then create it as above (spot or not as it was):"
     delete_vm
-    echo "# STOPPED: $(show "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}")"
+    echo "# STOPPED:"
+    run "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}"
     echo "# READY: refuse if a run is active (pid file on worker 0)$( ((WATCH)) && echo "; --watch follows it"):"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK"
+    COMMENT=0
     return 0
   fi
   read_vm
@@ -621,8 +705,7 @@ make_archive() {
     ARCHIVE="/tmp/wide_tf_checkout.tar.gz"
     echo "# (cd $REPO_DIR && { $list; } | tar --null -T - -czf $ARCHIVE)"
   else
-    ARCHIVE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"
-    trap 'rm -rf "$ARCHIVE_DIR"' EXIT
+    ARCHIVE_DIR="$(mktemp -d "${TMPDIR:-/tmp}/wide_tf_checkout.XXXXXX")"  # on_exit removes it
     ARCHIVE="$ARCHIVE_DIR/wide_tf.tar.gz"
     (
       cd "$REPO_DIR"
@@ -638,6 +721,8 @@ make_archive() {
 # 3. Install on every worker. uv provides Python $PYTHON_VERSION (it downloads a standalone CPython
 # build); the venv is kept between launches, its packages are brought to the pinned versions.
 PIP="$R_VENV/bin/python -m pip install -q"
+mapfile -t NON_TF_DEPS < <(non_tf_deps)
+((${#NON_TF_DEPS[@]})) || fail "could not read install_requires from $REPO_DIR/setup.cfg"
 DEPS=""  # double quotes: the remote shell must not glob or redirect on '*' and '>'
 for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
 ((MULTI_HOST)) && DEPS+="\"cloud-tpu-client>=0.10\" "
@@ -667,10 +752,37 @@ if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
 MAIN_ARGS=""
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do MAIN_ARGS+=" $(printf '%q' "$a")"; done
 
-# --check: on worker 0, initialise the TPU system, print its replica count (refused when it is not
-# the one the config was checked for) and run the config's :smoke variant in a scratch folder.
-TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c \"import sys, tensorflow as tf; r = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=sys.argv[1]); tf.config.experimental_connect_to_cluster(r); tf.tpu.experimental.initialize_tpu_system(r); n = tf.distribute.TPUStrategy(r).num_replicas_in_sync; print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.argv[2])); sys.exit(0 if n == int(sys.argv[2]) else 3)\" $TPU_ARG $REPLICAS"
-TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main --config=$CONFIG_FILE:smoke --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG --no_report && echo 'wide_tf check: smoke run passed'"
+# --check: on worker 0, initialise the TPU system; print its replica count (refused when it is not
+# the one the config was checked for), the runtime path (PJRT through the pluggable-device variables,
+# or TensorFlow's stream executor), the libtpu and TensorFlow versions and the memory TensorFlow
+# reports for the first TPU device; then run the config's :check variant (batches that fit every
+# slice of SLICES) in a scratch folder.
+read -r -d '' CHECK_PY <<'PY' || true
+import importlib.metadata as md, os, sys
+import tensorflow as tf
+r = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=sys.argv[1])
+tf.config.experimental_connect_to_cluster(r)
+tf.tpu.experimental.initialize_tpu_system(r)
+n = tf.distribute.TPUStrategy(r).num_replicas_in_sync
+pjrt = os.environ.get('PJRT_DEVICE') == 'TPU' and os.environ.get('NEXT_PLUGGABLE_DEVICE_USE_C_API') == 'true'
+path = 'PJRT (pluggable device %s)' % os.environ.get('TF_PLUGGABLE_DEVICE_LIBRARY_PATH') if pjrt else 'stream executor (no PJRT variables)'
+def version(p):
+    try:
+        return md.version(p)
+    except md.PackageNotFoundError:
+        return 'not installed'
+print('wide_tf check: runtime %s; tensorflow %s, libtpu %s' % (path, tf.__version__, version('libtpu')))
+try:
+    devs = tf.config.list_logical_devices('TPU')
+    info = tf.config.experimental.get_memory_info(devs[0].name)
+    print('wide_tf check: %s memory in use %d bytes, peak %d (the HBM per replica is in wide_tf/spec/memory.py)' % (devs[0].name, info['current'], info['peak']))
+except Exception as e:
+    print('wide_tf check: device memory not reported (%s: %s)' % (type(e).__name__, e))
+print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.argv[2]))
+sys.exit(0 if n == int(sys.argv[2]) else 3)
+PY
+TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c $(printf '%q' "$CHECK_PY") $TPU_ARG $REPLICAS"
+TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main --config=$CONFIG_FILE:check --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG --no_report && echo 'wide_tf check: the :check run passed'"
 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
@@ -700,7 +812,7 @@ launch_once() {
   run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
   run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
   if ((CHECK)); then
-    ((DRY_RUN)) && echo "# --check: the TPU system and a :smoke run on worker 0, before the study"
+    ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
     run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK" \
       || fail "--check failed on $NAME (its output is above); the study was not started"
   fi
@@ -724,16 +836,29 @@ launch_once() {
   fail "the run on $NAME is not running ($alive) ${ALIVE_WAIT_S}s after the start; its last log lines are above"
 }
 
-finish() {  # CODE: the end of a --watch; --delete_when_done stops the bill either way (the logs
-  # are in the workdir)
-  if ((DELETE_WHEN_DONE)); then
-    note "deleting $NAME (--delete_when_done)"
-    delete_vm
-  else
-    note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE --delete'"
-  fi
+finish() {  # CODE: the end of a --watch (on_exit deletes the VM under --delete_when_done)
+  ((DELETE_WHEN_DONE)) \
+    || note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE --delete'"
   exit "$1"
 }
+
+# Whatever ends the launch: the checkout archive goes; once the watch has begun, --delete_when_done
+# deletes the VM however the watch ends (done, failed, a relaunch that failed, an error, Ctrl-C): a
+# relaunch that failed used to exit before the delete, and the VM kept billing.
+ARCHIVE_DIR="" DELETE_ON_EXIT=0
+on_exit() {
+  local code=$?
+  trap - EXIT
+  [[ -n "$ARCHIVE_DIR" ]] && rm -rf "$ARCHIVE_DIR"
+  if ((DELETE_ON_EXIT)); then
+    note "deleting $NAME (--delete_when_done; the watch ended with exit $code)"
+    delete_vm || note "warning: deleting $NAME failed; delete it with '$PROG --name=$NAME --zone=$ZONE --delete'"
+  fi
+  exit "$code"
+}
+trap on_exit EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait. Exited 0:
 # the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
@@ -744,10 +869,13 @@ watch_loop() {
   if ((DRY_RUN)); then
     echo "# --watch: every ${POLL_S}s the VM's state and the run's (above); preempted, gone or"
     echo "#   stopped: launch again as above (at most $MAX_RELAUNCHES times); exited 0: done;"
-    echo "#   exited otherwise: failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then --delete_when_done:")"
+    echo "#   exited otherwise: failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then, however the watch ends (--delete_when_done):")"
+    COMMENT=1
     ((DELETE_WHEN_DONE)) && delete_vm
+    COMMENT=0
     return 0
   fi
+  ((DELETE_WHEN_DONE)) && DELETE_ON_EXIT=1
   while :; do
     sleep "$POLL_S"
     read_vm

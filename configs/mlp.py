@@ -22,6 +22,9 @@ Variants (after the colon):
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
   smoke   seconds; for the tests.
+  check   the smoke study at batches 256 and 512, one seed, no confirmation runs (4 trials): a
+          whole number of examples per replica on up
+          to 256 replicas; `launch_tpu.sh --check` runs it on the VM before the study.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
           predicted from the gradient noise scale at the target, without the sweep (41 s on 2
@@ -46,42 +49,7 @@ def get_config(arg=None):
     s = config.sweep
     s.family.kind = "budget"
     if variant in ("local", "local_replicate", "local_width", "local_depth"):
-        config.data.name = "digits_embedded"
-        # Plain SGD: momentum 0.9's ~10-step ramp was the scale of the old target's S_min.
-        config.optim.name = "sgd"
-        config.optim.momentum = 0.0
-        config.optim.base_lr = 0.1
-        config.optim.reference_batch = 32
-        s.family.budget = 5.0e4
-        s.family.depths = [1, 2, 3, 4, 6, 8, 12]
-        if variant == "local_width":
-            s.family.kind, s.family.depth = "width", 2
-            s.family.widths = [32, 56, 90, 160, 288, 512]
-        elif variant == "local_depth":
-            s.family.kind, s.family.width = "depth", 128.0
-            s.family.depths = [1, 2, 3, 4, 6, 12]
-        # At most n / 8 of the 1,438 training digits (the old design went to 1,024, 71%): the
-        # gradient-noise variance of sampling without replacement keeps (n - B) / (n - 1) >= 0.88.
-        s.batch_sizes = [8, 16, 32, 64, 128, 176]
-        s.lr_multipliers = [0.5, 1.0, 2.0]  # x2 spacing, extended past a winning edge
-        s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
-        s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds
-        s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
-        if variant == "local_replicate":
-            s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
-        config.train.target_value = 0.97
-        # The same runs judged at two more targets (each analysed; the report shows whether the
-        # verdict holds at all three). A run stops once it has met all of them.
-        config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
-        config.train.max_epochs = 30.0
-        # A step floor: 30 epochs at B = 128 are only 338 steps.
-        config.train.min_steps = 400
-        # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
-        config.train.eval_every_examples = 144
-        config.train.gradient_at_init = True
-        # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
-        # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
-        config.train.gradient_every_examples = 288
+        _local(config, variant)
     elif variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 2, 120
@@ -98,7 +66,7 @@ def get_config(arg=None):
         config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 367 steps
         config.train.eval_every_examples = 30_000
         config.train.eval_train_limit = 10_000
-    elif variant == "smoke":
+    elif variant in ("smoke", "check"):
         config.data.name = "digits_embedded"
         s.family.budget = 3.0e3
         s.family.depths = [1, 2]
@@ -108,6 +76,9 @@ def get_config(arg=None):
         config.train.max_epochs = 3.0
         config.train.target_value = 0.5
         config.train.steps_per_loop = 10
+        if variant == "check":
+            s.batch_sizes = [256, 512]  # smoke's 32 would not split over 64 replicas
+            s.seeds, s.confirm_seeds = [0], []  # 4 trials: a check of the machinery
     elif variant == "predict":
         # The local study at its smallest batch on three seeds, B_simple measured along training:
         # the critical batch predicted without the sweep (wide_tf/analysis/predict_study.py,
@@ -116,6 +87,47 @@ def get_config(arg=None):
     else:
         raise ValueError(
             f"unknown variant {variant!r} of configs/mlp.py: local, local_replicate, local_width, "
-            "local_depth, single, paper, smoke or predict"
+            "local_depth, single, paper, smoke, check or predict"
         )
     return config
+
+
+def _local(config, variant):
+    """The local studies: 8x8 digits, plain SGD, a x2 learning-rate grid on two tuning seeds."""
+    s = config.sweep
+    config.data.name = "digits_embedded"
+    # Plain SGD: momentum 0.9's ~10-step ramp was the scale of the old target's S_min.
+    config.optim.name = "sgd"
+    config.optim.momentum = 0.0
+    config.optim.base_lr = 0.1
+    config.optim.reference_batch = 32
+    s.family.budget = 5.0e4
+    s.family.depths = [1, 2, 3, 4, 6, 8, 12]
+    if variant == "local_width":
+        s.family.kind, s.family.depth = "width", 2
+        s.family.widths = [32, 56, 90, 160, 288, 512]
+    elif variant == "local_depth":
+        s.family.kind, s.family.width = "depth", 128.0
+        s.family.depths = [1, 2, 3, 4, 6, 12]
+    # At most n / 8 of the 1,438 training digits (the old design went to 1,024, 71%): the
+    # gradient-noise variance of sampling without replacement keeps (n - B) / (n - 1) >= 0.88.
+    s.batch_sizes = [8, 16, 32, 64, 128, 176]
+    s.lr_multipliers = [0.5, 1.0, 2.0]  # x2 spacing, extended past a winning edge
+    s.max_lr_extensions = 4  # until the best rate is interior or diverging runs bound it
+    s.seeds = [0, 1]  # the rate is chosen by the median over two tuning seeds
+    s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
+    if variant == "local_replicate":
+        s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
+    config.train.target_value = 0.97
+    # The same runs judged at two more targets (each analysed; the report shows whether the
+    # verdict holds at all three). A run stops once it has met all of them.
+    config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
+    config.train.max_epochs = 30.0
+    # A step floor: 30 epochs at B = 128 are only 338 steps.
+    config.train.min_steps = 400
+    # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
+    config.train.eval_every_examples = 144
+    config.train.gradient_at_init = True
+    # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
+    # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
+    config.train.gradient_every_examples = 288

@@ -19,6 +19,10 @@ Variants (after the colon):
           See the README for what it costs.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
+  check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
+          runs (4 trials): whole virtual batches on every
+          replica count up to 32, so it runs on every slice launch_tpu.sh lists; `launch_tpu.sh
+          --check` runs it on the VM before the study (tests/test_launch.py checks every slice).
   predict the paper study's members at its smallest batch, three seeds (grid on one), B_simple
           measured at every evaluation: B_crit per member predicted from the noise scale, for
           a fraction of the sweep's cost (`python -m wide_tf.analysis.predict_study
@@ -32,6 +36,27 @@ from wide_tf.spec import defaults
 
 def get_config(arg=None):
     variant = arg or "paper"
+    if variant == "predict":
+        # The CIFAR-10 study at its smallest batch on three seeds, B_simple measured at every
+        # evaluation (wide_tf/analysis/predict_study.py, docs/prediction.md).
+        return predict_study.as_predict_config(get_config("paper"))
+    if variant == "predict_local":
+        return predict_study.as_predict_config(get_config("local"))
+    if variant not in ("paper", "local", "single", "smoke", "check"):
+        raise ValueError(
+            f"unknown variant {variant!r} of configs/wrn.py: "
+            "paper (default), local, single, predict, predict_local, smoke or check"
+        )
+    config = _common()
+    if variant == "paper":
+        _paper(config)
+    else:
+        _local(config, variant)
+    return config
+
+
+def _common():
+    """What every variant shares: ghost batch norm, LARS with a warm-up, the 99% target."""
     config = defaults.base_config("wrn", "cifar10")
     config.model.norm = "ghost"
     # The virtual batch is never shrunk, so every replica's (micro-)batch must be a multiple of it.
@@ -49,81 +74,81 @@ def get_config(arg=None):
     config.optim.warmup_fixed = "epochs"
     config.train.target_metric = "train_accuracy"
     config.train.target_value = 0.99
-    s = config.sweep
-    s.family.kind = "budget"
-    if variant == "paper":
-        s.family.budget = 1.5e6
-        s.family.depths = [10, 16, 22, 28, 40]
-        # One config for every slice in docs/tpu.md, up to 16 replicas (v4-32; v2-8, v3-8,
-        # v4-16, v5litepod-8, v6e-8 and 8-GPU boxes have 8): the smallest batch, 256, leaves 16
-        # examples per replica there, one virtual batch of 16. With 32 and batch 128 (before) it
-        # ran on at most 4 replicas. The same ghost size everywhere keeps the results independent
-        # of the slice. `python -m wide_tf.main --config=configs/wrn.py --dry_run --replicas=N`
-        # checks another N.
-        config.model.ghost_batch_size = 16
-        s.batch_sizes = [256, 512, 2048, 4096, 8192, 16384]
-        s.lr_multipliers = [0.5, 1.0, 2.0]
-        s.confirm_seeds = [1, 2]
-        config.train.max_epochs = 100.0
-        config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 306 steps
-        config.train.eval_every_examples = 25_000
-        config.train.eval_train_limit = (
-            10_000  # training accuracy on a fixed 10k subset: cheap, same for all
-        )
-        config.train.steps_per_loop = 50
-        config.train.gradient_every_examples = 500_000
-        config.train.probe_size = 1024
-    elif variant in ("local", "single", "smoke"):
-        config.data.name = "digits_embedded"
-        config.model.ghost_batch_size = 8  # divides every batch from 8 up
-        # Plain SGD: no momentum ramp inside the steps to target.
-        config.optim.name = "sgd"
-        config.optim.momentum = 0.0
-        config.optim.base_lr = 0.1
-        config.optim.reference_batch = 32
-        config.optim.weight_decay = 0.0
-        config.optim.schedule = "constant"
-        config.optim.warmup_epochs = 0.0
-        config.train.eval_every_examples = 144
-        s.family.budget = 5.0e4
-        # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10 to WRN-52 give k =
-        # 0.79 to 0.25, a 3.2x range.
-        s.family.depths = [10, 16, 22, 28, 40, 52]
-        s.batch_sizes = [8, 16, 32, 64, 128, 176]  # at most n / 8 of the training digits
-        s.lr_multipliers = [0.5, 1.0, 2.0]
-        s.max_lr_extensions = 4
-        s.seeds = [0, 1]
-        s.confirm_seeds = [2, 3]
-        config.train.target_value = 0.97
-        config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
-        # Batch-norm statistics recomputed on training data before each evaluation: moving
-        # averages of momentum 0.9 lag the weights by ~10 steps, which would enter every
-        # steps-to-target as a fixed overhead.
-        config.train.target_bn = "recompute"
-        config.train.max_epochs = 30.0
-        config.train.min_steps = 400
-        config.train.gradient_at_init = True
-        if variant == "single":
-            config.sweep = None
-            config.model.depth, config.model.width = 16, 0.53
-            config.train.global_batch = 64
-        elif variant == "smoke":
-            s.family.budget = 1.0e4
-            s.family.depths = [10, 16]
-            s.batch_sizes = [32, 128]
-            s.lr_multipliers = [1.0]
-            s.extend_lr_grid = False
-            config.train.max_epochs = 2.0
-            config.train.target_value = 0.5
-    elif variant == "predict":
-        # The CIFAR-10 study at its smallest batch on three seeds, B_simple measured at every
-        # evaluation (wide_tf/analysis/predict_study.py, docs/prediction.md).
-        return predict_study.as_predict_config(get_config("paper"))
-    elif variant == "predict_local":
-        return predict_study.as_predict_config(get_config("local"))
-    else:
-        raise ValueError(
-            f"unknown variant {variant!r} of configs/wrn.py: "
-            "paper (default), local, single, predict, predict_local or smoke"
-        )
+    config.sweep.family.kind = "budget"
     return config
+
+
+def _paper(config):
+    s = config.sweep
+    s.family.budget = 1.5e6
+    s.family.depths = [10, 16, 22, 28, 40]
+    # One config for every slice in docs/tpu.md, up to 16 replicas (v4-32; v2-8, v3-8,
+    # v4-16, v5litepod-8, v6e-8 and 8-GPU boxes have 8): the smallest batch, 256, leaves 16
+    # examples per replica there, one virtual batch of 16. With 32 and batch 128 (before) it
+    # ran on at most 4 replicas. The same ghost size everywhere keeps the results independent
+    # of the slice. `python -m wide_tf.main --config=configs/wrn.py --dry_run --replicas=N`
+    # checks another N.
+    config.model.ghost_batch_size = 16
+    s.batch_sizes = [256, 512, 2048, 4096, 8192, 16384]
+    s.lr_multipliers = [0.5, 1.0, 2.0]
+    s.confirm_seeds = [1, 2]
+    config.train.max_epochs = 100.0
+    config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 306 steps
+    config.train.eval_every_examples = 25_000
+    # Training accuracy on a fixed 10k subset: cheap, the same for all.
+    config.train.eval_train_limit = 10_000
+    config.train.steps_per_loop = 50
+    config.train.gradient_every_examples = 500_000
+    config.train.probe_size = 1024
+
+
+def _local(config, variant):
+    """local, single, smoke and check: small WRNs on the embedded digits, plain SGD."""
+    s = config.sweep
+    config.data.name = "digits_embedded"
+    config.model.ghost_batch_size = 8  # divides every batch from 8 up
+    # Plain SGD: no momentum ramp inside the steps to target.
+    config.optim.name = "sgd"
+    config.optim.momentum = 0.0
+    config.optim.base_lr = 0.1
+    config.optim.reference_batch = 32
+    config.optim.weight_decay = 0.0
+    config.optim.schedule = "constant"
+    config.optim.warmup_epochs = 0.0
+    config.train.eval_every_examples = 144
+    s.family.budget = 5.0e4
+    # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10 to WRN-52 give k =
+    # 0.79 to 0.25, a 3.2x range.
+    s.family.depths = [10, 16, 22, 28, 40, 52]
+    s.batch_sizes = [8, 16, 32, 64, 128, 176]  # at most n / 8 of the training digits
+    s.lr_multipliers = [0.5, 1.0, 2.0]
+    s.max_lr_extensions = 4
+    s.seeds = [0, 1]
+    s.confirm_seeds = [2, 3]
+    config.train.target_value = 0.97
+    config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
+    # Batch-norm statistics recomputed on training data before each evaluation: moving
+    # averages of momentum 0.9 lag the weights by ~10 steps, which would enter every
+    # steps-to-target as a fixed overhead.
+    config.train.target_bn = "recompute"
+    config.train.max_epochs = 30.0
+    config.train.min_steps = 400
+    config.train.gradient_at_init = True
+    if variant == "single":
+        config.sweep = None
+        config.model.depth, config.model.width = 16, 0.53
+        config.train.global_batch = 64
+    elif variant in ("smoke", "check"):
+        s.family.budget = 1.0e4
+        s.family.depths = [10, 16]
+        s.batch_sizes = [32, 128]
+        s.lr_multipliers = [1.0]
+        s.extend_lr_grid = False
+        config.train.max_epochs = 2.0
+        config.train.target_value = 0.5
+        if variant == "check":
+            # Multiples of 32 replicas x ghost batch 8 (smoke's 32 and 128 leave 4 or 2
+            # examples per replica on 8 or 16 replicas, less than one virtual batch).
+            s.batch_sizes = [256, 512]
+            # One seed, no confirmation runs: 4 trials, a check of the machinery, not a study.
+            s.seeds, s.confirm_seeds = [0], []

@@ -1,0 +1,238 @@
+"""launch_tpu.sh against the VM states it finds (READY, PREEMPTED, STOPPED, in transition, a
+describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted spot node) and
+--watch (relaunches, failures, --delete_when_done however the watch ends), with the fake `gcloud`
+of tests/fake_gcloud.py."""
+
+import pytest
+from fake_gcloud import REQUIRED, _verbs, make_fake
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """The launcher against the fake gcloud: (process, the recorded calls); see make_fake."""
+    return make_fake(tmp_path)
+
+
+def test_relaunch_onto_a_running_study_is_refused_before_touching_anything(fake):
+    p, calls = fake(*REQUIRED, state="READY", running=True)
+    assert p.returncode == 3
+    assert "a run is active on wide-v4 (4242)" in p.stderr
+    assert _verbs(calls) == [("describe", None), ("check", "--worker=0")]
+
+
+def test_relaunch_onto_an_idle_ready_vm_reuses_it(fake):
+    p, calls = fake(*REQUIRED, state="READY")
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        "check",
+        "scp",
+        "install",
+        "start",
+        "check",
+    ]
+
+
+def test_relaunch_onto_a_preempted_vm_recreates_it_and_remembers_spot(fake):
+    # No --spot this time: the VM was a spot VM, so it stays one.
+    p, calls = fake(*REQUIRED, state="PREEMPTED", spot=True)
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        "delete",
+        "create",
+        "scp",
+        "install",
+        "start",
+        "check",
+    ]
+    assert calls[1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
+    assert calls[2][-1] == "--spot"
+    assert "resumes from gs://bucket/wrn" in p.stderr and "it stays one" in p.stderr
+    p, calls = fake(*REQUIRED, "--no_spot", state="PREEMPTED", spot=True)
+    assert p.returncode == 0 and "--spot" not in calls[2]
+
+
+def test_a_stopped_vm_is_started(fake):
+    p, calls = fake(*REQUIRED, state="STOPPED")
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        "start",
+        "scp",
+        "install",
+        "start",
+        "check",
+    ]
+    assert calls[1] == ["start", "wide-v4", "--zone=us-central2-b"]
+
+
+@pytest.mark.parametrize("state", ["CREATING", "REPAIRING", "STOPPING"])
+def test_a_vm_in_transition_is_refused(fake, state):
+    p, calls = fake(*REQUIRED, state=state)
+    assert p.returncode == 3 and f"is {state}" in p.stderr
+    assert [v for v, _ in _verbs(calls)] == ["describe"]
+
+
+def test_a_run_that_dies_at_once_is_reported(fake):
+    p, calls = fake(*REQUIRED, checks=["exited 2"])
+    assert p.returncode == 1
+    assert "is not running (wide_tf: exited 2)" in p.stderr.splitlines()[-1]
+    assert _verbs(calls)[-1] == ("tail", "--worker=0")
+
+
+def test_describe_errors_other_than_not_found_are_reported(fake):
+    err = "ERROR: (gcloud.compute.tpus.tpu-vm.describe) The required property [project] is not set"
+    env = {"FAKE_DESCRIBE_ERROR": err}
+    for args in (REQUIRED, ["--name=wide-v4", "--status"]):
+        p, calls = fake(*args, env=env)
+        assert p.returncode == 1, p.stderr
+        line = p.stderr.strip().splitlines()[-1]
+        assert "describe wide-v4' failed (exit 1)" in line and "[project] is not set" in line
+        assert "--project" in line and [v for v, _ in _verbs(calls)] == ["describe"]
+    p, calls = fake("--name=wide-v4", "--status")  # NOT_FOUND: there is no such VM
+    assert p.returncode == 0 and "not found" in p.stdout
+
+
+def test_queued_spot_launch_waits_for_active(fake):
+    (fake.tmp_path / "qr_states").write_text('["WAITING_FOR_RESOURCES", "PROVISIONING"]')
+    p, calls = fake(
+        *REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot", "--queued"
+    )
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)][:6] == [
+        "describe",
+        "qr-describe",  # no request of that name left over (NOT_FOUND)
+        "qr-create",
+        "qr-describe",
+        "qr-describe",
+        "qr-describe",
+    ]
+    assert calls[2] == [
+        "qr-create",
+        "wide-v4",
+        "--zone=us-west4-a",
+        "--node-id=wide-v4",
+        "--accelerator-type=v5litepod-8",
+        "--runtime-version=v2-alpha-tpuv5-lite",
+        "--spot",
+    ]
+    assert "queued resource wide-v4: PROVISIONING" in p.stderr
+
+
+def test_a_failed_queued_request_is_an_error(fake):
+    (fake.tmp_path / "qr_states").write_text('["FAILED"]')
+    p, calls = fake(*REQUIRED, "--queued")
+    assert p.returncode == 1 and "is FAILED" in p.stderr.splitlines()[-1]
+    assert [v for v, _ in _verbs(calls)] == ["describe", "qr-describe", "qr-create", "qr-describe"]
+
+
+def test_watch_relaunches_after_a_preemption_and_deletes_when_done(fake):
+    # Launch; the first poll finds the VM preempted (a queued spot one): delete the request,
+    # queue it again as spot, start; the next poll finds the run exited 0: delete it.
+    p, calls = fake(
+        *REQUIRED,
+        "--spot",
+        "--queued",
+        "--watch",
+        "--delete_when_done",
+        states=["", "PREEMPTED"],
+        checks=["running 1", "running 2", "exited 0"],
+    )
+    assert p.returncode == 0, p.stderr
+    relaunch = ["qr-describe", "qr-create", "qr-describe", "scp", "install", "start", "check"]
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        *relaunch,
+        "describe",  # poll 1: PREEMPTED
+        "describe",  # the launch again reads it too
+        "qr-delete",
+        *relaunch,
+        "describe",  # poll 2: READY
+        "check",  # exited 0
+        "qr-delete",  # on exit (--delete_when_done)
+    ]
+    creates = [c for c in calls if c[0] == "qr-create"]
+    assert len(creates) == 2 and all(c[-1] == "--spot" for c in creates)
+    assert calls[-1] == ["qr-delete", "wide-v4", "--zone=us-central2-b", "--force", "--quiet"]
+    assert "the study is done on wide-v4" in p.stderr
+
+
+def test_a_spot_node_gone_with_its_request_suspended_is_requeued_after_a_delete(fake):
+    # The first poll finds the node gone (Google deleted the preempted spot node); its queued
+    # request is left SUSPENDED, which is not eligible for allocation. Before: a new request was
+    # queued under the old name beside it. Now the old one is deleted first.
+    p, calls = fake(
+        *REQUIRED,
+        "--spot",
+        "--queued",
+        "--watch",
+        states=["", ""],
+        checks=["running 1", "running 2", "exited 0"],
+    )
+    assert p.returncode == 0, p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    second = verbs.index("qr-create", verbs.index("qr-create") + 1)
+    assert verbs[second - 3 : second + 1] == ["describe", "qr-describe", "qr-delete", "qr-create"]
+    assert calls[second - 1] == [
+        "qr-delete",
+        "wide-v4",
+        "--zone=us-central2-b",
+        "--force",
+        "--quiet",
+    ]
+    assert "is SUSPENDED without its node; deleting it before queueing again" in p.stderr
+
+
+def test_a_request_still_queued_is_waited_for_not_queued_twice(fake):
+    # A launch stopped while its request waited (Ctrl-C), then run again: no second request.
+    (fake.tmp_path / "qr_states").write_text('["WAITING_FOR_RESOURCES", "ACTIVE"]')
+    p, calls = fake(*REQUIRED, "--queued", request="WAITING_FOR_RESOURCES")
+    assert p.returncode == 0, p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    assert verbs[:4] == ["describe", "qr-describe", "qr-describe", "scp"]
+    assert "qr-create" not in verbs and "qr-delete" not in verbs
+    assert "is WAITING_FOR_RESOURCES; waiting for it instead of queueing again" in p.stderr
+
+
+def test_watch_deletes_when_done_even_when_a_relaunch_fails(fake):
+    # The first poll finds the VM preempted; the relaunch's run dies at once (exit 2): the launch
+    # fails. Before, that exit came before the delete and the VM kept billing.
+    p, calls = fake(
+        *REQUIRED,
+        "--watch",
+        "--delete_when_done",
+        states=["", "PREEMPTED"],
+        checks=["running 1", "exited 2"],
+    )
+    assert p.returncode == 1, p.stderr
+    assert "is not running (wide_tf: exited 2)" in p.stderr
+    assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
+    assert "deleting wide-v4 (--delete_when_done; the watch ended with exit 1)" in p.stderr
+    # Without --delete_when_done the VM stays (and the launcher says it is billed).
+    p, calls = fake(
+        *REQUIRED, "--watch", states=["", "PREEMPTED"], checks=["running 1", "exited 2"]
+    )
+    assert p.returncode == 1 and _verbs(calls)[-1] != ("delete", None)
+
+
+def test_watch_stops_on_a_failed_study_and_attaches_to_a_running_one(fake):
+    p, calls = fake(
+        *REQUIRED, "--watch", state="READY", running=True, checks=["running 7", "exited 1"]
+    )
+    # Attached to the active run (no new start); the poll then finds it exited 1: failed.
+    assert p.returncode == 1, p.stderr
+    assert [v for v, _ in _verbs(calls)] == ["describe", "check", "describe", "check"]
+    assert "watching it" in p.stderr and "the study failed on wide-v4" in p.stderr
+    assert "still billed" in p.stderr.splitlines()[-1]
+
+
+def test_watch_launches_again_after_a_run_exits_143(fake):
+    p, calls = fake(
+        *REQUIRED,
+        "--watch",
+        checks=["running 1", "exited 143", "exited 143", "running 2", "exited 0"],
+    )
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)].count("start") == 2
+    assert "stopped (exited 143); launching again" in p.stderr
