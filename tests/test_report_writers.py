@@ -266,3 +266,12 @@ def test_agreement_command_line_errors(tmp_path, capsys):
         assert rc == code and out == "", (argv, rc)
         lines = err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: ") and piece in lines[0], err
+
+
+def test_a_bad_eps_in_config_json_is_one_line_and_writes_nothing(tmp_path, capsys):
+    wd = make_workdir(tmp_path, _small_records(), config={"kind": "study", "sweep": {"eps": 0}})
+    before = _snapshot(wd)
+    assert report_main([f"--workdir={wd}"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.json: eps=0.0 is out of range" in err[0], err
+    assert "or pass --eps" in err[0] and _snapshot(wd) == before

@@ -73,6 +73,11 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     if eps is not None and eps_problem(eps):
         raise ReportError(eps_problem(eps))
     config, records, n_bad = read_workdir(workdir)
+    if eps is None and eps_problem(eps_from_config(config)):  # a hand-edited config.json
+        raise ReportError(
+            f"{wd.join(workdir, wd.CONFIG)}: {eps_problem(eps_from_config(config))}; fix it "
+            f"there, or pass --eps"
+        )
     eps = eps_from_config(config) if eps is None else float(eps)
     tmpdir = publish.new_tmpdir(workdir)
     try:
