@@ -326,6 +326,25 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= 1")
+    return value
+
+
+def _shape(text: str) -> list[int]:
+    values = _int_list(text)
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers >= 1 (e.g. 28,28,1), got {text!r}"
+        )
+    return values
+
+
 def _float_list(text: str) -> list[float]:
     one = number(0.0, low_open=True, high=CLI_MAX_PARAMS)
     try:
@@ -357,10 +376,10 @@ def _parser() -> UsageParser:
         help="fixed width: a depth sweep",
     )
     p.add_argument("--widths", type=_float_list, help="widths at one depth: a width sweep")
-    p.add_argument("--num_classes", type=int, default=10)
+    p.add_argument("--num_classes", type=_positive_int, default=10)
     p.add_argument(
         "--input_shape",
-        type=_int_list,
+        type=_shape,
         default=None,
         help="e.g. 28,28,1 (default: "
         + ", ".join(
