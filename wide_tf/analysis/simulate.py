@@ -35,6 +35,7 @@ from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
 from wide_tf.spec import plan as plan_lib
+from wide_tf.spec.families import UsageParser, number
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -320,13 +321,17 @@ def _setup(a) -> tuple[Design, list[str]] | str:
     """(the design, the generators' names) from the parsed flags, or the error line."""
     names = [n.strip() for n in a.generators.split(",") if n.strip()]
     unknown = [n for n in names if n not in gen.GENERATORS]
-    if unknown:
+    if unknown or not names:
         return (
-            f"error: --generators: unknown {', '.join(unknown)}; use some of "
-            f"{', '.join(gen.GENERATORS)}"
+            f"error: --generators={a.generators}: "
+            + (f"unknown {', '.join(unknown)}" if unknown else "names no generator")
+            + f"; use some of {', '.join(gen.GENERATORS)}, comma-separated"
         )
     if a.studies < 1 or a.bootstrap < 20:
-        return "error: --studies must be >= 1 and --bootstrap >= 20"
+        return (
+            f"error: --studies={a.studies} --bootstrap={a.bootstrap}: --studies must be >= 1 and "
+            f"--bootstrap >= 20; e.g. --studies=200 --bootstrap=200"
+        )
     try:
         design = design_from_config(a.config)
     except Exception as e:  # the config loader's and the family's errors, as one line
@@ -345,8 +350,20 @@ def _setup(a) -> tuple[Design, list[str]] | str:
     return design, names
 
 
+def _seed(text: str) -> int:
+    """An argparse type: numpy's generators take a seed that is an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= 0")
+    return value
+
+
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    # Bad input is one line and exit status 2 (UsageParser), before anything runs.
+    p = UsageParser(prog="python -m wide_tf.analysis.simulate", description=__doc__.splitlines()[0])
     p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
     p.add_argument(
         "--generators",
@@ -354,10 +371,12 @@ def main(argv=None) -> int:
         help=f"comma-separated, of: {', '.join(gen.GENERATORS)}",
     )
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the study whose design is simulated")
-    p.add_argument("--alpha", type=float, default=0.5, help="effect: B_crit ~ width^alpha")
-    p.add_argument("--noise", type=float, default=None, help="seed-noise sigma (default 0.14)")
+    p.add_argument("--alpha", type=number(), default=0.5, help="effect: B_crit ~ width^alpha")
+    p.add_argument(
+        "--noise", type=number(0.0), default=None, help="seed-noise sigma (default 0.14)"
+    )
     p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=_seed, default=0)
     p.add_argument(
         "--residuals_from",
         default=None,

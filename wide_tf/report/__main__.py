@@ -1,35 +1,65 @@
 """Owns the report's command line: `python -m wide_tf.report --workdir=DIR [--eps=EPS]` prints the
-path of report.md (exit 0), or one error line `report: ...` (exit 1 for a workdir that cannot be
-reported on, 2 without --workdir)."""
+path of report.md (exit 0), or one line `error: <problem>; <fix>` on stderr: exit 2 for bad usage
+(a missing or unknown flag, a stray argument, an eps out of range), checked before TensorFlow
+starts and before anything is written; exit 1 for a workdir that cannot be reported on."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
-import tensorflow as tf
-from absl import app, flags
+from wide_tf import tf_start
+from wide_tf.report.protocol import ReportError, eps_problem
+from wide_tf.spec.families import UsageParser
 
-from wide_tf.report import ReportError, write_report
-
-_WORKDIR = flags.DEFINE_string("workdir", None, "Study workdir (local path or gs://...).")
-_EPS = flags.DEFINE_float(
-    "eps", None, "eps of the model-free critical batch B_x(1+eps); default: the config's, else 1.0."
-)
+PROG = "python -m wide_tf.report"
+FIX_WORKDIR = "pass the workdir of a study, e.g. --workdir=runs/mlp_local"
 
 
-def _run(argv) -> int:
-    del argv  # flags only
-    if not _WORKDIR.value:
-        sys.stderr.write("report: --workdir is required\n")
-        return 2
+def _eps(text: str) -> float:
+    """An argparse type: the eps of B_x(1+eps), by the report's own rule (protocol.eps_problem)."""
     try:
-        path = write_report(_WORKDIR.value, _EPS.value)
-    except (ReportError, tf.errors.OpError) as e:
-        sys.stderr.write(f"report: {str(e).splitlines()[0] if str(e) else type(e).__name__}\n")
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    problem = eps_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(problem.replace(f"eps={value!r}", repr(text), 1))
+    return value
+
+
+def _parser() -> UsageParser:
+    p = UsageParser(prog=PROG, description="Write a study's report into WORKDIR/report/.")
+    p.add_argument("--workdir", help="the study's workdir (a local path or gs://...)")
+    p.add_argument(
+        "--eps",
+        type=_eps,
+        help="eps of the model-free critical batch B_x(1+eps), a finite number > 0; default: "
+        "the config's, else 1.0",
+    )
+    return p
+
+
+def main(argv=None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not args.workdir:
+        parser.fail(f"--workdir is required; {FIX_WORKDIR}")
+    tf_start.import_tensorflow(verbose=False)  # only now: its start-up lines, filtered
+    import tensorflow as tf
+
+    from wide_tf.report import writer
+
+    try:
+        path = writer.write_report(args.workdir, args.eps)
+    except (ReportError, tf.errors.OpError, OSError) as e:
+        line = " ".join(str(e).split()) or type(e).__name__
+        fix = "" if "; " in line else f"; {FIX_WORKDIR}"
+        print(f"error: {line}{fix}", file=sys.stderr, flush=True)
         return 1
     print(path)
     return 0
 
 
 if __name__ == "__main__":
-    app.run(_run)
+    sys.exit(main())

@@ -9,7 +9,7 @@ a study's own report speaks of that study only).
                                                             # entry
 
 Not imported by `wide_tf.report` (so `-m` runs it once), and imports TensorFlow only through the
-workdir reader.
+workdir reader, quietly, once its flags are checked.
 """
 
 from __future__ import annotations
@@ -51,22 +51,25 @@ def entry_lines(c: pr.Comparison, study: str, source: str) -> list[str]:
 
 
 def _fail(message: str) -> int:
+    """A workdir that cannot be reported on: a runtime error, exit 1 (bad flags exit 2)."""
     print(f"error: {message}", file=sys.stderr, flush=True)
-    return 2
+    return 1
 
 
 def main(argv=None) -> int:
     """`--workdir=DIR`: the prediction section of a finished study; with `--source=TEXT` (and
-    `--study=NAME`), also its entry for docs/local_agreement.md."""
-    import argparse
+    `--study=NAME`), also its entry for docs/local_agreement.md. Bad flags: one line, exit 2; a
+    workdir that is not a finished study: one line, exit 1."""
+    from wide_tf.spec.families import UsageParser  # bad flags: one line, exit 2
 
-    ap = argparse.ArgumentParser(
-        prog="python -m wide_tf.report.agreement", description=main.__doc__
-    )
+    ap = UsageParser(prog="python -m wide_tf.report.agreement", description=main.__doc__)
     ap.add_argument("--workdir", required=True, help="a finished study's workdir")
     ap.add_argument("--source", help="print a docs/local_agreement.md entry with this source")
     ap.add_argument("--study", help="with --source: the study's name in that entry")
     args = ap.parse_args(argv)
+    from wide_tf import tf_start
+
+    tf_start.import_tensorflow(verbose=False)  # the workdir reader's, without its start-up lines
     from wide_tf import report
     from wide_tf.report import prediction
 

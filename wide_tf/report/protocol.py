@@ -5,6 +5,7 @@ settings the report itself takes from config.json (eps, the target in the plots'
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter
 from collections.abc import Callable
 
@@ -32,6 +33,22 @@ def config_value(config: dict | None, dotted: str, default=None):
             return default
         node = node[part]
     return node
+
+
+class ReportError(RuntimeError):
+    """The workdir cannot be reported on (missing, holds no study, another writer holds the
+    report lock), or a setting of the report is out of range."""
+
+
+def eps_problem(eps) -> str | None:
+    """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (config/validate.py): a
+    finite number > 0; 0 puts the threshold on perfect scaling itself, nan made every table B_xnan
+    and a negative one raised in the analysis."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        return f"eps={eps!r} is not a number; use a finite number > 0, e.g. 0.25 or 1"
+    if not (math.isfinite(eps) and eps > 0):
+        return f"eps={eps!r} is out of range: use a finite number > 0, e.g. 0.25 or 1"
+    return None
 
 
 def eps_from_config(config: dict | None) -> float:

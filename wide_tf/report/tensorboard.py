@@ -60,8 +60,12 @@ def _write_hparams(hp_api, records: list[dict], hdir: str) -> None:
     ]
     hparams += [hp_api.HParam(k) for k, _ in NUMERIC_HPARAMS]
     metrics = [hp_api.Metric(k, display_name=k, description=d) for k, d in METRIC_DOCS.items()]
-    with tf.summary.create_file_writer(hdir).as_default():
+    # Every writer is closed before the report folder is renamed into place (on GCS an event file
+    # is uploaded when its writer closes).
+    writer = tf.summary.create_file_writer(hdir)
+    with writer.as_default():
         hp_api.hparams_config(hparams=hparams, metrics=metrics)
+    writer.close()
     for i, rec in enumerate(records):
         tid = str(rec.get("trial_id") or f"trial{i}")
         writer = tf.summary.create_file_writer(os.path.join(hdir, tid))
@@ -82,16 +86,14 @@ def _write_images(plots, pdir: str) -> None:
 
 
 def write_tensorboard(records: list[dict], plots, tbdir: str) -> bool:
-    """HParams (one run per trial) and the plots as images; False when tensorboard is not
-    installed. A re-run replaces, rather than duplicates, the entries."""
+    """HParams (one run per trial) and the plots as images, into `tbdir` (a fresh folder: each
+    report is written whole into its own, publish.py); False when tensorboard is not installed."""
     try:
         # Lazy and optional: the HParams plugin comes with the `tensorboard` package, which a
         # report does not need (without it the report says so and writes everything else).
         from tensorboard.plugins.hparams import api as hp_api
     except ImportError:
         return False
-    if tf.io.gfile.exists(tbdir):
-        tf.io.gfile.rmtree(tbdir)
     _write_hparams(hp_api, records, os.path.join(tbdir, "hparams"))
     if plots:
         _write_images(plots, os.path.join(tbdir, "plots"))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import bisect
 import dataclasses
+import difflib
 import math
 import sys
 from collections.abc import Iterable, Sequence
@@ -252,40 +253,133 @@ def format_table(members: Sequence[Member]) -> str:
     return "\n".join(lines)
 
 
+# The command line's bound on a parameter count (a budget, or a member of a sweep): a trillion
+# parameters is above any network this study trains, and far larger counts only overflow the
+# width solver (1e300 raised OverflowError) or print widths of hundreds of digits.
+CLI_MAX_PARAMS = 1e12
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse with the package's error style: one line `error: <problem>; <fix>` on stderr and
+    exit status 2, instead of the usage block and `prog: error: ...`; positional arguments and
+    unknown flags are refused by name (the CLIs of families, simulate and the report use it)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)  # --tol is not --tolerance: say so instead
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str):
+        # argparse's own messages ("argument --eps: invalid float value: 'x'") name the problem.
+        self.fail(f"{message}; see {self.prog} --help")
+
+    def fail(self, message: str):
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        raise SystemExit(2)
+
+    def parse_args(self, args=None, namespace=None):
+        parsed, extra = self.parse_known_args(args, namespace)
+        if extra:
+            flags = sorted({o for a in self._actions for o in a.option_strings if o[:2] == "--"})
+            word = extra[0]
+            if not word.startswith("-"):
+                self.fail(
+                    f"unexpected argument {word!r}; this command takes flags only, in the form "
+                    f"--name=value ({', '.join(flags)})"
+                )
+            name = word.split("=", 1)[0]
+            close = difflib.get_close_matches(name, flags, n=1)
+            hint = f"did you mean {close[0]}?" if close else f"the flags are {', '.join(flags)}"
+            self.fail(f"unknown flag {name}; {hint}")
+        return parsed
+
+
+def number(low: float | None = None, *, low_open: bool = False, high: float | None = None):
+    """An argparse type: a finite number within [low, high] (low excluded with low_open)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        bad = not math.isfinite(value) or (low is not None and value < low)
+        bad = bad or (low_open and value == low) or (high is not None and value > high)
+        if bad:
+            rng = [f"{'>' if low_open else '>='} {low:g}"] if low is not None else []
+            rng += [f"<= {high:g}"] if high is not None else []
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is out of range: use a finite number {' and '.join(rng)}".rstrip()
+            )
+        return value
+
+    return parse
+
+
 def _int_list(text: str) -> list[int]:
     try:
-        return [int(t) for t in text.split(",") if t.strip()]
+        values = [int(t) for t in text.split(",") if t.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
             f"expected comma-separated integers, got {text!r}"
         ) from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+    return values
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= 1")
+    return value
+
+
+def _shape(text: str) -> list[int]:
+    values = _int_list(text)
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers >= 1 (e.g. 28,28,1), got {text!r}"
+        )
+    return values
 
 
 def _float_list(text: str) -> list[float]:
+    one = number(0.0, low_open=True, high=CLI_MAX_PARAMS)
     try:
-        return [float(t) for t in text.split(",") if t.strip()]
-    except ValueError:
+        values = [one(t) for t in text.split(",") if t.strip()]
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
+            f"expected comma-separated finite numbers > 0, got {text!r}"
         ) from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+    return values
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: print a family (--budget), a width sweep (--widths, one depth) or a depth sweep
-    (--width)."""
-    p = argparse.ArgumentParser(
+def _parser() -> UsageParser:
+    p = UsageParser(
         prog="python -m wide_tf.spec.families",
         description="Parameter-matched families of MLPs and wide ResNets.",
     )
     p.add_argument("--arch", choices=architectures.names(), required=True)
     p.add_argument("--depths", type=_int_list, required=True, help="e.g. 10,16,22,28,40")
-    p.add_argument("--budget", type=float, help="parameter budget: solve width per depth")
-    p.add_argument("--width", type=float, help="fixed width: a depth sweep")
+    p.add_argument(
+        "--budget",
+        type=number(0.0, low_open=True, high=CLI_MAX_PARAMS),
+        help="parameter budget: solve width per depth",
+    )
+    p.add_argument(
+        "--width",
+        type=number(0.0, low_open=True, high=CLI_MAX_PARAMS),
+        help="fixed width: a depth sweep",
+    )
     p.add_argument("--widths", type=_float_list, help="widths at one depth: a width sweep")
-    p.add_argument("--num_classes", type=int, default=10)
+    p.add_argument("--num_classes", type=_positive_int, default=10)
     p.add_argument(
         "--input_shape",
-        type=_int_list,
+        type=_shape,
         default=None,
         help="e.g. 28,28,1 (default: "
         + ", ".join(
@@ -295,20 +389,40 @@ def main(argv: Sequence[str] | None = None) -> int:
         + ")",
     )
     p.add_argument("--norm", choices=NORMS, default="batch")
-    p.add_argument("--tolerance", type=float, default=0.05)
-    args = p.parse_args(argv)
+    p.add_argument("--tolerance", type=number(0.0), default=0.05, help="relative, e.g. 0.05")
+    return p
+
+
+def _members(args) -> list[Member]:
     kw = dict(num_classes=args.num_classes, input_shape=args.input_shape, norm=args.norm)
+    if sum(x is not None for x in (args.budget, args.width, args.widths)) != 1:
+        raise FamilyError(
+            "give exactly one of --budget, --width, --widths; e.g. --budget=1.5e6 (a family), "
+            "--width=4 (a depth sweep) or --widths=2,4,8 with one depth (a width sweep)"
+        )
+    if args.budget is not None:
+        return family(args.arch, args.budget, args.depths, tolerance=args.tolerance, **kw)
+    if args.width is not None:
+        members = depth_sweep(args.arch, args.width, args.depths, **kw)
+    else:
+        if len(args.depths) != 1:
+            raise FamilyError("--widths needs exactly one depth in --depths")
+        members = width_sweep(args.arch, args.depths[0], args.widths, **kw)
+    big = [m for m in members if m.params > CLI_MAX_PARAMS]
+    if big:
+        raise FamilyError(
+            f"member {big[0].name}: {big[0].params:.3g} parameters is above the "
+            f"{CLI_MAX_PARAMS:.0e} this command lays out; use a smaller width or depth"
+        )
+    return members
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI: print a family (--budget), a width sweep (--widths, one depth) or a depth sweep
+    (--width). Bad input is one line `error: ...` and exit status 2."""
+    args = _parser().parse_args(argv)
     try:
-        if sum(x is not None for x in (args.budget, args.width, args.widths)) != 1:
-            raise FamilyError("give exactly one of --budget, --width, --widths")
-        if args.budget is not None:
-            members = family(args.arch, args.budget, args.depths, tolerance=args.tolerance, **kw)
-        elif args.width is not None:
-            members = depth_sweep(args.arch, args.width, args.depths, **kw)
-        else:
-            if len(args.depths) != 1:
-                raise FamilyError("--widths needs exactly one depth in --depths")
-            members = width_sweep(args.arch, args.depths[0], args.widths, **kw)
+        members = _members(args)
     except ValueError as e:  # FamilyError is a ValueError
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,108 @@
+"""Owns reading a study's workdir for its report and `write_report`, which writes every part of
+the report, in order, into a fresh folder that `publish` swaps into WORKDIR/report/."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import tensorflow as tf
+
+from wide_tf.analysis import verdict as analysis
+from wide_tf.report import prediction, publish
+from wide_tf.report.markdown import render_markdown
+from wide_tf.report.plots import make_plots
+from wide_tf.report.protocol import (
+    ReportError,
+    eps_from_config,
+    eps_problem,
+    target_label,
+)
+from wide_tf.report.tables import (
+    BEST_COLUMNS,
+    MEMBER_COLUMNS,
+    TRIAL_COLUMNS,
+    best_rows,
+    member_rows,
+    trial_rows,
+    write_csv,
+)
+from wide_tf.report.tensorboard import write_tensorboard
+from wide_tf.store import workdir as wd
+
+REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/store/workdir.py
+
+
+def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
+    """(config dict or None, records, number of unreadable result records)."""
+    if not tf.io.gfile.isdir(workdir):
+        raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
+    cfg_path = wd.join(workdir, wd.CONFIG)
+    has_cfg = tf.io.gfile.exists(cfg_path)
+    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(
+        wd.join(workdir, wd.RESULTS_DIR)
+    )
+    if not has_cfg and not has_res:
+        raise ReportError(f"{workdir!r} holds neither config.json nor results: not a study workdir")
+    config = None
+    if has_cfg:
+        try:
+            config = wd.read_json(cfg_path)
+        except json.JSONDecodeError as e:
+            raise ReportError(f"{cfg_path} is not valid JSON ({e})") from None
+        if not isinstance(config, dict):
+            raise ReportError(
+                f"{cfg_path} holds {type(config).__name__}, not a study's settings (a JSON "
+                f"object); restore it from the study, or remove it to report from the results alone"
+            )
+    records, bad = [], 0
+    if has_res:  # results/<trial_id>.json (and a legacy results.jsonl), through workdir.py
+        found, bad = wd.read_results_counted(workdir)
+        records = [r for r in found if "member" in r and "batch_size" in r]
+        bad += len(found) - len(records)
+    return config, records, bad
+
+
+def write_report(workdir: str, eps: float | None = None) -> str:
+    """Writes WORKDIR/report/ and returns the path of report.md. Raises ReportError on a bad
+    workdir or eps, before anything is written.
+
+    The whole report is written into a folder of this writer's own and swapped into place at the
+    end (publish.py): a report killed half-way leaves the previous report (or none), never a torn
+    one, and two writers at once leave one whole report, not two mixed."""
+    if eps is not None and eps_problem(eps):
+        raise ReportError(eps_problem(eps))
+    config, records, n_bad = read_workdir(workdir)
+    if eps is None and eps_problem(eps_from_config(config)):  # a hand-edited config.json
+        raise ReportError(
+            f"{wd.join(workdir, wd.CONFIG)}: {eps_problem(eps_from_config(config))}; fix it "
+            f"there, or pass --eps"
+        )
+    eps = eps_from_config(config) if eps is None else float(eps)
+    tmpdir = publish.new_tmpdir(workdir)
+    try:
+        _write_into(tmpdir, config, records, n_bad, eps)
+        outdir = publish.publish(workdir, tmpdir)
+    except BaseException:
+        publish.discard(tmpdir)
+        raise
+    return os.path.join(outdir, "report.md")
+
+
+def _write_into(outdir: str, config, records: list[dict], n_bad: int, eps: float) -> None:
+    """Every file of the report, into `outdir`; report.md last."""
+    result = analysis.analyze(records, eps)
+    summaries = result["summaries"]
+    write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
+    write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
+    write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
+    plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
+    # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
+    result["prediction"] = prediction.compare_study(config, records, result) if records else None
+    if result["prediction"] is not None:
+        pred_plot = prediction.plot_prediction(result["prediction"], outdir)
+        plots += [pred_plot] if pred_plot else []
+        prediction.log_prediction(result["prediction"])
+    tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
+    md = render_markdown(config, records, n_bad, result, plots, eps, tb_written)
+    wd.write_text_atomic(os.path.join(outdir, "report.md"), md)
