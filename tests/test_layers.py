@@ -24,7 +24,7 @@ ALLOWED = {
     "engine": {"spec", "store"},
     "study": {"spec", "store", "config", "engine"},
     "analysis": {"spec", "store", "config", "study.lr_grid"},
-    "report": {"spec", "store", "config", "study.lr_grid", "analysis"},
+    "report": {"spec", "store", "config", "study.lr_grid", "analysis", "tf_start"},
     "theory": {"spec", "store", "engine"},
     "tools": {"spec", "store", "config", "engine", "study", "analysis", "report", "theory"},
     # errors.py turns any exception into one line, so it names every layer's error classes; like

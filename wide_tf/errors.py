@@ -156,6 +156,7 @@ def _error_classes():
     import tensorflow as tf
 
     from wide_tf.engine import data, steps, strategy, train
+    from wide_tf.report.protocol import ReportError
     from wide_tf.study import trials, workers
 
     usage_errors = (
@@ -170,6 +171,7 @@ def _error_classes():
         strategy.StrategyError,
         validate.RuntimeProblem,
         workers.WorkerFailed,
+        ReportError,  # the report at the end of a study (e.g. its lock held too long)
     )
     return usage_errors, runtime_errors, tf.errors.OpError
 

@@ -35,7 +35,7 @@ from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
 from wide_tf.spec import plan as plan_lib
-from wide_tf.spec.families import UsageParser, number
+from wide_tf.spec.cli import UsageParser, number
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
