@@ -22,7 +22,6 @@ crossing lands between that evaluation and the one before.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
@@ -35,7 +34,7 @@ from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
 from wide_tf.spec import plan as plan_lib
-from wide_tf.spec.cli import UsageParser, number
+from wide_tf.spec.cli import UsageParser, integer, number
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -350,15 +349,8 @@ def _setup(a) -> tuple[Design, list[str]] | str:
     return design, names
 
 
-def _seed(text: str) -> int:
-    """An argparse type: numpy's generators take a seed that is an integer >= 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= 0")
-    return value
+# numpy's generators take a seed that is an integer >= 0.
+_seed = integer(0)
 
 
 def main(argv=None) -> int:

@@ -39,6 +39,7 @@ import uuid
 import tensorflow as tf
 
 from wide_tf.report.protocol import ReportError
+from wide_tf.store import claims
 from wide_tf.store import workdir as wd
 
 LOCK = "report.lock"
@@ -99,19 +100,9 @@ def _clean(workdir: str) -> None:
         dead = False
         if name.startswith(f"{TMP_PREFIX}{host}-"):
             pid = name[len(TMP_PREFIX) + len(host) + 1 :].split("-", 1)[0]
-            dead = pid.isdigit() and not _pid_alive(int(pid))
+            dead = pid.isdigit() and not claims.pid_alive(int(pid))
         if name.startswith(OLD_PREFIX) or dead:
             discard(wd.join(workdir, name))
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process holds the pid: alive
-        return True
-    return True
 
 
 @contextlib.contextmanager
@@ -188,7 +179,7 @@ def _read(path: str) -> dict | None:
 
 def _stale(held: dict, stale_s: float) -> bool:
     if held.get("host") == socket.gethostname() and isinstance(held.get("pid"), int):
-        if not _pid_alive(held["pid"]):
+        if not claims.pid_alive(held["pid"]):
             return True
     taken = held.get("time")
     if not isinstance(taken, (int, float)):

@@ -62,3 +62,20 @@ def number(low: float | None = None, *, low_open: bool = False, high: float | No
         return value
 
     return parse
+
+
+def integer(low: int):
+    """An argparse type: an integer >= low."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected an integer >= {low}, got {text!r}"
+            ) from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= {low}")
+        return value
+
+    return parse

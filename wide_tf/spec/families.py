@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 
 from wide_tf.spec import architectures
 from wide_tf.spec.architectures import NORMS, Architecture
-from wide_tf.spec.cli import UsageParser, number
+from wide_tf.spec.cli import UsageParser, integer, number
 
 
 class FamilyError(ValueError):
@@ -271,14 +271,7 @@ def _int_list(text: str) -> list[int]:
     return values
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= 1")
-    return value
+_positive_int = integer(1)
 
 
 def _shape(text: str) -> list[int]:

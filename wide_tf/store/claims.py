@@ -54,7 +54,8 @@ def group_key(group: tuple[str, int]) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', member)}_b{int(batch)}"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process of this machine holds `pid` (a claim's or the report lock's holder)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -75,7 +76,7 @@ class Claim:
         if b.get("state") == DONE:
             return False
         if b.get("host") == socket.gethostname() and isinstance(b.get("pid"), int):
-            if not _pid_alive(b["pid"]):
+            if not pid_alive(b["pid"]):
                 return True
         updated = b.get("updated")
         if not isinstance(updated, (int, float)):
