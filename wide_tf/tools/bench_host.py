@@ -130,7 +130,11 @@ def _grid_study_config(quick: bool, steps: int):
     s.seeds, s.confirm_seeds = [0], []  # the grid of 3 on one seed: 3 trials
     config.train.extra_targets = []
     config.train.max_steps = steps
-    config.train.target_value = 1.01  # never stops early: every trial runs the same steps
+    config.train.min_steps = steps  # the floor is for epoch budgets; this one is in steps
+    # Never stops early, so every trial runs the same steps: a training loss of 1e-12 is out of
+    # reach in these few steps (an accuracy above 1, which did the same, is now refused).
+    config.train.target_metric = "train_loss"
+    config.train.target_value = 1e-12
     config.runtime.strategy = "cpu"
     if quick:
         s.family.budget = 2e4
