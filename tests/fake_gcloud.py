@@ -121,8 +121,9 @@ def _bash():
 BASE_ENV = {"PYTHON": sys.executable, "WIDE_TF_POLL_S": "0", "WIDE_TF_ALIVE_WAIT_S": "0"}
 
 
-def _launch(*args):
-    """--dry_run and argument errors: no gcloud on PATH at all (they must not call it)."""
+def _launch(*args, env=None):
+    """--dry_run and argument errors: no gcloud on PATH at all (they must not call it), unless
+    `env` says otherwise."""
     _bash()
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
@@ -130,7 +131,7 @@ def _launch(*args):
         capture_output=True,
         text=True,
         timeout=60,
-        env={"PATH": "/usr/bin:/bin", **BASE_ENV},
+        env=env or {"PATH": "/usr/bin:/bin", **BASE_ENV},
     )
 
 

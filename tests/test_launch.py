@@ -443,15 +443,7 @@ def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
     env = dict(os.environ, WIDE_TF_GCLOUD="no-such-gcloud-here", **BASE_ENV)
 
     def launch(*args):
-        return subprocess.run(
-            ["bash", str(SCRIPT), *args],
-            cwd="/",
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
-            check=False,
-        )
+        return _launch(*args, env=env)
 
     for args in (
         REQUIRED,

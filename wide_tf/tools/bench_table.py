@@ -20,22 +20,28 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def _speed_lines(speed: list[dict]) -> list[str]:
-    if not speed:
+def _block(rows: list[dict], header, line) -> list[str]:
+    """A blank line, a header and one line per row, the first column as wide as the longest name
+    (`header(w)` and `line(r, w)` format them); nothing for no rows."""
+    if not rows:
         return []
-    w = max(len(r["name"]) for r in speed)
-    lines = [
-        "",
-        f"{'training speed':<{w}}  {'ex/s (median)':>13}  {'ex/s (best)':>11}  "
-        f"{'s/call':>8}  {'batch':>5}  {'steps/call':>10}",
-    ]
-    for r in speed:
-        lines.append(
+    w = max(len(r["name"]) for r in rows)
+    return ["", header(w)] + [line(r, w) for r in rows]
+
+
+def _speed_lines(speed: list[dict]) -> list[str]:
+    return _block(
+        speed,
+        lambda w: (
+            f"{'training speed':<{w}}  {'ex/s (median)':>13}  {'ex/s (best)':>11}  "
+            f"{'s/call':>8}  {'batch':>5}  {'steps/call':>10}"
+        ),
+        lambda r, w: (
             f"{r['name']:<{w}}  {r['examples_per_s']:>13.0f}  "
             f"{r['examples_per_s_best']:>11.0f}  {r['seconds_median']:>8.3f}  "
             f"{r['batch']:>5d}  {r['steps_per_call']:>10d}"
-        )
-    return lines
+        ),
+    )
 
 
 def _count_line(r: dict) -> str:
@@ -88,22 +94,23 @@ def _ratio_note(r: dict) -> str:
     return ""
 
 
+def _ratio_line(r: dict, w: int) -> str:
+    rng = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio_min" in r else ""
+    meas = f"{r['measure_s']:.3f}" if "measure_s" in r else ""
+    stp = f"{r['step_s']:.4f}" if "step_s" in r else ""
+    best = f"{r['ratio_best']:.3f}" if "ratio_best" in r else ""
+    return (
+        f"{r['name']:<{w}}  {r['ratio']:>8.3f}  {best:>9}  {rng:>11}  {meas:>9}  "
+        f"{stp:>8}  {_ratio_note(r)}"
+    )
+
+
 def _ratio_lines(ratios: list[dict]) -> list[str]:
-    if not ratios:
-        return []
-    w = max(len(r["name"]) for r in ratios)
-    lines = [
-        "",
-        f"{'ratio':<{w}}  {'median':>8}  {'best/best':>9}  {'range':>11}  {'measure s':>9}  "
-        f"{'step s':>8}  note",
-    ]
-    for r in ratios:
-        rng = f"{r['ratio_min']:.2f}-{r['ratio_max']:.2f}" if "ratio_min" in r else ""
-        meas = f"{r['measure_s']:.3f}" if "measure_s" in r else ""
-        stp = f"{r['step_s']:.4f}" if "step_s" in r else ""
-        best = f"{r['ratio_best']:.3f}" if "ratio_best" in r else ""
-        lines.append(
-            f"{r['name']:<{w}}  {r['ratio']:>8.3f}  {best:>9}  {rng:>11}  {meas:>9}  "
-            f"{stp:>8}  {_ratio_note(r)}"
-        )
-    return lines
+    return _block(
+        ratios,
+        lambda w: (
+            f"{'ratio':<{w}}  {'median':>8}  {'best/best':>9}  {'range':>11}  "
+            f"{'measure s':>9}  {'step s':>8}  note"
+        ),
+        _ratio_line,
+    )
