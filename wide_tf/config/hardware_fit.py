@@ -177,8 +177,14 @@ def main(argv=None) -> int:
             key, _, value = a[2:].partition("=")
             opts[key] = value
         # anything else (--shard=..., main's own flags) does not change the memory
+    usage = "--config=FILE[:VARIANT] (--accelerator=NAME [--replicas=N] | --table)"
+    if any(a in ("-h", "--help") for a in args):
+        print(f"usage: python -m wide_tf.config.hardware_fit {usage}")
+        return 0
     if spec is None or not (show_table or opts["accelerator"]):
-        print("usage: --config=FILE[:VARIANT] (--accelerator=NAME [--replicas=N] | --table)")
+        print(
+            f"error: give a config and an accelerator or --table; usage: {usage}", file=sys.stderr
+        )
         return 2
     try:
         config = loader.load_config(spec)
@@ -189,7 +195,7 @@ def main(argv=None) -> int:
             return 0
         fit = check(config, int(opts["replicas"]), opts["accelerator"])
     except (ValueError, KeyError, AttributeError) as e:
-        print(f"error: {e}")
+        print(f"error: {e}", file=sys.stderr)
         return 2
     print(fit.line())
     return 0 if fit.fits else EXIT_DOES_NOT_FIT
