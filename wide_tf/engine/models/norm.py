@@ -139,28 +139,7 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         if mask is not None:
             raise ValueError("GhostBatchNormalization does not support masks in training")
         x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
-        g = self.ghost_batch_size
-        static_batch = x.shape[0]
-        if static_batch is not None and static_batch % g:
-            raise ValueError(
-                f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
-                f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
-                f"model.ghost_batch_size or raise the batch"
-            )
-        if static_batch is not None:  # checked above while tracing: no assert in the graph
-            num_groups = static_batch // g
-        else:  # dynamic batch (CPU and GPU without XLA); train.py also rejects such a batch
-            batch = tf.shape(x)[0]
-            check = tf.debugging.assert_equal(
-                batch % g,
-                0,
-                message=(
-                    f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
-                ),
-            )
-            with tf.control_dependencies([check]):
-                num_groups = batch // g
-        group = g
+        num_groups, group = self._num_groups(x), self.ghost_batch_size
         grouped = tf.reshape(x, tf.concat([[num_groups, group], tf.shape(x)[1:]], axis=0))
         axes = list(range(1, len(x.shape)))  # within a group: examples and spatial positions
         mean, variance = tf.nn.moments(grouped, axes=axes, keepdims=True)
@@ -196,6 +175,31 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
             tf.cast(self.moving_variance, tf.float32) * m + group_var * (1.0 - m)
         )
         return tf.cast(out, self.compute_dtype)
+
+    def _num_groups(self, x):
+        """How many virtual batches `x` holds: a Python int when the batch is static (checked
+        while tracing, no assert in the graph: TPUs and XLA), else a tensor behind an assert."""
+        g = self.ghost_batch_size
+        static_batch = x.shape[0]
+        if static_batch is not None:
+            if static_batch % g:
+                raise ValueError(
+                    f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
+                    f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
+                    f"model.ghost_batch_size or raise the batch"
+                )
+            return static_batch // g
+        # Dynamic batch (CPU and GPU without XLA); train.py also rejects such a batch.
+        batch = tf.shape(x)[0]
+        check = tf.debugging.assert_equal(
+            batch % g,
+            0,
+            message=(
+                f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
+            ),
+        )
+        with tf.control_dependencies([check]):
+            return batch // g
 
     def get_config(self):
         return {**super().get_config(), "ghost_batch_size": self.ghost_batch_size}
