@@ -86,11 +86,12 @@ def _build_eval_fn(model, strategy, jit_compile: bool):
         replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
 
     @tf.function(autograph=False)
-    def eval_all(dataset, num_batches):
+    def eval_all(iterator, num_batches):
         # The whole pass in one graph: evaluation runs on a cadence inside every training
         # run, and a Python loop over batches cost more than the forward passes themselves.
         # Exactly `num_batches` padded batches with `get_next`: static shapes under TPUStrategy.
-        iterator = iter(dataset)
+        # The iterator comes from outside, as in training: one made inside this function hangs
+        # in `get_next` under MirroredStrategy (two CPU replicas here).
 
         def add_batch(i, sums):
             out = strategy.run(replica_eval, args=iterator.get_next())
@@ -300,7 +301,8 @@ class Stepper:
         else:
             if self._eval_fn is None:
                 self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
-            sums = self._eval_fn(dataset.dataset, tf.constant(dataset.num_batches, tf.int32))
+            batches = tf.constant(dataset.num_batches, tf.int32)
+            sums = self._eval_fn(iter(dataset.dataset), batches)
             loss, hits, count = (float(v) for v in sums.numpy())
         if count == 0:
             raise ValueError("the evaluation set is empty")
