@@ -19,7 +19,7 @@ from ml_collections import config_flags
 # None of these imports TensorFlow: the config is checked before TensorFlow starts, and the
 # modules that need it are imported in _run() once the checks have passed.
 from wide_tf import errors, tf_start
-from wide_tf.config import validate
+from wide_tf.config import dry_run, validate
 from wide_tf.study import workers
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -60,6 +60,12 @@ _REPLICAS = flags.DEFINE_integer(
     "With --dry_run: check the batches for a machine with this many replicas (4 on a v4-8, 8 on "
     "a v5litepod-8; launch_tpu.sh passes it) instead of this one.",
 )
+_ACCELERATOR = flags.DEFINE_string(
+    "accelerator",
+    None,
+    "With --dry_run: also check the memory model against this accelerator (v4-8, v5e, a100-40gb, "
+    "a GPU's CUDA name); exit status 3 when it does not fit.",
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose",
     False,
@@ -69,6 +75,8 @@ _VERBOSE = flags.DEFINE_bool(
 
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
+    if _ACCELERATOR.value is not None and not _DRY_RUN.value:
+        raise validate.UsageError("--accelerator is for --dry_run (a memory check); add --dry_run")
     if _REPLICAS.value is not None and not _DRY_RUN.value:
         raise validate.UsageError(
             "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
@@ -88,33 +96,18 @@ def _checks(config) -> list[str]:
     return validate.design_warnings(config) + validate.check_workdir(config, _WORKDIR.value)
 
 
-def _dry_run_line(config) -> str:
-    """--dry_run: one line saying what was checked."""
-    sweep = config.get("sweep")
-    batches = list(sweep.batch_sizes) if validate.is_sweep(config) else None
-    if config.get("kind", "study") == "theory":
-        what = "the theory check"
-    else:
-        what = f"batches {batches}" if batches else f"batch {config.train.global_batch}"
-        if config.model.norm == "ghost":
-            what += f", ghost batch {config.model.ghost_batch_size}"
-    n = _REPLICAS.value or 1
-    return f"dry run: the config fits {n} replica(s): {what}; nothing was run"
-
-
 def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config, verbose = _CONFIG.value, _VERBOSE.value
     try:
         warnings = _checks(config)
+        if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
+            sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
     except validate.Problem as e:
         if verbose:
             raise
         errors.fail(str(e), e.exit_code)
-    if _DRY_RUN.value:
-        print(_dry_run_line(config), flush=True)
-        return
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
     # A worker process of --workers=N takes its cores, GPU and thread counts before TensorFlow

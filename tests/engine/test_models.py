@@ -22,6 +22,7 @@ ALLOWED_LAYERS = {
     "Dense",
     "Conv2D",
     "BatchNormalization",
+    "StepBatchNormalization",  # batch norm whose moving statistics a step can defer
     "GhostBatchNormalization",
     "ReLU",
     "Add",

@@ -109,11 +109,7 @@ def suggest_cap(config, replicas: int, dev: memory.Device, policy: str) -> int:
     ghost = _ghost(config)
     rows = _rows(config, replicas, policy, 0)
     top = min(memory.largest_batch(r.elements, r.params, dev, policy, ghost) for r in rows)
-    per_replica = sorted({b // replicas for b in _batches(config)})
-    for cap in range(top, 0, -ghost):
-        if all((p // memory.micro_batches(p, cap)) % ghost == 0 for p in per_replica):
-            return cap
-    return 0
+    return memory.cap_for(sorted({b // replicas for b in _batches(config)}), top, ghost)
 
 
 def check(config, replicas: int, accelerator: str) -> Fit:

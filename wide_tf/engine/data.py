@@ -65,6 +65,7 @@ __all__ = [
     "train_input_fn",
     "make_train_dataset",
     "make_eval_dataset",
+    "EvalDataset",
     "load_arrays",
 ]
 
@@ -388,8 +389,21 @@ def _in_memory_eval_fn(arrays, batch_size, spec):
     return dataset_fn
 
 
+class EvalDataset:
+    """A distributed evaluation dataset and its number of global batches (the last one padded):
+    evaluation takes exactly that many with `get_next` (not `get_next_as_optional`, whose
+    end-of-data branch TPUStrategy compiles with a dynamic batch dimension)."""
+
+    def __init__(self, dataset, num_batches: int):
+        self.dataset = dataset
+        self.num_batches = int(num_batches)
+
+    def __iter__(self):
+        return iter(self.dataset)
+
+
 def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: int | None = None):
-    """Distributed dataset that yields every example of the split (or its first `limit`) once.
+    """An EvalDataset that yields every example of the split (or its first `limit`) once.
 
     Elements are per-replica (images float32 normalised, labels int32, weights float32). The last
     global batch is padded with zero images of weight 0, so all batches have the static shape
@@ -401,8 +415,12 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
     arrays = _eval_arrays(data_cfg, split, limit)
     if arrays is not None:
-        return strategy.distribute_datasets_from_function(
-            _in_memory_eval_fn(arrays, batch_size, spec)
+        n = len(arrays[1])
+        return EvalDataset(
+            strategy.distribute_datasets_from_function(
+                _in_memory_eval_fn(arrays, batch_size, spec)
+            ),
+            (n + eval_padding(n, batch_size)) // batch_size,
         )
     factory, n = _eval_source(data_cfg, split, limit)
     pad = eval_padding(n, batch_size)
@@ -426,7 +444,9 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
             .with_options(_options())
         )
 
-    return strategy.distribute_datasets_from_function(dataset_fn)
+    return EvalDataset(
+        strategy.distribute_datasets_from_function(dataset_fn), (n + pad) // batch_size
+    )
 
 
 _ARRAYS_CACHE = {}

@@ -3,6 +3,8 @@ and measured on the devices every train.gradient_every_examples examples."""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import tensorflow as tf
 
@@ -59,6 +61,21 @@ class GradientProbe:
         return self.every > 0 and examples_now // self.every > examples_before // self.every
 
     def __call__(self, model=None) -> dict:
-        s1, q, _ = (float(v) for v in self._sums().numpy())
+        with float32_matmuls():
+            s1, q, _ = (float(v) for v in self._sums().numpy())
         stats = diversity.stats_from_norms([s1], q, n=self.n)
         return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+
+@contextlib.contextmanager
+def float32_matmuls():
+    """TensorFloat-32 off inside (restored after): the probe's float32 matmuls and convolutions
+    then run in float32 on Ampere+ GPUs (cuBLAS/cuDNN read the flag per kernel) and at XLA's
+    HIGHEST precision on TPUs (read when the probe is compiled, on its first call, which runs
+    inside too), not at TF32 or bf16 precision."""
+    enabled = tf.config.experimental.tensor_float_32_execution_enabled()
+    tf.config.experimental.enable_tensor_float_32_execution(False)
+    try:
+        yield
+    finally:
+        tf.config.experimental.enable_tensor_float_32_execution(enabled)

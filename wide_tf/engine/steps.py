@@ -86,22 +86,19 @@ def _build_eval_fn(model, strategy, jit_compile: bool):
         replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
 
     @tf.function(autograph=False)
-    def eval_all(dataset):
+    def eval_all(iterator, num_batches):
         # The whole pass in one graph: evaluation runs on a cadence inside every training
         # run, and a Python loop over batches cost more than the forward passes themselves.
-        iterator = iter(dataset)
+        # Exactly `num_batches` padded batches with `get_next`: static shapes under TPUStrategy.
+        # The iterator comes from outside, as in training: one made inside this function hangs
+        # in `get_next` under MirroredStrategy (two CPU replicas here).
 
-        def add_batch(more, sums):
-            batch = iterator.get_next_as_optional()
-
-            def add():
-                out = strategy.run(replica_eval, args=batch.get_value())
-                return sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
-
-            return batch.has_value(), tf.cond(batch.has_value(), add, lambda: sums)
+        def add_batch(i, sums):
+            out = strategy.run(replica_eval, args=iterator.get_next())
+            return i + 1, sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
         _, sums = tf.while_loop(
-            lambda more, _: more, add_batch, [tf.constant(True), tf.zeros([3], tf.float32)]
+            lambda i, _: i < num_batches, add_batch, [tf.constant(0), tf.zeros([3], tf.float32)]
         )
         return sums
 
@@ -134,8 +131,9 @@ class Stepper:
         self.plan = plan
         # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
         # compiles the whole replica function itself, and a jit_compile function nested inside
-        # it is what Keras 3 refuses under tf.distribute. On GPUs the nested step works (under
-        # XLA on GPUs MirroredStrategy needs no merge_call for the optimizer's update).
+        # it is what Keras 3 refuses under tf.distribute. On one GPU the nested step runs; on
+        # several, its all-reduce inside XLA fails ("merge_call called while defining a new
+        # graph"), so engine/strategy.py refuses jit_compile there (never run on a GPU here).
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
         self.diagnostics = diagnostics
@@ -296,14 +294,16 @@ class Stepper:
     # ---- evaluation -----------------------------------------------------------------------------
 
     def evaluate(self, dataset) -> dict:
-        """Loss and accuracy over a distributed evaluation set whose elements are (x, y, weight),
-        or over an `InMemoryEvalSet`."""
+        """Loss and accuracy over an evaluation set: a data.EvalDataset whose elements are
+        (x, y, weight), or an `InMemoryEvalSet`."""
         if isinstance(dataset, InMemoryEvalSet):
             loss, hits, count = (float(v) for v in dataset.sums(self.model).numpy())
         else:
             if self._eval_fn is None:
                 self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
-            loss, hits, count = (float(v) for v in self._eval_fn(dataset).numpy())
+            batches = tf.constant(dataset.num_batches, tf.int32)
+            sums = self._eval_fn(iter(dataset.dataset), batches)
+            loss, hits, count = (float(v) for v in sums.numpy())
         if count == 0:
             raise ValueError("the evaluation set is empty")
         return {"loss": loss / count, "accuracy": hits / count, "examples": count}

@@ -11,7 +11,7 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from wide_tf.spec import hardware
+from wide_tf.spec import datasets, families, hardware, memory
 from wide_tf.spec.choices import PRECISIONS, STRATEGIES
 
 
@@ -153,3 +153,43 @@ def setup_runtime(runtime_cfg) -> Runtime:
         ", ".join(d for d in strategy.extended.worker_devices),
     )
     return runtime
+
+
+def _gpu_name() -> str:
+    gpus = tf.config.list_physical_devices("GPU")
+    return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "") if gpus else ""
+
+
+def max_device_batch(config, runtime: Runtime, device_name: str | None = None) -> int:
+    """train.max_device_batch as the config gives it; on a GPU with none (0), the memory model's
+    largest micro-batch of this run's model on that GPU (wide_tf.spec.memory, the GPU found by
+    its CUDA name), logged in one line, when the replica's batch does not fit whole (0 when it
+    does, or the GPU is not in the table). One worker per GPU holds the whole batch otherwise,
+    which runs out of memory at the paper's batches."""
+    cap = int(config.train.max_device_batch or 0)
+    if cap or runtime.platform != "gpu":
+        return cap
+    name = _gpu_name() if device_name is None else device_name
+    dev = memory.gpu_from_name(name)
+    if dev is None:
+        logging.info("max_device_batch: GPU %r not in the memory table; no default", name)
+        return 0
+    m, data = config.model, datasets.get(config.data.name)
+    shape, classes = tuple(data.input_shape), data.num_classes
+    elements = memory.activation_elements(m.arch, m.depth, m.width, classes, shape, m.norm)
+    params = families.param_count(m.arch, m.depth, m.width, classes, shape, norm=m.norm)
+    ghost = int(m.ghost_batch_size) if m.norm == "ghost" else 1
+    per_replica = int(config.train.global_batch) // runtime.num_replicas
+    largest = memory.largest_batch(elements, params, dev, runtime.mixed_precision, ghost)
+    if per_replica <= largest:
+        return 0
+    cap = memory.cap_for([per_replica], largest, ghost)
+    logging.info(
+        "max_device_batch: %d per micro-batch on %s (%s): %d examples per replica do not fit; "
+        "set train.max_device_batch to choose",
+        cap,
+        dev.name,
+        name,
+        per_replica,
+    )
+    return cap

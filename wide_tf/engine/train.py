@@ -14,6 +14,7 @@ from absl import logging
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import loop, reuse, timing
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine.bn_stats import batch_norm_layers
 from wide_tf.engine.measure import TwoBatchNoiseScale
 from wide_tf.engine.models import build_model
@@ -83,7 +84,8 @@ class Run:
         t, strategy = config.train, runtime.strategy
         self.info = info = data_lib.dataset_info(config.data)
         _check(config, info)
-        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, t.max_device_batch)
+        cap = strategy_lib.max_device_batch(config, runtime)  # a GPU default when 0
+        self.plan = plan = BatchPlan.make(t.global_batch, runtime.num_replicas, cap)
         _check_ghost_batch(config, plan)
         self.batch = batch = plan.global_batch
         self.steps_per_epoch = info.num_train / batch

@@ -212,3 +212,14 @@ def largest_batch(elements: int, params: int, dev: Device, policy: str, multiple
         return 0
     n = room // (elements * POLICY_BYTES[policy])
     return int(n // multiple * multiple)
+
+
+def cap_for(per_replica_batches, largest: int, multiple: int = 1) -> int:
+    """The largest train.max_device_batch, at most `largest` (largest_batch's answer), under which
+    every per-replica batch splits into equal micro-batches that are whole multiples of
+    `multiple` (the ghost batch); 0 when none does. config/hardware_fit.py's suggestion and the
+    GPU default (engine/strategy.py) both use it."""
+    for cap in range(largest // multiple * multiple, 0, -multiple):
+        if all((p // micro_batches(p, cap)) % multiple == 0 for p in per_replica_batches):
+            return cap
+    return 0

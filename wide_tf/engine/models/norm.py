@@ -1,6 +1,10 @@
-"""Normalisation layers for the model builders: batch norm, ghost batch norm, or none."""
+"""Normalisation layers for the model builders: batch norm, ghost batch norm, or none; their
+moving statistics updated once per optimizer step when a step is split into micro-batches."""
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import keras
 import tensorflow as tf
@@ -14,6 +18,83 @@ from wide_tf.spec.architectures import check_norm
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
+# The micro-batch accumulation (engine/accumulate.py) traces each micro-batch inside
+# `deferred_statistics()`; the norm layers then record their training statistics there instead of
+# stepping their moving averages, which accumulate.py updates once per optimizer step. Thread-local:
+# MirroredStrategy traces each replica's step in its own thread.
+_DEFERRED = threading.local()
+
+
+@contextlib.contextmanager
+def deferred_statistics():
+    """While tracing inside it, the training-mode norm layers append (layer, mean, variance) to
+    the yielded list, in call order, and leave their moving statistics alone."""
+    recorded: list = []
+    stack = _DEFERRED.__dict__.setdefault("stack", [])
+    stack.append(recorded)
+    try:
+        yield recorded
+    finally:
+        stack.pop()
+
+
+def _record(layer, mean, variance) -> bool:
+    """Records a layer's step statistics when a deferred trace is open; False when none is."""
+    stack = getattr(_DEFERRED, "stack", None)
+    if not stack:
+        return False
+    stack[-1].append((layer, mean, variance))
+    return True
+
+
+def update_moving_statistics(recorded) -> None:
+    """One moving-average step per layer from its step statistics (layer, mean, variance), in
+    replica context: ghost batch norm's averaged over replicas first (as its own update does),
+    batch norm's per replica (as Keras's does)."""
+    ctx = tf.distribute.get_replica_context()
+    replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+    ghosts = [i for i, (layer, _, _) in enumerate(recorded) if _is_ghost(layer)]
+    stats = [[mean, variance] for _, mean, variance in recorded]
+    if replicas > 1 and ghosts:  # one all-reduce for every ghost layer, outside any loop
+        reduced = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, [stats[i] for i in ghosts])
+        for i, pair in zip(ghosts, reduced):
+            stats[i] = pair
+    for (layer, _, _), (mean, variance) in zip(recorded, stats):
+        m = layer.momentum
+        layer.moving_mean.assign(tf.cast(layer.moving_mean, tf.float32) * m + mean * (1.0 - m))
+        layer.moving_variance.assign(
+            tf.cast(layer.moving_variance, tf.float32) * m + variance * (1.0 - m)
+        )
+
+
+def _is_ghost(layer) -> bool:
+    return isinstance(layer, GhostBatchNormalization)
+
+
+@keras.saving.register_keras_serializable(package="wide_tf")
+class StepBatchNormalization(keras.layers.BatchNormalization):
+    """Keras's BatchNormalization, whose training statistics can be recorded instead of stepping
+    the moving averages (inside `deferred_statistics()`, one micro-batch of a step); outside it,
+    Keras's layer unchanged."""
+
+    def call(self, inputs, training=None, mask=None):
+        deferred = getattr(_DEFERRED, "stack", None)
+        if not (deferred and training and self.trainable) or mask is not None or self.renorm:
+            return super().call(inputs, training=training, mask=mask)
+        x = tf.cast(inputs, tf.float32)  # as Keras does: statistics in float32
+        mean, variance = self._moments(x, None)
+        _record(self, mean, variance)
+        out = keras.ops.batch_normalization(
+            x=x,
+            mean=mean,
+            variance=variance,
+            axis=self.axis,
+            offset=tf.cast(self.beta, tf.float32) if self.center else None,
+            scale=tf.cast(self.gamma, tf.float32) if self.scale else None,
+            epsilon=self.epsilon,
+        )
+        return tf.cast(out, self.compute_dtype)
+
 
 @keras.saving.register_keras_serializable(package="wide_tf")
 class GhostBatchNormalization(keras.layers.BatchNormalization):
@@ -26,7 +107,8 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
     batch, since that would make the statistics depend on the replica count (train.py rejects such
     a configuration before training; here it is checked while tracing, or in the graph). The
     moving statistics are updated with the mean over groups of the group means and
-    variances (averaged over replicas too, under a multi-replica strategy); inference uses them
+    variances (averaged over replicas too, under a multi-replica strategy), once per optimizer
+    step also when the step is split into micro-batches (engine/accumulate.py); inference uses them
     exactly like BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are
     those of BatchNormalization, so parameter counts and checkpoints line up, and code that
     handles BatchNormalization in inference mode handles this layer too.
@@ -58,27 +140,7 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         if mask is not None:
             raise ValueError("GhostBatchNormalization does not support masks in training")
         x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
-        g = self.ghost_batch_size
-        static_batch = x.shape[0]
-        if static_batch is not None and static_batch % g:
-            raise ValueError(
-                f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
-                f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
-                f"model.ghost_batch_size or raise the batch"
-            )
-        batch = tf.shape(x)[0]
-        # Dynamic shapes only (on CPU and GPU without XLA; under XLA shapes are static and the
-        # check above runs while tracing, and train.py rejects such a batch before training).
-        check = tf.debugging.assert_equal(
-            batch % g,
-            0,
-            message=(
-                f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
-            ),
-        )
-        with tf.control_dependencies([check]):
-            num_groups = batch // g
-        group = g
+        num_groups, group = self._num_groups(x), self.ghost_batch_size
         grouped = tf.reshape(x, tf.concat([[num_groups, group], tf.shape(x)[1:]], axis=0))
         axes = list(range(1, len(x.shape)))  # within a group: examples and spatial positions
         mean, variance = tf.nn.moments(grouped, axes=axes, keepdims=True)
@@ -98,6 +160,8 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         channels = x.shape[-1]
         group_mean = tf.reduce_mean(tf.reshape(mean, [-1, channels]), axis=0)
         group_var = tf.reduce_mean(tf.reshape(variance, [-1, channels]), axis=0)
+        if _record(self, group_mean, group_var):  # one micro-batch of a step: updated after it
+            return tf.cast(out, self.compute_dtype)
         # Under a multi-replica strategy each replica holds its own copy of the moving statistics;
         # averaging over replicas keeps the copies equal (Keras's BatchNormalization lets them
         # drift apart) and makes them the mean over every ghost group of the global batch.
@@ -113,17 +177,42 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
         )
         return tf.cast(out, self.compute_dtype)
 
+    def _num_groups(self, x):
+        """How many virtual batches `x` holds: a Python int when the batch is static (checked
+        while tracing, no assert in the graph: TPUs and XLA), else a tensor behind an assert."""
+        g = self.ghost_batch_size
+        static_batch = x.shape[0]
+        if static_batch is not None:
+            if static_batch % g:
+                raise ValueError(
+                    f"{self.name}: a (per-replica) batch of {static_batch} is not a multiple of "
+                    f"ghost_batch_size={g}; the virtual batch is never shrunk, so lower "
+                    f"model.ghost_batch_size or raise the batch"
+                )
+            return static_batch // g
+        # Dynamic batch (CPU and GPU without XLA); train.py also rejects such a batch.
+        batch = tf.shape(x)[0]
+        check = tf.debugging.assert_equal(
+            batch % g,
+            0,
+            message=(
+                f"{self.name}: the per-replica batch must be a multiple of ghost_batch_size={g}"
+            ),
+        )
+        with tf.control_dependencies([check]):
+            return batch // g
+
     def get_config(self):
         return {**super().get_config(), "ghost_batch_size": self.ghost_batch_size}
 
 
 def make_norm_layer(norm: str, ghost_batch_size: int = 32, name: str | None = None):
-    """A BatchNormalization ('batch'), GhostBatchNormalization ('ghost') or None ('none')."""
+    """A (Step)BatchNormalization ('batch'), GhostBatchNormalization ('ghost') or None ('none')."""
     check_norm(norm)
     if norm == "none":
         return None
     if norm == "batch":
-        return keras.layers.BatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
+        return StepBatchNormalization(momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name)
     return GhostBatchNormalization(  # norm == "ghost"
         ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
     )
