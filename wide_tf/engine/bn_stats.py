@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
+from wide_tf.engine import timing
 
 
 def batch_norm_layers(model) -> list:
@@ -76,6 +77,8 @@ class BatchNormRecompute:
 
         @tf.function(autograph=False)
         def recompute():
+            timing.note_trace()
+
             # The loop runs outside `strategy.run` (as the training loop does): ghost batch norm
             # all-reduces over replicas, which MirroredStrategy refuses inside replica control flow.
             def one(i, sums):

@@ -9,6 +9,7 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
+from wide_tf.engine import timing
 from wide_tf.engine.measure import diversity, per_example
 
 
@@ -50,6 +51,7 @@ class GradientProbe:
 
         @tf.function(autograph=False)
         def sums():
+            timing.note_trace()
             # Every replica holds the same weights and probe set: their mean is any one's value.
             return strategy.reduce(
                 tf.distribute.ReduceOp.MEAN, strategy.run(replica_sums), axis=None

@@ -3,6 +3,7 @@ wide_tf/spec/result.py, and the protocol every record carries (describe_protocol
 
 from __future__ import annotations
 
+from wide_tf.engine import timing
 from wide_tf.engine.targets import extra_targets
 from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import result as schema
@@ -99,13 +100,14 @@ def _primary_numbers(st, batch: int, n_train: int) -> dict:
     }
 
 
-def _evaluations_to_target(st) -> int | None:
-    """How finely the evaluation cadence resolved the primary crossing: the evaluations after the
-    initial one up to and including the one that first met the target."""
+def _evaluations_to_target(st, eval_steps) -> int | None:
+    """How finely the evaluation cadence resolved the primary crossing: the evaluation steps after
+    the initial one up to and including the one that first met the target (counted on the
+    cadence: the economy stops most passes early, engine/evaluation.py)."""
     s_target = st.steps_to_target if st.status == "reached" else None
     if s_target is None:
         return None
-    return sum(1 for ev in st.history if 0 < ev["step"] <= s_target)
+    return sum(1 for s in eval_steps if 0 < s <= s_target)
 
 
 def build(run) -> dict:
@@ -129,7 +131,7 @@ def build(run) -> dict:
         "target": {"metric": t.target_metric, "value": t.target_value},
         **_primary_numbers(st, batch, n_train),
         "targets": run.targets.records(st),  # every target, the primary first
-        "evaluations_to_target": _evaluations_to_target(st),
+        "evaluations_to_target": _evaluations_to_target(st, run.eval_steps),
         # 1 / (1 - momentum), to set steps-to-target against momentum's build-up.
         "momentum_ramp_steps": momentum_ramp_steps(config.optim),
         "diverged_at_step": st.diverged_at,
@@ -138,6 +140,7 @@ def build(run) -> dict:
         "final": {k: last.get(k) for k in (f.name for f in schema.FINAL)},
         "best_test_accuracy": st.best_test_accuracy,
         "wall_time_s": st.wall_time_s,
+        "time_s": timing.settle(st.time_s, st.wall_time_s),
         "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
         "gradient": {"history": st.gradient, "noise_scale_ema": run.noise_scale_ema},
         "runtime": run.runtime.describe(),

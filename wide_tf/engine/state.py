@@ -31,6 +31,11 @@ class RunState:
     noise: dict | None = None  # the two-batch noise-scale estimator's state
     train_time_s: float = 0.0
     wall_time_s: float = 0.0
+    # Seconds by kind (engine/timing.py's ACCOUNT): result.json's "time_s".
+    time_s: dict = dataclasses.field(default_factory=dict)
+    # The last evaluation step whose training-set pass stopped early (its weights are in the
+    # evaluation snapshot, engine/evaluation.py), or None.
+    cut_short_step: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

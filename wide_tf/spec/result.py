@@ -43,6 +43,11 @@ GRADIENT = (
     Field("noise_scale_ema", "number", nullable=True),
 )
 
+# A run's seconds by kind (engine/timing.py): its set-up, the first call of each compiled function,
+# training, evaluation, probe and checkpoints, and the rest of its loop; "other" closes the sum.
+TIME_KINDS = ("setup", "compile", "train", "eval", "probe", "checkpoint", "other")
+TIME = tuple(Field(k, "number") for k in TIME_KINDS)
+
 # In the order the trainer writes them (result.json itself is written with sorted keys).
 FIELDS = (
     Field("trial_id", "str"),
@@ -73,6 +78,9 @@ FIELDS = (
     Field("final", "dict", fields=FINAL),
     Field("best_test_accuracy", "number", nullable=True),
     Field("wall_time_s", "number"),
+    Field(
+        "time_s", "dict", required=False, fields=TIME, doc="seconds by kind (not in old records)"
+    ),
     Field("examples_per_s", "number", nullable=True),
     Field("gradient", "dict", fields=GRADIENT),
     Field("runtime", "str"),
