@@ -127,6 +127,9 @@ def _local(config, variant):
     config.train.min_steps = 400
     # A tenth of an epoch: epochs-to-target resolved to 0.1 epochs at every batch size.
     config.train.eval_every_examples = 144
+    # Evaluation batches of 256: 1,536 padded rows per pass over the 1,438 digits (1,024: 2,048),
+    # and a bounded pass (engine/evaluation.py) checks whether it can stop every 256 examples.
+    config.train.eval_batch = 256
     config.train.gradient_at_init = True
     # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
     # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).

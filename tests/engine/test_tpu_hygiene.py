@@ -36,7 +36,7 @@ def test_evaluation_takes_the_known_number_of_batches_with_static_shapes(replica
     dataset = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((xp, yp, w)).batch(8, drop_remainder=True)
     )
-    eval_set = data.EvalDataset(dataset, len(w) // 8)
+    eval_set = data.EvalDataset(dataset, len(w) // 8, len(y))
     assert eval_set.num_batches == 5
     with strategy.scope():
         model = build_model("mlp", 1, 8, 4, (6, 6, 1), norm="none")

@@ -394,9 +394,10 @@ class EvalDataset:
     evaluation takes exactly that many with `get_next` (not `get_next_as_optional`, whose
     end-of-data branch TPUStrategy compiles with a dynamic batch dimension)."""
 
-    def __init__(self, dataset, num_batches: int):
+    def __init__(self, dataset, num_batches: int, num_examples: int):
         self.dataset = dataset
         self.num_batches = int(num_batches)
+        self.num_examples = int(num_examples)  # without the padding
 
     def __iter__(self):
         return iter(self.dataset)
@@ -421,6 +422,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
                 _in_memory_eval_fn(arrays, batch_size, spec)
             ),
             (n + eval_padding(n, batch_size)) // batch_size,
+            n,
         )
     factory, n = _eval_source(data_cfg, split, limit)
     pad = eval_padding(n, batch_size)
@@ -445,7 +447,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
         )
 
     return EvalDataset(
-        strategy.distribute_datasets_from_function(dataset_fn), (n + pad) // batch_size
+        strategy.distribute_datasets_from_function(dataset_fn), (n + pad) // batch_size, n
     )
 
 

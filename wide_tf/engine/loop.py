@@ -61,7 +61,7 @@ class Controller:
     def save(self) -> None:
         """A checkpoint (model, optimizer, state) and metrics.jsonl."""
         st = self.run_.state
-        with timing.timed("checkpoint") as timed:
+        with timing.timed("checkpoint", st.time_s) as timed:
             now = time.time()
             st.wall_time_s += now - self._clock
             self._clock = now
@@ -85,9 +85,11 @@ class Controller:
                 self.measure()
         self.train_to_the_end()
         run.finish()
-        if st.diverged_at is None and (not st.history or st.history[-1]["step"] != st.step):
-            self.evaluate(check_target=False)  # the final numbers; the target counts on the cadence
+        final = run.economy.finish()  # the final numbers; the targets count on the cadence only
+        if final is not None:
+            self.write_eval(final)
         self.save()
+        self.write_time()
         self.metrics.close()
         return self.write_result()
 
@@ -111,7 +113,9 @@ class Controller:
             if run.probe is not None and run.probe.due(examples_before, st.step * run.batch):
                 self.measure()
             if st.step in run.eval_steps:
-                self.log_progress(scalars, self.evaluate(scalars))
+                ev = self.evaluate(scalars)
+                if ev is not None:  # None: a pass that could not be a crossing, cut short
+                    self.log_progress(scalars, ev)
             if st.step - last_ckpt >= ckpt_every and time.time() - last_ckpt_time >= ckpt_min_s:
                 self.save()
                 last_ckpt, last_ckpt_time = st.step, time.time()
@@ -120,14 +124,21 @@ class Controller:
                     self.save()
                 raise preemption.Preempted(run.name, st.step)
 
-    def evaluate(self, train_scalars: dict | None = None, check_target: bool = True) -> dict:
-        run = self.run_
-        step = run.state.step
-        ev = run.evaluate(train_scalars, check_target=False)
-        self.metrics.scalars("eval", step, {k: ev[k] for k in EVAL_SCALARS})
-        if check_target:
-            run.check_targets(ev)
+    def evaluate(self, train_scalars: dict | None = None) -> dict | None:
+        """The evaluation of an evaluation step (engine/evaluation.py), its targets checked."""
+        ev = self.run_.economy.evaluate(train_scalars)
+        if ev is not None:
+            self.write_eval(ev)
         return ev
+
+    def write_eval(self, ev: dict) -> None:
+        self.metrics.scalars("eval", ev["step"], {k: ev[k] for k in EVAL_SCALARS if k in ev})
+
+    def write_time(self) -> None:
+        """The run's seconds by kind (engine/timing.py), as TensorBoard scalars at its last step."""
+        st = self.run_.state
+        account = timing.settle(st.time_s, st.wall_time_s)
+        self.metrics.scalars("train", st.step, {f"time/{k}_s": v for k, v in account.items()})
 
     def measure(self) -> None:
         run = self.run_
@@ -173,7 +184,7 @@ class Controller:
         run = self.run_
         st = run.state
         self.metrics.log(
-            "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %.4f | "
+            "step %d/%d  epoch %.2f  loss %.4f  acc %.4f | train acc %.4f  test acc %s | "
             "lr %.4g  %.0f ex/s",
             st.step,
             run.total_steps,
@@ -181,7 +192,7 @@ class Controller:
             scalars["batch_loss"],
             scalars["batch_accuracy"],
             ev["train_accuracy"],
-            ev["test_accuracy"],
+            f"{ev['test_accuracy']:.4f}" if "test_accuracy" in ev else "-",
             scalars["learning_rate"],
             scalars["examples_per_s"],
         )

@@ -15,6 +15,7 @@ import tensorflow as tf
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
+from wide_tf.engine.evaluation import Snapshot
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
 
@@ -47,6 +48,8 @@ KEY_EXCLUDED = {
         "min_steps",
         "steps_per_loop",  # an argument tensor of the traced loop
         "eval_every_examples",
+        "eval_economy",  # which passes the host asks for, and where they stop
+        "curve_every_examples",
         "target_metric",
         "target_value",
         "stop_at_target",
@@ -107,6 +110,7 @@ class Built:
     # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
     # learning rates of a grid measure them once (see Run.at_init).
     at_init: dict = dataclasses.field(default_factory=dict)
+    snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None
     bn_recompute: BatchNormRecompute | None = None  # train.target_bn='recompute' on a BN model
 
@@ -188,6 +192,7 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
         )
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)
+    snapshot = Snapshot(model, strategy)
     bn_recompute = None
     if t.target_bn == "recompute" and batch_norm_layers(model):
         bn_recompute = BatchNormRecompute(config, model, strategy)
@@ -195,7 +200,11 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
         key=key,
         bn_recompute=bn_recompute,
         host_var=host_var,
-        checkpoint=tf.train.Checkpoint(model=model, optimizer=optimizer, host_state=host_var),
+        # The snapshot too: a resumed run may interpolate its next crossing against it.
+        checkpoint=tf.train.Checkpoint(
+            model=model, optimizer=optimizer, host_state=host_var, eval_snapshot=snapshot.saved
+        ),
+        snapshot=snapshot,
         model=model,
         optimizer=optimizer,
         stepper=stepper,

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import accumulate
+from wide_tf.engine import accumulate, timing
 from wide_tf.engine import data as data_lib
 from wide_tf.engine.accumulate import losses_and_hits, sq_norm
 from wide_tf.engine.optim import Diagnostics
@@ -76,6 +77,24 @@ def weighted_sums(model, x, y, w) -> tf.Tensor:
     return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
 
 
+# An evaluation pass's bound (engine/evaluation.py): [the fewest hits that meet a target, the
+# largest loss sum that does, the set's examples]. The pass goes on while either can still be met.
+WHOLE_PASS = (-math.inf, math.inf)
+
+
+def go_on(sums, bound) -> tf.Tensor:
+    """Whether the pass whose [loss sum, hits, examples] so far are `sums` can still meet a target:
+    every example to come a hit, or every one a zero loss (float32 sums of whole numbers are exact
+    below 2^24, and a sum of losses >= 0 never decreases)."""
+    best_hits = sums[1] + (bound[2] - sums[2])
+    return tf.logical_or(best_hits >= bound[0], sums[0] <= bound[1])
+
+
+def _bound_tensor(bound, num_examples: int) -> tf.Tensor:
+    lo, hi = WHOLE_PASS if bound is None else bound
+    return tf.constant([lo, hi, float(num_examples)], tf.float32)
+
+
 def _build_eval_fn(model, strategy, jit_compile: bool):
     """The whole evaluation pass over a distributed (x, y, weight) dataset, as one graph."""
 
@@ -86,10 +105,12 @@ def _build_eval_fn(model, strategy, jit_compile: bool):
         replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
 
     @tf.function(autograph=False)
-    def eval_all(iterator, num_batches):
+    def eval_all(iterator, num_batches, bound):
+        timing.note_trace()
         # The whole pass in one graph: evaluation runs on a cadence inside every training
         # run, and a Python loop over batches cost more than the forward passes themselves.
-        # Exactly `num_batches` padded batches with `get_next`: static shapes under TPUStrategy.
+        # At most `num_batches` padded batches with `get_next`: static shapes under TPUStrategy;
+        # fewer when `bound` says the rest cannot meet a target (go_on).
         # The iterator comes from outside, as in training: one made inside this function hangs
         # in `get_next` under MirroredStrategy (two CPU replicas here).
 
@@ -98,7 +119,9 @@ def _build_eval_fn(model, strategy, jit_compile: bool):
             return i + 1, sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
         _, sums = tf.while_loop(
-            lambda i, _: i < num_batches, add_batch, [tf.constant(0), tf.zeros([3], tf.float32)]
+            lambda i, sums: tf.logical_and(i < num_batches, go_on(sums, bound)),
+            add_batch,
+            [tf.constant(0), tf.zeros([3], tf.float32)],
         )
         return sums
 
@@ -255,6 +278,7 @@ class Stepper:
         # optimizer and Keras internals on every trace, seconds per run of a study.
         @tf.function(autograph=False)
         def train_loop(iterator, num_steps):
+            timing.note_trace()
             # SimCLR-style: several steps per host call; the host decides when to log and evaluate.
             # The loop's condition reads only its counter: no device read per step (divergence
             # is handled inside the step, see _replica_step).
@@ -293,17 +317,21 @@ class Stepper:
 
     # ---- evaluation -----------------------------------------------------------------------------
 
-    def evaluate(self, dataset) -> dict:
+    def evaluate(self, dataset, bound=None) -> dict | None:
         """Loss and accuracy over an evaluation set: a data.EvalDataset whose elements are
-        (x, y, weight), or an `InMemoryEvalSet`."""
+        (x, y, weight), or an `InMemoryEvalSet`. `bound` (engine/evaluation.py; None: the whole
+        pass): the pass stops once no target can be met, and returns None. One device read."""
+        b = _bound_tensor(bound, dataset.num_examples)
         if isinstance(dataset, InMemoryEvalSet):
-            loss, hits, count = (float(v) for v in dataset.sums(self.model).numpy())
+            sums = dataset.sums(self.model, b)
         else:
             if self._eval_fn is None:
                 self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
             batches = tf.constant(dataset.num_batches, tf.int32)
-            sums = self._eval_fn(iter(dataset.dataset), batches)
-            loss, hits, count = (float(v) for v in sums.numpy())
+            sums = self._eval_fn(iter(dataset.dataset), batches, b)
+        loss, hits, count = (float(v) for v in sums.numpy())
+        if count < dataset.num_examples:
+            return None  # stopped early: no target can be met at this step
         if count == 0:
             raise ValueError("the evaluation set is empty")
         return {"loss": loss / count, "accuracy": hits / count, "examples": count}
@@ -319,30 +347,37 @@ class InMemoryEvalSet:
     MAX_BYTES = 64 << 20
 
     def __init__(self, x, y, batch_size: int):
+        self.num_examples = len(y)  # without the padding
         x, y, w = data_lib.pad_for_evaluation(x, y, batch_size, dtype=np.float32)
         batches = len(w) // batch_size
         self.x = tf.constant(x.reshape((batches, batch_size) + x.shape[1:]))
         self.y = tf.constant(y.reshape(batches, batch_size))
         self.w = tf.constant(w.reshape(batches, batch_size))
+        self.num_batches = batches
         self._fn = None
 
     @classmethod
     def fits(cls, num_values: int) -> bool:
         return num_values * 4 <= cls.MAX_BYTES
 
-    def sums(self, model) -> tf.Tensor:
-        """[loss sum, correct, examples] of `model` in inference mode."""
+    def sums(self, model, bound=None) -> tf.Tensor:
+        """[loss sum, correct, examples] of `model` in inference mode, over every batch or until
+        `bound` (a tensor, see go_on) says no target can be met."""
         if self._fn is None:
 
             @tf.function(autograph=False)
-            def fn():
+            def fn(bound):
+                timing.note_trace()
+
                 def add(i, sums):
                     return i + 1, sums + weighted_sums(model, self.x[i], self.y[i], self.w[i])
 
                 _, sums = tf.while_loop(
-                    lambda i, _: i < tf.shape(self.w)[0], add, [tf.constant(0), tf.zeros([3])]
+                    lambda i, sums: tf.logical_and(i < tf.shape(self.w)[0], go_on(sums, bound)),
+                    add,
+                    [tf.constant(0), tf.zeros([3])],
                 )
                 return sums
 
             self._fn = fn
-        return self._fn()
+        return self._fn(_bound_tensor(None, self.num_examples) if bound is None else bound)

@@ -51,11 +51,20 @@ class Targets:
         crossings = list(state.extra_crossings)[:n_extra]
         state.extra_crossings = crossings + [None] * (n_extra - len(crossings))
 
-    def check(self, state, ev: dict) -> None:
-        """Records the first crossing of the primary target and of every extra target at this
-        evaluation (the last one in the history), each interpolated like the primary."""
+    def unreached(self, state) -> list[tuple[str, float]]:
+        """The (metric, value) of every target not met yet, the primary first."""
         st = state
-        prev = st.history[-2] if len(st.history) >= 2 else None
+        out = [] if st.steps_to_target is not None else [self.primary]
+        return out + [t for t, c in zip(self.extra, st.extra_crossings) if c is None]
+
+    def any_met(self, state, ev: dict) -> bool:
+        """Whether the evaluation `ev` meets a target not met before it."""
+        return any(_target_met(m, v, ev) for m, v in self.unreached(state) if m in ev)
+
+    def check(self, state, ev: dict, prev: dict | None) -> None:
+        """Records the first crossing of the primary target and of every extra target at the
+        evaluation `ev`, each interpolated with `prev`, the evaluation step before it."""
+        st = state
         metric, value = self.primary
         if st.steps_to_target is None and _target_met(metric, value, ev):
             st.steps_to_target, st.status = st.step, "reached"

@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from wide_tf.engine import data as data_lib
-from wide_tf.engine import loop, reuse, timing
+from wide_tf.engine import evaluation, loop, reuse, timing
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine.bn_stats import batch_norm_layers
@@ -81,6 +81,7 @@ class Run:
 
     def __init__(self, config, workdir: str, runtime: Runtime, trial: dict | None = None):
         self.config, self.workdir, self.runtime, self.trial = config, workdir, runtime, trial or {}
+        started = time.perf_counter()
         t, strategy = config.train, runtime.strategy
         self.info = info = data_lib.dataset_info(config.data)
         _check(config, info)
@@ -105,9 +106,11 @@ class Run:
         self.extra_targets = self.targets.extra
         want_probe = t.gradient_every_examples or t.gradient_at_init
         self.probe = built.probe(config) if want_probe else None
+        self.economy = evaluation.Economy(self)
         self.state = RunState()
         self.noise = None
         self.train_iter = None
+        self.setup_s = time.perf_counter() - started  # into the account at restore
 
     @property
     def n_train(self) -> int:
@@ -120,6 +123,7 @@ class Run:
         its step."""
         self.state = state or RunState()
         self.targets.adopt(self.state)
+        timing.add(self.state.time_s, "setup", self.setup_s)
         t = self.config.train
         self.noise = TwoBatchNoiseScale(decay=t.noise_scale_ema)
         if self.state.noise:
@@ -142,7 +146,7 @@ class Run:
         st = self.state
         n = min(self.config.train.steps_per_loop, target_step - st.step)
         t0 = time.time()
-        with timing.timed("train") as timed:
+        with timing.timed("train", st.time_s) as timed:
             scalars = self.stepper.train(self.train_iter, n)
             timed["count"] = int(scalars["steps"])
         dt = time.time() - t0
@@ -191,49 +195,72 @@ class Run:
                 out["noise_scale_two_batch"] = float(self.noise.value)
         return out
 
-    def evaluate(self, train_scalars: dict | None = None, check_target: bool = True) -> dict:
-        """Training and test accuracy and loss at the current step, into the history; with
-        `check_target`, whether the target is met (the first time: the run has reached it)."""
+    def evaluate(
+        self,
+        train_scalars: dict | None = None,
+        sets=("train", "test"),
+        bound=None,
+        record: bool = True,
+        step: int | None = None,
+    ) -> dict | None:
+        """The loss and accuracy of `sets` at the current step (or at `step`, for the snapshot's
+        weights), into the history when `record`. `bound` bounds the training set's pass: None
+        when it stopped early (engine/evaluation.py). The targets are checked by the caller."""
         st = self.state
-        both = self.at_init("eval", lambda: self.evaluate_sets(self.built.eval_sets))
-        tr, te = both["train"], both["test"]
-        ev = {
-            "step": st.step,
-            "epoch": st.step * self.batch / self.info.num_train,
-            "examples": st.step * self.batch,
-            "train_accuracy": tr["accuracy"],
-            "train_loss": tr["loss"],
-            "test_accuracy": te["accuracy"],
-            "test_loss": te["loss"],
-        }
+        key = "eval" if tuple(sets) == ("train", "test") else "eval:" + ",".join(sets)
+        out = self.at_init(key, lambda: self.evaluate_sets(self.built.eval_sets, sets, bound))
+        if out is None:
+            return None
+        step = st.step if step is None else step
+        ev = {"step": step, "epoch": step * self.batch / self.n_train}
+        ev["examples"] = step * self.batch
+        for name, values in out.items():
+            ev[f"{name}_accuracy"], ev[f"{name}_loss"] = values["accuracy"], values["loss"]
         if train_scalars:
             ev.update(train_scalars)
-        best = st.best_test_accuracy
-        st.best_test_accuracy = te["accuracy"] if best is None else max(best, te["accuracy"])
-        st.history.append(ev)
-        if check_target:
-            self.check_targets(ev)
+        if "test" in out:
+            self._best_test(out["test"]["accuracy"])
+        if record:
+            st.history.append(ev)
         return ev
 
-    def check_targets(self, ev: dict) -> None:
-        """Every target's first crossing at this evaluation (engine/targets.py)."""
-        self.targets.check(self.state, ev)
+    def add_test(self, ev: dict) -> None:
+        """The test set's numbers into the evaluation `ev` of the current step (the end)."""
+        te = self.evaluate_sets(self.built.eval_sets, ("test",))["test"]
+        ev["test_accuracy"], ev["test_loss"] = te["accuracy"], te["loss"]
+        self._best_test(te["accuracy"])
 
-    def evaluate_sets(self, sets: dict) -> dict:
-        """The training and evaluation sets' loss and accuracy, with the batch-norm statistics
-        that train.target_bn asks for (the training run's own are left as they were)."""
+    def _best_test(self, accuracy: float) -> None:
+        best = self.state.best_test_accuracy
+        self.state.best_test_accuracy = accuracy if best is None else max(best, accuracy)
+
+    def check_targets(self, ev: dict, prev: dict | None) -> None:
+        """Every target's first crossing at this evaluation, interpolated with `prev` (the
+        evaluation step before it; engine/targets.py)."""
+        self.targets.check(self.state, ev, prev)
+
+    def evaluate_sets(self, sets: dict, names=("train", "test"), bound=None) -> dict | None:
+        """The named evaluation sets' loss and accuracy, with the batch-norm statistics that
+        train.target_bn asks for (the training run's own are left as they were); None when the
+        training set's pass stopped early under `bound`."""
         recompute = self.built.bn_recompute
-        saved = recompute.recompute() if recompute is not None else None
+        with timing.timed("eval", self.state.time_s):
+            saved = recompute.recompute() if recompute is not None else None
         try:
-            return {k: self._evaluate_set(sets[k]) for k in ("train", "test")}
+            out = {}
+            for k in names:
+                out[k] = self._evaluate_set(sets[k], bound if k == "train" else None)
+                if out[k] is None:
+                    return None
+            return out
         finally:
             if saved is not None:
                 recompute.restore(saved)
 
-    def _evaluate_set(self, dataset) -> dict:
-        with timing.timed("eval") as timed:
-            out = self.stepper.evaluate(dataset)
-            timed["count"] = int(out["examples"])
+    def _evaluate_set(self, dataset, bound=None) -> dict | None:
+        with timing.timed("eval", self.state.time_s) as timed:
+            out = self.stepper.evaluate(dataset, bound)
+            timed["count"] = 0 if out is None else int(out["examples"])
         return out
 
     def at_init(self, what: str, compute) -> dict:
@@ -249,7 +276,7 @@ class Run:
     def measure(self) -> dict:
         """Exact gradient diversity on the probe set at the current step, into the state."""
         st = self.state
-        with timing.timed("probe") as timed:
+        with timing.timed("probe", st.time_s) as timed:
             g = self.at_init("gradient", lambda: self.probe(self.model))
             timed["count"] = self.probe.n
         g.update(step=st.step, examples=st.step * self.batch)

@@ -199,6 +199,16 @@ TRAIN = (
     ),
     _F("train.eval_batch", 1024, _int(1), "the evaluation batch"),
     _F("train.eval_train_limit", 0, _int(0), "0: training accuracy over the whole training set"),
+    # The evaluation economy (engine/evaluation.py): a pass over the training set stops once no
+    # unreached target can be met at this step, and the test set is evaluated only for the
+    # curves; steps-to-target and every target's record stay exactly as with every pass whole.
+    _F("train.eval_economy", True, FREE, "skip the passes that cannot be a crossing (exact)"),
+    _F(
+        "train.curve_every_examples",
+        0,
+        _int(0, fix="0 means every 10 evaluations"),
+        "whole train and test evaluations for the curves; a multiple of eval_every_examples",
+    ),
     _F("train.target_metric", "train_accuracy", Choice(targets.TARGET_METRICS), "the target"),
     _F("train.target_value", 0.99, TARGET_VALUE, "an accuracy in (0, 1], a loss above 0"),
     # Stop once the primary target and every extra target is met (or at the budget).
@@ -275,6 +285,14 @@ SWEEP = (
     # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the two
     # smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
     _F("sweep.eps", 1.0, _POSITIVE, "B_x(1+eps)'s eps"),
+    # Which runs measure the gradient probe along training (train.gradient_every_examples): the
+    # report reads it only at each member's smallest batch (the noise-scale prediction).
+    _F(
+        "sweep.probe_batches",
+        "smallest",
+        Choice(choices.PROBE_BATCHES),
+        "smallest: the probe along training only at the smallest batch; all: in every run",
+    ),
 )
 SECTIONS = {
     "model": MODEL,

@@ -29,3 +29,12 @@ def eval_steps(batch: int, every_examples: int, total_steps: int) -> list[int]:
             return sorted(steps)
         steps.add(s)
         k += 1
+
+
+CURVE_EVERY_EVALUATIONS = 10  # train.curve_every_examples=0: every 10th evaluation
+
+
+def curve_every(eval_every: int, curve_every_examples: int) -> int:
+    """Examples between two whole evaluations of both sets (the curves, the test set): a multiple
+    of the evaluation cadence, so its steps are evaluation steps too."""
+    return int(curve_every_examples) or CURVE_EVERY_EVALUATIONS * int(eval_every)

@@ -200,6 +200,15 @@ def _sweep_rules(config) -> None:
         raise RuleError(f"sweep.family (kind={f.kind!r}, arch={m.arch!r}): {e}") from None
 
 
+def _cadence_rules(t, num_train: int) -> None:
+    every = t.eval_every_examples or num_train
+    if t.curve_every_examples and t.curve_every_examples % every:
+        raise RuleError(
+            f"train.curve_every_examples={t.curve_every_examples} is not a multiple of the "
+            f"evaluation cadence ({every} examples): use a multiple, e.g. {10 * every}, or 0"
+        )
+
+
 def has_sweep(config) -> bool:
     """A study of many trials: a sweep with batch sizes (`config.sweep = None`: one run)."""
     sweep = config.get("sweep") if config.get("kind", "study") == "study" else None
@@ -213,6 +222,7 @@ def check(config, num_train: int, *, replicas: int | None = 1, source: str = "")
     check_targets(config)
     _optimizer_rules(config.optim)
     _budget_rules(config.train)
+    _cadence_rules(config.train, num_train)
     _target_bn_rules(config, num_train)
     _runtime_rules(config.runtime)
     if has_sweep(config):
