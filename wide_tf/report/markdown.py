@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from wide_tf.analysis import cells, members
-from wide_tf.report import prediction
+from wide_tf.report import cost, prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
 
@@ -323,6 +323,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> s
         lines += md_edges(summaries)
         lines += md_cells(summaries)
         lines += prediction.md_prediction(result.get("prediction"))
+        lines += cost.md_time(records)
         lines += md_plots(plots)
         lines += md_tables(tb_written)
     return "\n".join(lines + [HOW_TO_READ])

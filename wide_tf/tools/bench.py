@@ -4,6 +4,8 @@ an exact gradient-diversity measurement relative to one training step.
     python -m wide_tf.tools.bench          # both parts, an aligned table (a few minutes on 2 cores)
     python -m wide_tf.tools.bench --only=loop --json --repeats=7
     python -m wide_tf.tools.bench --only=workers   # one study with --workers=1 and 2 (minutes)
+    python -m wide_tf.tools.bench --only=study_cost   # 42 local-study trials, before/with the
+                                                      # evaluation economy (about 10 minutes)
 
 Shared machines are noisy, so every comparison is made inside one run with the contenders
 interleaved (loop, fit, loop, fit, ...) and summarised by the median of the per-round ratios.
@@ -22,6 +24,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from wide_tf.tools import bench_study_cost as study_cost  # noqa: E402
 from wide_tf.tools.bench_common import OVERHEAD_CASE, Case, default_cases  # noqa: E402
 from wide_tf.tools.bench_diversity import DIVERSITY_TARGET, bench_diversity  # noqa: E402
 from wide_tf.tools.bench_host import _Counters, bench_transfers, bench_trial_cost  # noqa: E402
@@ -64,9 +67,10 @@ def parse_args(argv=None):
     )
     p.add_argument(
         "--only",
-        choices=("loop", "overhead", "diversity", "workers"),
+        choices=("loop", "overhead", "diversity", "workers", "study_cost"),
         default=None,
-        help="run one part only (default: all but workers, which runs whole studies: minutes)",
+        help="run one part only (default: all but workers and study_cost, which run whole "
+        "studies or slices of one: minutes)",
     )
     p.add_argument(
         "--quick", action="store_true", help="tiny models and batches (seconds; for tests)"
@@ -104,6 +108,13 @@ def parse_args(argv=None):
         help="loop part: only these model names, comma-separated (e.g. mlp-d1-w32, the "
         "overhead-bound case)",
     )
+    p.add_argument(
+        "--groups",
+        type=int,
+        default=None,
+        help="study_cost: (member, batch) groups of the slice (default 7 = 42 trials; 1 with "
+        "--quick, on configs/mlp.py:smoke)",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -131,6 +142,10 @@ def run(args) -> list[dict]:
                 rows += bench_diversity(case, b, repeats, args.chunk_size, naive_subset, args.seed)
     if args.only == "workers":
         rows += bench_workers(args.quick, args.repeats or (1 if args.quick else 2))
+    if args.only == "study_cost":
+        spec = "configs/mlp.py:smoke" if args.quick else study_cost.DEFAULT_CONFIG
+        groups = args.groups or (2 if args.quick else study_cost.DEFAULT_GROUPS)
+        rows += study_cost.bench_study_cost(spec, groups)
     end = _environment()
     rows[0]["load_average_1m_end"] = end["load_average_1m"]
     return rows
