@@ -84,6 +84,8 @@ def make_trial(
     cfg.train.global_batch = int(batch)
     cfg.optim.lr_multiplier = float(lr_multiplier)
     cfg.train.seed = int(seed)
+    if _probe_off(config.sweep, batch):
+        cfg.train.gradient_every_examples = 0  # the initial probe (gradient_at_init) stays
     del cfg.sweep
     return Trial(
         trial_id(member, batch, lr_multiplier, seed, cfg),
@@ -93,6 +95,15 @@ def make_trial(
         int(seed),
         cfg,
         role,
+    )
+
+
+def _probe_off(sweep, batch: int) -> bool:
+    """sweep.probe_batches='smallest': only the runs at the smallest batch measure the gradient
+    probe along training; the report reads it nowhere else (the noise-scale prediction reads
+    each member's smallest batch at the chosen rate, analysis/prediction.py)."""
+    return sweep.get("probe_batches", "smallest") == "smallest" and int(batch) != min(
+        int(b) for b in sweep.batch_sizes
     )
 
 
