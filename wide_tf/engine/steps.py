@@ -144,13 +144,19 @@ class Stepper:
         optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
         only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
         with strategy.scope():
-            self.acc = {
-                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
-                for k in self.scalar_names
-            }
-            self.diverged = tf.Variable(
-                False, trainable=False, aggregation=only_first, name="diverged"
+            # One copy per replica (ON_READ), read from the first: every value added is already
+            # all-reduced or computed from all-reduced values, so the copies agree, and a replica
+            # updates its own with no collective. A mirrored (ON_WRITE) variable would broadcast
+            # the first replica's value on every assign (an all-to-all on TPU, a copy per device
+            # elsewhere: 7 a step, 17 in all in the two traced step variants;
+            # tests/engine/test_accumulators.py counts them).
+            local = dict(
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=only_first,
             )
+            self.acc = {k: tf.Variable(0.0, name=k, **local) for k in self.scalar_names}
+            self.diverged = tf.Variable(False, name="diverged", **local)
             # A variable, not a constant baked into the graph: runs that differ only in their
             # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
             self.diverge_loss = tf.Variable(
