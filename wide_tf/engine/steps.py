@@ -76,11 +76,11 @@ def weighted_sums(model, x, y, w) -> tf.Tensor:
     return tf.stack([tf.reduce_sum(losses * w), tf.reduce_sum(hits * w), tf.reduce_sum(w)])
 
 
-def _build_eval_fn(model, strategy, jit_compile: bool):
+def _build_eval_fn(model, strategy, jit_compile: bool, input_spec=None):
     """The whole evaluation pass over a distributed (x, y, weight) dataset, as one graph."""
 
-    def replica_eval(x, y, w):
-        return weighted_sums(model, x, y, w)
+    def replica_eval(x, y, w):  # packed images unpacked and normalised here, on the device
+        return weighted_sums(model, data_lib.device_inputs(x, input_spec, w), y, w)
 
     if jit_compile:  # no synchronisation inside (sums are reduced outside)
         replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
@@ -124,8 +124,12 @@ class Stepper:
         jit_compile: bool = False,
         diverge_loss: float = float("inf"),
         diagnostics: Diagnostics | None = None,
+        input_spec=None,
     ):
         self.model = model
+        # The data set's spec (spec/datasets.Dataset): packed images (data.pack_images) are
+        # unpacked and normalised inside the step with its constants. None: float inputs only.
+        self.input_spec = input_spec
         self.optimizer = optimizer
         self.strategy = strategy
         self.plan = plan
@@ -183,6 +187,7 @@ class Stepper:
         final metrics and is never resumed."""
         ctx = tf.distribute.get_replica_context()
         variables = self.model.trainable_variables
+        x = data_lib.device_inputs(x, self.input_spec)
         skip = self.diverged.read_value()
         live = tf.logical_not(skip)
         loss_sum, correct, grads, small_sq = accumulate.loss_and_grads(
@@ -306,7 +311,9 @@ class Stepper:
             loss, hits, count = (float(v) for v in dataset.sums(self.model).numpy())
         else:
             if self._eval_fn is None:
-                self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
+                self._eval_fn = _build_eval_fn(
+                    self.model, self.strategy, self.jit_compile, self.input_spec
+                )
             batches = tf.constant(dataset.num_batches, tf.int32)
             sums = self._eval_fn(iter(dataset.dataset), batches)
             loss, hits, count = (float(v) for v in sums.numpy())
