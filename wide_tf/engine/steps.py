@@ -42,6 +42,7 @@ class BatchPlan:
     global_batch: int
     num_replicas: int
     num_micro_batches: int
+    max_device_batch: int = 0  # the cap in force (the config's, or the GPU default); 0: none
 
     @property
     def per_replica(self) -> int:
@@ -61,7 +62,17 @@ class BatchPlan:
                 f"use a multiple of {num_replicas}"
             )
         micro = rules.micro_batches(global_batch // num_replicas, max_device_batch)
-        return cls(global_batch, num_replicas, micro)
+        return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
+
+    def describe(self) -> dict:
+        """The plan as result.json records it (spec/result.py, BATCH_PLAN)."""
+        return {
+            "max_device_batch": self.max_device_batch,
+            "replicas": self.num_replicas,
+            "per_replica": self.per_replica,
+            "micro_batches": self.num_micro_batches,
+            "micro_batch": self.micro_batch,
+        }
 
 
 def _is_tpu(strategy) -> bool:
