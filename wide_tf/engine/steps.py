@@ -146,9 +146,10 @@ class Stepper:
         self.plan = plan
         # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
         # compiles the whole replica function itself, and a jit_compile function nested inside
-        # it is what Keras 3 refuses under tf.distribute. On one GPU the nested step runs; on
-        # several, its all-reduce inside XLA fails ("merge_call called while defining a new
-        # graph"), so engine/strategy.py refuses jit_compile there (never run on a GPU here).
+        # it is what Keras 3 refuses under tf.distribute. On one GPU (OneDeviceStrategy) the nested
+        # step should compile as it does on one CPU; on several, its all-reduce inside XLA fails
+        # ("merge_call called while defining a new graph", reproduced on two logical CPUs), so
+        # engine/strategy.py refuses jit_compile there. Neither was ever run on a GPU.
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
         self.diagnostics = diagnostics
