@@ -312,9 +312,7 @@ def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
         assert ref.shape == (n,) + info.input_shape
         batch = 8
         steps = 2 * n // batch + 1
-        stream = global_batches(
-            data.make_train_dataset(cfg, batch, two, seed=0), two, steps, name
-        )
+        stream = global_batches(data.make_train_dataset(cfg, batch, two, seed=0), two, steps, name)
         assert stream[0][0].shape == (batch,) + info.input_shape
         if name == "mnist":  # no augmentation: identify the examples
             idx = indices_of(flat(stream), ref)
