@@ -9,9 +9,9 @@
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
 # A launch: (0) checks the config on this machine for the replica count of --accelerator
-# (`python -m wide_tf.main --dry_run --replicas=N`: no TensorFlow, no VM; with --check its :check
-# variant too) and against one replica's memory (`python -m wide_tf.config.hardware_fit`), and
-# refuses it there.
+# and against one replica's memory (`python -m wide_tf.main --dry_run --replicas=N
+# --accelerator=FAMILY`: no TensorFlow, no VM; with --check its :check variant too), and refuses it
+# there.
 # (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
 # -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
 # restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
@@ -471,19 +471,25 @@ validate_here() {  # [--shard=i/n]
       "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
       "Python that has them, or skip the check with --no_validate"
   fi
-  here wide_tf.main "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "${EXTRA[@]+"${EXTRA[@]}"}" "$@"
+  # With --accelerator the same call runs the memory model (wide_tf/spec/memory.py): every member
+  # at every batch on one replica's HBM; exit 3 when it does not fit (refused as 2).
+  here wide_tf.main "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY" \
+    "${EXTRA[@]+"${EXTRA[@]}"}" "$@"
   refuse_here "$CONFIG"
-  note "checked here: $(tail -n 1 <<<"$OUT")"
+  note_checked "checked here"
   if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
-    here wide_tf.main "--config=$CONFIG_FILE:check" --dry_run "--replicas=$REPLICAS"
+    here wide_tf.main "--config=$CONFIG_FILE:check" --dry_run "--replicas=$REPLICAS" \
+      "--accelerator=$FAMILY"
     refuse_here "$CONFIG_FILE:check (--check)"
-    note "checked here for --check: $(tail -n 1 <<<"$OUT")"
+    note_checked "checked here for --check"
   fi
-  # The memory model (wide_tf/spec/memory.py): every member at every batch on one replica's HBM.
-  here wide_tf.config.hardware_fit "--config=$CONFIG" "--replicas=$REPLICAS" "--accelerator=$FAMILY" \
-    "${EXTRA[@]+"${EXTRA[@]}"}"
-  refuse_here "$CONFIG"
-  note "checked here: $(tail -n 1 <<<"$OUT")"
+}
+note_checked() {  # PREFIX: the dry run's "dry run: ..." and "memory: ..." lines, one note each
+  local line
+  while IFS= read -r line; do
+    [[ "$line" =~ ^(dry\ run|memory):\  ]] && note "$1: $line"
+  done <<<"$OUT"
+  return 0
 }
 ((VALIDATE)) && validate_here ${SHARDS:+"--shard=0/$SHARDS"}
 

@@ -47,14 +47,21 @@ def one():
     return tf.distribute.OneDeviceStrategy("/cpu:0")
 
 
-def global_batches(dist_ds, strategy, steps):
-    """The first `steps` global batches, replicas' batches concatenated in replica order."""
+def global_batches(dist_ds, strategy, steps, name="digits_embedded"):
+    """The first `steps` global batches, replicas' batches concatenated in replica order; the
+    packed images as the step sees them (data.device_inputs: unpacked, normalised, padding rows
+    zero)."""
     out, it = [], iter(dist_ds)
+    spec = data.DATASETS[name]
     for _ in range(steps):
         parts = [
             np.concatenate([t.numpy() for t in strategy.experimental_local_results(c)])
             for c in next(it)
         ]
+        assert parts[0].dtype == np.int32  # packed: four uint8 pixels an element
+        assert parts[0].shape[1:] == (np.prod(spec.input_shape) // 4,)
+        weights = parts[2] if len(parts) == 3 else None
+        parts[0] = data.device_inputs(tf.constant(parts[0]), spec, weights).numpy()
         out.append(parts)
     return out
 
@@ -305,7 +312,7 @@ def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
         assert ref.shape == (n,) + info.input_shape
         batch = 8
         steps = 2 * n // batch + 1
-        stream = global_batches(data.make_train_dataset(cfg, batch, two, seed=0), two, steps)
+        stream = global_batches(data.make_train_dataset(cfg, batch, two, seed=0), two, steps, name)
         assert stream[0][0].shape == (batch,) + info.input_shape
         if name == "mnist":  # no augmentation: identify the examples
             idx = indices_of(flat(stream), ref)
@@ -313,7 +320,7 @@ def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
             np.testing.assert_array_equal(flat(stream, 1), ref_y[idx])
         else:  # augmented TFDS stream resumes exactly too
             resumed = global_batches(
-                data.make_train_dataset(cfg, batch, one, seed=0, start_step=5), one, 2
+                data.make_train_dataset(cfg, batch, one, seed=0, start_step=5), one, 2, name
             )
             np.testing.assert_array_equal(flat(resumed), flat(stream[5:7]))
         ev = [

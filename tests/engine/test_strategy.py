@@ -139,7 +139,8 @@ def test_jit_on_one_cpu_is_allowed():
 
 
 def _two_cpus_as_gpus(monkeypatch):
-    """TensorFlow's multi-GPU code path without GPUs: the strategy module is shown the two logical
+    """The package's multi-GPU set-up without GPUs (TensorFlow's CPU kernels, a stand-in for its GPU
+    code path): the strategy module is shown the two logical
     CPUs as its GPUs, so runtime.strategy=gpu builds the MirroredStrategy it builds on a 2-GPU box,
     with the 'gpu' platform's defaults."""
     _two_cpus()

@@ -162,6 +162,43 @@ def _normalize(image, spec):
     return (x - tf.constant(spec.mean, tf.float32)) / tf.constant(spec.std, tf.float32)
 
 
+# --------------------------------------------------------------------------------------------------
+# The infeed: images travel packed, normalised on the device
+
+# Every data set is uint8 at the source (engine/sources.py; the embedded digits' 0..16 too), and
+# images travel host-to-device as those bytes, four pixels to an int32 (1 byte a value, a quarter
+# of float32's 4), to be unpacked and normalised inside the compiled step (device_inputs). Not as
+# uint8 tensors: TPUs take no uint8 (tensorflow/tensorflow#37426, tensorflow/datasets#832);
+# int32 shifts and masks run everywhere. Every shape has a multiple of 4 values (784, 3072, 64).
+PACK = 4
+
+
+def pack_images(images):
+    """uint8 images [..., H, W, C] -> int32 [..., H*W*C/4], four pixels an element (bitcast: the
+    host's byte order, little-endian on every host TensorFlow ships for)."""
+    n = images.shape[-3:].num_elements()
+    grouped = tf.reshape(images, ([] if images.shape.rank == 3 else [-1]) + [n // PACK, PACK])
+    return tf.bitcast(grouped, tf.int32)
+
+
+def device_inputs(x, spec, weights=None):
+    """The model's float32 inputs from a batch as it travelled: packed images (pack_images) are
+    unpacked and normalised, here, inside the compiled step; float images (already normalised)
+    pass unchanged. With `weights`, rows of weight 0 (evaluation padding) become zero images, as
+    the float path always gave."""
+    if x.dtype != tf.int32:
+        return x
+    if spec is None:
+        raise ValueError("packed images reached the step without their data set's normalisation")
+    shifts = tf.constant([0, 8, 16, 24], tf.int32)
+    pixels = tf.bitwise.bitwise_and(tf.bitwise.right_shift(x[..., None], shifts), 0xFF)
+    images = tf.reshape(pixels, [-1] + list(spec.input_shape))
+    images = _normalize(images, spec)
+    if weights is not None:
+        images = images * tf.reshape(tf.cast(weights, tf.float32), [-1, 1, 1, 1])
+    return images
+
+
 def _augment(image, key, spec):
     """Pad (zeros in raw pixel space, i.e. black) + random crop, and a flip where allowed.
 
@@ -218,8 +255,8 @@ def train_input_fn(
 ) -> Callable[[tf.distribute.InputContext | None], tf.data.Dataset]:
     """A dataset_fn(ctx) for strategy.distribute_datasets_from_function (ctx=None: one pipeline).
 
-    The returned dataset yields per-replica batches (images float32 normalised, labels int32),
-    infinitely, starting at global step ``start_step``.
+    The returned dataset yields per-replica batches (images packed, see pack_images; labels
+    int32), infinitely, starting at global step ``start_step``.
     """
     spec = _spec(data_cfg.name)
     images, labels = _train_arrays(data_cfg)
@@ -255,7 +292,7 @@ def train_input_fn(
                     index,
                 )
                 image = _augment(image, key, spec)
-            return _normalize(image, spec), tf.gather(y_all, index)
+            return pack_images(image), tf.gather(y_all, index)
 
         ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(one_epoch).skip(offset)
         ds = _shard_chunks(ds, global_batch, ctx)
@@ -358,8 +395,8 @@ def pad_for_evaluation(images, labels, batch_size: int, dtype=None):
     )
 
 
-def _in_memory_eval_fn(arrays, batch_size, spec):
-    """Evaluation over in-memory arrays, padded and cut with NumPy and normalised per batch.
+def _in_memory_eval_fn(arrays, batch_size):
+    """Evaluation over in-memory arrays, padded and cut with NumPy and packed per batch.
 
     Evaluation runs on a cadence inside every training run, so its cost matters: a per-example
     tf.data map costs ~80 us an example here, ten times the forward pass of a small MLP."""
@@ -380,10 +417,8 @@ def _in_memory_eval_fn(arrays, batch_size, spec):
             rows = rows.reshape(-1)
             x, y, w = x[rows], y[rows], w[rows]
         ds = tf.data.Dataset.from_tensor_slices((x, y, w)).batch(per_replica, drop_remainder=True)
-        # Padding rows stay zero images after normalisation (the contract of the streamed path).
-        ds = ds.map(
-            lambda xb, yb, wb: (_normalize(xb, spec) * tf.reshape(wb, [-1, 1, 1, 1]), yb, wb)
-        )
+        # Packed; normalised on the device, where padding rows become zero images.
+        ds = ds.map(lambda xb, yb, wb: (pack_images(xb), yb, wb))
         return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return dataset_fn
@@ -406,9 +441,10 @@ class EvalDataset:
 def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: int | None = None):
     """An EvalDataset that yields every example of the split (or its first `limit`) once.
 
-    Elements are per-replica (images float32 normalised, labels int32, weights float32). The last
-    global batch is padded with zero images of weight 0, so all batches have the static shape
-    batch_size // num_replicas and sum(weights) is the number of examples.
+    Elements are per-replica (images packed, see pack_images; labels int32, weights float32). The
+    last global batch is padded with zero images of weight 0 (zero after device_inputs), so all
+    batches have the static shape batch_size // num_replicas and sum(weights) is the number of
+    examples.
     """
     spec = _spec(data_cfg.name)
     replicas = strategy.num_replicas_in_sync
@@ -418,9 +454,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     if arrays is not None:
         n = len(arrays[1])
         return EvalDataset(
-            strategy.distribute_datasets_from_function(
-                _in_memory_eval_fn(arrays, batch_size, spec)
-            ),
+            strategy.distribute_datasets_from_function(_in_memory_eval_fn(arrays, batch_size)),
             (n + eval_padding(n, batch_size)) // batch_size,
             n,
         )
@@ -430,11 +464,11 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
         ds = factory().map(
-            lambda x, y: (_normalize(x, spec), y, tf.constant(1.0)),
+            lambda x, y: (pack_images(x), y, tf.constant(1.0)),
             num_parallel_calls=tf.data.AUTOTUNE,
         )
         padding = (
-            tf.zeros(spec.input_shape, tf.float32),
+            pack_images(tf.zeros(spec.input_shape, tf.uint8)),
             tf.constant(0, tf.int32),
             tf.constant(0.0),
         )

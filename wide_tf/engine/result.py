@@ -147,6 +147,9 @@ def build(run) -> dict:
         # The policy the model was really built with (not only the one asked for).
         "dtype_policy": model_policy(run.model),
         "protocol": describe_protocol(config),
+        # The batch's layout really used: the micro-batch cap in force (protocol's
+        # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
+        "batch_plan": run.plan.describe(),
     }
     unknown = set(values) - set(schema.NAMES)
     assert not unknown, f"fields missing from wide_tf/spec/result.py: {sorted(unknown)}"

@@ -18,6 +18,7 @@ from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
 from wide_tf.engine.evaluation import Snapshot
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
+from wide_tf.spec import datasets as datasets_spec
 
 # The config fields that do NOT change the traced program, so runs that differ only in them share
 # one: every other field, a new one included, is in the key and gets a new build. Each entry says
@@ -189,6 +190,7 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
             jit_compile=runtime.jit_compile,
             diverge_loss=t.diverge_loss,
             diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
+            input_spec=datasets_spec.get(config.data.name),
         )
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)

@@ -43,6 +43,7 @@ class BatchPlan:
     global_batch: int
     num_replicas: int
     num_micro_batches: int
+    max_device_batch: int = 0  # the cap in force (the config's, or the GPU default); 0: none
 
     @property
     def per_replica(self) -> int:
@@ -62,7 +63,17 @@ class BatchPlan:
                 f"use a multiple of {num_replicas}"
             )
         micro = rules.micro_batches(global_batch // num_replicas, max_device_batch)
-        return cls(global_batch, num_replicas, micro)
+        return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
+
+    def describe(self) -> dict:
+        """The plan as result.json records it (spec/result.py, BATCH_PLAN)."""
+        return {
+            "max_device_batch": self.max_device_batch,
+            "replicas": self.num_replicas,
+            "per_replica": self.per_replica,
+            "micro_batches": self.num_micro_batches,
+            "micro_batch": self.micro_batch,
+        }
 
 
 def _is_tpu(strategy) -> bool:
@@ -95,11 +106,11 @@ def _bound_tensor(bound, num_examples: int) -> tf.Tensor:
     return tf.constant([lo, hi, float(num_examples)], tf.float32)
 
 
-def _build_eval_fn(model, strategy, jit_compile: bool):
+def _build_eval_fn(model, strategy, jit_compile: bool, input_spec=None):
     """The whole evaluation pass over a distributed (x, y, weight) dataset, as one graph."""
 
-    def replica_eval(x, y, w):
-        return weighted_sums(model, x, y, w)
+    def replica_eval(x, y, w):  # packed images unpacked and normalised here, on the device
+        return weighted_sums(model, data_lib.device_inputs(x, input_spec, w), y, w)
 
     if jit_compile:  # no synchronisation inside (sums are reduced outside)
         replica_eval = tf.function(replica_eval, jit_compile=True, autograph=False)
@@ -147,16 +158,21 @@ class Stepper:
         jit_compile: bool = False,
         diverge_loss: float = float("inf"),
         diagnostics: Diagnostics | None = None,
+        input_spec=None,
     ):
         self.model = model
+        # The data set's spec (spec/datasets.Dataset): packed images (data.pack_images) are
+        # unpacked and normalised inside the step with its constants. None: float inputs only.
+        self.input_spec = input_spec
         self.optimizer = optimizer
         self.strategy = strategy
         self.plan = plan
         # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
         # compiles the whole replica function itself, and a jit_compile function nested inside
-        # it is what Keras 3 refuses under tf.distribute. On one GPU the nested step runs; on
-        # several, its all-reduce inside XLA fails ("merge_call called while defining a new
-        # graph"), so engine/strategy.py refuses jit_compile there (never run on a GPU here).
+        # it is what Keras 3 refuses under tf.distribute. On one GPU (OneDeviceStrategy) the nested
+        # step should compile as it does on one CPU; on several, its all-reduce inside XLA fails
+        # ("merge_call called while defining a new graph", reproduced on two logical CPUs), so
+        # engine/strategy.py refuses jit_compile there. Neither was ever run on a GPU.
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
         self.diagnostics = diagnostics
@@ -167,13 +183,19 @@ class Stepper:
         optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
         only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
         with strategy.scope():
-            self.acc = {
-                k: tf.Variable(0.0, trainable=False, aggregation=only_first, name=k)
-                for k in self.scalar_names
-            }
-            self.diverged = tf.Variable(
-                False, trainable=False, aggregation=only_first, name="diverged"
+            # One copy per replica (ON_READ), read from the first: every value added is already
+            # all-reduced or computed from all-reduced values, so the copies agree, and a replica
+            # updates its own with no collective. A mirrored (ON_WRITE) variable would broadcast
+            # the first replica's value on every assign (an all-to-all on TPU, a copy per device
+            # elsewhere: 7 a step, 17 in all in the two traced step variants;
+            # tests/engine/test_accumulators.py counts them).
+            local = dict(
+                trainable=False,
+                synchronization=tf.VariableSynchronization.ON_READ,
+                aggregation=only_first,
             )
+            self.acc = {k: tf.Variable(0.0, name=k, **local) for k in self.scalar_names}
+            self.diverged = tf.Variable(False, name="diverged", **local)
             # A variable, not a constant baked into the graph: runs that differ only in their
             # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
             self.diverge_loss = tf.Variable(
@@ -200,6 +222,7 @@ class Stepper:
         final metrics and is never resumed."""
         ctx = tf.distribute.get_replica_context()
         variables = self.model.trainable_variables
+        x = data_lib.device_inputs(x, self.input_spec)
         skip = self.diverged.read_value()
         live = tf.logical_not(skip)
         loss_sum, correct, grads, small_sq = accumulate.loss_and_grads(
@@ -326,7 +349,9 @@ class Stepper:
             sums = dataset.sums(self.model, b)
         else:
             if self._eval_fn is None:
-                self._eval_fn = _build_eval_fn(self.model, self.strategy, self.jit_compile)
+                self._eval_fn = _build_eval_fn(
+                    self.model, self.strategy, self.jit_compile, self.input_spec
+                )
             batches = tf.constant(dataset.num_batches, tf.int32)
             sums = self._eval_fn(iter(dataset.dataset), batches, b)
         loss, hits, count = (float(v) for v in sums.numpy())

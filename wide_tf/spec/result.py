@@ -48,6 +48,16 @@ GRADIENT = (
 TIME_KINDS = ("setup", "compile", "train", "eval", "probe", "checkpoint", "other")
 TIME = tuple(Field(k, "number") for k in TIME_KINDS)
 
+# How the run's batch was laid out on the hardware (engine/steps.BatchPlan): the micro-batch cap
+# really used (train.max_device_batch, or the GPU default the memory model chose when it is 0).
+BATCH_PLAN = (
+    Field("max_device_batch", "int", doc="the cap in force; 0: none (the replica's batch whole)"),
+    Field("replicas", "int"),
+    Field("per_replica", "int"),
+    Field("micro_batches", "int", doc="micro-batches per optimizer step on each replica"),
+    Field("micro_batch", "int"),
+)
+
 # In the order the trainer writes them (result.json itself is written with sorted keys).
 FIELDS = (
     Field("trial_id", "str"),
@@ -86,6 +96,8 @@ FIELDS = (
     Field("runtime", "str"),
     Field("dtype_policy", "str"),
     Field("protocol", "dict", doc="engine.result.describe_protocol"),
+    # (records written before it lack it: not required)
+    Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.steps.BatchPlan"),
 )
 
 NAMES = tuple(f.name for f in FIELDS)
