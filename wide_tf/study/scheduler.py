@@ -1,14 +1,16 @@
 """Owns running a study's trials: one loop, in which a process claims the next open (member, batch
 size) group, runs its whole learning-rate protocol (grid, extensions, confirmations) and releases
-it, until no group is open. One process (`--workers=1`, `--trial`, a shard) runs it with claims
-held in memory; each of N worker processes (wide_tf/study/workers.py starts them) with claims
-shared through the workdir, so that a dead worker's group is taken over. `run` is the one call
-for a study; the report is main's to write."""
+it, until no group is open. Every process runs it with the same claims, files in the workdir
+(wide_tf/store/claims.py): one process (`--workers=1`, `--trial`, a shard) as well as each of N
+worker processes (wide_tf/study/workers.py starts them), so that a dead worker's group is taken
+over and two commands on one workdir share its groups instead of training them twice. `run` is
+the one call for a study; the report is main's to write."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 
 import tensorflow as tf
 from absl import logging
@@ -86,9 +88,8 @@ def run_study(config, workdir: str, shard: str | None = None, only_trial: str | 
     check_workdir(config, workdir)
     progress.log_plan(config, trials, shard_i, shard_n)
     start = time.time()
-    ran = _run_groups(
-        config, workdir, in_shard(trials, shard), claims_lib.LocalClaims(), only_trial is None
-    )
+    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12], one_process=True)
+    ran = _run_groups(config, workdir, in_shard(trials, shard), claims, only_trial is None)
     logging.info(
         "Study done in this process: %d trials run in %s.",
         ran,
@@ -155,7 +156,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
     share.runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve all
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
     stop_heartbeat = claims.start_heartbeat(heartbeat_s or claims_lib.HEARTBEAT_S)
-    waited = False
+    waited, noted = False, set()
     try:
         while True:
             if preemption.requested():  # SIGTERM between groups (or while waiting for one)
@@ -165,6 +166,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
             if not open_groups:
                 return share.ran
             current = claims.current()
+            noted = _log_notes(claims.notes(current), noted)
             picked = _claim_next(claims, open_groups, current)
             if picked is None:
                 # A group whose trial raised in a sibling stays for the next run (it would fail
@@ -182,6 +184,14 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
             _run_claimed(share, picked, current.get(claims_lib.group_key(picked)))
     finally:
         stop_heartbeat.set()
+
+
+def _log_notes(notes: list[str], noted: set) -> set:
+    """Logs each claim note (a skewed heartbeat, a broken claim file) once; returns those seen."""
+    for line in notes:
+        if line not in noted:
+            logging.warning("%s", line)
+    return set(notes)
 
 
 def _claim_order(groups: list[tuple[str, int]], members) -> list[tuple[str, int]]:
@@ -203,16 +213,15 @@ def _claim_next(claims, open_groups, current):
 def _run_claimed(share: _Share, g, prior) -> None:
     """Runs a claimed group and releases it: done, stopped (free for anyone at once) or failed."""
     key = claims_lib.group_key(g)
-    if not isinstance(share.claims, claims_lib.LocalClaims):
-        logging.info(
-            "Claimed group %s (batch %d)%s.",
-            g[0],
-            g[1],
-            f", taken over from {prior.body.get('host')}:{prior.body.get('pid')} "
-            f"({prior.body.get('state')})"
-            if prior is not None
-            else "",
-        )
+    logging.info(
+        "Claimed group %s (batch %d)%s.",
+        g[0],
+        g[1],
+        f", taken over from {prior.body.get('host')}:{prior.body.get('pid')} "
+        f"({prior.body.get('state')})"
+        if prior is not None
+        else "",
+    )
     try:
         _run_group(share, g, key)
     except LostClaim:
