@@ -120,7 +120,10 @@ def main(argv) -> None:
     one = _TRIAL.value is not None or _LIST.value or config.get("kind", "study") == "theory"
     one = one or not validate.is_sweep(config)
     n = 1 if worker is not None else workers.count_for(config, _WORKERS.value, _WORKDIR.value, one)
-    started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
+    try:
+        started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
+    except validate.Problem as e:  # a worker that could not start (the others were stopped)
+        errors.fail(str(e), e.exit_code)
     # Deliberately late: TensorFlow (imported by every module _run uses) starts only for a config
     # that passed the checks, and with its C++ start-up lines filtered.
     tf_start.import_tensorflow(verbose)

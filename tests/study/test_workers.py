@@ -244,9 +244,10 @@ def test_a_killed_worker_is_reported_and_its_group_taken_over(tmp_path, slow_ref
     victim = _running_claims(tmp_path)[0].body["pid"]
     os.kill(victim, signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: worker ") and "status -9" in last and "; " in last, last
+    # Its group was taken over and finished: the study is complete, so the command succeeds.
+    assert proc.returncode == 0, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "exited with status -9, but every group" in ln]
+    assert "the study is complete" in line, line
     records = {r["trial_id"]: comparable(r) for r in wd.read_results(str(tmp_path))}
     assert records == slow_reference  # every trial, once, with the same results
     assert any(c.epoch == 1 for c in claims.Claims(str(tmp_path), "x").current().values())
