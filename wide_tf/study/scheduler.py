@@ -95,7 +95,7 @@ def run_study(config, workdir: str, shard: str | None = None, only_trial: str | 
         ran,
         progress.fmt_time(time.time() - start),
     )
-    return wd.read_results(workdir)
+    return wd.read_results(workdir, whole=True)
 
 
 def run_worker(
@@ -138,7 +138,8 @@ class _Share:
     mine: dict = dataclasses.field(default_factory=dict)
 
     def results(self) -> dict[str, dict]:
-        return {**{r["trial_id"]: r for r in wd.read_results(self.workdir)}, **self.mine}
+        recorded = wd.read_results(self.workdir, whole=True)
+        return {**{r["trial_id"]: r for r in recorded}, **self.mine}
 
     def state(self, g, results) -> tuple[list[Trial], list[Trial]]:
         """(the group's trials known so far, those not yet recorded)."""
@@ -154,6 +155,8 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
     members = {t.member.name: t.member for t in trials}
     share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
     share.runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve all
+    for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
+        logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
     stop_heartbeat = claims.start_heartbeat(heartbeat_s or claims_lib.HEARTBEAT_S)
     waited, noted = False, set()

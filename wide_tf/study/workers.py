@@ -326,7 +326,7 @@ def _progress(config, workdir: str, initial):
     from wide_tf.store import workdir as wd
     from wide_tf.study import progress
 
-    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+    results = {r["trial_id"]: r for r in wd.read_results(workdir, whole=True)}
     return progress.estimate_progress(config, initial, results)
 
 
