@@ -82,13 +82,19 @@ def _checks(config) -> list[str]:
             "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
             "drop --replicas: a run counts the replicas it is given"
         )
+    validate.check_config_once(sys.argv)
     validate.check_shard(_SHARD.value)
+    validate.check_workdir_scheme(_WORKDIR.value)
+    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
+    workdir = None if _DRY_RUN.value else _WORKDIR.value
+    validate.check_workers(_WORKERS.value, config, _TRIAL.value, workdir)
     if _DRY_RUN.value:  # the checks for the target machine
         with validate.for_target(_REPLICAS.value):
             validate.check_config(config, validate.override_paths(sys.argv))
+        validate.check_trial(_TRIAL.value, config)
         return []
-    validate.check_workers(_WORKERS.value, config, _TRIAL.value, _WORKDIR.value)
     validate.check_config(config, validate.override_paths(sys.argv))
+    validate.check_trial(_TRIAL.value, config)
     if not _LIST.value and not _WORKDIR.value:
         raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
     if _LIST.value:

@@ -41,7 +41,13 @@ def check_workdir(config, workdir: str) -> None:
     """Writes config.json, or refuses a workdir that holds a different study."""
     path = wd.join(workdir, wd.CONFIG)
     if tf.io.gfile.exists(path):
-        diff = identity.differing_fields(wd.read_json(path), config)
+        theirs = wd.read_json(path)
+        if not isinstance(theirs, dict):
+            raise StudyError(
+                f"{path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
+                "restore it, or move it aside and run the same command to write it again"
+            )
+        diff = identity.differing_fields(theirs, config)
         if diff:
             raise StudyError(
                 f"{workdir} holds a different study (config differs in: {identity.describe(diff)})"
