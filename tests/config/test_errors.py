@@ -771,13 +771,14 @@ def test_every_shipped_config_passes(tmp_path):
 
 
 def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path, cli):
-    """--trial that matches no trial is only known once the study is expanded (TensorFlow runs):
-    still one line, exit 2, nothing written."""
+    """--trial that matches no trial (now found before TensorFlow starts, issue 25): one line,
+    exit 2, nothing written."""
     wd = tmp_path / "study"
     status, _, err = cli([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], tensorflow=True)
     assert status == 2, err[-3000:]
     assert err.strip().splitlines() == [
-        "error: --trial='no_such_trial' matches no trial; --list_trials shows them"
+        "error: --trial='no_such_trial' matches no trial of this study; --list_trials shows "
+        "them (give an index or an id)"
     ]
     assert not wd.exists()
 
