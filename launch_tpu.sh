@@ -370,8 +370,17 @@ set_where
 [[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"
 ((DELETE_WHEN_DONE && !WATCH)) && die "--delete_when_done needs --watch: this machine deletes the VM" \
   "once the study is done, so it must follow it (run the launch under nohup, tmux or screen)"
+# More VMs than a study has groups would idle; 4096 bounds a typo (10^20) before any loop over it.
+[[ -z "$SHARDS" || ${#SHARDS} -le 4 && "$SHARDS" -le 4096 ]] || die "--shards=$SHARDS: at most" \
+  "4096 VMs (a shard per (member, batch size) group at most); give fewer, e.g. --shards=4"
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
   [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS gives every VM its --shard=i/$SHARDS; drop $a"
+  # The launcher owns these: passed through, the VM would write where --watch and --report don't read.
+  case "$a" in
+    --workdir | --workdir=* | --config | --config=* | --trial | --trial=*)
+      die "${a%%=*} after -- is the launcher's own flag (the VM would not run what --watch and" \
+        "--report read); give it before --, or drop it" ;;
+  esac
 done
 HOSTS="$(hosts_of "$SIZE")"
 MULTI_HOST=$((HOSTS > 1 ? 1 : 0))

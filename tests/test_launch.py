@@ -482,3 +482,19 @@ def test_without_the_package_requirements_here_the_check_says_so():
         env={"PATH": "/usr/bin:/bin", "PYTHON": "/bin/false"},
     )
     assert p.returncode == 0 and "tpu-vm create wide-v4" in p.stdout
+
+
+@pytest.mark.parametrize("flag", ["--workdir=gs://other/x", "--config=configs/mlp.py", "--trial=0"])
+def test_launcher_flags_after_the_separator_are_refused_in_one_line(fake, flag):
+    p, calls = fake(*REQUIRED, "--", flag)
+    assert p.returncode == 2 and calls == []
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "is the launcher's own flag" in errors[0], p.stderr
+
+
+@pytest.mark.parametrize("shards", ["4097", "100000000000000000000"])
+def test_shards_are_bounded(fake, shards):
+    p, calls = fake(*REQUIRED, f"--shards={shards}")
+    assert p.returncode == 2 and calls == []
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and "at most 4096 VMs" in errors[0], p.stderr

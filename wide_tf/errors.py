@@ -8,6 +8,7 @@ error classes of the modules that need it are looked up once an error has happen
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import sys
@@ -115,6 +116,9 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
     runtime errors, TensorFlow's own, a path, and anything unexpected (1)."""
     if isinstance(e, KeyboardInterrupt):
         return "interrupted; run the same command again to resume where it stopped", 130
+    storage = _storage_cause(e)  # before the damaged checkpoint: a full disk is not damage
+    if storage:
+        return storage, 1
     damaged = _damaged_checkpoint(e)
     if damaged is not None:
         folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
@@ -188,6 +192,52 @@ def _tf_error_line(e) -> str:
     elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         line += "; check that this machine may write to --workdir (and read data.data_dir)"
     return line
+
+
+_FULL = ("no space left on device", "disk quota exceeded", "enospc")
+
+
+def _chain(e: BaseException):
+    seen = []
+    while e is not None and e not in seen and len(seen) < 10:
+        seen.append(e)
+        e = e.__cause__ or e.__context__
+    return seen
+
+
+def _storage_cause(e) -> str:
+    """The line for a full disk, or for a folder removed while a save wrote into it; '' for
+    anything else. Neither is damage: the run's checkpoints stay, and a re-run resumes."""
+    for x in _chain(e):
+        text = one_line(getattr(x, "message", x))
+        if getattr(x, "errno", None) in (errno.ENOSPC, errno.EDQUOT) or any(
+            w in text.lower() for w in _FULL
+        ):
+            return (
+                f"the disk (or quota) holding the workdir is full ({type(x).__name__}: {text}); "
+                "free space elsewhere (keep the run's checkpoints/: they are whole and resumable)"
+                " and run the same command again to resume"
+            )
+    for x in _chain(e):
+        missing = isinstance(x, FileNotFoundError) or type(x).__name__ == "NotFoundError"
+        if missing and _raised_in_function(x, ("save", "write")):
+            return (
+                f"a file or folder of the workdir disappeared while it was being written "
+                f"({type(x).__name__}: {one_line(getattr(x, 'message', x))}): something removed "
+                "it (a cleanup, another command?); stop that, then run the same command again: "
+                "the run resumes from its last whole checkpoint"
+            )
+    return ""
+
+
+def _raised_in_function(e, words) -> bool:
+    """True when a function of `e`'s traceback has one of `words` in its name."""
+    tb = e.__traceback__
+    while tb is not None:
+        if any(w in tb.tb_frame.f_code.co_name.lower() for w in words):
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def _damaged_checkpoint(e) -> str | None:

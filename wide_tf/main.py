@@ -82,13 +82,19 @@ def _checks(config) -> list[str]:
             "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
             "drop --replicas: a run counts the replicas it is given"
         )
+    validate.check_config_once(sys.argv)
     validate.check_shard(_SHARD.value)
+    validate.check_workdir_scheme(_WORKDIR.value)
+    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
+    workdir = None if _DRY_RUN.value else _WORKDIR.value
+    validate.check_workers(_WORKERS.value, config, _TRIAL.value, workdir)
     if _DRY_RUN.value:  # the checks for the target machine
         with validate.for_target(_REPLICAS.value):
             validate.check_config(config, validate.override_paths(sys.argv))
+        validate.check_trial(_TRIAL.value, config)
         return []
-    validate.check_workers(_WORKERS.value, config, _TRIAL.value, _WORKDIR.value)
     validate.check_config(config, validate.override_paths(sys.argv))
+    validate.check_trial(_TRIAL.value, config)
     if not _LIST.value and not _WORKDIR.value:
         raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
     if _LIST.value:
@@ -120,7 +126,10 @@ def main(argv) -> None:
     one = _TRIAL.value is not None or _LIST.value or config.get("kind", "study") == "theory"
     one = one or not validate.is_sweep(config)
     n = 1 if worker is not None else workers.count_for(config, _WORKERS.value, _WORKDIR.value, one)
-    started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
+    try:
+        started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
+    except validate.Problem as e:  # a worker that could not start (the others were stopped)
+        errors.fail(str(e), e.exit_code)
     # Deliberately late: TensorFlow (imported by every module _run uses) starts only for a config
     # that passed the checks, and with its C++ start-up lines filtered.
     tf_start.import_tensorflow(verbose)

@@ -312,6 +312,43 @@ CASES = [
     ),
     ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
+    # Issue 25's bad input: each one line, before TensorFlow, the workdir untouched.
+    ("config_json_null", [SMOKE, "--workdir={null_json}"], 1, ["holds NoneType", "move it aside"]),
+    ("config_json_list", [SMOKE, "--workdir={list_json}"], 1, ["holds list", "a JSON object"]),
+    ("workdir_s3", [SMOKE, "--workdir=s3://bucket/x"], 2, ["s3:// is not supported", "gs://"]),
+    (
+        "config_twice",
+        [SMOKE, "--config=configs/wrn.py:local", "--workdir={wd}"],
+        2,
+        ["--config is given 2 times", "give it once"],
+    ),
+    (
+        "budget_huge",
+        [SMOKE, "--config.sweep.family.budget=1e30", "--workdir={tmp}/b"],
+        2,
+        ["1e+30 parameters", "smaller width, depth or budget"],
+    ),
+    (
+        "depth_huge",
+        [SINGLE, "--config.model.depth=10000", "--workdir={tmp}/d"],
+        2,
+        ["depth 10000 is more than the 500 layers", "smaller depth"],
+    ),
+    (
+        "width_huge_dry_run",
+        [SINGLE, "--config.model.width=1e9", "--workdir={tmp}/w", "--dry_run"],
+        2,
+        ["1e+18 parameters", "smaller width"],
+    ),
+    ("dry_run_workers", [SMOKE, "--workers=abc", "--dry_run"], 2, ["--workers='abc'"]),
+    (
+        "dry_run_workers_and_trial",
+        [SMOKE, "--workers=2", "--trial=0", "--dry_run"],
+        2,
+        ["drop --workers=2 or --trial"],
+    ),
+    ("dry_run_trial_index", [SMOKE, "--trial=99", "--dry_run"], 2, ["has 4 trials (0 to 3)"]),
+    ("trial_unknown", [SMOKE, "--trial=nosuch", "--workdir={wd}"], 2, ["matches no trial"]),
     (
         "target_bn_misspelt",
         [SINGLE, "--config.train.target_bn=recompue", "--workdir={wd}"],
@@ -422,7 +459,18 @@ def workdirs(tmp_path_factory):
     (empty / "trials" / "t2" / "checkpoints").mkdir(parents=True)
     (empty / "config.json").write_text((wd / "config.json").read_text())
     (empty / "trials" / "t2" / "checkpoints" / "ckpt-40.index").write_bytes(b"")
-    return {"wd": str(wd), "broken": str(broken), "empty_ckpt": str(empty), "tmp": str(tmp)}
+    null_json, list_json = tmp / "null_json", tmp / "list_json"
+    for folder, text in ((null_json, "null\n"), (list_json, "[]\n")):
+        folder.mkdir()
+        (folder / "config.json").write_text(text)
+    return {
+        "wd": str(wd),
+        "broken": str(broken),
+        "empty_ckpt": str(empty),
+        "null_json": str(null_json),
+        "list_json": str(list_json),
+        "tmp": str(tmp),
+    }
 
 
 @pytest.fixture
@@ -723,13 +771,14 @@ def test_every_shipped_config_passes(tmp_path):
 
 
 def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path, cli):
-    """--trial that matches no trial is only known once the study is expanded (TensorFlow runs):
-    still one line, exit 2, nothing written."""
+    """--trial that matches no trial (now found before TensorFlow starts, issue 25): one line,
+    exit 2, nothing written."""
     wd = tmp_path / "study"
     status, _, err = cli([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], tensorflow=True)
     assert status == 2, err[-3000:]
     assert err.strip().splitlines() == [
-        "error: --trial='no_such_trial' matches no trial; --list_trials shows them"
+        "error: --trial='no_such_trial' matches no trial of this study; --list_trials shows "
+        "them (give an index or an id)"
     ]
     assert not wd.exists()
 

@@ -102,7 +102,8 @@ def test_claim_staleness_and_takeover_rules(tmp_path):
     (folder / "torn.0.json").write_text('{"owner": ')
     current = me.current()
     available = {k for k, c in current.items() if me.available(c)}
-    assert available == {"dead_pid", "old_beat", "failed_before", "stopped", "torn"}
+    # A torn (fresh) file is not a claim anyone may take: its writer may be writing it.
+    assert available == {"dead_pid", "old_beat", "failed_before", "stopped"}
     assert me.available(None)
     assert me.failed_here(current["failed_here"]) and not me.failed_here(current["failed_before"])
     # Taking over writes the next epoch; the old owner then sees that it lost the group.
@@ -204,7 +205,8 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, sm
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
     assert len(os.listdir(two / "logs")) == 2 and not (one / "logs").exists()
-    assert (two / "claims").is_dir() and not (one / "claims").exists()  # one process: in memory
+    # One process takes its claims in the workdir too, like each worker of --workers=2.
+    assert (two / "claims").is_dir() and (one / "claims").is_dir()
     assert _report_without_timings(one) == _report_without_timings(two)
     # Both progress lines count the whole study: the parent's, and one process's per trial.
     assert "progress: 4/4 trials (expected), 4/4 groups done" in errs[1]
@@ -242,9 +244,10 @@ def test_a_killed_worker_is_reported_and_its_group_taken_over(tmp_path, slow_ref
     victim = _running_claims(tmp_path)[0].body["pid"]
     os.kill(victim, signal.SIGKILL)
     _, err = proc.communicate(timeout=300)
-    assert proc.returncode == 1, err[-3000:]
-    last = err.strip().splitlines()[-1]
-    assert last.startswith("error: worker ") and "status -9" in last and "; " in last, last
+    # Its group was taken over and finished: the study is complete, so the command succeeds.
+    assert proc.returncode == 0, err[-3000:]
+    (line,) = [ln for ln in err.splitlines() if "exited with status -9, but every group" in ln]
+    assert "the study is complete" in line, line
     records = {r["trial_id"]: comparable(r) for r in wd.read_results(str(tmp_path))}
     assert records == slow_reference  # every trial, once, with the same results
     assert any(c.epoch == 1 for c in claims.Claims(str(tmp_path), "x").current().values())

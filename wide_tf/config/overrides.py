@@ -54,6 +54,23 @@ def override_paths(argv) -> list[str]:
     return out
 
 
+def check_config_once(argv) -> None:
+    """--config given twice would be checked against the first and run with the last: refused."""
+    given = []
+    args = list(argv[1:])
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        name, eq, value = arg.lstrip("-").partition("=")
+        if arg.startswith("-") and name == "config":
+            given.append(value if eq else (args[i + 1] if i + 1 < len(args) else ""))
+    if len(given) > 1:
+        raise UsageError(
+            f"--config is given {len(given)} times ({', '.join(given)}); give it once (override "
+            "fields with --config.a.b=value)"
+        )
+
+
 def _is_dict(x) -> bool:
     return hasattr(x, "keys") and hasattr(x, "get") and not isinstance(x, (str, bytes))
 

@@ -8,11 +8,12 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import tempfile
 
 from wide_tf.config.overrides import is_sweep
 from wide_tf.config.problems import RuntimeProblem, UsageError
-from wide_tf.spec import hardware, identity
+from wide_tf.spec import datasets, families, hardware, identity
 
 
 def check_data_present(config, tfds_name) -> None:
@@ -123,6 +124,46 @@ def check_workers(text, config=None, trial=None, workdir=None) -> None:
             raise UsageError(str(e)) from None
 
 
+def check_trial(text, config) -> None:
+    """--trial names a trial of the study (its index in --list_trials, or an id of the form
+    <member>_b<batch>_lr<m>_s<seed>_<hash> with a member and batch of the study), without
+    TensorFlow; the run itself matches the id exactly."""
+    if text is None:
+        return
+    if not is_sweep(config):
+        raise UsageError("--trial picks a trial of a study; this config has no sweep: drop --trial")
+    s = config.sweep
+    d = datasets.DATASETS[config.data.name]
+    members = families.from_config(
+        config.model.arch,
+        s.family,
+        num_classes=d.num_classes,
+        input_shape=d.input_shape,
+        norm=config.model.norm,
+    )
+    n = len(members) * len(s.batch_sizes) * len(s.lr_multipliers) * len(s.seeds)
+    fix = "--list_trials shows them (give an index or an id)"
+    text = str(text).strip()
+    if text.isdigit():
+        if int(text) >= n:
+            raise UsageError(f"--trial={text}: the study has {n} trials (0 to {n - 1}); {fix}")
+        return
+    m = re.fullmatch(r"(?P<member>.+)_b(?P<batch>\d+)_lr[^_]+_s\d+_[0-9a-f]{8}", text)
+    names = {x.name for x in members}
+    if not m or m["member"] not in names or int(m["batch"]) not in set(s.batch_sizes):
+        raise UsageError(f"--trial={text!r} matches no trial of this study; {fix}")
+
+
+def check_workdir_scheme(workdir) -> None:
+    """Only local folders and gs:// are stores this package writes."""
+    if workdir and "://" in workdir and not workdir.startswith("gs://"):
+        scheme = workdir.split("://", 1)[0]
+        raise UsageError(
+            f"--workdir={workdir}: {scheme}:// is not supported; use a local folder or "
+            "gs://bucket/path"
+        )
+
+
 # ------------------------------------------------------------------------------------------------
 # The workdir
 
@@ -187,6 +228,11 @@ def _check_same_study(config, workdir: str) -> None:
             f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
             f"and run the same command to write it again"
         ) from None
+    if not isinstance(theirs, dict):
+        raise RuntimeProblem(
+            f"{cfg_path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
+            "restore it, or move it aside and run the same command to write it again"
+        )
     diff = identity.differing_fields(theirs, config)
     if diff:
         raise UsageError(
@@ -252,6 +298,7 @@ def check_workdir(config, workdir: str) -> list[str]:
     RuntimeProblem for a folder that cannot be written, an unreadable config.json or result.json,
     and an empty (truncated) checkpoint file. Unreadable lines of results.jsonl are warnings: the
     study ignores them and runs those trials again."""
+    check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
     if os.path.exists(workdir) and not os.path.isdir(workdir):

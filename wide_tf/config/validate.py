@@ -17,8 +17,21 @@ import contextlib
 
 from wide_tf.config import fields_check, preflight
 from wide_tf.config.fields_check import parse_target
-from wide_tf.config.overrides import check_override_path, check_overrides, is_sweep, override_paths
-from wide_tf.config.preflight import check_shard, check_workdir, check_workers, parse_workers
+from wide_tf.config.overrides import (
+    check_config_once,
+    check_override_path,
+    check_overrides,
+    is_sweep,
+    override_paths,
+)
+from wide_tf.config.preflight import (
+    check_shard,
+    check_trial,
+    check_workdir,
+    check_workdir_scheme,
+    check_workers,
+    parse_workers,
+)
 from wide_tf.config.problems import Problem, RuntimeProblem, UsageError, suggest
 from wide_tf.spec import choices, datasets, fields, identity, rules
 
@@ -34,6 +47,9 @@ __all__ = [
     "is_sweep",
     "parse_target",
     "check_shard",
+    "check_config_once",
+    "check_trial",
+    "check_workdir_scheme",
     "check_workdir",
     "check_workers",
     "parse_workers",

@@ -177,27 +177,57 @@ def _runtime_rules(rt) -> None:
         )
 
 
+# The largest model this package lays out: data parallelism only (a whole model per replica), so
+# more parameters fit no accelerator; deeper networks exceed Python's recursion in Keras's graph.
+MAX_PARAMS = 1e10
+MAX_DEPTH = 500
+
+
+def _size_problem(where: str, depth, params) -> None:
+    if isinstance(depth, int | float) and depth > MAX_DEPTH:
+        raise RuleError(
+            f"{where}: depth {depth:g} is more than the {MAX_DEPTH} layers this package builds "
+            "(Keras's graph recursion); use a smaller depth"
+        )
+    if isinstance(params, int | float) and params > MAX_PARAMS:
+        raise RuleError(
+            f"{where}: {params:.3g} parameters is more than the {MAX_PARAMS:.0e} that fit one "
+            "replica (data parallelism only); use a smaller width, depth or budget"
+        )
+
+
 def _model_rules(config) -> None:
-    """One model (no sweep): its depth and width must make a model of its architecture."""
+    """One model (no sweep): its depth and width must make a model of its architecture, of a size
+    this package can build."""
     m, d = config.model, datasets.DATASETS[config.data.name]
     try:
-        families.param_count(m.arch, m.depth, m.width, d.num_classes, d.input_shape, norm=m.norm)
-    except (ValueError, TypeError) as e:
+        n = families.param_count(
+            m.arch, m.depth, m.width, d.num_classes, d.input_shape, norm=m.norm
+        )
+    except (ValueError, TypeError, OverflowError) as e:
         raise RuleError(
             f"model.depth={m.depth!r}, model.width={m.width!r}: {e} "
             f"(--config.model.depth=..., --config.model.width=...)"
         ) from None
+    _size_problem(f"model.depth={m.depth!r}, model.width={m.width!r}", m.depth, n)
 
 
 def _sweep_rules(config) -> None:
     f, m = config.sweep.family, config.model
     d = datasets.DATASETS[config.data.name]
+    where = f"sweep.family (kind={f.kind!r}, arch={m.arch!r})"
+    budget = f.get("budget") if f.kind == "budget" else None
+    _size_problem(f"{where}: budget {budget!r}", None, budget)
+    for depth in list(f.get("depths") or []):
+        _size_problem(where, depth, None)
     try:
-        families.from_config(
+        members = families.from_config(
             m.arch, f, num_classes=d.num_classes, input_shape=d.input_shape, norm=m.norm
         )
-    except (ValueError, TypeError) as e:
-        raise RuleError(f"sweep.family (kind={f.kind!r}, arch={m.arch!r}): {e}") from None
+    except (ValueError, TypeError, RecursionError, OverflowError) as e:
+        raise RuleError(f"{where}: {e}") from None
+    for member in members:
+        _size_problem(f"{where}: member {member.name}", member.depth, member.params)
 
 
 def _cadence_rules(t, num_train: int) -> None:

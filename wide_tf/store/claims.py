@@ -8,21 +8,35 @@ fresh claim. Instead the claim of a group is the file with the highest epoch, an
 creates epoch k + 1 with the same create-if-absent as the first claim: of two workers that race,
 exactly one creates it. An owner that finds a higher epoch than its own has lost the group.
 
-Create-if-absent per store:
-  * local paths: `os.open(O_CREAT | O_EXCL)`, atomic on POSIX file systems (NFS >= v3 too).
+Create-if-absent per store, always with the whole body (a reader never sees a claim half written):
+  * local paths: the body goes to a temporary sibling, which `os.link` then names (link fails if
+    the name exists: atomic on POSIX file systems, NFS >= v3 too); a file system without hard
+    links falls back to `O_CREAT | O_EXCL` and a write, where the grace below covers the gap.
   * gs://: `tf.io.gfile` has no create-if-absent on GCS (it writes unconditionally), so claims go
     through google-cloud-storage with the generation precondition `if_generation_match=0` ("create
     only if no live object has this name"), which GCS evaluates atomically. Without that library a
     gs:// study with several workers is refused in one line rather than left to race.
-  * any other scheme: refused with several workers (no atomic create is known for it).
+    Without that library one process (`--workers=1`, `--trial`, a shard per machine) still
+    takes claims, through tf.io.gfile: a temporary object renamed without overwrite after an
+    existence check, the best gfile offers (two creators racing in the same instant could both
+    win, which is why several workers are refused there).
+  * any other scheme: refused (no atomic create is known for it).
+
+Every way of running a study takes its claims here (one process as well as each of N workers), so
+two commands on one workdir share its groups instead of each training all of them.
 
 A claim's body (JSON): owner (a unique id per worker process), run (the id of the parent that
 started the worker, so siblings recognise each other), host, pid, epoch, state ("running", "done",
 "stopped" (its owner left after SIGTERM: free at once) or "failed"), updated (time.time() of the
 last heartbeat). It is stale, and may be taken over, when its owner is on this host and its pid is
-gone, or when its heartbeat is older than `stale_s` (any host; clocks of machines sharing a
-workdir must agree to well within that). A "failed" claim (the owner's trial raised) is not
-retried by the owner's siblings, who would fail the same way; a later run (another run id) does.
+gone, when its heartbeat is older than `stale_s`, or when the observer has seen its body unchanged
+for `stale_s` by its own clock (a lease: a heartbeat stamped in the future by a host whose clock
+runs ahead, or a garbled file, cannot hold a group for ever). A heartbeat more than MAX_SKEW_S in
+the future, and a claim file that is not a claim (not UTF-8, not a JSON object), are named in one
+line (`Claims.notes`) for the progress line. A garbled file counts as a broken claim: stale once
+its file is older than `stale_s` or it stayed unchanged that long. A "failed" claim (the owner's
+trial raised) is not retried by the owner's siblings, who would fail the same way; a later run
+(another run id) does.
 """
 
 from __future__ import annotations
@@ -42,6 +56,8 @@ RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 # trial does not delay it; the timeout allows for a heavily loaded machine or a slow bucket.
 HEARTBEAT_S = 10.0
 STALE_S = 120.0
+# A heartbeat further than this in the future is named (clocks of hosts sharing a workdir differ).
+MAX_SKEW_S = 30.0
 
 
 class ClaimError(RuntimeError):
@@ -75,12 +91,14 @@ class Claim:
         b = self.body
         if b.get("state") == DONE:
             return False
+        if b.get("state") == "broken":  # a garbled file older than stale_s
+            return True
         if b.get("host") == socket.gethostname() and isinstance(b.get("pid"), int):
             if not pid_alive(b["pid"]):
                 return True
         updated = b.get("updated")
         if not isinstance(updated, (int, float)):
-            return True  # unreadable (a torn write): nobody can be relying on it
+            return False  # unreadable: judged by how long it stays unchanged (the lease)
         return (time.time() if now is None else now) - updated > stale_s
 
 
@@ -91,9 +109,26 @@ class _LocalStore:
         self.folder = folder
 
     def create(self, name: str, text: str) -> bool:
+        """Creates `name` holding `text` unless it exists; the file appears whole or not at all."""
         os.makedirs(self.folder, exist_ok=True)
+        path = os.path.join(self.folder, name)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with open(tmp, "w") as f:
+            f.write(text)
         try:
-            fd = os.open(os.path.join(self.folder, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here: create-if-absent, then the body (see the docstring)
+            return self._create_excl(path, text)
+        finally:
+            os.unlink(tmp)
+        return True
+
+    @staticmethod
+    def _create_excl(path: str, text: str) -> bool:
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as f:
@@ -108,12 +143,22 @@ class _LocalStore:
             f.write(text)
         os.replace(tmp, path)
 
-    def read(self, name: str) -> str | None:
+    def read(self, name: str) -> bytes | None:
         try:
-            with open(os.path.join(self.folder, name)) as f:
+            with open(os.path.join(self.folder, name), "rb") as f:
                 return f.read()
         except FileNotFoundError:
             return None
+
+    def age(self, name: str) -> float:
+        """Seconds since `name` was last written (0 when it cannot be told)."""
+        try:
+            return time.time() - os.stat(os.path.join(self.folder, name)).st_mtime
+        except OSError:
+            return 0.0
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.folder, name)
 
     def list(self) -> list[str]:
         try:
@@ -153,25 +198,95 @@ class _GcsStore:
     def overwrite(self, name: str, text: str) -> None:
         self.bucket.blob(self.prefix + name).upload_from_string(text)
 
-    def read(self, name: str) -> str | None:
+    def read(self, name: str) -> bytes | None:
         try:
-            return self.bucket.blob(self.prefix + name).download_as_text()
+            return self.bucket.blob(self.prefix + name).download_as_bytes()
         except self._missing:
             return None
+
+    def age(self, name: str) -> float:
+        blob = self.bucket.get_blob(self.prefix + name)
+        if blob is None or blob.updated is None:
+            return 0.0
+        return time.time() - blob.updated.timestamp()
+
+    def where(self, name: str) -> str:
+        return f"gs://{self.bucket.name}/{self.prefix}{name}"
 
     def list(self) -> list[str]:
         return [b.name[len(self.prefix) :] for b in self.bucket.list_blobs(prefix=self.prefix)]
 
 
-def open_store(workdir: str):
+class _GfileStore:
+    """Claims in a gs:// folder through tf.io.gfile, for one process when google-cloud-storage is
+    absent: an existence check, then a whole temporary object renamed without overwrite (not
+    atomic against a creator racing in the same instant; see the module's docstring)."""
+
+    def __init__(self, folder: str):
+        import tensorflow as tf  # only here: the rest of this module is TensorFlow-free
+
+        self.folder, self.gfile = folder, tf.io.gfile
+
+    def create(self, name: str, text: str) -> bool:
+        path = os.path.join(self.folder, name)
+        if self.gfile.exists(path):
+            return False
+        self.gfile.makedirs(self.folder)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.gfile.GFile(tmp, "w") as f:
+            f.write(text)
+        try:
+            self.gfile.rename(tmp, path, overwrite=False)
+        except Exception:  # it exists now: another process won
+            self.gfile.remove(tmp)
+            return False
+        return True
+
+    def overwrite(self, name: str, text: str) -> None:
+        path = os.path.join(self.folder, name)
+        tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+        with self.gfile.GFile(tmp, "w") as f:
+            f.write(text)
+        self.gfile.rename(tmp, path, overwrite=True)
+
+    def read(self, name: str) -> bytes | None:
+        path = os.path.join(self.folder, name)
+        if not self.gfile.exists(path):
+            return None
+        with self.gfile.GFile(path, "rb") as f:
+            return f.read()
+
+    def age(self, name: str) -> float:
+        try:
+            return time.time() - self.gfile.stat(os.path.join(self.folder, name)).mtime_nsec / 1e9
+        except Exception:
+            return 0.0
+
+    def where(self, name: str) -> str:
+        return os.path.join(self.folder, name)
+
+    def list(self) -> list[str]:
+        if not self.gfile.isdir(self.folder):
+            return []
+        return [n for n in self.gfile.listdir(self.folder) if ".tmp-" not in n]
+
+
+def open_store(workdir: str, one_process: bool = False):
+    """The claims store of `workdir`. `one_process`: the only process of this command (a gs://
+    workdir without google-cloud-storage then falls back to tf.io.gfile)."""
     folder = os.path.join(workdir, CLAIMS_DIR)
     if workdir.startswith("gs://"):
-        return _GcsStore(folder)
+        try:
+            return _GcsStore(folder)
+        except ClaimError:
+            if one_process:
+                return _GfileStore(folder)
+            raise
     if "://" in workdir:
         scheme = workdir.split("://", 1)[0]
         raise ClaimError(
-            f"several workers need atomic claims, which {scheme}:// does not offer here; "
-            "use a local folder or gs://, or --workers=1"
+            f"claims need an atomic create, which {scheme}:// does not offer here; "
+            "use a local folder or gs://"
         )
     return _LocalStore(folder)
 
@@ -184,16 +299,36 @@ def check_store(workdir: str) -> None:
 _NAME = re.compile(r"^(?P<key>.+)\.(?P<epoch>\d+)\.json$")
 
 
+def _parse(raw: bytes | None) -> tuple[dict, str]:
+    """(a claim file's body, why it is not a claim: empty when it is one)."""
+    if not raw:
+        return {}, "is empty"
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        return {}, "is not UTF-8 text"
+    except json.JSONDecodeError as e:
+        return {}, f"is not JSON ({e.msg})"
+    if not isinstance(body, dict):
+        return {}, f"holds {type(body).__name__}, not a claim (a JSON object)"
+    return body, ""
+
+
 class Claims:
     """One worker's view of the claims of a study's workdir."""
 
-    def __init__(self, workdir: str, run_id: str, stale_s: float = STALE_S, store=None):
-        self.store = store if store is not None else open_store(workdir)
+    def __init__(
+        self, workdir: str, run_id: str, stale_s: float = STALE_S, store=None, one_process=False
+    ):
+        self.store = store if store is not None else open_store(workdir, one_process)
         self.run_id = run_id
         self.owner = uuid.uuid4().hex[:12]
         self.stale_s = stale_s
         self._held: dict[str, Claim] = {}
         self._lock = threading.Lock()
+        # (key, epoch) -> (the body's bytes, when this process first saw them): the lease.
+        self._seen: dict[tuple[str, int], tuple[bytes, float]] = {}
+        self._broken: dict[str, str] = {}  # key -> why its claim file is not a claim
 
     def _body(self, key: str, epoch: int, state: str) -> dict:
         return {
@@ -217,12 +352,52 @@ class Claims:
                 latest[key] = max(epoch, latest.get(key, -1))
         out = {}
         for key, epoch in latest.items():
-            text = self.store.read(f"{key}.{epoch}.json")
-            try:
-                body = json.loads(text) if text else {}
-            except json.JSONDecodeError:
-                body = {}
-            out[key] = Claim(key, epoch, body if isinstance(body, dict) else {})
+            name = f"{key}.{epoch}.json"
+            raw = self.store.read(name)
+            body, why = _parse(raw)
+            if why:
+                self._broken[key] = f"{self.store.where(name)} {why}"
+                # A broken claim written long ago has nobody behind it: stale at once.
+                if self.store.age(name) > self.stale_s:
+                    body = {"state": "broken"}
+            else:
+                self._broken.pop(key, None)
+            self._observe(key, epoch, raw or b"")
+            out[key] = Claim(key, epoch, body)
+        return out
+
+    def _observe(self, key: str, epoch: int, raw: bytes) -> None:
+        seen = self._seen.get((key, epoch))
+        if seen is None or seen[0] != raw:
+            self._seen[(key, epoch)] = (raw, time.monotonic())
+
+    def unchanged_for(self, claim: Claim) -> float:
+        """Seconds (this process's clock) for which `claim`'s body has not changed."""
+        seen = self._seen.get((claim.key, claim.epoch))
+        return 0.0 if seen is None else time.monotonic() - seen[1]
+
+    def notes(self, current: dict[str, Claim]) -> list[str]:
+        """One line per claim a reader should know about: a heartbeat far in the future (the
+        holder's clock runs ahead), a claim file that is not a claim."""
+        out = []
+        now = time.time()
+        for key, c in sorted(current.items()):
+            if key in self._broken:
+                out.append(
+                    f"claim {self._broken[key]}: treated as a broken claim, taken over once "
+                    f"{self.stale_s:g}s old or unchanged"
+                )
+                continue
+            updated = c.body.get("updated")
+            if c.body.get("state") == RUNNING and isinstance(updated, int | float):
+                ahead = updated - now
+                if ahead > MAX_SKEW_S:
+                    out.append(
+                        f"claim of {key} held by {c.body.get('host')}:{c.body.get('pid')} has its "
+                        f"heartbeat {ahead:.0f}s in the future (clocks differ by more than "
+                        f"{MAX_SKEW_S:g}s); taken over if it stays unchanged for "
+                        f"{self.stale_s:g}s"
+                    )
         return out
 
     def available(self, claim: Claim | None) -> bool:
@@ -237,7 +412,7 @@ class Claims:
             # STOPPED: its owner checkpointed and left. DONE with work left: the protocol asked
             # for more runs than when it finished (the rules of lr_grid changed).
             return True
-        return claim.stale(stale_s=self.stale_s)
+        return claim.stale(stale_s=self.stale_s) or self.unchanged_for(claim) > self.stale_s
 
     def failed_here(self, claim: Claim | None) -> bool:
         """Whether `claim` failed in a worker of this run (so this run does not retry it)."""
@@ -297,30 +472,3 @@ class Claims:
 
         threading.Thread(target=beat, name="claims-heartbeat", daemon=True).start()
         return stop
-
-
-class LocalClaims:
-    """The claims of a study run by one process (`--workers=1`, `--trial`, a shard): the same
-    interface as `Claims`, held in memory, so one process runs the same loop as each of N workers
-    and writes no claims/ folder. Nobody else can take a group over or have failed one."""
-
-    def current(self) -> dict[str, Claim]:
-        return {}
-
-    def available(self, claim: Claim | None) -> bool:
-        return True
-
-    def failed_here(self, claim: Claim | None) -> bool:
-        return False
-
-    def try_claim(self, key: str, current: Claim | None) -> bool:
-        return True
-
-    def still_mine(self, key: str) -> bool:
-        return True
-
-    def release(self, key: str, state: str = DONE) -> None:
-        pass
-
-    def start_heartbeat(self, every_s: float = HEARTBEAT_S) -> threading.Event:
-        return threading.Event()  # nothing to keep alive

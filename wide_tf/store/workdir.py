@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 
 import tensorflow as tf
+
+from wide_tf.spec import result as result_spec
 
 CONFIG = "config.json"
 RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
@@ -75,8 +78,53 @@ def record_result(workdir: str, result: dict) -> None:
     write_json(result_path(workdir, result["trial_id"]), result)
 
 
-def read_results_counted(workdir: str) -> tuple[list[dict], int]:
-    """(every recorded result, number of unreadable ones skipped).
+def record_problem(rec) -> str:
+    """Why `rec` is not a whole result record (spec/result.py's schema); empty when it is."""
+    if not isinstance(rec, dict):
+        return f"holds {type(rec).__name__}, not a result record"
+    problems = result_spec.problems(rec)
+    if not problems:
+        return ""
+    more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return "not a whole result (" + "; ".join(problems[:3]) + more + ")"
+
+
+def _load(path: str):
+    with tf.io.gfile.GFile(path, "r") as f:
+        return json.loads(f.read())
+
+
+def set_aside_partial(workdir: str) -> list[str]:
+    """Moves every results/<id>.json and trials/<id>/result.json that is not a whole record to
+    `<name>.partial-<time>` (kept for a look, no longer read), so that its trial counts as not
+    done and runs again (resuming from its checkpoint); returns one line per file moved."""
+    paths = []
+    folder = join(workdir, RESULTS_DIR)
+    if tf.io.gfile.isdir(folder):
+        paths += [join(folder, n) for n in tf.io.gfile.listdir(folder) if n.endswith(".json")]
+    paths += tf.io.gfile.glob(join(workdir, TRIALS, "*", RESULT))
+    lines = []
+    for path in sorted(paths):
+        try:
+            why = record_problem(_load(path))
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            why = f"not JSON ({type(e).__name__})"
+        except (tf.errors.NotFoundError, FileNotFoundError):
+            continue  # moved or replaced meanwhile
+        if why:
+            aside = f"{path}.partial-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+            try:
+                tf.io.gfile.rename(path, aside, overwrite=True)
+            except tf.errors.NotFoundError:  # another process moved it first
+                continue
+            lines.append(f"{path} is {why}: moved to {aside}; its trial runs again")
+    return lines
+
+
+def read_results_counted(workdir: str, whole: bool = False) -> tuple[list[dict], int]:
+    """(every recorded result, number of unreadable ones skipped). `whole`: also skip (and count)
+    a record that is not whole against spec/result.py's schema (the scheduler's view: such a
+    trial is not done).
 
     Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
     legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
@@ -111,13 +159,13 @@ def read_results_counted(workdir: str) -> tuple[list[dict], int]:
         except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.OpError, OSError):
             bad += 1
             continue
-        if not isinstance(rec, dict) or "trial_id" not in rec:
+        if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):
             bad += 1
             continue
         by_id[rec["trial_id"]] = rec
     return [by_id[k] for k in sorted(by_id)], bad
 
 
-def read_results(workdir: str) -> list[dict]:
+def read_results(workdir: str, whole: bool = False) -> list[dict]:
     """Every recorded result of the study in `workdir` (see `read_results_counted`)."""
-    return read_results_counted(workdir)[0]
+    return read_results_counted(workdir, whole)[0]

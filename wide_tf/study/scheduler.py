@@ -1,14 +1,16 @@
 """Owns running a study's trials: one loop, in which a process claims the next open (member, batch
 size) group, runs its whole learning-rate protocol (grid, extensions, confirmations) and releases
-it, until no group is open. One process (`--workers=1`, `--trial`, a shard) runs it with claims
-held in memory; each of N worker processes (wide_tf/study/workers.py starts them) with claims
-shared through the workdir, so that a dead worker's group is taken over. `run` is the one call
-for a study; the report is main's to write."""
+it, until no group is open. Every process runs it with the same claims, files in the workdir
+(wide_tf/store/claims.py): one process (`--workers=1`, `--trial`, a shard) as well as each of N
+worker processes (wide_tf/study/workers.py starts them), so that a dead worker's group is taken
+over and two commands on one workdir share its groups instead of training them twice. `run` is
+the one call for a study; the report is main's to write."""
 
 from __future__ import annotations
 
 import dataclasses
 import time
+import uuid
 
 import tensorflow as tf
 from absl import logging
@@ -39,7 +41,13 @@ def check_workdir(config, workdir: str) -> None:
     """Writes config.json, or refuses a workdir that holds a different study."""
     path = wd.join(workdir, wd.CONFIG)
     if tf.io.gfile.exists(path):
-        diff = identity.differing_fields(wd.read_json(path), config)
+        theirs = wd.read_json(path)
+        if not isinstance(theirs, dict):
+            raise StudyError(
+                f"{path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
+                "restore it, or move it aside and run the same command to write it again"
+            )
+        diff = identity.differing_fields(theirs, config)
         if diff:
             raise StudyError(
                 f"{workdir} holds a different study (config differs in: {identity.describe(diff)})"
@@ -86,15 +94,14 @@ def run_study(config, workdir: str, shard: str | None = None, only_trial: str | 
     check_workdir(config, workdir)
     progress.log_plan(config, trials, shard_i, shard_n)
     start = time.time()
-    ran = _run_groups(
-        config, workdir, in_shard(trials, shard), claims_lib.LocalClaims(), only_trial is None
-    )
+    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12], one_process=True)
+    ran = _run_groups(config, workdir, in_shard(trials, shard), claims, only_trial is None)
     logging.info(
         "Study done in this process: %d trials run in %s.",
         ran,
         progress.fmt_time(time.time() - start),
     )
-    return wd.read_results(workdir)
+    return wd.read_results(workdir, whole=True)
 
 
 def run_worker(
@@ -137,7 +144,8 @@ class _Share:
     mine: dict = dataclasses.field(default_factory=dict)
 
     def results(self) -> dict[str, dict]:
-        return {**{r["trial_id"]: r for r in wd.read_results(self.workdir)}, **self.mine}
+        recorded = wd.read_results(self.workdir, whole=True)
+        return {**{r["trial_id"]: r for r in recorded}, **self.mine}
 
     def state(self, g, results) -> tuple[list[Trial], list[Trial]]:
         """(the group's trials known so far, those not yet recorded)."""
@@ -153,9 +161,11 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
     members = {t.member.name: t.member for t in trials}
     share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
     share.runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve all
+    for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
+        logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
     stop_heartbeat = claims.start_heartbeat(heartbeat_s or claims_lib.HEARTBEAT_S)
-    waited = False
+    waited, noted = False, set()
     try:
         while True:
             if preemption.requested():  # SIGTERM between groups (or while waiting for one)
@@ -165,6 +175,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
             if not open_groups:
                 return share.ran
             current = claims.current()
+            noted = _log_notes(claims.notes(current), noted)
             picked = _claim_next(claims, open_groups, current)
             if picked is None:
                 # A group whose trial raised in a sibling stays for the next run (it would fail
@@ -182,6 +193,14 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
             _run_claimed(share, picked, current.get(claims_lib.group_key(picked)))
     finally:
         stop_heartbeat.set()
+
+
+def _log_notes(notes: list[str], noted: set) -> set:
+    """Logs each claim note (a skewed heartbeat, a broken claim file) once; returns those seen."""
+    for line in notes:
+        if line not in noted:
+            logging.warning("%s", line)
+    return set(notes)
 
 
 def _claim_order(groups: list[tuple[str, int]], members) -> list[tuple[str, int]]:
@@ -203,16 +222,15 @@ def _claim_next(claims, open_groups, current):
 def _run_claimed(share: _Share, g, prior) -> None:
     """Runs a claimed group and releases it: done, stopped (free for anyone at once) or failed."""
     key = claims_lib.group_key(g)
-    if not isinstance(share.claims, claims_lib.LocalClaims):
-        logging.info(
-            "Claimed group %s (batch %d)%s.",
-            g[0],
-            g[1],
-            f", taken over from {prior.body.get('host')}:{prior.body.get('pid')} "
-            f"({prior.body.get('state')})"
-            if prior is not None
-            else "",
-        )
+    logging.info(
+        "Claimed group %s (batch %d)%s.",
+        g[0],
+        g[1],
+        f", taken over from {prior.body.get('host')}:{prior.body.get('pid')} "
+        f"({prior.body.get('state')})"
+        if prior is not None
+        else "",
+    )
     try:
         _run_group(share, g, key)
     except LostClaim:

@@ -6,16 +6,22 @@ is decided by the workers themselves through claims in the workdir (wide_tf/stor
 wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
 workdir.
 
-A worker is `python -m wide_tf.main` with the parent's own command line and WIDE_TF_WORKER in its
-environment (its index, the run id, its cores and GPU). It pins itself to its cores with
-`os.sched_setaffinity` and gets TensorFlow's intra- and inter-op threads set to that many cores
-before TensorFlow starts; on a GPU machine each worker sees one GPU (CUDA_VISIBLE_DEVICES): a
-50k-parameter model gains nothing from MirroredStrategy over 8 GPUs, while 8 independent groups
-keep all 8 busy. Nothing here imports TensorFlow at module level (main imports it late).
+A worker is `python -m wide_tf.study.worker_boot` (which sets the signal that kills it with its
+parent before it imports anything, then runs wide_tf.main) with the parent's own command line and
+WIDE_TF_WORKER in its environment (its index, the run id, its cores and GPU). The parent stops the
+workers it started on every way out (its supervision's end, an error while starting them, any
+exit of the interpreter); each invocation's workers log to files of their own,
+WORKDIR/logs/worker-<k>.<run id>.log, so that no error line of another invocation is quoted.
+A worker pins itself to its cores with `os.sched_setaffinity` and gets TensorFlow's intra- and
+inter-op threads set to that many cores before TensorFlow starts; on a GPU machine each worker sees
+one GPU (CUDA_VISIBLE_DEVICES): a 50k-parameter model gains nothing from MirroredStrategy over 8
+GPUs, while 8 independent groups keep all 8 busy. Nothing here imports TensorFlow at module level
+(main imports it late).
 """
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import json
 import os
@@ -28,6 +34,7 @@ import uuid
 
 from wide_tf.config import validate
 from wide_tf.spec import hardware
+from wide_tf.study import worker_boot
 
 ENV = "WIDE_TF_WORKER"
 LOGS = "logs"
@@ -170,7 +177,7 @@ class _Signals:
         self._old = {}
 
     def __enter__(self):
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self._old[sig] = signal.signal(sig, self._handle)
         return self
 
@@ -231,37 +238,51 @@ class Started:
 
 def start(workdir: str, n: int, argv: list[str], config) -> Started:
     """Starts n workers running `argv` (this command line). Called before the parent imports
-    TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM and SIGINT to
-    the parent are passed on from here on."""
+    TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM, SIGINT and
+    SIGHUP to the parent are passed on from here on. A worker that cannot be started stops those
+    already started and raises a RuntimeProblem (one line)."""
     run_id = uuid.uuid4().hex[:12]
     logs, remote_logs = log_dir(workdir)
+    if os.path.exists(logs) and not os.path.isdir(logs):
+        raise validate.RuntimeProblem(
+            f"{logs} is a file, not a folder (the workers' logs go there); move it aside and run "
+            "the same command again"
+        )
     os.makedirs(logs, exist_ok=True)
     specs = plan(n, run_id, config)
     procs, paths = [], []
-    signals = _Signals(procs).__enter__()
+    started = Started(procs, paths, specs, _Signals(procs).__enter__(), remote_logs, time.time())
+    atexit.register(_stop_all, started)  # every exit of the interpreter stops the workers
     for s in specs:
-        path = os.path.join(logs, f"worker-{s.index}.log")
+        path = os.path.join(logs, f"worker-{s.index}.{run_id}.log")
         paths.append(path)
-        env = dict(os.environ, **{ENV: s.to_env()})
-        with open(path, "a") as f:
-            # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on as
-            # SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt in the middle of a step.
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "wide_tf.main", *argv[1:]],
-                    env=env,
-                    stdout=f,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
+        env = dict(os.environ, **{ENV: s.to_env(), worker_boot.PARENT_ENV: str(os.getpid())})
+        try:
+            with open(path, "w") as f:
+                # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on
+                # as SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt mid-step.
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "wide_tf.study.worker_boot", *argv[1:]],
+                        env=env,
+                        stdout=f,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
                 )
-            )
+        except OSError as e:
+            _stop_all(started)
+            raise validate.RuntimeProblem(
+                f"cannot start worker {s.index}: {path}: {e.strerror or e}; the workers already "
+                "started were stopped: fix it and run the same command again"
+            ) from None
     # The parent only watches from here on: its own start-up (TensorFlow's import, to read the
     # results) must not take CPU from the workers'.
     try:
         os.nice(5)
     except OSError:
         pass
-    return Started(procs, paths, specs, signals, remote_logs, time.time())
+    return started
 
 
 @dataclasses.dataclass(frozen=True)
@@ -292,7 +313,8 @@ def supervise(started: Started, config, workdir: str, shard: str | None = None, 
                 + ("" if s.gpu is None else f" GPU {s.gpu}")
                 for s in started.specs
             )
-            + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>.log"
+            + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>."
+            f"{started.specs[0].run_id}.log"
         )
         failed = _watch(started, config, workdir, initial, log)
     finally:
@@ -304,7 +326,7 @@ def _progress(config, workdir: str, initial):
     from wide_tf.store import workdir as wd
     from wide_tf.study import progress
 
-    results = {r["trial_id"]: r for r in wd.read_results(workdir)}
+    results = {r["trial_id"]: r for r in wd.read_results(workdir, whole=True)}
     return progress.estimate_progress(config, initial, results)
 
 
@@ -334,6 +356,7 @@ def _watch(started: Started, config, workdir: str, initial, log) -> dict[int, in
             line = f"progress: {p.describe()}, {len(running)} workers running" + (
                 "" if left is None else f", about {progress.fmt_time(left)} left"
             )
+            line += "".join(f"; {note}" for note in _claim_notes(workdir))
             if p.done != last_done or now - last_print >= PROGRESS_EVERY_S or not running:
                 if line != last_line:
                     log(line)
@@ -343,10 +366,28 @@ def _watch(started: Started, config, workdir: str, initial, log) -> dict[int, in
         time.sleep(POLL_S)
 
 
+def _claim_notes(workdir: str) -> list[str]:
+    """The claims a reader should know about (a heartbeat far in the future, a broken claim
+    file), for the progress line; none for a store the parent cannot read cheaply."""
+    if "://" in workdir:
+        return []
+    from wide_tf.store import claims
+
+    try:
+        c = claims.Claims(workdir, "parent")
+        return c.notes(c.current())
+    except OSError:
+        return []
+
+
 def _stop_all(started: Started) -> None:
+    """SIGTERM to every worker still running, and a wait for each (idempotent)."""
     for p in started.procs:  # the parent failing must not leave workers behind
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
+            try:
+                p.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
     for p in started.procs:
         p.wait()
     started.signals.__exit__()
@@ -366,12 +407,18 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
     log(f"Workers done in {progress.fmt_time(time.time() - started.start)}.")
     if signals.received:
         log(
-            "stopped by "
-            + ("SIGTERM" if signals.received == signal.SIGTERM else "SIGINT")
-            + "; the workers checkpointed: run the same command again to resume"
+            f"stopped by {signal.Signals(signals.received).name}; the workers checkpointed: run "
+            "the same command again to resume"
         )
-        return Outcome(False, 143 if signals.received == signal.SIGTERM else 130)
+        return Outcome(False, 128 + signals.received)
     p = _progress(config, workdir, initial)
+    if failed and p.complete:  # e.g. a killed worker whose group a sibling took over: all done
+        k, code = next(iter(failed.items()))
+        log(
+            f"warning: worker {k} exited with status {code}, but every group is finished (its "
+            "work was taken over): the study is complete"
+        )
+        return Outcome(True)
     if failed:
         k, code = next(iter(failed.items()))
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
