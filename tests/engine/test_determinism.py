@@ -9,7 +9,7 @@ import pytest
 from wide_tf.engine import train
 from wide_tf.spec import defaults
 
-TIMINGS = ("wall_time_s", "examples_per_s")
+TIMINGS = ("wall_time_s", "examples_per_s", "time_s")
 
 
 def _config(arch):

@@ -58,6 +58,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
 
 def test_not_reached_is_recorded_as_not_reached_not_as_the_budget(tmp_path):
     config = _single(data="digits_embedded", global_batch=32, max_epochs=1.0, target_value=0.999)
+    config.train.eval_economy = False  # every evaluation step: both sets, whole
     events = []
     train.clear_cache()  # a kept build would share its step-0 evaluations (fewer "eval" events)
     with timing.listening(lambda *event: events.append(event)):

@@ -243,9 +243,10 @@ class Run:
         """The named evaluation sets' loss and accuracy, with the batch-norm statistics that
         train.target_bn asks for (the training run's own are left as they were); None when the
         training set's pass stopped early under `bound`."""
-        recompute = self.built.bn_recompute
-        with timing.timed("eval", self.state.time_s):
-            saved = recompute.recompute() if recompute is not None else None
+        recompute, saved = self.built.bn_recompute, None
+        if recompute is not None:
+            with timing.timed("eval", self.state.time_s):
+                saved = recompute.recompute()
         try:
             out = {}
             for k in names:
