@@ -1,7 +1,8 @@
 """Owns the reuse of a compiled step across runs: the model, optimizer, traced functions,
 evaluation sets, probe and batch-norm recompute of the last run (one process-global entry), kept
 for the next run whose traced program is the same (the next learning rate or seed of a study's
-group), with only their variables reset; and the key that says when the program is the same."""
+group), with only their variables reset; kept too for the same member at another batch, with a
+new Stepper (the one part whose shapes depend on the batch); and the keys that say when."""
 
 from __future__ import annotations
 
@@ -74,10 +75,12 @@ def _key_part(section: str, value):
     return {k: v for k, v in value.items() if k not in excluded}
 
 
-def build_key(config, runtime, info, plan) -> str:
+def build_key(config, runtime, info, plan, member_only: bool = False) -> str:
     """Everything a run's model, optimizer, traced functions and evaluation sets depend on: the
     whole config but KEY_EXCLUDED, with the runtime's strategy (the object: each has its own
-    devices and graphs), dtype policy and XLA setting, the batch plan and the data's shapes."""
+    devices and graphs), dtype policy and XLA setting, the batch plan and the data's shapes.
+    `member_only`: without the batch (train.global_batch, the plan), what the model, optimizer,
+    evaluation sets, probe and snapshot depend on; only the Stepper depends on the batch."""
     resolved = config.to_dict()
     key = {k: _key_part(k, v) for k, v in resolved.items() if _key_part(k, v) is not None}
     if "optim" in key:
@@ -89,6 +92,9 @@ def build_key(config, runtime, info, plan) -> str:
         "plan": dataclasses.astuple(plan),
         "info": [info.num_classes, list(info.input_shape)],
     }
+    if member_only:
+        del key["engine"]["plan"]
+        key["train"].pop("global_batch", None)
     return json.dumps(key, sort_keys=True, default=str)
 
 
@@ -99,6 +105,7 @@ class Built:
     study): the traced functions are reused, only variables are reset."""
 
     key: str
+    member_key: str  # build_key(member_only=True): the same member at any batch size
     model: keras.Model
     optimizer: keras.optimizers.Optimizer
     stepper: Stepper
@@ -150,6 +157,8 @@ def build(
     key = build_key(config, runtime, info, plan)
     built = _BUILT.get(key)
     if built is None:
+        built = _for_new_batch(config, runtime, info, plan, key)
+    if built is None:
         clear_cache()  # the previous run's graphs go (a study used to do this after every run)
         keras.utils.set_random_seed(t.seed)  # the same initial weights for every batch size and LR
         runtime.apply_policy()  # again for every build: clear_session() resets the dtype policy
@@ -169,6 +178,36 @@ def build(
     return built
 
 
+def _for_new_batch(config, runtime, info, plan, key) -> Built | None:
+    """The kept build of the same member at another batch size, with a new Stepper for this
+    batch (the step's shapes): its model, optimizer, evaluation sets, probe, snapshot and initial
+    measurements are the batch's too, so their traced functions are kept (a study's groups of one
+    member follow each other); None when no such build is kept."""
+    member = build_key(config, runtime, info, plan, member_only=True)
+    kept = next(iter(_BUILT.values()), None)
+    if kept is None or kept.member_key != member:
+        return None
+    with runtime.strategy.scope():
+        kept.stepper = _stepper(config, runtime, kept.model, kept.optimizer, plan)
+    kept.key = key
+    _BUILT.clear()
+    _BUILT[key] = kept
+    return kept
+
+
+def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
+    return Stepper(
+        model,
+        optimizer,
+        runtime.strategy,
+        plan,
+        jit_compile=runtime.jit_compile,
+        diverge_loss=config.train.diverge_loss,
+        diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
+        input_spec=datasets_spec.get(config.data.name),
+    )
+
+
 def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, new_model) -> Built:
     t, strategy = config.train, runtime.strategy
     with strategy.scope():
@@ -182,16 +221,7 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
         )
         # Before the first step (docs/design.md, "TensorFlow / Keras 3 facts").
         optimizer.build(model.trainable_variables)
-        stepper = Stepper(
-            model,
-            optimizer,
-            strategy,
-            plan,
-            jit_compile=runtime.jit_compile,
-            diverge_loss=t.diverge_loss,
-            diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
-            input_spec=datasets_spec.get(config.data.name),
-        )
+        stepper = _stepper(config, runtime, model, optimizer, plan)
     with tf.device("/cpu:0"):
         host_var = tf.Variable("", trainable=False, dtype=tf.string)
     snapshot = Snapshot(model, strategy)
@@ -200,6 +230,7 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
         bn_recompute = BatchNormRecompute(config, model, strategy)
     return Built(
         key=key,
+        member_key=build_key(config, runtime, info, plan, member_only=True),
         bn_recompute=bn_recompute,
         host_var=host_var,
         # The snapshot too: a resumed run may interpolate its next crossing against it.

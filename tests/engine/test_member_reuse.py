@@ -1,0 +1,49 @@
+"""A study's groups of one member follow each other: the next batch size keeps the member's model,
+optimizer, evaluation sets, probe and snapshot (their traced functions), with a new Stepper for
+the batch's shapes (engine/reuse.py), and records exactly what a fresh build records."""
+
+from wide_tf.engine import reuse, timing, train
+from wide_tf.engine.strategy import setup_runtime
+from wide_tf.spec import defaults
+
+
+def _config(batch: int):
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
+    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
+    config.runtime.strategy = "cpu"
+    config.train.global_batch = batch
+    config.train.max_epochs = 2.0
+    config.train.eval_every_examples = 320
+    config.train.target_value = 0.8
+    config.train.gradient_every_examples = 640
+    config.train.gradient_at_init = True
+    config.train.probe_size = 128
+    return config
+
+
+def _key(r: dict) -> tuple:
+    return tuple(
+        (t["status"], t["steps_to_target"], t["steps_to_target_interp"]) for t in r["targets"]
+    ) + (r["steps"], r["final"]["train_accuracy"], r["final"]["test_loss"])
+
+
+def test_the_next_batch_of_a_member_keeps_its_build_and_records_the_same(tmp_path, monkeypatch):
+    runtime = setup_runtime(_config(32).runtime)
+    train.clear_cache()
+    train.train_and_evaluate(_config(32), str(tmp_path / "b32"), runtime)
+    (first,) = reuse._BUILT.values()
+    model, eval_sets, stepper = first.model, first.eval_sets, first.stepper
+    traced = []
+    monkeypatch.setattr(timing, "note_trace", lambda: traced.append(1))
+    kept = train.train_and_evaluate(_config(64), str(tmp_path / "b64"), runtime)
+    (second,) = reuse._BUILT.values()
+    assert second is first and second.model is model and second.eval_sets is eval_sets
+    assert second.stepper is not stepper and second.stepper.plan.global_batch == 64
+    assert len(traced) == 1  # the training loop only: no evaluation, probe or snapshot retrace
+    monkeypatch.undo()
+    train.clear_cache()
+    fresh = train.train_and_evaluate(_config(64), str(tmp_path / "fresh"), runtime)
+    assert _key(kept) == _key(fresh)
+    assert kept["time_s"]["setup"] < fresh["time_s"]["setup"]
