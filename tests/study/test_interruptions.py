@@ -8,7 +8,7 @@ import sys
 
 from helpers import REPO, env, run_main
 
-TIMINGS = ("wall_time_s", "examples_per_s")
+TIMINGS = ("wall_time_s", "examples_per_s", "time_s")
 # --workers=1: the kill hooks are planted in this process (the worker processes of the default
 # --workers are covered by tests/study/test_workers.py).
 SMOKE = ["--config=configs/mlp.py:smoke", "--config.train.checkpoint_every_steps=2", "--workers=1"]
