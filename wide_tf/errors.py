@@ -138,6 +138,8 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
             f"--config.runtime.strategy=auto",
             1,
         )
+    if isinstance(e, (validate.Problem, _workers().WorkerFailed)):  # (no TensorFlow needed)
+        return one_line(e), e.exit_code if isinstance(e, validate.Problem) else 1
     usage_errors, runtime_errors, op_error = _error_classes()
     if isinstance(e, usage_errors):
         return one_line(e), 2
@@ -152,6 +154,14 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
         f"for the traceback, and report it)",
         1,
     )
+
+
+def _workers():
+    """wide_tf.study.workers (TensorFlow-free): the parent of --workers=N reports a failed worker
+    without loading TensorFlow."""
+    from wide_tf.study import workers
+
+    return workers
 
 
 def _error_classes():
