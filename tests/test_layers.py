@@ -32,8 +32,20 @@ ALLOWED = {
     "errors": {"spec", "store", "config", "engine", "study", "analysis", "report", "theory"},
     "tf_start": {"spec"},  # TensorFlow's quiet import reads the GPU probe
 }
-# Layers that must run without TensorFlow: the checks before a run, the planner, the analysis.
-TF_FREE = ("spec", "config", "analysis", "study.lr_grid", "store.claims")
+# Layers that must run without TensorFlow: the checks before a run, the planner, the analysis,
+# and what the parent of --workers=N supervises with (the workdir, the trials, the progress).
+TF_FREE = (
+    "spec",
+    "config",
+    "analysis",
+    "study.lr_grid",
+    "store",
+    "study.trials",
+    "study.progress",
+    "study.workers",
+    "study.worker_boot",
+    "engine.preemption",
+)
 
 
 def _module_name(path: pathlib.Path, root: pathlib.Path = ROOT) -> str:

@@ -124,8 +124,9 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
         folder = os.path.dirname(damaged) if damaged else "the run's checkpoints/ folder"
         return (
             f"checkpoint {damaged or ''} cannot be read ({type(e).__name__}: {one_line(e)}): "
-            f"it is damaged (truncated or partly copied); delete {folder} to run that trial "
-            f"from the start, or restore the files",
+            f"it is damaged (truncated or partly copied); restore the files, or move {folder} "
+            f"aside (kept, not read) and run the same command again to run that trial from the "
+            f"start",
             1,
         )
     # TensorFlow's own TPU modules only: a bare "/tpu/" also matched any checkout in a folder
@@ -138,6 +139,8 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
             f"--config.runtime.strategy=auto",
             1,
         )
+    if isinstance(e, (validate.Problem, _workers().WorkerFailed)):  # (no TensorFlow needed)
+        return one_line(e), e.exit_code if isinstance(e, validate.Problem) else 1
     usage_errors, runtime_errors, op_error = _error_classes()
     if isinstance(e, usage_errors):
         return one_line(e), 2
@@ -152,6 +155,14 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
         f"for the traceback, and report it)",
         1,
     )
+
+
+def _workers():
+    """wide_tf.study.workers (TensorFlow-free): the parent of --workers=N reports a failed worker
+    without loading TensorFlow."""
+    from wide_tf.study import workers
+
+    return workers
 
 
 def _error_classes():
@@ -186,8 +197,9 @@ def _tf_error_line(e) -> str:
     damaged = re.search(r"checkpoint|ckpt|\.index|DATA_LOSS|table file", message, re.IGNORECASE)
     if damaged or type(e).__name__ == "DataLossError":
         line += (
-            "; a checkpoint in the workdir is damaged (truncated or partly copied): delete that "
-            "run's checkpoints/ folder to run it from the start, or restore the files"
+            "; a checkpoint in the workdir is damaged (truncated or partly copied): restore the "
+            "files, or move that run's checkpoints/ folder aside (kept, not read) and run the "
+            "same command again to run it from the start"
         )
     elif type(e).__name__ in ("PermissionDeniedError", "UnauthenticatedError"):
         line += "; check that this machine may write to --workdir (and read data.data_dir)"

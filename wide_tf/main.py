@@ -20,6 +20,7 @@ from ml_collections import config_flags
 # modules that need it are imported in _run() once the checks have passed.
 from wide_tf import errors, tf_start
 from wide_tf.config import dry_run, validate
+from wide_tf.engine import preemption
 from wide_tf.study import workers
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -121,8 +122,8 @@ def main(argv) -> None:
     worker = workers.child_spec()
     if worker is not None:
         workers.pin_before_tensorflow(worker)
-    # The parent of --workers=N starts its workers first, so that their start-up does not wait for
-    # its own (TensorFlow's import); it then only watches them.
+    # The parent of --workers=N starts its workers first, then only watches them, without
+    # TensorFlow: it imports it for the report alone, once every group is done (`ready`).
     one = _TRIAL.value is not None or _LIST.value or config.get("kind", "study") == "theory"
     one = one or not validate.is_sweep(config)
     n = 1 if worker is not None else workers.count_for(config, _WORKERS.value, _WORKDIR.value, one)
@@ -130,18 +131,21 @@ def main(argv) -> None:
         started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
     except validate.Problem as e:  # a worker that could not start (the others were stopped)
         errors.fail(str(e), e.exit_code)
-    # Deliberately late: TensorFlow (imported by every module _run uses) starts only for a config
-    # that passed the checks, and with its C++ start-up lines filtered.
-    tf_start.import_tensorflow(verbose)
-    if worker is not None:
-        workers.set_tensorflow_threads(worker)
+    if started is None:
+        # Deliberately late: TensorFlow (imported by every module _run uses) starts only for a
+        # config that passed the checks, and with its C++ start-up lines filtered.
+        tf_start.import_tensorflow(verbose)
+        if worker is not None:
+            workers.set_tensorflow_threads(worker)
     logging.get_absl_handler().addFilter(tf_start.DropCheckpointChatter())
-    from wide_tf.engine import preemption
-
     if started is None:  # (the parent of workers passes SIGTERM on to them instead)
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
-        _run(config, worker, started)
+        if started is not None:
+            ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
+            _finish(workers.supervise(started, config, _WORKDIR.value, _SHARD.value, _log, ready))
+        else:
+            _run(config, worker)
     except preemption.Preempted as e:
         logging.warning("%s", e)
         sys.exit(preemption.EXIT_CODE)
@@ -151,10 +155,13 @@ def main(argv) -> None:
         errors.fail(*errors.error_line(e, config))
 
 
-def _run(config, worker, started) -> None:
-    """The one call: the trials listed, the theory check, a single run, or a study (then its
-    report, when the study says it is due)."""
-    from wide_tf import report
+def _log(line: str) -> None:
+    logging.info("%s", line)
+
+
+def _run(config, worker) -> None:
+    """The one call: the trials listed, the theory check, a single run, or a study in this
+    process or as one worker of --workers=N."""
     from wide_tf.engine import train
     from wide_tf.study import scheduler, trials
     from wide_tf.theory import check as theory
@@ -167,21 +174,22 @@ def _run(config, worker, started) -> None:
     elif not validate.is_sweep(config):  # one run in the workdir itself
         train.train_and_evaluate(config, _WORKDIR.value)
     else:
-        outcome = scheduler.run(
-            config,
-            _WORKDIR.value,
-            shard=_SHARD.value,
-            only_trial=_TRIAL.value,
-            worker=worker,
-            started=started,
-            log=lambda line: logging.info("%s", line),
-        )
-        if outcome.report_due and not _NO_REPORT.value:
-            logging.info("Report: %s", report.write_report(_WORKDIR.value))
-        if outcome.failure is not None:
-            raise outcome.failure
-        if outcome.exit_code:
-            sys.exit(outcome.exit_code)
+        at = dict(shard=_SHARD.value, only_trial=_TRIAL.value, worker=worker)
+        _finish(scheduler.run(config, _WORKDIR.value, **at))
+
+
+def _finish(outcome) -> None:
+    """A study's end: its report when the study says it is due (the parent of --workers=N imports
+    TensorFlow here, for the report alone), then its failure or exit status."""
+    if outcome.report_due and not _NO_REPORT.value:
+        tf_start.import_tensorflow(_VERBOSE.value)
+        from wide_tf import report
+
+        logging.info("Report: %s", report.write_report(_WORKDIR.value))
+    if outcome.failure is not None:
+        raise outcome.failure
+    if outcome.exit_code:
+        sys.exit(outcome.exit_code)
 
 
 def run() -> None:

@@ -310,7 +310,6 @@ CASES = [
         1,
         ["cannot write in /proc"],
     ),
-    ("workdir_truncated_result", [SMOKE, "--workdir={broken}"], 1, ["result.json", "delete it"]),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
     # Issue 25's bad input: each one line, before TensorFlow, the workdir untouched.
     ("config_json_null", [SMOKE, "--workdir={null_json}"], 1, ["holds NoneType", "move it aside"]),
@@ -858,3 +857,19 @@ def test_the_paper_wrn_config_fits_every_listed_slice(replicas, tmp_path, cli):
     assert status == 0, err
     assert out.startswith(f"dry run: the config fits {replicas} replica(s): batches [256,")
     assert "ghost batch 16" in out and not list(tmp_path.glob("*/config.json"))
+
+
+def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
+    """A trial's result.json that is not JSON is a warning saying what the study does (moves it
+    aside, runs the trial again); an empty checkpoint file is refused with advice that keeps
+    the files (restore, or move the folder aside), never 'delete'."""
+    config = configs_loader.load_config("configs/mlp.py:smoke")
+    warnings = validate.check_workdir(config, workdirs["broken"])
+    assert any(
+        "result.json is not a whole result" in w and "the study moves it aside" in w
+        for w in warnings
+    ), warnings
+    with pytest.raises(validate.RuntimeProblem) as e:
+        validate.check_workdir(config, workdirs["empty_ckpt"])
+    assert "restore the file, or move" in str(e.value) and "delete" not in str(e.value)
+    assert all("delete" not in w for w in warnings)

@@ -43,7 +43,8 @@ def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> floa
 
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
-    """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds."""
+    """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds. Whole
+    records (spec/result.py's schema): the report leaves out any other."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:
@@ -76,8 +77,22 @@ def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True
                         "status": status,
                         "target": {"metric": "train_accuracy", "value": 0.99},
                         "steps_to_target": st,
+                        "steps_to_target_interp": st,
                         "epochs_to_target": None if st is None else st * b / N_TRAIN,
                         "examples_to_target": None if st is None else st * b,
+                        "targets": [
+                            {
+                                "metric": "train_accuracy",
+                                "value": 0.99,
+                                "status": status,
+                                "steps_to_target": st,
+                                "steps_to_target_interp": st,
+                                "epochs_to_target": None if st is None else st * b / N_TRAIN,
+                            }
+                        ],
+                        "evaluations_to_target": None if st is None else 1 + st // 10,
+                        "momentum_ramp_steps": None,
+                        "diverged_at_step": 50 if status == "diverged" else None,
                         "steps": st or 50,
                         "epochs": (st or 50) * b / N_TRAIN,
                         "final": (
@@ -104,6 +119,8 @@ def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True
                         "wall_time_s": 3.0,
                         "examples_per_s": 2000.0,
                         "gradient": {"history": [], "noise_scale_ema": None},
+                        "runtime": "cpu",
+                        "dtype_policy": "float32",
                         "protocol": PROTOCOL,
                     }
                     if history and status != "diverged":
@@ -518,3 +535,25 @@ def test_report_shows_the_verdict_at_every_target_and_s_min_against_the_ramp():
     text = markdown.md_transients(result["summaries"], recs)[2]
     # S_min = 400 steps for every member (fitted to 399-400): 40x the ramp of 10 steps.
     assert text.startswith("S_min ranges from 399 to 400 steps, 39.9x or more the momentum ramp")
+
+
+def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
+    """A stub result ({"trial_id": ...}) or one missing its numbers is no finished trial: `python
+    -m wide_tf.report` leaves it out of every table and names it in one line of report.md."""
+    from wide_tf.report.__main__ import main as report_main
+
+    recs = make_records([MEMBERS[0]], seeds=(0,), batches=(32, 64), history=False)
+    wd = make_workdir(tmp_path, recs)
+    blank = {k: v for k, v in recs[0].items() if k not in ("steps", "final", "status")}
+    blank["trial_id"] = "blank-b32"
+    os.makedirs(os.path.join(wd, "results"))
+    for rec in ({"trial_id": "stub-b64"}, blank):
+        with open(os.path.join(wd, "results", f"{rec['trial_id']}.json"), "w") as f:
+            json.dump(rec, f)
+    assert report_main([f"--workdir={wd}"]) == 0
+    md = open(os.path.join(wd, "report", "report.md")).read()
+    assert f"Finished trials: {len(recs)} (" in md
+    assert " 2 partial record(s) left out: blank-b32 (not a whole result (status: missing; " in md
+    assert "; stub-b64 (not a whole result (member: missing; " in md
+    ids = [r["trial_id"] for r in read_csv(os.path.join(wd, "report", "all_trials.csv"))]
+    assert sorted(ids) == sorted(r["trial_id"] for r in recs)

@@ -264,9 +264,11 @@ def _results_warnings(workdir: str) -> list[str]:
     return warnings
 
 
-def _check_run_files(workdir: str) -> None:
-    """Refuses an unreadable result.json and an empty (truncated) checkpoint file, of the single
-    run in the workdir or of any trial."""
+def _check_run_files(workdir: str) -> list[str]:
+    """An unreadable result.json of a trial is a warning (the study moves it aside itself and runs
+    that trial again); the single run's unreadable result.json and an empty (truncated)
+    checkpoint file are refused. No advice deletes anything a run could resume from."""
+    warnings = []
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
         os.path.join(workdir, "trials", "*", "result.json")
     )
@@ -275,9 +277,17 @@ def _check_run_files(workdir: str) -> None:
             with open(path) as f:
                 json.load(f)
         except (OSError, ValueError) as e:
+            if os.path.dirname(path) != workdir.rstrip(os.sep):  # a trial's: the study heals it
+                warnings.append(
+                    f"{path} is not a whole result ({type(e).__name__}): the study moves it "
+                    "aside (to result.json.partial-<time>) and runs that trial again, resuming "
+                    "from its checkpoint"
+                )
+                continue
             raise RuntimeProblem(
-                f"{path} is not a whole result ({type(e).__name__}); delete it and run the same "
-                f"command again: that run resumes from its checkpoint"
+                f"{path} is not a whole result ({type(e).__name__}); move it aside (e.g. to "
+                f"{os.path.basename(path)}.bad) and run the same command again: the run resumes "
+                f"from its checkpoint"
             ) from None
     ckpt_files = glob.glob(os.path.join(workdir, "checkpoints", "ckpt-*")) + glob.glob(
         os.path.join(workdir, "trials", "*", "checkpoints", "ckpt-*")
@@ -286,18 +296,21 @@ def _check_run_files(workdir: str) -> None:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)
             raise RuntimeProblem(
-                f"checkpoint file {path} is empty (truncated); delete {folder} to run that trial "
-                f"from the start, or restore the file"
+                f"checkpoint file {path} is empty (truncated): the run cannot resume from it; "
+                f"restore the file, or move {folder} aside (it is kept, not read) and run the "
+                f"same command again: that run then starts from the beginning"
             )
+    return warnings
 
 
 def check_workdir(config, workdir: str) -> list[str]:
     """Checks a local workdir without changing any of its files; returns warning lines.
 
     Refuses (UsageError) a workdir that is a file or holds another study or another kind of run;
-    RuntimeProblem for a folder that cannot be written, an unreadable config.json or result.json,
-    and an empty (truncated) checkpoint file. Unreadable lines of results.jsonl are warnings: the
-    study ignores them and runs those trials again."""
+    RuntimeProblem for a folder that cannot be written, an unreadable config.json or single-run
+    result.json, and an empty (truncated) checkpoint file; a trial's unreadable result.json is a
+    warning (the study moves it aside and runs the trial again), and so are unreadable lines of
+    results.jsonl (the study ignores them and runs those trials again)."""
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
@@ -308,6 +321,4 @@ def check_workdir(config, workdir: str) -> list[str]:
         return []
     _check_run_kind(config, workdir)
     _check_same_study(config, workdir)
-    warnings = _results_warnings(workdir)
-    _check_run_files(workdir)
-    return warnings
+    return _results_warnings(workdir) + _check_run_files(workdir)

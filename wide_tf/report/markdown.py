@@ -246,7 +246,18 @@ def md_edges(summaries) -> list[str]:
     return lines + [""]
 
 
-def md_header(config, records, n_bad, verdicts) -> list[str]:
+def _partial_note(partial) -> str:
+    """The records that are not whole (spec/result.py): left out; a re-run runs their trials."""
+    if not partial:
+        return ""
+    more = f" and {len(partial) - 5} more" if len(partial) > 5 else ""
+    return (
+        f" {len(partial)} partial record(s) left out: {'; '.join(partial[:5])}{more} (the same "
+        "command that ran the study runs their trials again)."
+    )
+
+
+def md_header(config, records, n_bad, verdicts, partial=()) -> list[str]:
     """The title, the question, the count of finished trials and the verdict."""
     name = config_value(config, "name") or config_value(config, "study") or ""
     counts = {s: sum(1 for r in records if r.get("status") == s) for s in cells.STATUSES}
@@ -258,7 +269,8 @@ def md_header(config, records, n_bad, verdicts) -> list[str]:
         "",
         f"Finished trials: {len(records)} ({counts['reached']} reached the target, "
         f"{counts['not_reached']} not reached, {counts['diverged']} diverged)."
-        + (f" {n_bad} unreadable result record(s) were skipped." if n_bad else ""),
+        + (f" {n_bad} unreadable result record(s) were skipped." if n_bad else "")
+        + _partial_note(partial),
         "",
         "## Verdict",
         "",
@@ -311,10 +323,10 @@ def md_tables(tb_written: bool) -> list[str]:
     return lines + [""]
 
 
-def render_markdown(config, records, n_bad, result, plots, eps, tb_written) -> str:
-    """The whole of report.md."""
+def render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial=()) -> str:
+    """The whole of report.md. `partial`: one 'trial_id (why)' per record left out as not whole."""
     summaries = result["summaries"]
-    lines = md_header(config, records, n_bad, result["verdicts"])
+    lines = md_header(config, records, n_bad, result["verdicts"], partial)
     lines += md_protocol(config, records, eps)
     if records:
         lines += md_targets(result.get("per_target") or {})

@@ -34,7 +34,15 @@ REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/store/workdi
 
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
-    """(config dict or None, records, number of unreadable result records)."""
+    """(config dict or None, whole records, number of unreadable result records). A record that
+    is not whole against spec/result.py's schema (a stub, one missing its numbers) is no finished
+    trial: it is left out (see `read_workdir_partial`)."""
+    config, records, bad, _ = read_workdir_partial(workdir)
+    return config, records, bad
+
+
+def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, list[str]]:
+    """`read_workdir`, and one 'trial_id (why)' per partial record left out."""
     if not tf.io.gfile.isdir(workdir):
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
     cfg_path = wd.join(workdir, wd.CONFIG)
@@ -55,12 +63,16 @@ def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
                 f"{cfg_path} holds {type(config).__name__}, not a study's settings (a JSON "
                 f"object); restore it from the study, or remove it to report from the results alone"
             )
-    records, bad = [], 0
+    records, bad, partial = [], 0, []
     if has_res:  # results/<trial_id>.json (and a legacy results.jsonl), through workdir.py
         found, bad = wd.read_results_counted(workdir)
-        records = [r for r in found if "member" in r and "batch_size" in r]
-        bad += len(found) - len(records)
-    return config, records, bad
+        for r in found:  # the scheduler's own check: such a trial runs again
+            why = wd.record_problem(r)
+            if why:
+                partial.append(f"{r['trial_id']} ({why})")
+            else:
+                records.append(r)
+    return config, records, bad, partial
 
 
 def write_report(workdir: str, eps: float | None = None) -> str:
@@ -72,7 +84,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     one, and two writers at once leave one whole report, not two mixed."""
     if eps is not None and eps_problem(eps):
         raise ReportError(eps_problem(eps))
-    config, records, n_bad = read_workdir(workdir)
+    config, records, n_bad, partial = read_workdir_partial(workdir)
     if eps is None and eps_problem(eps_from_config(config)):  # a hand-edited config.json
         raise ReportError(
             f"{wd.join(workdir, wd.CONFIG)}: {eps_problem(eps_from_config(config))}; fix it "
@@ -81,7 +93,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     eps = eps_from_config(config) if eps is None else float(eps)
     tmpdir = publish.new_tmpdir(workdir)
     try:
-        _write_into(tmpdir, config, records, n_bad, eps)
+        _write_into(tmpdir, config, records, (n_bad, partial), eps)
         outdir = publish.publish(workdir, tmpdir)
     except BaseException:
         publish.discard(tmpdir)
@@ -89,8 +101,10 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     return os.path.join(outdir, "report.md")
 
 
-def _write_into(outdir: str, config, records: list[dict], n_bad: int, eps: float) -> None:
-    """Every file of the report, into `outdir`; report.md last."""
+def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -> None:
+    """Every file of the report, into `outdir`; report.md last. `skipped`: (unreadable records,
+    partial ones)."""
+    n_bad, partial = skipped
     result = analysis.analyze(records, eps)
     summaries = result["summaries"]
     write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
@@ -104,5 +118,5 @@ def _write_into(outdir: str, config, records: list[dict], n_bad: int, eps: float
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
     tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
-    md = render_markdown(config, records, n_bad, result, plots, eps, tb_written)
+    md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
     wd.write_text_atomic(os.path.join(outdir, "report.md"), md)

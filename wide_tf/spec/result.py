@@ -95,7 +95,8 @@ FIELDS = (
     Field("gradient", "dict", fields=GRADIENT),
     Field("runtime", "str"),
     Field("dtype_policy", "str"),
-    Field("protocol", "dict", doc="engine.result.describe_protocol"),
+    # (records written before it lack it, and the report counts them as older files: not required)
+    Field("protocol", "dict", required=False, doc="engine.result.describe_protocol"),
     # (records written before it lack it: not required)
     Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.steps.BatchPlan"),
 )

@@ -1,14 +1,16 @@
-"""Owns the on-disk layout of a study's workdir and the atomic writes into it (through tf.io.gfile,
-so gs:// paths work on a TPU VM)."""
+"""Owns the on-disk layout of a study's workdir and the atomic writes into it: a gs:// (or any
+other scheme's) path through tf.io.gfile, so that it works on a TPU VM; a local path through os,
+without TensorFlow, so that the parent of --workers=N supervises a local study without importing
+it (TensorFlow is imported here only when a path with a scheme is first touched)."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import sys
 import time
 import uuid
-
-import tensorflow as tf
 
 from wide_tf.spec import result as result_spec
 
@@ -24,6 +26,50 @@ CHECKPOINTS = "checkpoints"
 # TensorFlow-free modules: validate reaches claims before TensorFlow starts.
 
 
+class _LocalFiles:
+    """The tf.io.gfile calls this module makes, for a local path, through os."""
+
+    @staticmethod
+    def GFile(path: str, mode: str):  # noqa: N802  (tf.io.gfile's name)
+        return open(path, mode) if "b" in mode else open(path, mode, encoding="utf-8")
+
+    exists = staticmethod(os.path.exists)
+    isdir = staticmethod(os.path.isdir)
+    listdir = staticmethod(os.listdir)
+    glob = staticmethod(glob.glob)
+
+    @staticmethod
+    def makedirs(path: str) -> None:
+        os.makedirs(path, exist_ok=True)
+
+    @staticmethod
+    def rename(src: str, dst: str, overwrite: bool = False) -> None:
+        if not overwrite and os.path.exists(dst):
+            raise FileExistsError(dst)
+        os.replace(src, dst)
+
+
+def _fs(path: str):
+    """tf.io.gfile for a path with a scheme (gs://), else the os-based stand-in."""
+    if "://" not in path:
+        return _LocalFiles
+    import tensorflow as tf  # only here: a local workdir is read and written without it
+
+    return tf.io.gfile
+
+
+def _not_found() -> tuple[type[BaseException], ...]:
+    """A missing file's exceptions: TensorFlow's as well once it is loaded (gfile raises it)."""
+    tf = sys.modules.get("tensorflow")
+    return (FileNotFoundError,) if tf is None else (FileNotFoundError, tf.errors.NotFoundError)
+
+
+def _read_errors() -> tuple[type[BaseException], ...]:
+    """What reading a file may raise besides bad JSON: OSError, and gfile's OpError."""
+    tf = sys.modules.get("tensorflow")
+    return (OSError,) if tf is None else (OSError, tf.errors.OpError)
+
+
 def join(*parts: str) -> str:
     return os.path.join(*parts)
 
@@ -35,9 +81,10 @@ def trial_dir(workdir: str, trial_id: str) -> str:
 def write_text_atomic(path: str, text: str) -> None:
     """Writes to a temporary sibling and renames it over `path`: readers never see half a file."""
     tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with tf.io.gfile.GFile(tmp, "w") as f:
+    fs = _fs(path)
+    with fs.GFile(tmp, "w") as f:
         f.write(text)
-    tf.io.gfile.rename(tmp, path, overwrite=True)
+    fs.rename(tmp, path, overwrite=True)
 
 
 def write_json(path: str, obj) -> None:
@@ -45,7 +92,7 @@ def write_json(path: str, obj) -> None:
 
 
 def read_json(path: str):
-    with tf.io.gfile.GFile(path, "r") as f:
+    with _fs(path).GFile(path, "r") as f:
         return json.load(f)
 
 
@@ -74,7 +121,7 @@ def record_result(workdir: str, result: dict) -> None:
     No lock and no read-modify-write: two shards finishing together write two different files,
     which needs nothing of the file system but an atomic rename (also on GCS, through gfile).
     A trial recorded twice (two shards, or a re-run) writes the same name: the last one wins."""
-    tf.io.gfile.makedirs(join(workdir, RESULTS_DIR))
+    _fs(workdir).makedirs(join(workdir, RESULTS_DIR))
     write_json(result_path(workdir, result["trial_id"]), result)
 
 
@@ -90,7 +137,7 @@ def record_problem(rec) -> str:
 
 
 def _load(path: str):
-    with tf.io.gfile.GFile(path, "r") as f:
+    with _fs(path).GFile(path, "r") as f:
         return json.loads(f.read())
 
 
@@ -98,24 +145,24 @@ def set_aside_partial(workdir: str) -> list[str]:
     """Moves every results/<id>.json and trials/<id>/result.json that is not a whole record to
     `<name>.partial-<time>` (kept for a look, no longer read), so that its trial counts as not
     done and runs again (resuming from its checkpoint); returns one line per file moved."""
-    paths = []
+    paths, fs = [], _fs(workdir)
     folder = join(workdir, RESULTS_DIR)
-    if tf.io.gfile.isdir(folder):
-        paths += [join(folder, n) for n in tf.io.gfile.listdir(folder) if n.endswith(".json")]
-    paths += tf.io.gfile.glob(join(workdir, TRIALS, "*", RESULT))
+    if fs.isdir(folder):
+        paths += [join(folder, n) for n in fs.listdir(folder) if n.endswith(".json")]
+    paths += fs.glob(join(workdir, TRIALS, "*", RESULT))
     lines = []
     for path in sorted(paths):
         try:
             why = record_problem(_load(path))
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             why = f"not JSON ({type(e).__name__})"
-        except (tf.errors.NotFoundError, FileNotFoundError):
+        except _not_found():
             continue  # moved or replaced meanwhile
         if why:
             aside = f"{path}.partial-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
             try:
-                tf.io.gfile.rename(path, aside, overwrite=True)
-            except tf.errors.NotFoundError:  # another process moved it first
+                fs.rename(path, aside, overwrite=True)
+            except _not_found():  # another process moved it first
                 continue
             lines.append(f"{path} is {why}: moved to {aside}; its trial runs again")
     return lines
@@ -131,10 +178,10 @@ def read_results_counted(workdir: str, whole: bool = False) -> tuple[list[dict],
     An unreadable or partial file (or line), or a record without a trial_id, is skipped and
     counted, never fatal. Sorted by trial id, so the order does not depend on the listing."""
     by_id: dict = {}
-    bad = 0
+    bad, fs = 0, _fs(workdir)
     legacy = join(workdir, RESULTS)
-    if tf.io.gfile.exists(legacy):
-        with tf.io.gfile.GFile(legacy, "r") as f:
+    if fs.exists(legacy):
+        with fs.GFile(legacy, "r") as f:
             text = f.read()
         for line in text.splitlines():
             if not line.strip():
@@ -149,14 +196,14 @@ def read_results_counted(workdir: str, whole: bool = False) -> tuple[list[dict],
                 continue
             by_id[rec["trial_id"]] = rec
     folder = join(workdir, RESULTS_DIR)
-    names = tf.io.gfile.listdir(folder) if tf.io.gfile.isdir(folder) else []
+    names = fs.listdir(folder) if fs.isdir(folder) else []
     for name in sorted(names):
         if not name.endswith(".json"):  # a writer's temporary file (`.json.tmp-...`)
             continue
         try:
-            with tf.io.gfile.GFile(join(folder, name), "r") as f:
+            with fs.GFile(join(folder, name), "r") as f:
                 rec = json.loads(f.read())
-        except (json.JSONDecodeError, UnicodeDecodeError, tf.errors.OpError, OSError):
+        except (json.JSONDecodeError, UnicodeDecodeError, *_read_errors()):
             bad += 1
             continue
         if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):

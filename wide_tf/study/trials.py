@@ -1,6 +1,7 @@
 """Owns a study's trials: the sweep expanded into trials with stable ids, the one filter for
 `--trial` and `--shard`, the (member, batch size) groups, and the rounds each group's learning-rate
-protocol adds (`wide_tf.study.lr_grid` decides them)."""
+protocol adds (`wide_tf.study.lr_grid` decides them). TensorFlow-free: the parent of --workers=N
+reads it to supervise."""
 
 from __future__ import annotations
 
@@ -10,8 +11,7 @@ import json
 
 import ml_collections
 
-from wide_tf.engine import data as data_lib
-from wide_tf.spec import families, identity
+from wide_tf.spec import datasets, families, identity
 from wide_tf.study import lr_grid
 
 
@@ -204,5 +204,7 @@ def expand_group(
 
 
 def list_trials(config) -> list[Trial]:
-    info = data_lib.dataset_info(config.data)
+    """Every trial of the study, from the config alone (the data set's classes and input shape
+    come from its spec, so the parent of --workers=N lists them without TensorFlow)."""
+    info = datasets.get(config.data.name)
     return expand(config, info.num_classes, info.input_shape)

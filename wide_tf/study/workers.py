@@ -15,8 +15,9 @@ WORKDIR/logs/worker-<k>.<run id>.log, so that no error line of another invocatio
 A worker pins itself to its cores with `os.sched_setaffinity` and gets TensorFlow's intra- and
 inter-op threads set to that many cores before TensorFlow starts; on a GPU machine each worker sees
 one GPU (CUDA_VISIBLE_DEVICES): a 50k-parameter model gains nothing from MirroredStrategy over 8
-GPUs, while 8 independent groups keep all 8 busy. Nothing here imports TensorFlow at module level
-(main imports it late).
+GPUs, while 8 independent groups keep all 8 busy. The parent supervises without TensorFlow (for a
+local workdir: the results are read through os, wide_tf/store/workdir.py); main imports it only
+for the report once every worker is done.
 """
 
 from __future__ import annotations
@@ -276,8 +277,8 @@ def start(workdir: str, n: int, argv: list[str], config) -> Started:
                 f"cannot start worker {s.index}: {path}: {e.strerror or e}; the workers already "
                 "started were stopped: fix it and run the same command again"
             ) from None
-    # The parent only watches from here on: its own start-up (TensorFlow's import, to read the
-    # results) must not take CPU from the workers'.
+    # The parent only watches from here on (without TensorFlow): its polls must not take CPU
+    # from the workers'.
     try:
         os.nice(5)
     except OSError:
@@ -295,11 +296,14 @@ class Outcome:
     failure: Exception | None = None
 
 
-def supervise(started: Started, config, workdir: str, shard: str | None = None, log=print):
+def supervise(
+    started: Started, config, workdir: str, shard: str | None = None, log=print, on_complete=None
+):
     """Prints the study's progress until every worker has exited; returns an `Outcome`: the report
     is due when every group is finished, the exit status is 143 / 130 after SIGTERM / SIGINT, and
     a failed worker (or groups left unfinished) is a WorkerFailed (one line). Results are never
-    touched here: a re-run resumes."""
+    touched here: a re-run resumes. `on_complete()` is called once, as soon as every group is
+    finished, while the workers exit (main imports TensorFlow for the report there)."""
     from wide_tf.study import trials as trials_lib
 
     try:
@@ -316,7 +320,7 @@ def supervise(started: Started, config, workdir: str, shard: str | None = None, 
             + f"); their logs: {os.path.join(workdir, LOGS)}/worker-<k>."
             f"{started.specs[0].run_id}.log"
         )
-        failed = _watch(started, config, workdir, initial, log)
+        failed = _watch(started, config, workdir, initial, log, on_complete)
     finally:
         _stop_all(started)
     return _outcome(started, config, workdir, initial, failed, log)
@@ -330,7 +334,7 @@ def _progress(config, workdir: str, initial):
     return progress.estimate_progress(config, initial, results)
 
 
-def _watch(started: Started, config, workdir: str, initial, log) -> dict[int, int]:
+def _watch(started: Started, config, workdir: str, initial, log, on_complete) -> dict[int, int]:
     """Polls the workers until all have exited, printing a progress line when the count moves
     (at least every PROGRESS_EVERY_S); returns {worker index: exit status} of the failed ones."""
     from wide_tf.study import progress
@@ -361,6 +365,9 @@ def _watch(started: Started, config, workdir: str, initial, log) -> dict[int, in
                 if line != last_line:
                     log(line)
                 last_line, last_print, last_done = line, now, p.done
+            if p.complete and on_complete is not None and not signals.received:
+                on_complete()
+                on_complete = None
         if not running:
             return failed
         time.sleep(POLL_S)
