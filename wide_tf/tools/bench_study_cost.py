@@ -35,8 +35,9 @@ def before(config):
 
 
 def slice_groups(config, groups: int) -> list[list]:
-    """`groups` (member, batch) groups of the study's initial grid, each member once (cycling),
-    batches spread over the sweep's: every tuning trial of each."""
+    """`groups` (member, batch) groups of the study's initial grid: member k at batch k (each
+    cycling), so every member and every batch appear (the smallest batch, whose runs keep the
+    probe, about as often as in the study): every tuning trial of each."""
     from wide_tf.engine import data as data_lib
 
     info = data_lib.dataset_info(config.data)
@@ -45,7 +46,7 @@ def slice_groups(config, groups: int) -> list[list]:
     batches = sorted({t.batch_size for t in trials})
     out = []
     for k in range(groups):
-        member, batch = members[k % len(members)], batches[(k * 2) % len(batches)]
+        member, batch = members[k % len(members)], batches[k % len(batches)]
         out.append([t for t in trials if t.member.name == member and t.batch_size == batch])
     return out
 
