@@ -17,6 +17,9 @@ Variants (after the colon):
           with up to 4 learning-rate extensions, the chosen rate confirmed on 2 more seeds: the
           same protocol at CPU scale (a rehearsal of the pipeline; 8x8 digits are not CIFAR).
           See the README for what it costs.
+  local4  `local` cut to fit 45 minutes on 2 cores (the ResNet answer of docs/results.md): WRN-10,
+          -16, -28 and -52 (widths 0.79 to 0.25), batches 8, 16, 32, 64 and 176, the same
+          protocol, rule and targets.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
@@ -42,10 +45,10 @@ def get_config(arg=None):
         return predict_study.as_predict_config(get_config("paper"))
     if variant == "predict_local":
         return predict_study.as_predict_config(get_config("local"))
-    if variant not in ("paper", "local", "single", "smoke", "check"):
+    if variant not in ("paper", "local", "local4", "single", "smoke", "check"):
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: "
-            "paper (default), local, single, predict, predict_local, smoke or check"
+            "paper (default), local, local4, single, predict, predict_local, smoke or check"
         )
     config = _common()
     if variant == "paper":
@@ -134,6 +137,10 @@ def _local(config, variant):
     config.train.max_epochs = 30.0
     config.train.min_steps = 400
     config.train.gradient_at_init = True
+    config.train.eval_batch = 256  # 6 batches a pass: a pass can stop early (docs/evaluation.md)
+    if variant == "local4":
+        s.family.depths = [10, 16, 28, 52]  # every other member, both ends kept
+        s.batch_sizes = [8, 16, 32, 64, 176]
     if variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 16, 0.53
