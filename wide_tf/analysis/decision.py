@@ -93,7 +93,7 @@ def _estimate(s: MemberSummary, which: str):
     return cv.b_crit, cv.log_b_crit_reps
 
 
-def _entries(ms: Sequence[MemberSummary], which: str):
+def member_entries(ms: Sequence[MemberSummary], which: str):
     """(used: (summary, log value, variance, censored), left out: (name, why))."""
     use, out = [], []
     for s in ms:
@@ -116,7 +116,7 @@ def _entries(ms: Sequence[MemberSummary], which: str):
 def _meta_slope(ms: Sequence[MemberSummary], which: str, axis: str):
     """(slope, members used, members left out with why, censored members) of log B_x(1+eps) or
     log B_crit on the log axis."""
-    use, out = _entries(ms, which)
+    use, out = member_entries(ms, which)
     names = tuple(u[0].info.name for u in use)
     cens = tuple(u[0].info.name for u in use if u[3])
     if len(use) - len(cens) < 3:  # bounds alone (a ceiling) place no line

@@ -38,7 +38,7 @@ SENSITIVITY_BOOTSTRAP = 200
 
 def _design(d: dec.Decision, n: int, seed: int):
     """(x, v, noise rows (n, m)) of the model-free slope's members."""
-    use, _ = dec._entries(
+    use, _ = dec.member_entries(
         [s for s in d.members if s.info.name in d.model_free_members], "model_free"
     )
     rng = np.random.default_rng(seed)
