@@ -126,14 +126,16 @@ def _meta_slope(ms: Sequence[MemberSummary], which: str, axis: str):
     return sl, names, tuple(out), cens
 
 
-def _overturning(ms, mf: meta.MetaSlope, names, cens, axis: str) -> list[str]:
+def _overturning(ms, mf: meta.MetaSlope, cens, axis: str) -> list[str]:
     """The censored members whose true (higher) value would pull the slope back towards 0."""
     if not cens or mf.decision == 0:
         return []
-    by = {s.info.name: s for s in ms}
-    x = np.log([axis_value(by[n], axis) for n in names])
-    lev_sign = np.sign(x - np.average(x, weights=np.asarray(mf.leverage) + 1e-12))
-    return [n for n, sg in zip(names, lev_sign) if n in cens and sg != mf.decision]
+    use, _ = member_entries(ms, "model_free")
+    x = np.log([axis_value(u[0], axis) for u in use])
+    w = 1.0 / (np.maximum([u[2] for u in use], meta.MIN_VARIANCE) + mf.tau2)
+    # d slope / d y_i = w_i (x_i - weighted mean of x) / S_xx: its sign is how raising y_i moves it
+    pull = np.sign(x - np.sum(w * x) / np.sum(w))
+    return [u[0].info.name for u, sg in zip(use, pull) if u[3] and sg != mf.decision]
 
 
 def _fmt_left_out(out) -> str:
@@ -247,7 +249,7 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
         for s in ms
         if s.edge_cells
     ]
-    overturn = _overturning(ms, mf, mf_names, cens, axis)
+    overturn = _overturning(ms, mf, cens, axis)
     outcome, reasons = _slope_outcome(mf, mf_names, bc, edges, overturn)
     return Decision(
         outcome, mf, bc, tuple(reasons), tuple(caveats), ms, censored_members=cens, **common
