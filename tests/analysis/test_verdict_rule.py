@@ -104,6 +104,20 @@ def test_a_narrow_member_beyond_the_batches_cannot_carry_a_positive_slope():
         assert d.outcome == A.INCONCLUSIVE and "lower bound" in "; ".join(d.reasons)
 
 
+def test_a_corner_member_alone_cannot_carry_the_verdict():
+    """No trend among four members and only the widest (and heaviest) member's B_crit 3x larger:
+    the slope is positive with it, but the others do not show the effect, so not 'supported'."""
+    rng = np.random.default_rng(7)
+    recs = []
+    for w, d in zip((100, 120, 140, 160, 600), (16, 8, 4, 2, 1)):
+        bc = 300 if d == 1 else 100
+        recs += curve_records(f"m{d}", w, d, 300, bc, BATCHES, noise=0.03, rng=rng)
+    d = A.decide(M.summarize_members(recs, n_boot=100))
+    assert d.model_free_slope.value > 0 and d.model_free_slope.decision == 1
+    assert d.outcome == A.INCONCLUSIVE
+    assert "without its highest-leverage member (m1)" in "; ".join(d.reasons)
+
+
 def test_sensitivity_finds_the_overhead_that_erases_the_effect():
     """An effect in S_min-dominated steps: adding k steps to every run flattens the curves; the
     k found is the smallest whole k whose interval holds 0 (k - 1 does not)."""
