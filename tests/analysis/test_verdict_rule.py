@@ -156,9 +156,7 @@ def test_two_factor_fit_separates_width_from_depth():
     assert tf.depth.value == pytest.approx(-0.3, abs=0.03)
     assert tf.budget_slope == pytest.approx(tf.width_part.value + tf.depth_part.value)
     assert tf.depth_per_width < 0 and tf.depth_part.value > 0
-    # Width and depth confounded (the budget family alone has two covariates on one line? no:
-    # they are not collinear there); one width and one depth per member of a width family alone
-    # cannot see depth.
+    # A width family alone has one depth: the depth coefficient cannot be estimated.
     only_width = [i for i, s in enumerate(lab) if s == "width"]
     assert factors.fit(lw[only_width], ld[only_width], y[only_width], [1e-4] * 6, ["w"] * 6) is None
 
