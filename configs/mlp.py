@@ -15,6 +15,8 @@ Variants (after the colon):
           width ~ P / (inputs + outputs), two take ~ sqrt(P), so depth 1 stands alone; the width
           family at fixed depth (`local_width`) and the depth family at fixed width
           (`local_depth`) separate the two.
+  local12 `local` with 12 members at the budget (depths 1-6, 8, 10, 12, 16, 20, 24): the design
+          simulation's candidate for power (docs/power_table.txt).
   local_replicate  `local` on another set of seeds (100-104): the replicate a verdict must survive.
   local_width  the same protocol on 6 MLPs of 2 hidden layers, widths 32 to 512 (16x, even in log).
   local_depth  the same protocol on 6 MLPs of width 128, depths 1 to 12.
@@ -48,7 +50,7 @@ def get_config(arg=None):
     config.train.target_value = 0.99
     s = config.sweep
     s.family.kind = "budget"
-    if variant in ("local", "local_replicate", "local_width", "local_depth"):
+    if variant in ("local", "local12", "local_replicate", "local_width", "local_depth"):
         _local(config, variant)
     elif variant == "single":
         config.sweep = None
@@ -103,6 +105,8 @@ def _local(config, variant):
     config.optim.reference_batch = 32
     s.family.budget = 5.0e4
     s.family.depths = [1, 2, 3, 4, 6, 8, 12]
+    if variant == "local12":  # 12 members at the budget (the design simulation's candidate)
+        s.family.depths = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24]
     if variant == "local_width":
         s.family.kind, s.family.depth = "width", 2
         s.family.widths = [32, 56, 90, 160, 288, 512]

@@ -363,7 +363,8 @@ def test_verdicts_supported_contradicted_and_no_effect():
     v = A.analyze(family(1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.SUPPORTED, v.text
     assert "random-effects interval" in v.text and "Leaving one member out" in v.text
-    assert "95% CI" in v.text and "detects a slope of" in v.text
+    assert "95% CI" in v.text and "or more 80% of the time" in v.text
+    assert "Sensitivity: adding" in v.text and "highest-leverage member" in v.text
     v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.CONTRADICTED, v.text
     v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
@@ -378,7 +379,10 @@ def test_verdict_inconclusive_cases():
     v = A.verdict(one)
     assert v.outcome == A.INCONCLUSIVE and "needs at least 3" in v.text
     same = family(0.0, 0.05, rng, widths=(100,) * 5)
-    assert A.analyze(same, n_boot=20)["verdicts"]["mlp"].outcome == A.INCONCLUSIVE
+    for r in same:
+        r["depth"] = 2  # one width and one depth: no axis to regress on
+    v = A.analyze(same, n_boot=20)["verdicts"]["mlp"]
+    assert v.outcome == A.INCONCLUSIVE and "do not differ in width" in v.text
     # Every member still scales perfectly up to the largest batch: a ceiling, not "no effect".
     ceiling = family(0.0, 0.02, rng)
     for r in ceiling:
@@ -394,6 +398,24 @@ def test_verdict_inconclusive_cases():
     d = A.analyze(short, n_boot=50)["verdicts"]["mlp"].decision
     assert "not in the B_crit slope: m1 (no estimate)" in "; ".join(d.caveats)
     assert "m1" not in d.b_crit_members
+
+
+def test_a_depth_family_regresses_on_log_depth_and_lists_members_shallowest_first():
+    """One width, depths 16 to 1 whose B_crit falls with depth as depth^-1: the slope is on log
+    depth (log width is constant), negative, and the members are listed shallowest first."""
+    rng = np.random.default_rng(4)
+    recs = []
+    for d in (1, 2, 4, 8, 16):
+        recs += curve_records(
+            f"d{d}", 128, d, 300, 400 / d, [16, 32, 64, 128, 256, 512, 1024], noise=0.05, rng=rng
+        )
+    v = A.analyze(recs, n_boot=100)["verdicts"]["mlp"]
+    d = v.decision
+    assert d.axis == A.DEPTH and d.model_free_slope.value < -0.3
+    assert d.outcome == A.CONTRADICTED, v.text
+    assert "changes with log depth" in v.text and "shallowest to deepest" in v.text
+    assert v.text.index("d1 (width 128") < v.text.index("d16 (width 128")
+    assert "deeper members tolerate smaller batches" in v.text
 
 
 def test_a_slope_that_rests_on_one_member_is_inconclusive():

@@ -310,7 +310,8 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "Grid-edge warnings",
         "None: every chosen learning rate",
         "95% CI",
-        "log B_crit (the fitted knee) at +1.",
+        "log B_crit (the fitted knee, over the",
+        "inside the batches tried: mlp-",
     ):
         assert s in md, s
     # the members table row of the widest member, and a cell with its seed range

@@ -132,6 +132,10 @@ class Cell:
     n_not_reached: int
     n_diverged: int
     best_test_accuracy_any_lr: float | None
+    # The seeds of seed_steps and of censored_budgets, in the same order (a seed's runs at
+    # different batch sizes share its initialisation and data order: a (member, seed) effect).
+    seed_ids: tuple = ()
+    censored_seed_ids: tuple = ()
 
     @property
     def n_seeds(self) -> int:
@@ -224,17 +228,25 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
     best = lr_grid.best_point(points)
     n_train = next((int(r["num_train"]) for r in records if r.get("num_train")), None)
     mine = _chosen_runs(records, tuning, best)
-    finished = sorted(lr_grid.run_steps(r) for r in mine if lr_grid.run_steps(r) is not None)
-    budgets = tuple(
-        float(r["steps"])
+    done = sorted(
+        (lr_grid.run_steps(r), int(r.get("seed", 0)))
+        for r in mine
+        if lr_grid.run_steps(r) is not None
+    )
+    finished = [v for v, _ in done]
+    cens = [
+        (float(r["steps"]), int(r.get("seed", 0)))
         for r in mine
         if r.get("status") == "not_reached" and (r.get("steps") or 0) > 0
-    )
+    ]
     # A seed that diverged at the chosen rate failed to reach the target within its budget.
-    div_budgets = tuple(
-        b for b in (budget_steps(r) for r in mine if r.get("status") == "diverged") if b
-    )
-    budgets += div_budgets
+    div = [
+        (b, int(r.get("seed", 0)))
+        for r in mine
+        if r.get("status") == "diverged" and (b := budget_steps(r))
+    ]
+    budgets = tuple(v for v, _ in cens + div)
+    div_budgets = tuple(v for v, _ in div)
     median, bound = _median_or_bound(finished, budgets)
     counts = {s: sum(1 for r in records if r.get("status") == s) for s in STATUSES}
     accs = [_finite(r.get("best_test_accuracy")) for r in records if r.get("status") != "diverged"]
@@ -250,6 +262,8 @@ def make_cell(member: str, batch: int, records: Sequence[dict]) -> Cell:
         lr_at_grid_edge=best is not None and best.multiplier in (mults[0], mults[-1]),
         seed_steps=tuple(finished),
         censored_budgets=budgets,
+        seed_ids=tuple(sd for _, sd in done),
+        censored_seed_ids=tuple(sd for _, sd in cens + div),
         n_diverged_censored=len(div_budgets),
         median_steps=median,
         censored_bound=bound,
@@ -271,16 +285,19 @@ def cells_of(records: Sequence[dict]) -> list[Cell]:
 
 def observations(cells: Sequence[Cell]) -> cb.Observations | None:
     """The seed-level observations of one member's cells (None when there are none)."""
-    b, s, c = [], [], []
+    b, s, c, sd = [], [], [], []
     for cell in cells:
-        for v in cell.seed_steps:
-            b.append(cell.batch_size), s.append(max(v, 1e-9)), c.append(False)
-        for v in cell.censored_budgets:
-            b.append(cell.batch_size), s.append(v), c.append(True)
+        ids = list(cell.seed_ids) or [None] * len(cell.seed_steps)
+        for v, i in zip(cell.seed_steps, ids):
+            b.append(cell.batch_size), s.append(max(v, 1e-9)), c.append(False), sd.append(i)
+        ids = list(cell.censored_seed_ids) or [None] * len(cell.censored_budgets)
+        for v, i in zip(cell.censored_budgets, ids):
+            b.append(cell.batch_size), s.append(v), c.append(True), sd.append(i)
     n_train = next((cell.num_train for cell in cells if cell.num_train), None)
     if not b or not n_train:
         return None
-    return cb.Observations.make(b, s, c, n_train)
+    seeds = None if any(i is None for i in sd) else sd
+    return cb.Observations.make(b, s, c, n_train, seeds)
 
 
 def target_labels(records: Sequence[dict]) -> list[str]:

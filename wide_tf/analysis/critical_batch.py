@@ -66,18 +66,23 @@ class Observations:
     log_steps: np.ndarray  # (n,) log steps-to-target, or log of the budget when censored
     censored: np.ndarray  # (n,) bool: did not reach the target within log_steps
     num_train: int
+    # (n,) the seed of each observation (None: unknown; the replicates then draw every run's
+    # seed noise independently instead of sharing a seed's effect across its batch sizes).
+    seed: np.ndarray | None = None
 
     @classmethod
-    def make(cls, batch, steps, censored, num_train) -> Observations:
+    def make(cls, batch, steps, censored, num_train, seed=None) -> Observations:
         b = np.asarray(batch, dtype=float)
         s = np.asarray(steps, dtype=float)
         c = np.asarray(censored, dtype=bool)
-        if not (b.shape == s.shape == c.shape):
+        sd = None if seed is None else np.asarray(seed)
+        if not (b.shape == s.shape == c.shape) or (sd is not None and sd.shape != b.shape):
             raise ValueError("batch, steps and censored must have one entry per observation")
         if np.any(s <= 0) or np.any(b <= 0):
             raise ValueError("steps and batch sizes must be positive")
         order = np.argsort(b, kind="stable")
-        return cls(b[order], np.log(s[order]), c[order], int(num_train))
+        sd = None if sd is None else sd[order]
+        return cls(b[order], np.log(s[order]), c[order], int(num_train), sd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,8 +357,8 @@ def bootstrap_replicates(
 ):
     """Replicate log steps (n_boot, n) and their censoring flags around the fitted curve."""
     pred = predict_log_steps(fit_.log_s_min, fit_.log_b_crit, obs.batch)
-    comp = comp or lof.components(obs.batch, obs.log_steps, obs.censored, pred)
-    return lof.draw(comp, pred, obs.batch, _bounds(obs), n_boot, rng)
+    comp = comp or lof.components(obs.batch, obs.log_steps, obs.censored, pred, obs.seed)
+    return lof.draw(comp, pred, obs.batch, _bounds(obs), n_boot, rng, obs.seed)
 
 
 MODEL_FREE_REASONS = {
@@ -396,7 +401,7 @@ def _model_free_interval(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, r
     if mf.status == 2:
         return None, None
     bs, log_n = mf.batches, np.log(obs.num_train)
-    y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng)
+    y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng, obs.seed)
     _, med_r, medc_r = cell_medians(obs.batch, y_m, c_m)
     mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
     reps = mb_r[st_r != 2]
@@ -417,7 +422,7 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
         if fit_ is not None
         else centers
     )
-    comp = lof.components(obs.batch, obs.log_steps, obs.censored, pred)
+    comp = lof.components(obs.batch, obs.log_steps, obs.censored, pred, obs.seed)
     if fit_ is None:
         comp = dataclasses.replace(comp, ms_lof=None, df_lof=0)
     mb, mb_reps = _model_free_interval(obs, mf, eps, comp, centers, n_boot, rng)

@@ -484,8 +484,8 @@ def sentence(c: Comparison) -> str:
             f"Across width, log B_simple changes at slope {fmt_slope(c.slope_predicted)} against "
             f"{fmt_slope(theirs)} for {name}: "
             + (
-                f"the two slopes are consistent (difference {d[0]:+.2f}, 95% CI {d[1]:+.2f} to "
-                f"{d[2]:+.2f})."
+                f"their difference is not resolved ({d[0]:+.2f}, 95% CI {d[1]:+.2f} to "
+                f"{d[2]:+.2f}): the noise scale neither reproduces nor refutes the trend."
                 if same
                 else f"the noise scale gets the trend wrong (difference {d[0]:+.2f}, 95% CI "
                 f"{d[1]:+.2f} to {d[2]:+.2f})."

@@ -1,18 +1,12 @@
-"""Owns the verdict on the paper's claim: `decide` (the outcome from the members' slopes) and
-`describe` (the paragraph with the numbers), and `analyze`, which runs records -> cells
-(`wide_tf.analysis.cells`) -> member curves (`wide_tf.analysis.members`) -> the verdict at every
-target the runs recorded.
+"""Owns the verdict paragraph on the paper's claim: `describe` (the numbers of a decision by
+`wide_tf.analysis.decision`, its power and sensitivity lines from `wide_tf.analysis.robustness`)
+and `analyze`, which runs records -> cells (`wide_tf.analysis.cells`) -> member curves
+(`wide_tf.analysis.members`) -> the verdict at every target the runs recorded.
 
-* The **verdict** (`decide`) compares members by a **random-effects meta-regression** of log
-  B_x(1+eps) (the model-free critical batch) on log width (`wide_tf.analysis.stats.meta`: each
-  member's own variance plus the members' scatter about the line, a t interval on m - 2 df). It
-  is *supported* / *contradicted* only when that interval excludes 0, every leave-one-member-out
-  slope has the same sign, the B_crit slope (over the members whose curve passes the lack-of-fit
-  test) has the same sign, and no member has a learning-rate cell left at its grid's edge; *no
-  detectable effect* when the interval holds 0; *inconclusive* otherwise, with the reason (which
-  member it rests on, which cells are unresolved). Its error rates on simulated studies,
-  including studies whose curves differ from the fitted model, are in the README
-  (`python -m wide_tf.analysis.simulate`).
+The rule itself (the random-effects slope of log B_x(1+eps) on log width, or on log depth in a
+depth family; the leave-one-out, B_crit and censoring checks) is `wide_tf.analysis.decision`'s;
+its error rates on simulated studies are in the README and docs/power_table.txt
+(`python -m wide_tf.analysis.simulate`).
 
 Pure NumPy/SciPy on plain dicts (the result.json schema); no TensorFlow and no file I/O, so every
 number the report prints is unit-tested on hand-made tables and calibrated on simulated studies.
@@ -26,7 +20,20 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from wide_tf.analysis.cells import order_by_width, records_for_target, target_labels
+from wide_tf.analysis import robustness
+from wide_tf.analysis.cells import records_for_target, target_labels
+from wide_tf.analysis.decision import (  # noqa: F401 (re-exported: the verdict's vocabulary)
+    CONTRADICTED,
+    DEPTH,
+    EDGE_REASON,
+    INCONCLUSIVE,
+    NO_EFFECT,
+    SUPPORTED,
+    WIDTH,
+    Decision,
+    axis_value,
+    decide,
+)
 from wide_tf.analysis.members import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_EPS,
@@ -36,179 +43,9 @@ from wide_tf.analysis.members import (
 )
 from wide_tf.analysis.stats import meta
 
-SUPPORTED = "supported"
-CONTRADICTED = "contradicted"
-NO_EFFECT = "no detectable effect"
-INCONCLUSIVE = "inconclusive"
-# The grid is extended (up to sweep.max_lr_extensions) for the study's target; at a further target
-# the best of the same runs can sit at an edge that was never extended.
-EDGE_REASON = "the best learning rate is at the edge of the rates tried in "
-
-
-# ----------------------------------------------------------------------------------------------
-# The verdict: deciding
-# ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Decision:
-    outcome: str  # SUPPORTED | CONTRADICTED | NO_EFFECT | INCONCLUSIVE
-    model_free_slope: meta.MetaSlope | None  # log B_x(1+eps) on log width: decides
-    b_crit_slope: meta.MetaSlope | None  # log B_crit on log width: must agree in sign
-    reasons: tuple  # why inconclusive (empty otherwise)
-    caveats: tuple  # notes that do not decide the outcome
-    members: tuple  # MemberSummaries used, narrowest first
-    model_free_members: tuple = ()  # names of the members in the model-free slope
-    b_crit_members: tuple = ()  # names of the members in the B_crit slope
-
-
-def _meta_slope(ms: Sequence[MemberSummary], which: str):
-    """(slope, members used, members left out with why) of log B_x(1+eps) or log B_crit on log
-    width. A member whose value is a bound beyond the batches tried is left out: placed at the
-    edge of the range it could move the slope either way."""
-    use, out = [], []
-    for s in ms:
-        cv = s.curve
-        iv = None if cv is None else (cv.b_model_free if which == "model_free" else cv.b_crit)
-        reps = (
-            None
-            if cv is None
-            else (cv.log_b_model_free_reps if which == "model_free" else cv.log_b_crit_reps)
-        )
-        if iv is None or reps is None or reps.size < 2:
-            out.append((s.info.name, "no estimate"))
-        elif iv.is_bound or (which == "model_free" and cv.b_model_free_status == 1):
-            out.append((s.info.name, "beyond the batches tried"))
-        elif which == "b_crit" and s.fails_lof:
-            out.append((s.info.name, f"fails the lack-of-fit test, p = {s.lof_p:.3f}"))
-        else:
-            use.append((s, math.log(iv.value), meta.variance_from_replicates(reps)))
-    if len(use) < 3:
-        return None, tuple(u[0].info.name for u in use), tuple(out)
-    x = np.log([float(u[0].info.width) for u in use])
-    sl = meta.random_effects_slope(x, [u[1] for u in use], [u[2] for u in use])
-    return sl, tuple(u[0].info.name for u in use), tuple(out)
-
-
-def _fmt_left_out(out) -> str:
-    return ", ".join(f"{name} ({why})" for name, why in out)
-
-
-def _design_reasons(ms: Sequence[MemberSummary]) -> list[str]:
-    """Why no slope across these members can be read at all (empty when one can)."""
-    widths = [s.info.width for s in ms]
-    if len(ms) < 3:
-        return [f"{len(ms)} member(s): a slope with the members' own scatter needs at least 3"]
-    if any(w is None or not w > 0 for w in widths) or len(set(widths)) < 2:
-        return ["the members do not differ in width"]
-    return []
-
-
-def _member_caveats(ms: Sequence[MemberSummary], mf_out, bc_out) -> list[str]:
-    """Notes on the members that do not decide the outcome: who is left out of which slope,
-    diverged seeds, and parameter counts that differ."""
-    caveats = []
-    if mf_out:
-        caveats.append("not in the model-free slope: " + _fmt_left_out(mf_out))
-    if bc_out:
-        caveats.append("not in the B_crit slope: " + _fmt_left_out(bc_out))
-    n_div = sum(s.n_diverged_censored for s in ms)
-    if n_div:
-        caveats.append(
-            f"{n_div} seed run(s) diverged at their cell's chosen learning rate (counted as "
-            "not reaching the target within the budget)"
-        )
-    params = [s.info.params for s in ms if s.info.params]
-    if len(params) >= 2 and max(params) > 1.10 * min(params):
-        caveats.append(
-            f"the members do not share a parameter budget ({min(params):,} to "
-            f"{max(params):,} params)"
-        )
-    return caveats
-
-
-def _slope_outcome(mf, mf_names, bc, bc_names, edges) -> tuple[str, list[str]]:
-    """(outcome, reasons) from the model-free slope, checked against the learning-rate edges,
-    the leave-one-out slopes and the B_crit slope."""
-    reasons = []
-    if mf.decision == 0:
-        if edges:
-            reasons.append(EDGE_REASON + "; ".join(edges))
-        return (INCONCLUSIVE if reasons else NO_EFFECT), reasons
-    if edges:
-        reasons.append(EDGE_REASON + "; ".join(edges) + ": those cells' steps are upper bounds")
-    if not mf.loo_agree:
-        flips = [
-            f"without {n}: {v:+.2f}"
-            for n, v in zip(mf_names, mf.loo)
-            if v is not None and np.sign(v) != np.sign(mf.value)
-        ]
-        reasons.append(
-            "the slope rests on single members (leave-one-out slopes " + ", ".join(flips) + ")"
-        )
-    if bc is None:
-        reasons.append(
-            f"only {len(bc_names)} member(s) have a B_crit that passes the lack-of-fit test "
-            "inside the batches tried: the two measures cannot be compared"
-        )
-    elif np.sign(bc.value) != np.sign(mf.value):
-        reasons.append(
-            f"the B_crit slope ({bc.value:+.2f}) points the other way from the model-free slope"
-        )
-    outcome = {1: SUPPORTED, -1: CONTRADICTED}[mf.decision]
-    return (INCONCLUSIVE if reasons else outcome), reasons
-
-
-def decide(summaries: Sequence[MemberSummary]) -> Decision:
-    """The outcome from the random-effects slopes across members (see the module docstring)."""
-    by_name = {s.info.name: s for s in summaries}
-    ms = tuple(by_name[m.name] for m in order_by_width(s.info for s in summaries))
-    if not ms:
-        return Decision(INCONCLUSIVE, None, None, ("no finished trials",), (), ())
-    reasons = _design_reasons(ms)
-    if reasons:
-        return Decision(INCONCLUSIVE, None, None, tuple(reasons), (), ms)
-    mf, mf_names, mf_out = _meta_slope(ms, "model_free")
-    bc, bc_names, bc_out = _meta_slope(ms, "b_crit")
-    caveats = _member_caveats(ms, mf_out, bc_out)
-    if mf is None:
-        reasons.append(
-            f"only {len(mf_names)} member(s) have a model-free critical batch inside the "
-            "batches tried (3 needed): extend the batch range"
-        )
-        return Decision(
-            INCONCLUSIVE, None, bc, tuple(reasons), tuple(caveats), ms, mf_names, bc_names
-        )
-    if mf.max_leverage > 0.6:
-        heavy = mf_names[int(np.argmax(mf.leverage))]
-        caveats.append(f"{heavy} carries {mf.max_leverage:.0%} of the slope's weight")
-    edges = [
-        f"{s.info.name} (B = {', '.join(str(c.batch_size) for c in s.edge_cells)})"
-        for s in ms
-        if s.edge_cells
-    ]
-    outcome, reasons = _slope_outcome(mf, mf_names, bc, bc_names, edges)
-    return Decision(outcome, mf, bc, tuple(reasons), tuple(caveats), ms, mf_names, bc_names)
-
-
 # ----------------------------------------------------------------------------------------------
 # The verdict: describing
 # ----------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Verdict:
-    outcome: str
-    decision: Decision
-    text: str  # one paragraph with the numbers
-
-    @property
-    def reasons(self) -> tuple:
-        return self.decision.reasons
-
-    @property
-    def caveats(self) -> tuple:
-        return self.decision.caveats
 
 
 def _fmt_slope(sl: meta.MetaSlope) -> str:
@@ -245,55 +82,79 @@ def _theory_sentence(ms: Sequence[MemberSummary]) -> str | None:
     )
 
 
-def describe(d: Decision, eps: float) -> str:
+_MEANING = {
+    WIDTH: {
+        SUPPORTED: "Wider members tolerate larger batches, as the paper claims.",
+        CONTRADICTED: "Wider members tolerate smaller batches, against the paper's claim.",
+        NO_EFFECT: "The interval holds 0: this study cannot tell wider from deeper members.",
+    },
+    DEPTH: {
+        SUPPORTED: "At one width, deeper members tolerate larger batches (depth alone).",
+        CONTRADICTED: "At one width, deeper members tolerate smaller batches (depth alone).",
+        NO_EFFECT: "The interval holds 0: at one width, depth alone has no detectable effect.",
+    },
+}
+
+
+def _slope_sentences(d: Decision, eps: float) -> list[str]:
+    sl, axis = d.model_free_slope, d.axis
+    vals = [axis_value(s, axis) for s in d.members]
+    vals = [v for v in vals if v]
+    span = max(vals) / min(vals) if vals else float("nan")
+    sentence = (
+        f"Across {sl.n_members} members whose {axis}s span {span:.1f}x, log B_x{1 + eps:g} (the "
+        f"model-free critical batch) changes with log {axis} at slope {_fmt_slope(sl)}, a "
+        f"random-effects interval (members scatter about the line by tau = "
+        f"{math.sqrt(sl.tau2):.2f} in log units)"
+    )
+    if d.b_crit_slope is not None:
+        sentence += (
+            f"; log B_crit (the fitted knee, over the {d.b_crit_slope.n_members} members whose "
+            f"B_crit lies inside the batches tried: {', '.join(d.b_crit_members)}) at "
+            f"{_fmt_slope(d.b_crit_slope)}"
+        )
+    parts = [sentence + "."]
+    loo = [v for v in sl.loo if v is not None]
+    if loo:
+        parts.append(
+            f"Leaving one member out gives slopes from {min(loo):+.2f} to {max(loo):+.2f}; "
+            f"the most influential member carries {sl.max_leverage:.0%} of the weight."
+        )
+    meaning = _MEANING[axis].get(d.outcome)
+    if meaning:
+        parts.append(meaning)
+    return parts
+
+
+def _member_list(d: Decision, eps: float) -> str:
+    order = "shallowest to deepest" if d.axis == DEPTH else "narrowest to widest"
+    return (
+        f"Members from {order}: "
+        + "; ".join(
+            f"{s.info.name} (width {s.info.width:g}"
+            + (f", depth {s.info.depth}" if s.info.depth else "")
+            + f"): B_x{1 + eps:g} {fmt_interval(s.b_model_free)}, B_crit "
+            f"{fmt_interval(s.curve.b_crit if s.curve else None)}"
+            + ("" if s.lof_p is None else f", lack-of-fit p = {s.lof_p:.3f}")
+            for s in d.members
+        )
+        + "."
+    )
+
+
+def describe(d: Decision, eps: float, sens: robustness.Sensitivity | None = None) -> str:
+    """The verdict paragraph: outcome, slopes, power and sensitivity, members, reasons."""
     ms = d.members
     head = f"Verdict: {d.outcome.upper()}."
     if not ms:
         return head + " No trial has finished yet, so there is nothing to compare."
-    widths = [s.info.width for s in ms if s.info.width]
     parts = [head]
-    sl = d.model_free_slope
-    if sl is not None:
-        span = max(widths) / min(widths) if widths and min(widths) > 0 else float("nan")
-        sentence = (
-            f"Across {sl.n_members} members whose widths span {span:.1f}x, log B_x{1 + eps:g} (the "
-            f"model-free critical batch) changes with log width at slope {_fmt_slope(sl)}, a "
-            f"random-effects interval (members scatter about the line by tau = "
-            f"{math.sqrt(sl.tau2):.2f} in log units)"
-        )
-        if d.b_crit_slope is not None:
-            sentence += f"; log B_crit (the fitted knee) at {_fmt_slope(d.b_crit_slope)}"
-        sentence += "."
-        parts.append(sentence)
-        loo = [v for v in sl.loo if v is not None]
-        if loo:
-            parts.append(
-                f"Leaving one member out gives slopes from {min(loo):+.2f} to {max(loo):+.2f}; "
-                f"the most influential member carries {sl.max_leverage:.0%} of the weight."
-            )
-        meaning = {
-            SUPPORTED: "Wider members tolerate larger batches, as the paper claims.",
-            CONTRADICTED: "Wider members tolerate smaller batches, against the paper's claim.",
-            NO_EFFECT: "The interval holds 0: this study cannot tell wider from deeper members.",
-        }.get(d.outcome)
-        if meaning:
-            parts.append(meaning)
-        parts.append(
-            f"This design detects a slope of {sl.min_detectable:.2f} or more (either sign) "
-            "80% of the time."
-        )
-    parts.append(
-        "Members from narrowest to widest: "
-        + "; ".join(
-            f"{s.info.name} (width {s.info.width:g}): B_x{1 + eps:g} "
-            f"{fmt_interval(s.b_model_free)}, B_crit "
-            f"{fmt_interval(s.curve.b_crit if s.curve else None)}"
-            + ("" if s.lof_p is None else f", lack-of-fit p = {s.lof_p:.3f}")
-            for s in ms
-        )
-        + "."
-    )
-    theory = _theory_sentence(ms)
+    if d.model_free_slope is not None:
+        parts += _slope_sentences(d, eps)
+        if sens is not None:
+            parts += sens.sentences(d.axis)
+    parts.append(_member_list(d, eps))
+    theory = _theory_sentence(ms) if d.axis != DEPTH else None
     if theory:
         parts.append(theory)
     if d.reasons:
@@ -303,20 +164,46 @@ def describe(d: Decision, eps: float) -> str:
     return " ".join(parts)
 
 
-def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS) -> Verdict:
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    outcome: str
+    decision: Decision
+    text: str  # one paragraph with the numbers
+    sensitivity: robustness.Sensitivity | None = None
+
+    @property
+    def reasons(self) -> tuple:
+        return self.decision.reasons
+
+    @property
+    def caveats(self) -> tuple:
+        return self.decision.caveats
+
+
+def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS, records=None) -> Verdict:
+    """The decision and its paragraph. The power line is always simulated; with the study's
+    `records` the paragraph also gets the sensitivity lines (overhead, highest leverage)."""
     d = decide(summaries)
-    return Verdict(d.outcome, d, describe(d, eps))
+    sens = robustness.sensitivity(records, d, eps)
+    return Verdict(d.outcome, d, describe(d, eps, sens), sens)
 
 
 def analyze(
     records: Sequence[dict], eps: float = DEFAULT_EPS, n_boot: int = DEFAULT_BOOTSTRAP
 ) -> dict:
     """Summaries and one verdict per architecture (a study normally has one) for the study's
-    target, and the verdicts at every further target the runs recorded (`per_target`: label ->
-    {arch: Verdict})."""
+    target, with its sensitivity lines, and the verdicts at every further target the runs
+    recorded (`per_target`: label -> {arch: Verdict}; power lines only)."""
     summaries = summarize_members(records, eps, n_boot)
     archs = sorted({s.info.arch for s in summaries})
-    verdicts = {a: verdict([s for s in summaries if s.info.arch == a], eps) for a in archs}
+    verdicts = {
+        a: verdict(
+            [s for s in summaries if s.info.arch == a],
+            eps,
+            [r for r in records if str(r.get("arch", "")) == a],
+        )
+        for a in archs
+    }
     if not archs:
         verdicts = {"": verdict([], eps)}
     per_target = {}

@@ -47,14 +47,18 @@ HOW_TO_READ = """\
   from their sampling distributions; bias-corrected percentiles). A value outside the batches
   tried is a bound ("> 176"), not a number.
 - **The verdict** is a random-effects meta-regression of log B_x(1+eps) on log width across the
-  members (each member's own variance plus the members' scatter about the line; a t interval on
+  members (on log depth in a depth family, whose width is constant; each member's own variance
+  plus the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on
   members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
   detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
-  member (a leave-one-out slope of the other sign), when the B_crit slope (over members that pass
-  the lack-of-fit test) points the other way, or when a learning-rate cell is still at its grid's
-  edge. A member whose value is a bound is left out of a slope and named. The minimum detectable
-  slope says how large an effect this study could have seen. On simulated studies, including ones
-  whose curves differ from the fitted model, the rule's error rates are in docs/results.md
+  member (a leave-one-out slope of the other sign), when the B_crit slope (over the members whose
+  B_crit lies inside the batches tried) points the other way, when a member whose value is a
+  lower bound sits where its true value would pull the slope back to 0, or when a learning-rate
+  cell is still at its grid's edge. A bound enters the slope at its bound, named; a member that
+  fails the lack-of-fit test is named as a caveat. The power line simulates this study's design
+  at its own noise; the sensitivity lines give the per-run step overhead that erases the effect
+  and the verdict without the highest-leverage member. On simulated studies, including ones
+  whose curves differ from the fitted model, the rule's error rates are in docs/power_table.txt
   (`python -m wide_tf.analysis.simulate`).
 """
 

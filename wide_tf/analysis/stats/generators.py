@@ -43,6 +43,13 @@ class Truth:
     tau: float = 0.0  # member scatter of log B_crit unrelated to width
     overhead_steps: float = 0.0  # fixed steps added to every run (optimizer ramps, BN lag)
     deepest_s_min_factor: float = 1.0  # the deepest member needs this many times the steps
+    # S_min spread across members: the widest member's S_min / s_min_spread ... the deepest's
+    # S_min x 1, log-linear in depth between (measured: 104 to 8.6 steps, 12x; 1: shared S_min).
+    s_min_spread: float = 1.0
+    widest_b_crit_factor: float = 1.0  # only the widest member's B_crit times this (a corner)
+    # sigma of a log-normal (member, seed) effect shared by a seed's runs at every batch size
+    # (measured: seed deviations correlate +0.27 across batch sizes).
+    seed_effect: float = 0.0
     lr_curvature: float = 1.5  # c of the learning-rate response (1 + c log(m / m*)^2)
     lr_opt_spread: float = 0.25  # sd of log m* around the scaling rule's guess
     # The widest member's optimum drifts up with the batch: log m* += drift x log2(B / B_min).
@@ -140,6 +147,8 @@ def member_b_crits(truth: Truth, widths, batches, eps: float, rng) -> np.ndarray
         else:
             bc = b_crit_for_b_plus(base, p, batches, eps)
         bc *= (wi / w.min()) ** truth.alpha
+        if wi == w.max():
+            bc *= truth.widest_b_crit_factor
         bc *= math.exp(truth.tau * rng.standard_normal())
         out.append(bc)
     return np.array(out)
@@ -160,6 +169,19 @@ GENERATORS = {
         name="10 steps of overhead per run, deepest member 3x slower",
         overhead_steps=10.0,
         deepest_s_min_factor=3.0,
+    ),
+    "overhead only": Truth(name="10 steps of overhead per run", overhead_steps=10.0),
+    "seed effect": Truth(
+        # sigma^2 split so the seed total stays 0.14 and the share is 0.27 (as measured)
+        name="(member, seed) effect shared across batch sizes, correlation 0.27",
+        noise=0.14 * math.sqrt(0.73),
+        seed_effect=0.14 * math.sqrt(0.27),
+    ),
+    "widest x1.8": Truth(
+        name="no width trend, only the widest member's B_crit x1.8", widest_b_crit_factor=1.8
+    ),
+    "s_min 12x": Truth(
+        name="S_min varying 12x across members, one shared B_crit", s_min_spread=12.0
     ),
     "tau 0.15": Truth(name="member scatter tau = 0.15", tau=0.15),
     "tau 0.3": Truth(name="member scatter tau = 0.3", tau=0.3),

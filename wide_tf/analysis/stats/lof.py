@@ -44,6 +44,16 @@ class Components:
     df_lof: int
     k_mean: float  # mean seeds per complete cell
     n_complete: int  # cells whose every seed finished
+    # The (member, seed) effect's variance: the part of sigma^2 a seed carries to every batch
+    # size (its initialisation and data order); 0 when the seeds are unknown or it is not found.
+    seed_var: float = 0.0
+
+    @property
+    def seed_share(self) -> float:
+        """rho: the correlation of one seed's deviations across the member's cells."""
+        if not self.sigma2 or self.seed_var <= 0:
+            return 0.0
+        return min(self.seed_var / self.sigma2, 0.95)
 
     @property
     def f(self) -> float | None:
@@ -65,9 +75,34 @@ class Components:
         return max(0.0, (self.ms_lof - self.sigma2) / self.k_mean)
 
 
-def components(batch: np.ndarray, y: np.ndarray, cens: np.ndarray, fitted: np.ndarray):
+def seed_variance(batch: np.ndarray, y: np.ndarray, cens: np.ndarray, seed) -> float:
+    """The (member, seed) effect's variance by a two-way analysis of variance (cells x seeds, no
+    replication) over the complete cells and the seeds common to all of them: E[MS_seed] =
+    sigma_e^2 + m sigma_u^2 and E[MS_residual] = sigma_e^2, so sigma_u^2 = (MS_seed - MS_res) / m,
+    floored at 0. The cell effects are the rows and drop out."""
+    if seed is None:
+        return 0.0
+    seed = np.asarray(seed)
+    cells = [b for b in np.unique(batch) if not np.any(cens[batch == b])]
+    common = None
+    for b in cells:
+        ids = set(seed[batch == b].tolist())
+        common = ids if common is None else common & ids
+    if not cells or not common or len(common) < 2 or len(cells) < 2:
+        return 0.0
+    ids = sorted(common)
+    mat = np.array([[y[(batch == b) & (seed == i)][0] for i in ids] for b in cells])
+    m, k = mat.shape
+    resid = mat - mat.mean(1, keepdims=True) - mat.mean(0, keepdims=True) + mat.mean()
+    ms_seed = m * float(np.sum((mat.mean(0) - mat.mean()) ** 2)) / (k - 1)
+    ms_res = float(np.sum(resid**2)) / ((m - 1) * (k - 1))
+    return max(0.0, (ms_seed - ms_res) / m)
+
+
+def components(batch: np.ndarray, y: np.ndarray, cens: np.ndarray, fitted: np.ndarray, seed=None):
     """Variance components from seed-level log steps `y` (censored entries are budgets) and the
-    fitted log steps at each observation."""
+    fitted log steps at each observation; with each observation's `seed`, also the (member,
+    seed) effect's share of the seed noise."""
     bs = np.unique(batch)
     ss_w, df_w, lof, ks = 0.0, 0, 0.0, []
     for b in bs:
@@ -89,6 +124,7 @@ def components(batch: np.ndarray, y: np.ndarray, cens: np.ndarray, fitted: np.nd
         df_lof=max(df_lof, 0),
         k_mean=float(np.mean(ks)) if ks else 1.0,
         n_complete=m,
+        seed_var=seed_variance(batch, y, cens, seed),
     )
 
 
@@ -99,11 +135,14 @@ def draw(
     bounds: np.ndarray,
     n_boot: int,
     rng: np.random.Generator,
+    seed=None,
 ):
     """Replicate seed-level log steps (n_boot, n) and censoring flags around `centers` (the
     value of each observation's cell: the fitted curve, or the observed cell for a model-free
     measure). `bounds` is each run's log budget when it was censored (inf when it finished): a
-    replicate above it is censored there, as the run would have been."""
+    replicate above it is censored there, as the run would have been. With each observation's
+    `seed`, a share rho of the seed noise (`Components.seed_share`) is one draw per seed, shared
+    by that seed's runs at every batch size, as in the data."""
     n = batch.size
     bs, cell_of = np.unique(batch, return_inverse=True)
     k_cell = np.bincount(cell_of, minlength=bs.size).astype(float)
@@ -123,7 +162,7 @@ def draw(
         v_cell = s2[:, None] / k_cell
     v_cell = np.maximum(v_cell, 1e-12)
     z_cell = rng.standard_normal((n_boot, bs.size)) * np.sqrt(v_cell)
-    z = rng.standard_normal((n_boot, n))
+    z = _seed_noise(rng, n_boot, n, seed, comp.seed_share)
     # Seed deviations centred within each cell and rescaled to variance sigma*^2.
     sums = np.zeros((n_boot, bs.size))
     np.add.at(sums.T, cell_of, z.T)
@@ -132,3 +171,13 @@ def draw(
     y = centers[None, :] + z_cell[:, cell_of] + z * scale[None, :] * np.sqrt(s2)[:, None]
     cens = y > bounds[None, :]
     return np.where(cens, bounds[None, :], y), cens
+
+
+def _seed_noise(rng, n_boot: int, n: int, seed, rho: float) -> np.ndarray:
+    """(n_boot, n) standard normals, correlated rho between observations of the same seed."""
+    z = rng.standard_normal((n_boot, n))
+    if seed is None or rho <= 0:
+        return z
+    _, seed_of = np.unique(np.asarray(seed), return_inverse=True)
+    u = rng.standard_normal((n_boot, int(seed_of.max()) + 1))
+    return np.sqrt(rho) * u[:, seed_of] + np.sqrt(1.0 - rho) * z

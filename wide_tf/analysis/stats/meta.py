@@ -44,7 +44,9 @@ class MetaSlope:
     n_members: int
     leverage: tuple  # each member's share of the slope's weight (sums to 1), in input order
     loo: tuple  # the slope with each member left out (None where fewer than 3 remain)
-    min_detectable: float  # (t_0.975 + t_0.80) x SE: the slope found 80% of the time
+    # (t_0.975 + t_0.80) x SE: an analytic guide only; the report's power sentence simulates the
+    # study's design instead (`wide_tf.analysis.robustness.min_detectable`).
+    min_detectable: float
 
     @property
     def decision(self) -> int:
@@ -108,26 +110,36 @@ def tau2_dl(x: np.ndarray, y: np.ndarray, v: np.ndarray) -> float:
     return max(0.0, (q - (m - 2)) / c) if c > 0 else 0.0
 
 
-def _slope_only(x, y, v, tau2=None) -> tuple[float, float, float, float]:
-    """(slope, Knapp-Hartung SE, tau^2, leverage-free) for one set of members."""
+def knapp_hartung_q(w: np.ndarray, r: np.ndarray, df: int, floor: bool = True) -> float:
+    """Knapp-Hartung's scale: the weighted residual mean square, floored at 1 (the "modified"
+    form). Unfloored, a q below 1 narrows the interval below the random-effects one whenever the
+    members happen to scatter less than their variances say, which on 5 df is often (q = 0.245
+    made the local study's interval 2x too narrow); `tests/analysis/test_stats.py` measures the
+    coverage of both."""
+    q = float(np.sum(w * r**2)) / df if df >= 1 else 1.0
+    return max(q, 1.0) if floor else q
+
+
+def _slope_only(x, y, v, tau2=None, floor=True) -> tuple[float, float, float, float]:
+    """(slope, Knapp-Hartung SE, tau^2, q) for one set of members."""
     t2 = tau2_reml(x, y, v) if tau2 is None else tau2
     w = 1.0 / (v + t2)
     beta, cov, r = _wls(x, y, w)
-    m = x.size
-    q = float(np.sum(w * r**2)) / (m - 2) if m > 2 else 1.0
+    q = knapp_hartung_q(w, r, x.size - 2, floor)
     se = math.sqrt(q * cov[1, 1])
     return float(beta[1]), se, t2, q
 
 
-def random_effects_slope(x, y, var, level: float = 0.95) -> MetaSlope | None:
+def random_effects_slope(x, y, var, level: float = 0.95, floor_q: bool = True) -> MetaSlope | None:
     """The slope of y on x across members (see the module docstring). None with fewer than 3
-    members or fewer than 2 distinct x: a slope with its own scatter needs m - 2 >= 1."""
+    members or fewer than 2 distinct x: a slope with its own scatter needs m - 2 >= 1.
+    floor_q=False gives the unfloored Knapp-Hartung interval (only to measure its coverage)."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     v = np.maximum(np.asarray(var, dtype=float), MIN_VARIANCE)
     if x.size < 3 or np.ptp(x) <= 0 or not (np.all(np.isfinite(y)) and np.all(np.isfinite(v))):
         return None
-    value, se, t2, _ = _slope_only(x, y, v)
+    value, se, t2, _ = _slope_only(x, y, v, floor=floor_q)
     df = x.size - 2
     tq = float(stats.t.ppf(0.5 + level / 2, df))
     w = 1.0 / (v + t2)
@@ -138,7 +150,7 @@ def random_effects_slope(x, y, var, level: float = 0.95) -> MetaSlope | None:
     for i in range(x.size):
         keep = np.arange(x.size) != i
         if keep.sum() >= 3 and np.ptp(x[keep]) > 0:
-            loo.append(_slope_only(x[keep], y[keep], v[keep])[0])
+            loo.append(_slope_only(x[keep], y[keep], v[keep], floor=floor_q)[0])
         else:
             loo.append(None)
     t80 = float(stats.t.ppf(0.80, df))
