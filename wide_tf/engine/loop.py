@@ -58,15 +58,19 @@ class Controller:
             self.metrics.log("resumed from %s at step %d", latest, state.step)
         run.restore(state)
 
-    def save(self) -> None:
-        """A checkpoint (model, optimizer, state) and metrics.jsonl."""
+    def save(self, checkpoint: bool = True) -> None:
+        """A checkpoint (model, optimizer, state) and metrics.jsonl; at the end of a run the
+        metrics alone (`checkpoint=False`): a finished run is never resumed (its result.json
+        says it is done), and a run killed before that file is written resumes from its last
+        checkpoint and repeats the same steps."""
         st = self.run_.state
         with timing.timed("checkpoint", st.time_s) as timed:
             now = time.time()
             st.wall_time_s += now - self._clock
             self._clock = now
             self.run_.built.host_var.assign(st.to_json())
-            self.manager.save(checkpoint_number=st.step)
+            if checkpoint:
+                self.manager.save(checkpoint_number=st.step)
             self.metrics.history(st.history)
             self.metrics.flush()  # the events up to this checkpoint, with it
             timed["count"] = st.step
@@ -88,7 +92,7 @@ class Controller:
         final = run.economy.finish()  # the final numbers; the targets count on the cadence only
         if final is not None:
             self.write_eval(final)
-        self.save()
+        self.save(checkpoint=False)
         self.write_time()
         self.metrics.close()
         return self.write_result()
