@@ -142,6 +142,7 @@ class _Share:
     done_before: int = 0
     ran: int = 0
     mine: dict = dataclasses.field(default_factory=dict)
+    last_member: str | None = None  # the member of the group this process ran last
 
     def results(self) -> dict[str, dict]:
         recorded = wd.read_results(self.workdir, whole=True)
@@ -176,7 +177,9 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
                 return share.ran
             current = claims.current()
             noted = _log_notes(claims.notes(current), noted)
-            picked = _claim_next(claims, open_groups, current)
+            picked = _claim_next(
+                claims, _same_member_first(open_groups, share.last_member), current
+            )
             if picked is None:
                 # A group whose trial raised in a sibling stays for the next run (it would fail
                 # here too): nothing to wait for once only such groups are open.
@@ -191,6 +194,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
                 continue
             waited = False
             _run_claimed(share, picked, current.get(claims_lib.group_key(picked)))
+            share.last_member = picked[0]
     finally:
         stop_heartbeat.set()
 
@@ -208,6 +212,13 @@ def _claim_order(groups: list[tuple[str, int]], members) -> list[tuple[str, int]
     then the deepest member: the slowest step), so that no long group starts last and the workers
     finish together."""
     return sorted(groups, key=lambda g: (g[1], -members[g[0]].depth, g[0]))
+
+
+def _same_member_first(groups: list, member: str | None) -> list:
+    """`groups` with the open groups of `member` first, each part in claim order: the next batch
+    size of the member a process just ran keeps its build (engine/reuse.py: the model, evaluation
+    sets, probe and their traced functions), and only the step is traced again."""
+    return [g for g in groups if g[0] == member] + [g for g in groups if g[0] != member]
 
 
 def _claim_next(claims, open_groups, current):
