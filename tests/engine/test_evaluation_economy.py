@@ -193,13 +193,16 @@ def test_a_run_accounts_for_its_seconds_by_kind(tmp_path):
 def test_every_run_of_the_smoke_study_is_recorded_as_with_whole_passes(tmp_path):
     config = loader.load_config("configs/mlp.py:smoke")
     info = data_lib.dataset_info(config.data)
+    runtime = setup_runtime(config.runtime)  # one for all: each new one builds everything anew
     for k, trial in enumerate(trials_lib.expand(config, info.num_classes, info.input_shape)):
         records = []
         for economy in (False, True):
             cfg = trial.config.copy_and_resolve_references()
             cfg.train.eval_economy = economy
             records.append(
-                train.train_and_evaluate(cfg, str(tmp_path / f"{k}_{economy}"), trial=trial.meta())
+                train.train_and_evaluate(
+                    cfg, str(tmp_path / f"{k}_{economy}"), runtime, trial=trial.meta()
+                )
             )
         assert _record(records[0]) == _record(records[1]), trial.trial_id
 
