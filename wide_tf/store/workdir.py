@@ -168,10 +168,15 @@ def set_aside_partial(workdir: str) -> list[str]:
     return lines
 
 
-def read_results_counted(workdir: str, whole: bool = False) -> tuple[list[dict], int]:
+def read_results_counted(
+    workdir: str, whole: bool = False, cache: dict | None = None
+) -> tuple[list[dict], int]:
     """(every recorded result, number of unreadable ones skipped). `whole`: also skip (and count)
     a record that is not whole against spec/result.py's schema (the scheduler's view: such a
-    trial is not done).
+    trial is not done). `cache` (file name -> record, or None for a bad one; the caller keeps it
+    between calls): a results/ file is written once, whole (record_result), so a name seen before
+    is not read again; a study's scheduler reads the results after every round of every group,
+    and reading all of them each time cost a third of a local study's time.
 
     Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
     legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
@@ -200,17 +205,29 @@ def read_results_counted(workdir: str, whole: bool = False) -> tuple[list[dict],
     for name in sorted(names):
         if not name.endswith(".json"):  # a writer's temporary file (`.json.tmp-...`)
             continue
-        try:
-            with fs.GFile(join(folder, name), "r") as f:
-                rec = json.loads(f.read())
-        except (json.JSONDecodeError, UnicodeDecodeError, *_read_errors()):
-            bad += 1
-            continue
-        if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):
+        if cache is not None and name in cache:
+            rec = cache[name]
+        else:
+            rec = _read_record(join(folder, name), fs, whole)
+            if cache is not None:
+                cache[name] = rec
+        if rec is None:
             bad += 1
             continue
         by_id[rec["trial_id"]] = rec
     return [by_id[k] for k in sorted(by_id)], bad
+
+
+def _read_record(path: str, fs, whole: bool) -> dict | None:
+    """One results/ file's record; None when it is unreadable, partial or (`whole`) not whole."""
+    try:
+        with fs.GFile(path, "r") as f:
+            rec = json.loads(f.read())
+    except (json.JSONDecodeError, UnicodeDecodeError, *_read_errors()):
+        return None
+    if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):
+        return None
+    return rec
 
 
 def read_results(workdir: str, whole: bool = False) -> list[dict]:

@@ -143,9 +143,10 @@ class _Share:
     ran: int = 0
     mine: dict = dataclasses.field(default_factory=dict)
     last_member: str | None = None  # the member of the group this process ran last
+    read_cache: dict = dataclasses.field(default_factory=dict)  # results/ files read so far
 
     def results(self) -> dict[str, dict]:
-        recorded = wd.read_results(self.workdir, whole=True)
+        recorded, _ = wd.read_results_counted(self.workdir, whole=True, cache=self.read_cache)
         return {**{r["trial_id"]: r for r in recorded}, **self.mine}
 
     def state(self, g, results) -> tuple[list[Trial], list[Trial]]:
