@@ -88,6 +88,7 @@ class Controller:
             if run.probe is not None:
                 self.measure()
         self.train_to_the_end()
+        run.train_iter = None  # the data stream's threads end here, not in a later collection
         run.finish()
         final = run.economy.finish()  # the final numbers; the targets count on the cadence only
         if final is not None:

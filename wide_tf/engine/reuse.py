@@ -136,10 +136,10 @@ def clear_cache() -> None:
     """Drops the kept model and functions (and Keras's global state with them)."""
     if _BUILT:
         _BUILT.clear()
-        # Without Keras's gc.collect(): in a study's process it took 10-40 s of some builds (a
-        # full collection over every object of the study); the automatic collector frees the
-        # old graphs in its own time.
-        keras.backend.clear_session(free_memory=False)
+        # With Keras's gc.collect(): the old runs' tf.data iterators are freed here, between
+        # runs. Left to the automatic collector, one was freed in the middle of tracing the next
+        # step, and its destructor (which waits for the iterator's threads) hung the process.
+        keras.backend.clear_session()
 
 
 def _initial_weights(built: Built, config, info, seed: int, new_model) -> list:
