@@ -102,8 +102,7 @@ CASES = {
 def test_every_target_is_recorded_exactly_as_with_whole_passes(tmp_path, monkeypatch, case):
     whole, cut, spy = _both(tmp_path, monkeypatch, case, **CASES[case])
     assert _record(cut) == _record(whole)
-    assert spy.stopped > 0  # the economy did cut passes short
-    assert cut["time_s"]["eval"] < whole["time_s"]["eval"] * 1.5  # (timing: a loose sanity bound)
+    assert spy.stopped > 0  # the economy did cut passes short (its seconds: the bench's business)
 
 
 def test_a_diverged_run_is_recorded_as_before(tmp_path, monkeypatch):
