@@ -15,6 +15,7 @@ at the end. Nothing here reads the device per training step; a pass reads once p
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import math
 
@@ -109,6 +110,7 @@ class Economy:
         self.on = bool(t.eval_economy) and all(m in _TRAIN_METRICS for m in metrics)
         every = plan_lib.curve_every(run.eval_every, t.curve_every_examples)
         self.curve_steps = set(plan_lib.eval_steps(run.batch, every, run.total_steps))
+        self.cadence = sorted(run.eval_steps)  # for the evaluation step before a given one
         self.snapshot = run.built.snapshot
 
     def evaluate(self, train_scalars: dict | None = None) -> dict | None:
@@ -133,8 +135,8 @@ class Economy:
         history's, or the snapshot's whole pass when that step stopped early and a target is met
         now (then it joins the history, before `ev`)."""
         run, st = self.run, self.run.state
-        before = [s for s in run.eval_steps if s < ev["step"]]
-        prev_step = max(before, default=0)
+        k = bisect.bisect_left(self.cadence, ev["step"])
+        prev_step = self.cadence[k - 1] if k else 0
         earlier = st.history[:-1]
         if earlier and earlier[-1]["step"] == prev_step:
             return earlier[-1]

@@ -26,11 +26,19 @@ DEFAULT_CONFIG = "configs/mlp.py:local"
 DEFAULT_GROUPS = 7
 
 
+# The settings of before the evaluation economy, as (section, field, value) of a study config.
+BEFORE = (
+    ("train", "eval_economy", False),  # every evaluation pass whole, the test set at every one
+    ("train", "eval_batch", 1024),
+    ("sweep", "probe_batches", "all"),  # the probe along training in every run
+)
+
+
 def before(config):
-    """`config` (a trial's) with the settings of before the economy: the records must match."""
+    """The study `config` with the settings of before the economy: the records must match."""
     cfg = config.copy_and_resolve_references()
-    cfg.train.eval_economy = False
-    cfg.train.eval_batch = 1024
+    for section, field, value in BEFORE:
+        setattr(cfg[section], field, value)
     return cfg
 
 
@@ -51,21 +59,14 @@ def slice_groups(config, groups: int) -> list[list]:
     return out
 
 
-def _with_probe_all(config):
-    cfg = config.copy_and_resolve_references()
-    cfg.sweep.probe_batches = "all"
-    return cfg
-
-
-def _run_group(group, workdir: str, runtime, old: bool) -> tuple[float, float, list[dict]]:
+def _run_group(group, workdir: str, runtime) -> tuple[float, float, list[dict]]:
     from wide_tf.engine import train
 
     cpu0, wall0 = time.process_time(), time.perf_counter()
     records = []
     for t in group:
-        cfg = before(t.config) if old else t.config
         records.append(
-            train.train_and_evaluate(cfg, os.path.join(workdir, t.trial_id), runtime, t.meta())
+            train.train_and_evaluate(t.config, os.path.join(workdir, t.trial_id), runtime, t.meta())
         )
     return time.process_time() - cpu0, time.perf_counter() - wall0, records
 
@@ -102,7 +103,7 @@ def bench_study_cost(config_spec: str = DEFAULT_CONFIG, groups: int = DEFAULT_GR
         os.path.join(REPO, config_spec) if ":" in config_spec else config_spec
     )
     runtime = setup_runtime(config.runtime)
-    old_groups = slice_groups(_with_probe_all(config), groups)
+    old_groups = slice_groups(before(config), groups)
     new_groups = slice_groups(config, groups)
     old, new = Side(), Side()
     with tempfile.TemporaryDirectory() as tmp:
@@ -111,11 +112,7 @@ def bench_study_cost(config_spec: str = DEFAULT_CONFIG, groups: int = DEFAULT_GR
             order = [(g_old, old, True), (g_new, new, False)]
             for group, side, is_old in order if k % 2 == 0 else order[::-1]:
                 train.clear_cache()
-                side.add(
-                    *_run_group(
-                        group, os.path.join(tmp, "old" if is_old else "new"), runtime, is_old
-                    )
-                )
+                side.add(*_run_group(group, os.path.join(tmp, "old" if is_old else "new"), runtime))
     same = [_targets_key(a) == _targets_key(b) for a, b in zip(old.records, new.records)]
     return [
         _side_row("before the economy", old),
