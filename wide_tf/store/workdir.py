@@ -208,7 +208,7 @@ def read_results_counted(
         if cache is not None and name in cache:
             rec = cache[name]
         else:
-            rec = _read_record(join(folder, name), fs, whole)
+            rec = _read_record(join(folder, name), whole)
             if cache is not None:
                 cache[name] = rec
         if rec is None:
@@ -218,11 +218,10 @@ def read_results_counted(
     return [by_id[k] for k in sorted(by_id)], bad
 
 
-def _read_record(path: str, fs, whole: bool) -> dict | None:
+def _read_record(path: str, whole: bool) -> dict | None:
     """One results/ file's record; None when it is unreadable, partial or (`whole`) not whole."""
     try:
-        with fs.GFile(path, "r") as f:
-            rec = json.loads(f.read())
+        rec = _load(path)
     except (json.JSONDecodeError, UnicodeDecodeError, *_read_errors()):
         return None
     if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):
