@@ -20,6 +20,13 @@ Variants (after the colon):
   local_replicate  `local` on another set of seeds (100-104): the replicate a verdict must survive.
   local_width  the same protocol on 6 MLPs of 2 hidden layers, widths 32 to 512 (16x, even in log).
   local_depth  the same protocol on 6 MLPs of width 128, depths 1 to 12.
+  local_momentum  `local` with momentum 0.9 (heavy ball, base rate 0.01 at batch 32: the same
+          effective rate lr / (1 - momentum) as plain SGD's 0.1): whether the verdict survives an
+          optimizer with a ~10-step ramp (1 / (1 - momentum)); its report gives the ramp beside
+          each member's S_min.
+  smoke_width  the smoke study (seconds) as a width family at depth 2: the answer suite's test.
+  smoke_depth  the smoke study as a depth family at width 32.
+  smoke_sgd  the smoke study under plain SGD (smoke itself runs momentum 0.9).
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
@@ -36,6 +43,16 @@ Variants (after the colon):
 from wide_tf.analysis import predict_study
 from wide_tf.spec import defaults
 
+LOCAL_VARIANTS = (
+    "local",
+    "local12",
+    "local_replicate",
+    "local_width",
+    "local_depth",
+    "local_momentum",
+)
+SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
+
 
 def get_config(arg=None):
     variant = arg or "local"
@@ -50,7 +67,7 @@ def get_config(arg=None):
     config.train.target_value = 0.99
     s = config.sweep
     s.family.kind = "budget"
-    if variant in ("local", "local12", "local_replicate", "local_width", "local_depth"):
+    if variant in LOCAL_VARIANTS:
         _local(config, variant)
     elif variant == "single":
         config.sweep = None
@@ -68,7 +85,7 @@ def get_config(arg=None):
         config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 367 steps
         config.train.eval_every_examples = 30_000
         config.train.eval_train_limit = 10_000
-    elif variant in ("smoke", "check"):
+    elif variant in ("smoke", "check") or variant in SMOKE_FAMILIES:
         config.data.name = "digits_embedded"
         s.family.budget = 3.0e3
         s.family.depths = [1, 2]
@@ -78,6 +95,12 @@ def get_config(arg=None):
         config.train.max_epochs = 3.0
         config.train.target_value = 0.5
         config.train.steps_per_loop = 10
+        if variant == "smoke_width":
+            s.family.kind, s.family.depth, s.family.widths = "width", 2, [16, 48]
+        elif variant == "smoke_depth":
+            s.family.kind, s.family.width, s.family.depths = "depth", 32.0, [1, 3]
+        elif variant == "smoke_sgd":
+            _sgd(config)
         if variant == "check":
             s.batch_sizes = [256, 512]  # smoke's 32 would not split over 64 replicas
             s.seeds, s.confirm_seeds = [0], []  # 4 trials: a check of the machinery
@@ -88,8 +111,9 @@ def get_config(arg=None):
         return predict_study.as_predict_config(get_config("local"))
     else:
         raise ValueError(
-            f"unknown variant {variant!r} of configs/mlp.py: local, local_replicate, local_width, "
-            "local_depth, single, paper, smoke, check or predict"
+            f"unknown variant {variant!r} of configs/mlp.py: local, local12, local_replicate, "
+            "local_width, local_depth, local_momentum, single, paper, smoke, smoke_width, "
+            "smoke_depth, smoke_sgd, check or predict"
         )
     return config
 
@@ -122,6 +146,8 @@ def _local(config, variant):
     s.confirm_seeds = [2, 3, 4]  # five seeds per cell at the chosen rate
     if variant == "local_replicate":
         s.seeds, s.confirm_seeds = [100, 101], [102, 103, 104]
+    if variant == "local_momentum":
+        _momentum(config)
     config.train.target_value = 0.97
     # The same runs judged at two more targets (each analysed; the report shows whether the
     # verdict holds at all three). A run stops once it has met all of them.
@@ -138,3 +164,18 @@ def _local(config, variant):
     # The exact noise scale B_simple on all 1,438 digits every 0.2 epochs: read at each run's
     # target crossing, it is the report's prediction of the critical batch (docs/prediction.md).
     config.train.gradient_every_examples = 288
+
+
+def _momentum(config):
+    """Heavy-ball momentum 0.9 at the plain-SGD rate's effective size: lr / (1 - momentum) is what
+    a step moves once the ~10-step ramp has passed, so the grid starts where SGD's did."""
+    config.optim.name = "momentum"
+    config.optim.momentum = 0.9
+    config.optim.base_lr = round(config.optim.base_lr * (1.0 - 0.9), 12)
+
+
+def _sgd(config):
+    """Plain SGD at momentum's effective rate lr / (1 - momentum)."""
+    config.optim.base_lr = round(config.optim.base_lr / (1.0 - config.optim.momentum), 12)
+    config.optim.name = "sgd"
+    config.optim.momentum = 0.0

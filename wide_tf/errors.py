@@ -59,10 +59,12 @@ def parse_flags(argv, parse):
     verbose, config = _verbose_in(argv), None
     try:
         spec = _config_spec(argv)
-        if spec is None and not any(a in _HELP for a in argv):
+        suite = any(a.startswith(("--suite=", "-suite=")) or a == "--suite" for a in argv)
+        if spec is None and not suite and not any(a in _HELP for a in argv):
             raise validate.UsageError(
                 "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, "
-                "configs/wrn.py, configs/theory.py; the variant follows the colon)"
+                "configs/wrn.py, configs/theory.py; the variant follows the colon), or "
+                "--suite=configs/answer.py"
             )
         if spec is not None:
             config = configs_loader.load_config(spec)

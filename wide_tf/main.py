@@ -1,5 +1,5 @@
 """Owns the command line: reads the absl flags (the only module that does), runs the checks, and
-makes one call: a study, a single run or the theory check.
+makes one call: a study, a single run, the theory check, or a suite of studies (`--suite`).
 
   python -m wide_tf.main --config=configs/mlp.py:local --workdir=runs/mlp_local
 
@@ -16,8 +16,7 @@ import sys
 from absl import app, flags, logging
 from ml_collections import config_flags
 
-# None of these imports TensorFlow: the config is checked before TensorFlow starts, and the
-# modules that need it are imported in _run() once the checks have passed.
+# None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
 from wide_tf.config import dry_run, validate
 from wide_tf.engine import preemption
@@ -45,15 +44,13 @@ _WORKERS = flags.DEFINE_string(
     "GPU on a GPU machine, 1 on a TPU. --workers=1 runs in this process. With --shard=i/n the "
     "workers share shard i's groups.",
 )
-_TRIAL = flags.DEFINE_string(
-    "trial", None, "Run only this trial (its id or its index in --list_trials)."
-)
+_TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (id, or index in --list_trials).")
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
 _DRY_RUN = flags.DEFINE_bool(
     "dry_run",
     False,
-    "Check the config (and --shard) and exit before TensorFlow starts; nothing is written.",
+    "Check the config (and --shard), exit before TensorFlow starts; writes nothing.",
 )
 _REPLICAS = flags.DEFINE_integer(
     "replicas",
@@ -67,6 +64,9 @@ _ACCELERATOR = flags.DEFINE_string(
     "With --dry_run: also check the memory model against this accelerator (v4-8, v5e, a100-40gb, "
     "a GPU's CUDA name); exit status 3 when it does not fit.",
 )
+_SUITE = flags.DEFINE_string(
+    "suite", None, "A suite of studies instead of --config (configs/answer.py): WORKDIR/<study>/."
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose",
     False,
@@ -76,37 +76,17 @@ _VERBOSE = flags.DEFINE_bool(
 
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
-    if _ACCELERATOR.value is not None and not _DRY_RUN.value:
-        raise validate.UsageError("--accelerator is for --dry_run (a memory check); add --dry_run")
-    if _REPLICAS.value is not None and not _DRY_RUN.value:
-        raise validate.UsageError(
-            "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
-            "drop --replicas: a run counts the replicas it is given"
-        )
-    validate.check_config_once(sys.argv)
-    validate.check_shard(_SHARD.value)
-    validate.check_workdir_scheme(_WORKDIR.value)
-    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
-    workdir = None if _DRY_RUN.value else _WORKDIR.value
-    validate.check_workers(_WORKERS.value, config, _TRIAL.value, workdir)
-    if _DRY_RUN.value:  # the checks for the target machine
-        with validate.for_target(_REPLICAS.value):
-            validate.check_config(config, validate.override_paths(sys.argv))
-        validate.check_trial(_TRIAL.value, config)
-        return []
-    validate.check_config(config, validate.override_paths(sys.argv))
-    validate.check_trial(_TRIAL.value, config)
-    if not _LIST.value and not _WORKDIR.value:
-        raise validate.UsageError("--workdir is required (a local folder or gs://bucket/path)")
-    if _LIST.value:
-        return []
-    return validate.design_warnings(config) + validate.check_workdir(config, _WORKDIR.value)
+    flag = dict(dry_run=_DRY_RUN, workdir=_WORKDIR, shard=_SHARD, workers=_WORKERS, trial=_TRIAL)
+    flag.update(listing=_LIST, accelerator=_ACCELERATOR, replicas=_REPLICAS)
+    return validate.check_command(config, sys.argv, **{k: f.value for k, f in flag.items()})
 
 
 def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config, verbose = _CONFIG.value, _VERBOSE.value
+    if _SUITE.value is not None:
+        sys.exit(_suite(verbose))
     try:
         warnings = _checks(config)
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
@@ -153,6 +133,26 @@ def main(argv) -> None:
         if verbose:
             raise
         errors.fail(*errors.error_line(e, config))
+
+
+def _suite(verbose: bool) -> int:
+    """--suite: each study in a child process (study/suite.py), then the suite's table."""
+    from wide_tf.study import suite
+
+    given = dict(config=_CONFIG, shard=_SHARD, trial=_TRIAL, list_trials=_LIST, dry_run=_DRY_RUN)
+    given.update(workdir=_WORKDIR, workers=_WORKERS)
+    try:
+        code = suite.command(_SUITE.value, {k: f.value for k, f in given.items()}, _log)
+    except validate.Problem as e:
+        if verbose:
+            raise
+        errors.fail(str(e), e.exit_code)
+    if code == 0 and not _NO_REPORT.value and not _DRY_RUN.value:
+        tf_start.import_tensorflow(verbose)
+        from wide_tf.report import suite as suite_report
+
+        logging.info("Suite report: %s", suite_report.write_suite_report(_WORKDIR.value))
+    return code
 
 
 def _log(line: str) -> None:

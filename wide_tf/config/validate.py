@@ -76,6 +76,42 @@ _TARGET_REPLICAS: int | None = None
 
 
 @contextlib.contextmanager
+def check_command(
+    config, argv, *, dry_run, workdir, shard, workers, trial, listing, accelerator, replicas
+) -> list[str]:
+    """Everything main checks before TensorFlow starts, in order (the flags' values as given);
+    returns the warning lines."""
+    check_dry_run_only(dry_run, accelerator, replicas)
+    check_config_once(argv)
+    check_shard(shard)
+    check_workdir_scheme(workdir)
+    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
+    check_workers(workers, config, trial, None if dry_run else workdir)
+    if dry_run:  # the checks for the target machine
+        with for_target(replicas):
+            check_config(config, override_paths(argv))
+        check_trial(trial, config)
+        return []
+    check_config(config, override_paths(argv))
+    check_trial(trial, config)
+    if not listing and not workdir:
+        raise UsageError("--workdir is required (a local folder or gs://bucket/path)")
+    if listing:
+        return []
+    return design_warnings(config) + check_workdir(config, workdir)
+
+
+def check_dry_run_only(dry_run: bool, accelerator, replicas) -> None:
+    """--accelerator and --replicas check another machine: they mean nothing without --dry_run."""
+    if accelerator is not None and not dry_run:
+        raise UsageError("--accelerator is for --dry_run (a memory check); add --dry_run")
+    if replicas is not None and not dry_run:
+        raise UsageError(
+            "--replicas is for --dry_run (a check for another machine); add --dry_run, or "
+            "drop --replicas: a run counts the replicas it is given"
+        )
+
+
 def for_target(replicas: int | None):
     """Inside: check_config checks the batches for `replicas` replicas (a TPU slice or GPU box that
     does not exist yet) and skips the checks of this machine's hardware and data, which say

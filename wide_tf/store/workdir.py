@@ -74,6 +74,14 @@ def join(*parts: str) -> str:
     return os.path.join(*parts)
 
 
+def exists(path: str) -> bool:
+    return bool(_fs(path).exists(path))
+
+
+def makedirs(path: str) -> None:
+    _fs(path).makedirs(path)
+
+
 def trial_dir(workdir: str, trial_id: str) -> str:
     return join(workdir, TRIALS, trial_id)
 

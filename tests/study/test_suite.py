@@ -1,0 +1,145 @@
+"""The answer suite (study/suite.py, report/suite.py): every study runs as a study of its own and
+resumes, the suite's table re-reads what each study's analysis says, and bad suites are one line."""
+
+import dataclasses
+import glob
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+
+from tests.helpers import REPO, run_main
+from wide_tf.analysis import simulate
+from wide_tf.analysis import verdict as analysis
+from wide_tf.config.problems import UsageError
+from wide_tf.report import suite as suite_report
+from wide_tf.store import workdir as wd
+from wide_tf.study import suite
+
+TWO = """from wide_tf.study.suite import Entry
+
+
+def get_suite(arg=None):
+    return [
+        Entry("budget_sgd", "configs/mlp.py:smoke_sgd", "plain SGD", "budget"),
+        Entry("depth_momentum", "configs/mlp.py:smoke_depth", "momentum 0.9", "depth"),
+    ]
+"""
+
+
+def _results(folder):
+    return sorted(glob.glob(os.path.join(folder, "results", "*.json")))
+
+
+def test_suite_runs_each_study_then_its_table_and_resumes(tmp_path):
+    spec = tmp_path / "two.py"
+    spec.write_text(TWO)
+    work = tmp_path / "suite"
+    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", timeout=600)
+    record = json.loads((work / "suite.json").read_text())
+    assert [e["name"] for e in record["entries"]] == ["budget_sgd", "depth_momentum"]
+    assert set(record["wall_s"]) == {"budget_sgd", "depth_momentum"}
+    for name in ("budget_sgd", "depth_momentum"):
+        assert _results(work / name), name  # a whole study: its results and its own report
+        assert (work / name / "report" / "report.md").exists()
+    text = (work / "answer.md").read_text()
+    assert "| budget_sgd | plain SGD | budget |" in text
+    assert "| depth_momentum | momentum 0.9 | depth |" in text
+    assert "on log depth" in text  # a depth family's slope is on log depth
+    before = {n: _results(work / n) for n in ("budget_sgd", "depth_momentum")}
+    # Run again: every study is done, so no trial runs again and the table is rewritten.
+    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", "--no_report", timeout=600)
+    assert {n: _results(work / n) for n in before} == before
+
+
+@pytest.mark.parametrize(
+    "args, expected",
+    [
+        (["--suite=configs/answer.py:nope", "--dry_run"], "unknown variant 'nope'"),
+        (["--suite=configs/answer.py", "--config=configs/mlp.py:smoke"], "drop --config"),
+        (["--suite=configs/answer.py"], "--workdir is required"),
+        (["--suite=configs/mlp.py", "--dry_run"], "has no get_suite(arg) function"),
+    ],
+)
+def test_bad_suite_is_one_line(args, expected):
+    proc = run_main(*args, check=False, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], lines
+
+
+def test_suite_checks_names_and_its_workdir(tmp_path):
+    dup = tmp_path / "dup.py"
+    dup.write_text(TWO.replace('"depth_momentum"', '"budget_sgd"'))
+    with pytest.raises(UsageError, match="two studies share a name"):
+        suite.load(str(dup))
+    bad = tmp_path / "bad.py"
+    bad.write_text(TWO.replace('"depth_momentum"', '"Depth/1"'))
+    with pytest.raises(UsageError, match="not a folder name"):
+        suite.load(str(bad))
+    # A workdir of another suite is refused, and its record is left as it was.
+    work = tmp_path / "w"
+    os.makedirs(work)
+    (work / "suite.json").write_text(json.dumps({"suite": "other.py", "entries": []}))
+    good = tmp_path / "two.py"
+    good.write_text(TWO)
+    with pytest.raises(UsageError, match="holds the suite 'other.py'"):
+        suite.run(str(good), str(work), "1", print)
+    assert json.loads((work / "suite.json").read_text()) == {"suite": "other.py", "entries": []}
+
+
+def test_answer_suite_names_real_configs():
+    entries = suite.load(str(REPO / "configs" / "answer.py"))
+    assert [e.family for e in entries] == ["budget", "budget", "width", "depth"]
+    assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
+
+
+def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path):
+    """Simulated studies with a known answer (B_crit ~ width, depth irrelevant): the table says
+    what each study's own analysis says, and the two-factor fit puts the budget slope on width."""
+    d0 = simulate.Design()
+    designs = {
+        "budget_sgd": ("budget", d0),
+        "width_sgd": (
+            "width",
+            dataclasses.replace(
+                d0, widths=(32.0, 56.0, 90.0, 160.0, 288.0, 512.0), depths=(2,) * 6
+            ),
+        ),
+        "depth_sgd": (
+            "depth",
+            dataclasses.replace(d0, widths=(128.0,) * 6, depths=(1, 2, 3, 4, 6, 12)),
+        ),
+    }
+    entries, studies = [], {}
+    for k, (name, (family, design)) in enumerate(designs.items()):
+        entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family))
+        rng = np.random.default_rng(10 + k)
+        studies[name] = simulate.simulate_study(rng, design, simulate.Truth(alpha=1.0))
+        os.makedirs(tmp_path / name)
+    entries.append(suite.Entry("budget_momentum", "configs/mlp.py:local", "momentum", "budget"))
+    wd.write_json(
+        str(tmp_path / suite.SUITE_FILE),
+        {"suite": "s", "entries": [dataclasses.asdict(e) for e in entries], "wall_s": {}},
+    )
+
+    def read(folder):
+        return None, studies[os.path.basename(folder)], 0
+
+    text, rows = suite_report.render(str(tmp_path), read)
+    assert "Not yet run (no finished trial): budget_momentum." in text
+    for name, recs in studies.items():
+        (row,) = [r for r in rows if r["study"] == name]
+        expect = analysis.analyze(recs)["verdicts"]
+        (v,) = expect.values()
+        assert row["verdict"] == v.outcome
+        assert row["slope"] == pytest.approx(v.decision.model_free_slope.value, abs=1e-4)
+    by = {r["study"]: r for r in rows}
+    assert by["depth_sgd"]["axis"] == "depth" and by["width_sgd"]["axis"] == "width"
+    assert by["width_sgd"]["slope"] > 0
+    assert "## Width and depth separated (two-factor fit)" in text
+    line = [ln for ln in text.splitlines() if ln.startswith("- **plain SGD**")][0]
+    width_part = float(re.search(r"a width part ([+-][0-9.]+)", line).group(1))
+    assert width_part > 0.4  # B_crit ~ width: the budget slope sits on width

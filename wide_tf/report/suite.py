@@ -1,0 +1,251 @@
+"""Owns a suite's report, WORKDIR/answer.md and answer.csv: one row per study of the suite and
+target it recorded (protocol x family x target -> verdict, slope and interval, B_crit slope, the
+design's power, the sensitivity lines), the two-factor fit that splits each budget family's slope
+into a width part and a depth part, each momentum study's ramp beside its S_min, and each study's
+wall time. It reads the studies' workdirs alone (as every report does) and re-runs the same
+analysis as each study's own report.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+
+from wide_tf.analysis import factors, robustness
+from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis.cells import records_for_target, target_labels
+from wide_tf.analysis.members import summarize_members
+from wide_tf.report.markdown import _md_table, md_transients
+from wide_tf.report.protocol import config_value, eps_from_config
+from wide_tf.report.writer import read_workdir
+from wide_tf.store import suite as suite_run
+from wide_tf.store import workdir as wd
+
+COLUMNS = [
+    "study",
+    "protocol",
+    "family",
+    "target",
+    "verdict",
+    "axis",
+    "slope",
+    "slope_low",
+    "slope_high",
+    "b_crit_slope",
+    "b_crit_low",
+    "b_crit_high",
+    "detects_80pct",
+    "overhead_to_erase",
+    "without_heaviest",
+    "members",
+]
+
+
+def _iv(sl) -> str:
+    return "-" if sl is None else f"{sl.value:+.2f} ({sl.low:+.2f} to {sl.high:+.2f})"
+
+
+def _overhead(sens) -> str:
+    if sens is None or not sens.checked:
+        return "-"
+    return f"> {robustness.MAX_OVERHEAD}" if sens.overhead is None else str(sens.overhead)
+
+
+def _study_rows(entry, records, eps) -> list[dict]:
+    result = analysis.analyze(records, eps)
+    rows = []
+    # (records without a per-target list have the study's target alone)
+    per_target = result["per_target"] or {"the target": result["verdicts"]}
+    for k, (label, verdicts) in enumerate(per_target.items()):
+        for v in verdicts.values():
+            d, sens = v.decision, v.sensitivity
+            mf, bc = d.model_free_slope, d.b_crit_slope
+            heavy = None
+            if sens is not None and sens.without_heaviest is not None:
+                wh = sens.without_heaviest
+                heavy = f"{sens.heaviest}: {wh.outcome} {_iv(wh.model_free_slope)}"
+            rows.append(
+                {
+                    "study": entry.name,
+                    "protocol": entry.protocol,
+                    "family": entry.family,
+                    "target": label + (" (the study's)" if k == 0 else ""),
+                    "verdict": v.outcome,
+                    "axis": d.axis,
+                    "slope": None if mf is None else round(mf.value, 4),
+                    "slope_low": None if mf is None else round(mf.low, 4),
+                    "slope_high": None if mf is None else round(mf.high, 4),
+                    "b_crit_slope": None if bc is None else round(bc.value, 4),
+                    "b_crit_low": None if bc is None else round(bc.low, 4),
+                    "b_crit_high": None if bc is None else round(bc.high, 4),
+                    "detects_80pct": None if sens is None else sens.min_detectable,
+                    "overhead_to_erase": None
+                    if sens is None or not sens.checked
+                    else sens.overhead,
+                    "without_heaviest": heavy,
+                    "members": len(d.model_free_members),
+                    "_overhead": _overhead(sens),
+                    "_slope": mf,
+                    "_bc": bc,
+                }
+            )
+    return rows
+
+
+def _first_target(records):
+    return records_for_target(records, 0) if target_labels(records) else list(records)
+
+
+def _two_factor(entries, loaded, eps) -> list[str]:
+    """Per protocol with a budget family and a width or depth family: the two-factor fit at the
+    studies' first target."""
+    out = []
+    for protocol in dict.fromkeys(e.protocol for e in entries):
+        mine = [e for e in entries if e.protocol == protocol and e.name in loaded]
+        budget = [e.name for e in mine if e.family == "budget"]
+        if not budget or len(mine) < 2:
+            continue
+        studies = {e.name: summarize_members(_first_target(loaded[e.name]), eps) for e in mine}
+        tf_ = factors.fit_studies(studies, budget_study=budget[0])
+        head = f"**{protocol}** ({', '.join(studies)}; {protocol}, each study's first target)"
+        if tf_ is None:
+            out += [
+                f"- {head}: the members cannot separate width from depth (too few, or collinear)."
+            ]
+            continue
+        w, d = tf_.width, tf_.depth
+        line = (
+            f"- {head}: {tf_.n_members} members, {tf_.df} df. Per log width at fixed depth "
+            f"{w.value:+.2f} ({w.low:+.2f} to {w.high:+.2f}); per log depth at fixed width "
+            f"{d.value:+.2f} ({d.low:+.2f} to {d.high:+.2f})."
+        )
+        if tf_.width_part is not None:
+            wp, dp = tf_.width_part, tf_.depth_part
+            line += (
+                f" The budget family's slope on log width, {tf_.budget_slope:+.2f} by this fit, "
+                f"is a width part {wp.value:+.2f} ({wp.low:+.2f} to {wp.high:+.2f}) plus a depth "
+                f"part {dp.value:+.2f} ({dp.low:+.2f} to {dp.high:+.2f}): log depth falls "
+                f"{-tf_.depth_per_width:.2f} per log width across its members."
+            )
+        out.append(line)
+    return out
+
+
+def _finding(entries, rows) -> str:
+    """The scope sentence: what each family says at the budget study's own target."""
+    first = {r["study"]: r for r in rows if r["target"].endswith("(the study's)")}
+    parts = []
+    for e in entries:
+        r = first.get(e.name)
+        if r is None:
+            continue
+        parts.append(
+            f"the {e.family} family under {e.protocol} says {r['verdict'].upper()} "
+            f"(slope on log {r['axis']} {_iv(r['_slope'])})"
+        )
+    return "At each study's own target: " + "; ".join(parts) + "." if parts else ""
+
+
+def _read_studies(workdir: str, entries, read):
+    """Each study's records and rows: (loaded {name: records}, rows, momentum lines, studies not
+    yet run, eps, data sets)."""
+    loaded, rows, transients, missing, eps, data = {}, [], [], [], None, set()
+    for e in entries:
+        sub = suite_run.study_dir(workdir, e)
+        config, records = (read(sub)[:2]) if wd.exists(sub) else (None, [])
+        if not records:
+            missing.append(e.name)
+            continue
+        eps = eps_from_config(config)
+        data.add(str(config_value(config, "data.name")))
+        loaded[e.name] = records
+        rows += _study_rows(e, records, eps)
+        if "momentum" in e.protocol:
+            tr = md_transients(summarize_members(records, eps), records)
+            transients += [f"- **{e.name}**: {tr[2]}"] if tr else []
+    return loaded, rows, transients, missing, eps, data
+
+
+def _table(rows) -> list[str]:
+    head = [
+        "study",
+        "protocol",
+        "family",
+        "target",
+        "verdict",
+        "B_x slope (95% CI)",
+        "B_crit slope (95% CI)",
+        "80% power at |slope| >=",
+        "steps that erase it",
+        "without the heaviest member",
+    ]
+    table = [
+        [
+            r["study"],
+            r["protocol"],
+            r["family"],
+            r["target"],
+            r["verdict"],
+            _iv(r["_slope"]) + (f" on log {r['axis']}" if r["axis"] != "width" else ""),
+            _iv(r["_bc"]),
+            "-" if r["detects_80pct"] is None else f"{r['detects_80pct']:.2f}",
+            r["_overhead"],
+            r["without_heaviest"] or "-",
+        ]
+        for r in rows
+    ]
+    return ["## Protocol x family x target", ""] + _md_table(head, table) + ["", _TABLE_NOTE, ""]
+
+
+_TABLE_NOTE = (
+    "The slope is log B_x(1+eps) per log width (per log depth in a depth family, where the "
+    "paper's claim predicts a negative sign). Power is the smallest slope the study's own "
+    "design finds 80% of the time at its estimated noise (simulated). 'Steps that erase it': "
+    "the per-run overhead that makes the interval hold 0 (0: it holds 0 already)."
+)
+
+
+def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
+    """(answer.md's text, the table's rows) from a suite's workdir (`read`: a study folder ->
+    (config, records, unreadable); the tests pass simulated studies)."""
+    rec = suite_run.read_record(workdir)
+    entries = suite_run.entries_of(rec)
+    loaded, rows, transients, missing, eps, data = _read_studies(workdir, entries, read)
+    lines = [
+        "# The answer suite",
+        "",
+        f"Suite `{rec.get('suite', '?')}`, data {', '.join(sorted(data)) or '-'}, eps "
+        f"{eps if eps is not None else '-'}. Each study is a whole study of its own "
+        "(its report: `<study>/report/report.md`); the verdicts below re-run the same analysis.",
+        "",
+    ]
+    if missing:
+        lines += [f"Not yet run (no finished trial): {', '.join(missing)}.", ""]
+    finding = _finding(entries, rows)
+    lines += [finding, ""] if finding else []
+    lines += _table(rows)
+    two = _two_factor(entries, loaded, eps) if eps is not None else []
+    if two:
+        lines += ["## Width and depth separated (two-factor fit)", ""] + two + [""]
+    if transients:
+        lines += ["## Momentum's ramp beside S_min", ""] + transients + [""]
+    wall = rec.get("wall_s", {})
+    if wall:
+        lines += ["## Wall time of each study's last invocation", ""]
+        lines += [f"- {e.name}: {wall[e.name] / 60:.1f} min" for e in entries if e.name in wall]
+        lines += [""]
+    return "\n".join(lines), rows
+
+
+def write_suite_report(workdir: str) -> str:
+    """Writes WORKDIR/answer.md and answer.csv; returns answer.md's path."""
+    text, rows = render(workdir)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(rows)
+    wd.write_text_atomic(os.path.join(workdir, "answer.csv"), buf.getvalue())
+    path = os.path.join(workdir, "answer.md")
+    wd.write_text_atomic(path, text + "\n")
+    return path
