@@ -75,7 +75,6 @@ def dataset_facts(config):
 _TARGET_REPLICAS: int | None = None
 
 
-@contextlib.contextmanager
 def check_command(
     config, argv, *, dry_run, workdir, shard, workers, trial, listing, accelerator, replicas
 ) -> list[str]:
@@ -112,6 +111,7 @@ def check_dry_run_only(dry_run: bool, accelerator, replicas) -> None:
         )
 
 
+@contextlib.contextmanager
 def for_target(replicas: int | None):
     """Inside: check_config checks the batches for `replicas` replicas (a TPU slice or GPU box that
     does not exist yet) and skips the checks of this machine's hardware and data, which say
