@@ -24,13 +24,13 @@ Variants (after the colon):
           effective rate lr / (1 - momentum) as plain SGD's 0.1): whether the verdict survives an
           optimizer with a ~10-step ramp (1 / (1 - momentum)); its report gives the ramp beside
           each member's S_min.
-  smoke_width  the smoke study (seconds) as a width family at depth 2: the answer suite's test.
-  smoke_depth  the smoke study as a depth family at width 32.
-  smoke_sgd  the smoke study under plain SGD (smoke itself runs momentum 0.9).
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
   smoke   seconds; for the tests.
+  smoke_width  the smoke study (seconds) as a width family at depth 2: the answer suite's test.
+  smoke_depth  the smoke study as a depth family at width 32.
+  smoke_sgd  the smoke study under plain SGD (smoke itself runs momentum 0.9).
   check   the smoke study at batches 256 and 512, one seed, no confirmation runs (4 trials): a
           whole number of examples per replica on up
           to 256 replicas; `launch_tpu.sh --check` runs it on the VM before the study.
