@@ -23,9 +23,9 @@ class MetricsWriter:
     every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`.
 
     Events are written by TensorBoard's own event-file writer (a background thread; tf.gfile
-    paths, so gs:// works), in one batch at each `flush`, in the format of tf.summary.scalar (a
-    float32 tensor with the scalars plugin's metadata): tf.summary costs ~0.3 ms of eager ops per
-    value, this ~0.01 ms, and a run in a study writes a dozen values per host loop."""
+    paths, so gs:// works) in the format of tf.summary.scalar (a float32 tensor with the scalars
+    plugin's metadata): tf.summary costs ~0.3 ms of eager ops per value, this ~0.01 ms, and a
+    run in a study writes a dozen values per host loop."""
 
     _SCALAR = scalar_metadata.create_summary_metadata(display_name=None, description=None)
 
@@ -34,18 +34,16 @@ class MetricsWriter:
         # write_log(message, *args, warning=): absl's by default; a caller may pass its own, so
         # that absl's prefix names the caller's file (see engine/train.py).
         self._write_log = write_log or _absl_log
-        # Event files are created at the first flush with events, not here: a run that stops
-        # before it trains (a damaged checkpoint, say) leaves the workdir as it found it.
+        # Event files are created on the first scalar, not here: a run that stops before it
+        # trains (a damaged checkpoint, say) leaves the workdir exactly as it found it.
         self._writers: dict = {}
-        # Events wait here until `flush` (every checkpoint, and the run's end): handing each one
-        # to the writer's thread as it comes woke that thread a dozen times per host loop, and the
-        # two threads' hand-over of the GIL took ~10% of a local-study run's time (py-spy). An
-        # event after the last checkpoint is lost with a killed run, whose resume repeats it.
-        self._pending: dict = {}
 
     def scalars(self, kind: str, step: int, values: dict) -> None:
         if not self.chief:
             return
+        if kind not in self._writers:
+            # (Its file name holds the time, host, pid and a counter: a resumed run adds a file.)
+            self._writers[kind] = EventFileWriter(wd.join(self.workdir, kind))
         value = [
             summary_pb2.Summary.Value(
                 tag=k, tensor=tensor_util.make_tensor_proto(np.float32(v)), metadata=self._SCALAR
@@ -54,10 +52,11 @@ class MetricsWriter:
             if v is not None and math.isfinite(v)
         ]
         if value:
-            event = event_pb2.Event(
-                wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=value)
+            self._writers[kind].add_event(
+                event_pb2.Event(
+                    wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=value)
+                )
             )
-            self._pending.setdefault(kind, []).append(event)
 
     def history(self, records: list) -> None:
         if self.chief:
@@ -69,18 +68,10 @@ class MetricsWriter:
         self._write_log("[%s] " + message, self.name, *args, warning=warning)
 
     def flush(self) -> None:
-        for kind, events in self._pending.items():
-            if kind not in self._writers:
-                # (Its file name holds the time, host, pid and a counter: a resumed run adds one.)
-                self._writers[kind] = EventFileWriter(wd.join(self.workdir, kind))
-            for event in events:
-                self._writers[kind].add_event(event)
-        self._pending = {}
         for w in self._writers.values():
             w.flush()
 
     def close(self) -> None:
-        self.flush()
         for w in self._writers.values():
             w.close()
         self._writers.clear()
