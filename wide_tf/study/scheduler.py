@@ -268,12 +268,14 @@ def _run_group(share: _Share, g, key) -> None:
         if not first_round:
             progress.log_next(pending)
         first_round = False
+        # The estimate covers the whole study (this shard's groups): every round, with the
+        # extensions and confirmations still to come, not only this group's. Once per round:
+        # expanding every group's protocol before each trial took ~3% of a local study (py-spy).
+        at_round = progress.estimate_progress(share.config, share.initial, results)
         for k, t in enumerate(pending):
             if not share.claims.still_mine(key):
                 raise LostClaim(key)
-            # The estimate covers the whole study (this shard's groups): every round, with the
-            # extensions and confirmations still to come, not only this group's.
-            p = progress.estimate_progress(share.config, share.initial, results)
+            p = dataclasses.replace(at_round, done=at_round.done + k)
             eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
             done = len(known) - len(pending)
             progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
