@@ -44,8 +44,9 @@ class BatchNormRecompute:
     the gradient probe, the subset lives in variables on the devices and every replica runs the
     same batches (so the replicas' copies stay equal; checked on two CPU replicas with batch norm).
     One tf.function, traced once per model (kept with it across a study's learning rates).
-    Cost: one training-mode forward pass over the subset per evaluation, plus two host copies of
-    the (small) statistics: an evaluation of a WRN local member took 1.7-1.9x as long."""
+    Cost: one training-mode forward pass over the subset per evaluation, and two compiled calls
+    that keep and restore the (small) statistics on the devices: an evaluation of a WRN local
+    member took 1.7-1.9x as long."""
 
     def __init__(self, config, model, strategy):
         t = config.train
@@ -60,6 +61,12 @@ class BatchNormRecompute:
         )
         with strategy.scope():
             self._x = tf.Variable(x, trainable=False)
+            # The training run's statistics, kept on the devices while an evaluation uses the
+            # recomputed ones (numpy copies and eager assigns were two host round trips per
+            # variable per evaluation, and the restore was outside every timed kind).
+            saved = [
+                tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False) for v in self.variables
+            ]
         layers, variables, k = self.layers, self.variables, self.num_batches
 
         def replica_batch_stats(i):
@@ -78,6 +85,8 @@ class BatchNormRecompute:
         @tf.function(autograph=False)
         def recompute():
             timing.note_trace()
+            for keep, v in zip(saved, variables):  # before the loop (ordered on each variable)
+                keep.assign(v.value)
 
             # The loop runs outside `strategy.run` (as the training loop does): ghost batch norm
             # all-reduces over replicas, which MirroredStrategy refuses inside replica control flow.
@@ -92,15 +101,21 @@ class BatchNormRecompute:
             for v, total in zip(variables, sums):
                 v.assign(total / k)
 
-        self._recompute = recompute
+        @tf.function(autograph=False)
+        def restore():
+            timing.note_trace()
+            for keep, v in zip(saved, variables):
+                v.assign(keep.value())
 
-    def recompute(self) -> list:
-        """Sets the statistics from the training subset; returns the training run's, for
-        `restore`."""
-        saved = [v.numpy() for v in self.variables]
+        self._recompute, self._restore = recompute, restore
+
+    def recompute(self) -> bool:
+        """Sets the statistics from the training subset, the training run's kept on the devices;
+        returns True: `restore` is due."""
         self._recompute()
-        return saved
+        return True
 
-    def restore(self, saved: list) -> None:
-        for v, value in zip(self.variables, saved):
-            v.assign(value)
+    def restore(self, saved: bool = True) -> None:
+        """The training run's statistics back (one compiled call)."""
+        if saved:
+            self._restore()

@@ -256,7 +256,8 @@ class Run:
             return out
         finally:
             if saved is not None:
-                recompute.restore(saved)
+                with timing.timed("eval", self.state.time_s):
+                    recompute.restore(saved)
 
     def _evaluate_set(self, dataset, bound=None) -> dict | None:
         with timing.timed("eval", self.state.time_s) as timed:
