@@ -141,7 +141,8 @@ class Sensitivity:
             )
         else:
             out.append(
-                f"Sensitivity: adding {self.overhead} steps to every run's steps-to-target (an "
+                f"Sensitivity: adding {self.overhead} step{'s' if self.overhead != 1 else ''} to "
+                "every run's steps-to-target (an "
                 "optimizer ramp, say) makes the slope's interval hold 0."
             )
         if self.without_heaviest is not None:
