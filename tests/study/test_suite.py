@@ -6,11 +6,13 @@ import glob
 import json
 import os
 import re
+import signal
+import time
 
 import numpy as np
 import pytest
 
-from tests.helpers import REPO, run_main
+from tests.helpers import REPO, run_main, start_main
 from wide_tf.analysis import simulate
 from wide_tf.analysis import verdict as analysis
 from wide_tf.config.problems import UsageError
@@ -52,6 +54,26 @@ def test_suite_runs_each_study_then_its_table_and_resumes(tmp_path):
     # Run again: every study is done, so no trial runs again and the table is rewritten.
     run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", "--no_report", timeout=600)
     assert {n: _results(work / n) for n in before} == before
+
+
+def test_sigterm_to_a_suite_stops_its_study_which_resumes(tmp_path):
+    spec = tmp_path / "two.py"
+    spec.write_text(TWO)
+    work = tmp_path / "suite"
+    proc = start_main(f"--suite={spec}", f"--workdir={work}", "--workers=1")
+    deadline = time.time() + 300
+    while not _results(work / "budget_sgd") and time.time() < deadline:
+        assert proc.poll() is None, proc.stderr.read()[-3000:]
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGTERM)  # the suite's parent only: it passes the signal on
+    assert proc.wait(timeout=120) == 143, proc.stderr.read()[-3000:]
+    record = json.loads((work / "suite.json").read_text())
+    assert "depth_momentum" not in record["wall_s"]  # the suite stopped with its first study
+    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", "--no_report", timeout=600)
+    assert set(json.loads((work / "suite.json").read_text())["wall_s"]) == {
+        "budget_sgd",
+        "depth_momentum",
+    }
 
 
 @pytest.mark.parametrize(

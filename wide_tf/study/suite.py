@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -77,6 +78,22 @@ def _command(entry: Entry, workdir: str, workers: str | None) -> list[str]:
     return cmd + ([f"--workers={workers}"] if workers else [])
 
 
+def _run_study(entry: Entry, workdir: str, workers: str | None) -> int:
+    """One study in a child process; its exit status. SIGTERM (a preemption, a scheduler's stop)
+    goes on to the study, which checkpoints and exits 143 (Ctrl-C reaches it already: it is in
+    the terminal's process group)."""
+    proc = subprocess.Popen(_command(entry, workdir, workers), env=dict(os.environ))
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        return proc.wait()
+    except BaseException:
+        proc.terminate()
+        proc.wait()
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def run(spec: str, workdir: str, workers: str | None, log) -> int:
     """Runs every study of the suite in turn (each resumes where it stopped); returns the first
     non-zero exit status of a study (the suite stops there), else 0."""
@@ -93,13 +110,7 @@ def run(spec: str, workdir: str, workers: str | None, log) -> int:
     for k, e in enumerate(entries, 1):
         log(f"suite: study {k}/{len(entries)} {e.name} ({e.config}) -> {study_dir(workdir, e)}")
         t0 = time.monotonic()
-        proc = subprocess.Popen(_command(e, workdir, workers), env=dict(os.environ))
-        try:
-            code = proc.wait()
-        except BaseException:  # Ctrl-C or SIGTERM: the study checkpoints and stops first
-            proc.terminate()
-            proc.wait()
-            raise
+        code = _run_study(e, workdir, workers)
         wall[e.name] = round(time.monotonic() - t0, 1)
         write_record(workdir, spec, entries, wall)
         if code != 0:
