@@ -18,20 +18,25 @@ from wide_tf.study.suite import Entry
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 
 
+# (study, configs/mlp.py variant, protocol, family) per suite variant.
+_STUDIES = {
+    "local": [
+        ("budget_sgd", "local", SGD, "budget"),
+        ("budget_momentum", "local_momentum", MOMENTUM, "budget"),
+        ("width_sgd", "local_width", SGD, "width"),
+        ("depth_sgd", "local_depth", SGD, "depth"),
+    ],
+    "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
+        ("budget_sgd", "smoke_sgd", SGD, "budget"),
+        ("budget_momentum", "smoke", MOMENTUM, "budget"),
+        ("width_momentum", "smoke_width", MOMENTUM, "width"),
+        ("depth_momentum", "smoke_depth", MOMENTUM, "depth"),
+    ],
+}
+
+
 def get_suite(arg=None):
     variant = arg or "local"
-    if variant == "local":
-        return [
-            Entry("budget_sgd", "configs/mlp.py:local", SGD, "budget"),
-            Entry("budget_momentum", "configs/mlp.py:local_momentum", MOMENTUM, "budget"),
-            Entry("width_sgd", "configs/mlp.py:local_width", SGD, "width"),
-            Entry("depth_sgd", "configs/mlp.py:local_depth", SGD, "depth"),
-        ]
-    if variant == "smoke":
-        return [
-            Entry("budget_sgd", "configs/mlp.py:smoke_sgd", SGD, "budget"),
-            Entry("budget_momentum", "configs/mlp.py:smoke", MOMENTUM, "budget"),
-            Entry("width_momentum", "configs/mlp.py:smoke_width", MOMENTUM, "width"),
-            Entry("depth_momentum", "configs/mlp.py:smoke_depth", MOMENTUM, "depth"),
-        ]
-    raise ValueError(f"unknown variant {variant!r} of configs/answer.py: local or smoke")
+    if variant not in _STUDIES:
+        raise ValueError(f"unknown variant {variant!r} of configs/answer.py: local or smoke")
+    return [Entry(n, f"configs/mlp.py:{v}", p, f) for n, v, p, f in _STUDIES[variant]]

@@ -88,26 +88,28 @@ def variants(module) -> list[str]:
     return out
 
 
-def _load_module(path: str):
-    module_spec = importlib.util.spec_from_file_location("_wide_tf_config", path)
+def load_module(path: str, function: str = "get_config", what: str = "config"):
+    """The Python file at `path` imported, checked to define `function` (a config file's
+    get_config, a suite file's get_suite); every failure is one UsageError line."""
+    module_spec = importlib.util.spec_from_file_location(f"_wide_tf_{what}", path)
     if module_spec is None or not path.endswith(".py"):
         raise UsageError(
-            f"config file {path} is not a Python file; give a config .py file, e.g. configs/mlp.py"
+            f"{what} file {path} is not a Python file; give a {what} .py file, e.g. configs/mlp.py"
         )
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
     except SyntaxError as e:
         raise UsageError(
-            f"config file {path} does not parse: {e.msg} at line {e.lineno}; fix the file"
+            f"{what} file {path} does not parse: {e.msg} at line {e.lineno}; fix the file"
         ) from None
     except Exception as e:  # noqa: BLE001  (any error inside the user's config file)
         raise UsageError(
-            f"config file {path} fails on import ({type(e).__name__}: {e}); fix the file"
+            f"{what} file {path} fails on import ({type(e).__name__}: {e}); fix the file"
         ) from None
-    if not hasattr(module, "get_config"):
+    if not hasattr(module, function):
         raise UsageError(
-            f"config file {path} has no get_config(arg) function; every config file needs one"
+            f"{what} file {path} has no {function}(arg) function; every {what} file needs one"
         )
     return module
 
@@ -115,7 +117,7 @@ def _load_module(path: str):
 def load_config(spec: str):
     """`path[:variant]` -> the ConfigDict that `get_config(variant)` returns (unlocked)."""
     path, arg = resolve_path(spec)
-    module = _load_module(path)
+    module = load_module(path)
     try:
         return module.get_config(arg)
     except Exception as e:  # noqa: BLE001  (an unknown variant, or any error of the config's own code)

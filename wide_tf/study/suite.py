@@ -16,7 +16,6 @@ No TensorFlow: the parent only checks the entries' configs, starts the studies a
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import signal
@@ -42,17 +41,7 @@ def load(spec: str) -> list[Entry]:
     """`path[:variant]` of a suite file -> its entries, every config loaded and checked (one
     UsageError line otherwise)."""
     path, arg = loader.resolve_path(spec)
-    module_spec = importlib.util.spec_from_file_location("_wide_tf_suite", path)
-    module = importlib.util.module_from_spec(module_spec)
-    try:
-        module_spec.loader.exec_module(module)
-    except Exception as e:  # noqa: BLE001  (any error inside the user's suite file)
-        raise UsageError(f"suite file {path} fails on import ({type(e).__name__}: {e})") from None
-    if not hasattr(module, "get_suite"):
-        raise UsageError(
-            f"suite file {path} has no get_suite(arg) function; a suite file returns its studies "
-            "from one (see configs/answer.py)"
-        )
+    module = loader.load_module(path, "get_suite", "suite")
     try:
         entries = list(module.get_suite(arg))
     except ValueError as e:
