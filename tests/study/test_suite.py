@@ -35,28 +35,10 @@ def _results(folder):
     return sorted(glob.glob(os.path.join(folder, "results", "*.json")))
 
 
-def test_suite_runs_each_study_then_its_table_and_resumes(tmp_path):
-    spec = tmp_path / "two.py"
-    spec.write_text(TWO)
-    work = tmp_path / "suite"
-    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", timeout=600)
-    record = json.loads((work / "suite.json").read_text())
-    assert [e["name"] for e in record["entries"]] == ["budget_sgd", "depth_momentum"]
-    assert set(record["wall_s"]) == {"budget_sgd", "depth_momentum"}
-    for name in ("budget_sgd", "depth_momentum"):
-        assert _results(work / name), name  # a whole study: its results and its own report
-        assert (work / name / "report" / "report.md").exists()
-    text = (work / "answer.md").read_text()
-    assert "| budget_sgd | plain SGD | budget |" in text
-    assert "| depth_momentum | momentum 0.9 | depth |" in text
-    assert "on log depth" in text  # a depth family's slope is on log depth
-    before = {n: _results(work / n) for n in ("budget_sgd", "depth_momentum")}
-    # Run again: every study is done, so no trial runs again and the table is rewritten.
-    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", "--no_report", timeout=600)
-    assert {n: _results(work / n) for n in before} == before
-
-
-def test_sigterm_to_a_suite_stops_its_study_which_resumes(tmp_path):
+def test_a_suite_stopped_by_sigterm_resumes_then_writes_its_table(tmp_path):
+    """Each study is a study of its own: SIGTERM mid-study stops the suite (143, the signal passed
+    on to the study), a second command finishes every study without repeating a trial, and the
+    table has a row per study."""
     spec = tmp_path / "two.py"
     spec.write_text(TWO)
     work = tmp_path / "suite"
@@ -67,13 +49,20 @@ def test_sigterm_to_a_suite_stops_its_study_which_resumes(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGTERM)  # the suite's parent only: it passes the signal on
     assert proc.wait(timeout=120) == 143, proc.stderr.read()[-3000:]
+    assert "depth_momentum" not in json.loads((work / "suite.json").read_text())["wall_s"]
+    stopped = {f: os.stat(f).st_mtime_ns for f in _results(work / "budget_sgd")}
+    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", timeout=600)
     record = json.loads((work / "suite.json").read_text())
-    assert "depth_momentum" not in record["wall_s"]  # the suite stopped with its first study
-    run_main(f"--suite={spec}", f"--workdir={work}", "--workers=1", "--no_report", timeout=600)
-    assert set(json.loads((work / "suite.json").read_text())["wall_s"]) == {
-        "budget_sgd",
-        "depth_momentum",
-    }
+    assert [e["name"] for e in record["entries"]] == ["budget_sgd", "depth_momentum"]
+    assert set(record["wall_s"]) == {"budget_sgd", "depth_momentum"}
+    assert {f: os.stat(f).st_mtime_ns for f in stopped} == stopped  # kept, not run again
+    for name in ("budget_sgd", "depth_momentum"):
+        assert _results(work / name), name  # a whole study: its results and its own report
+        assert (work / name / "report" / "report.md").exists()
+    text = (work / "answer.md").read_text()
+    assert "| budget_sgd | plain SGD | budget |" in text
+    assert "| depth_momentum | momentum 0.9 | depth |" in text
+    assert "on log depth" in text  # a depth family's slope is on log depth
 
 
 @pytest.mark.parametrize(
