@@ -257,6 +257,44 @@ def test_resume_equals_uninterrupted_stream(replicas, augment, one, two):
     assert changed > 0.5 * (len(ids) - 50)
 
 
+@pytest.mark.parametrize("shuffle_buffer", [0, 9])  # a uniform and a local shuffle
+def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, one):
+    """InMemoryTrainStream (one CPU replica, no augmentation) gives make_train_dataset's batches
+    bit for bit, in a traced loop as the trainer calls it: batches that straddle epochs, a batch
+    that does not divide the data, resumed starts, and the same object restarted with another
+    seed (as a study's next trial reuses it) without a new trace."""
+    cfg = make_cfg(num_train=50, shuffle_buffer=shuffle_buffer)
+    batch = 12  # 50 / 12: every few batches straddle an epoch boundary
+    stream = data.InMemoryTrainStream(cfg, batch)
+    traces = []
+
+    @tf.function(autograph=False)
+    def take(iterator, steps):
+        traces.append(1)
+        # As Stepper's loop: get_next inside a while loop, the batches stacked for the host.
+        xs = tf.TensorArray(tf.int32, size=steps)
+        ys = tf.TensorArray(tf.int32, size=steps)
+
+        def body(i, xs, ys):
+            x, y = iterator.get_next()
+            return i + 1, xs.write(i, x), ys.write(i, y)
+
+        _, xs, ys = tf.while_loop(lambda i, *_: i < steps, body, [tf.constant(0), xs, ys])
+        return xs.stack(), ys.stack()
+
+    for seed in (7, 3, 7):
+        reference = iter(data.make_train_dataset(cfg, batch, one, seed))
+        expected = [next(reference) for _ in range(14)]  # nearly 4 epochs
+        for start in (0, 3, 8):
+            x, y = take(stream.start(seed, start), tf.constant(14 - start))
+            for k in range(14 - start):
+                np.testing.assert_array_equal(x[k].numpy(), expected[start + k][0].numpy())
+                np.testing.assert_array_equal(y[k].numpy(), expected[start + k][1].numpy())
+    assert len(traces) == 1  # one object, restarted: the loop is traced once
+    with pytest.raises(ValueError, match="global batch"):
+        data.InMemoryTrainStream(cfg, 51)
+
+
 # --------------------------------------------------------------------------------------------------
 # Evaluation stream
 

@@ -121,6 +121,22 @@ class Built:
     snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None
     bn_recompute: BatchNormRecompute | None = None  # train.target_bn='recompute' on a BN model
+    _stream: data_lib.InMemoryTrainStream | None = None  # this batch's; a new batch drops it
+
+    def train_stream(self, config, runtime, info, batch: int, start_step: int):
+        """The run's training stream at `start_step` (what the traced loop calls get_next on):
+        the kept in-memory stream on one CPU replica without augmentation, else a new
+        distributed iterator (its prefetch overlaps the host's input work with the devices')."""
+        d = config.data
+        if runtime.num_replicas == 1 and runtime.platform == "cpu" and not d.augment:
+            if batch <= info.num_train:
+                if self._stream is None:
+                    self._stream = data_lib.InMemoryTrainStream(d, batch)
+                return self._stream.start(config.train.seed, start_step)
+        dataset = data_lib.make_train_dataset(
+            d, batch, runtime.strategy, config.train.seed, start_step=start_step
+        )
+        return iter(dataset)
 
     def probe(self, config) -> GradientProbe:
         if self._probe is None:
@@ -192,6 +208,7 @@ def _for_new_batch(config, runtime, info, plan, key) -> Built | None:
         return None
     with runtime.strategy.scope():
         kept.stepper = _stepper(config, runtime, kept.model, kept.optimizer, plan)
+    kept._stream = None  # the stream's batch is this one's
     kept.key = key
     _BUILT.clear()
     _BUILT[key] = kept

@@ -19,6 +19,7 @@ from wide_tf.config import loader
 from wide_tf.spec import result as result_schema
 from wide_tf.study import trials as trials_lib
 from wide_tf.tools.bench_common import REPO
+from wide_tf.tools.compare_records import record_key
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
 # One (member, batch) group per member, its batch spread over the sweep's, every tuning trial of
@@ -71,13 +72,6 @@ def _run_group(group, workdir: str, runtime) -> tuple[float, float, list[dict]]:
     return time.process_time() - cpu0, time.perf_counter() - wall0, records
 
 
-def _targets_key(rec: dict) -> list:
-    return [
-        (t["metric"], t["value"], t["status"], t["steps_to_target"], t["steps_to_target_interp"])
-        for t in rec["targets"]
-    ] + [rec["status"], rec["steps"]]
-
-
 @dataclasses.dataclass
 class Side:
     cpu_s: float = 0.0
@@ -113,7 +107,7 @@ def bench_study_cost(config_spec: str = DEFAULT_CONFIG, groups: int = DEFAULT_GR
             for group, side, is_old in order if k % 2 == 0 else order[::-1]:
                 train.clear_cache()
                 side.add(*_run_group(group, os.path.join(tmp, "old" if is_old else "new"), runtime))
-    same = [_targets_key(a) == _targets_key(b) for a, b in zip(old.records, new.records)]
+    same = [record_key(a) == record_key(b) for a, b in zip(old.records, new.records)]
     return [
         _side_row("before the economy", old),
         _side_row("with the economy", new),
