@@ -257,13 +257,16 @@ def test_resume_equals_uninterrupted_stream(replicas, augment, one, two):
     assert changed > 0.5 * (len(ids) - 50)
 
 
-@pytest.mark.parametrize("shuffle_buffer", [0, 9])  # a uniform and a local shuffle
-def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, one):
-    """InMemoryTrainStream (one CPU replica, no augmentation) gives make_train_dataset's batches
-    bit for bit, in a traced loop as the trainer calls it: batches that straddle epochs, a batch
-    that does not divide the data, resumed starts, and the same object restarted with another
-    seed (as a study's next trial reuses it) without a new trace."""
-    cfg = make_cfg(num_train=50, shuffle_buffer=shuffle_buffer)
+@pytest.mark.parametrize(
+    "shuffle_buffer,augment",
+    [(0, False), (9, False), (0, True)],  # a uniform and a local shuffle; crops and flips
+)
+def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, augment, one):
+    """InMemoryTrainStream (one CPU replica) gives make_train_dataset's batches bit for bit, in a
+    traced loop as the trainer calls it: batches that straddle epochs (each example augmented with
+    its own epoch's key), a batch that does not divide the data, resumed starts, and the same
+    object restarted with another seed (as a study's next trial reuses it) without a new trace."""
+    cfg = make_cfg(num_train=50, shuffle_buffer=shuffle_buffer, augment=augment)
     batch = 12  # 50 / 12: every few batches straddle an epoch boundary
     stream = data.InMemoryTrainStream(cfg, batch)
     traces = []

@@ -216,6 +216,14 @@ def _augment(image, key, spec):
     return image
 
 
+def _augment_key(seed, epoch, index):
+    """The stateless key of one example's augmentation, from (seed, epoch, example index); `seed`
+    a Python int or an int64 tensor, `epoch` and `index` int64 scalars."""
+    salted = tf.stack([tf.convert_to_tensor(seed, tf.int64), tf.constant(_AUG_SALT, tf.int64)])
+    fold_in = tf.random.experimental.stateless_fold_in
+    return fold_in(fold_in(salted, epoch), index)
+
+
 def _epoch_order(n, seed, epoch, shuffle_buffer):
     """Index order of one epoch: a pure function of (seed, epoch, n, shuffle_buffer)."""
     # `seed` a Python int or an int64 tensor (InMemoryTrainStream's variable): the same key.
@@ -288,13 +296,7 @@ def train_input_fn(
         def load(epoch, index):
             image = tf.gather(x_all, index)
             if augment:
-                key = tf.random.experimental.stateless_fold_in(
-                    tf.random.experimental.stateless_fold_in(
-                        tf.constant([seed, _AUG_SALT], tf.int64), epoch
-                    ),
-                    index,
-                )
-                image = _augment(image, key, spec)
+                image = _augment(image, _augment_key(seed, epoch, index), spec)
             return pack_images(image), tf.gather(y_all, index)
 
         ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(one_epoch).skip(offset)
@@ -314,17 +316,18 @@ def train_input_fn(
 
 
 class InMemoryTrainStream:
-    """make_train_dataset's stream for one replica without augmentation, as variables and a
-    `get_next()` that the traced training loop calls like an iterator's: the same global batches
-    (the same `_epoch_order`, gathered from the same arrays, packed the same way), without a
-    tf.data pipeline and iterator per run.
+    """make_train_dataset's stream for one replica, as variables and a `get_next()` that the
+    traced training loop calls like an iterator's: the same global batches (the same
+    `_epoch_order`, gathered from the same arrays, augmented with the same keyed crops and flips,
+    packed the same way), without a tf.data pipeline and iterator per run.
 
     Opening a distributed dataset's iterator cost 0.1-0.25 s per run here (its threads and
-    functions), a tenth of a local-study run. One stream is kept per (member, batch) build
-    (engine/reuse.py) and `start`ed per run by three assigns, so the traced loop, which sees the
-    same Python object, is kept too. Needs global_batch <= num_train (a batch spans at most two
-    epochs: the orders of the current and the next epoch are held, recomputed when the stream
-    enters a new epoch)."""
+    functions), a tenth of a local-study run; closing an augmenting one, whose threads run ahead
+    on a worker's one core, took 10-60 s of a 45-90 s WRN run. One stream is kept per (member,
+    batch) build (engine/reuse.py) and `start`ed per run by three assigns, so the traced loop,
+    which sees the same Python object, is kept too. Needs global_batch <= num_train (a batch
+    spans at most two epochs: the orders of the current and the next epoch are held, recomputed
+    when the stream enters a new epoch)."""
 
     def __init__(self, data_cfg, global_batch: int):
         images, labels = _train_arrays(data_cfg)
@@ -332,7 +335,10 @@ class InMemoryTrainStream:
         if not 0 < self.batch <= self.n:
             raise ValueError(f"need 0 < global batch <= {self.n} examples, got {self.batch}")
         self.shuffle_buffer = int(data_cfg.shuffle_buffer)
-        self.x = tf.constant(pack_images(tf.constant(images)))  # packed rows gather as packed
+        self.spec = _spec(data_cfg.name)
+        self.augment = bool(data_cfg.augment)
+        # Augmented: uint8 images, cropped and flipped, then packed; else packed rows, gathered.
+        self.x = tf.constant(images) if self.augment else pack_images(tf.constant(images))
         self.y = tf.constant(labels)
         self.seed = tf.Variable(0, dtype=tf.int64, trainable=False)
         self.position = tf.Variable(0, dtype=tf.int64, trainable=False)  # in the epoch stream
@@ -349,13 +355,14 @@ class InMemoryTrainStream:
     def get_next(self):
         """The next global batch: (packed images, labels), as the dataset yields it."""
         n = tf.constant(self.n, tf.int64)
+        seed = tf.identity(self.seed)
         epoch = self.position // n
 
         def refresh():
             both = tf.concat(
                 [
-                    _epoch_order(self.n, self.seed, epoch, self.shuffle_buffer),
-                    _epoch_order(self.n, self.seed, epoch + 1, self.shuffle_buffer),
+                    _epoch_order(self.n, seed, epoch, self.shuffle_buffer),
+                    _epoch_order(self.n, seed, epoch + 1, self.shuffle_buffer),
                 ],
                 0,
             )
@@ -363,11 +370,26 @@ class InMemoryTrainStream:
                 return tf.identity(both)
 
         order = tf.cond(tf.equal(self.order_epoch, epoch), lambda: tf.identity(self.order), refresh)
-        offset = self.position - epoch * n
-        index = tf.gather(order, offset + tf.range(self.batch, dtype=tf.int64))
+        places = self.position - epoch * n + tf.range(self.batch, dtype=tf.int64)
+        index = tf.gather(order, places)
         with tf.control_dependencies([index]):
             self.position.assign_add(self.batch)
-        return tf.gather(self.x, index), tf.gather(self.y, index)
+        images = tf.gather(self.x, index)
+        if self.augment:
+            epochs = epoch + places // n  # each example's own: a batch may straddle two
+
+            def one(args):
+                image, e, i = args
+                return _augment(image, _augment_key(seed, e, i), self.spec)
+
+            images = pack_images(
+                tf.map_fn(
+                    one,
+                    (images, epochs, index),
+                    fn_output_signature=tf.TensorSpec(images.shape[1:], images.dtype),
+                )
+            )
+        return images, tf.gather(self.y, index)
 
 
 def make_train_dataset(data_cfg, global_batch: int, strategy, seed: int, start_step: int = 0):

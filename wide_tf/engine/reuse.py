@@ -125,14 +125,13 @@ class Built:
 
     def train_stream(self, config, runtime, info, batch: int, start_step: int):
         """The run's training stream at `start_step` (what the traced loop calls get_next on):
-        the kept in-memory stream on one CPU replica without augmentation, else a new
-        distributed iterator (its prefetch overlaps the host's input work with the devices')."""
+        the kept in-memory stream on one CPU replica, else a new distributed iterator (its
+        prefetch overlaps the host's input work with the devices')."""
         d = config.data
-        if runtime.num_replicas == 1 and runtime.platform == "cpu" and not d.augment:
-            if batch <= info.num_train:
-                if self._stream is None:
-                    self._stream = data_lib.InMemoryTrainStream(d, batch)
-                return self._stream.start(config.train.seed, start_step)
+        if runtime.num_replicas == 1 and runtime.platform == "cpu" and batch <= info.num_train:
+            if self._stream is None:
+                self._stream = data_lib.InMemoryTrainStream(d, batch)
+            return self._stream.start(config.train.seed, start_step)
         dataset = data_lib.make_train_dataset(
             d, batch, runtime.strategy, config.train.seed, start_step=start_step
         )
