@@ -10,6 +10,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from wide_tf.engine import data, sources
+from wide_tf.engine.stream import InMemoryTrainStream
 from wide_tf.spec import defaults
 
 
@@ -268,7 +269,7 @@ def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, augment, o
     object restarted with another seed (as a study's next trial reuses it) without a new trace."""
     cfg = make_cfg(num_train=50, shuffle_buffer=shuffle_buffer, augment=augment)
     batch = 12  # 50 / 12: every few batches straddle an epoch boundary
-    stream = data.InMemoryTrainStream(cfg, batch)
+    stream = InMemoryTrainStream(cfg, batch)
     traces = []
 
     @tf.function(autograph=False)
@@ -295,7 +296,7 @@ def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, augment, o
                 np.testing.assert_array_equal(y[k].numpy(), expected[start + k][1].numpy())
     assert len(traces) == 1  # one object, restarted: the loop is traced once
     with pytest.raises(ValueError, match="global batch"):
-        data.InMemoryTrainStream(cfg, 51)
+        InMemoryTrainStream(cfg, 51)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -64,7 +64,6 @@ __all__ = [
     "steps_per_epoch",
     "train_input_fn",
     "make_train_dataset",
-    "InMemoryTrainStream",
     "make_eval_dataset",
     "EvalDataset",
     "load_arrays",
@@ -119,7 +118,7 @@ def _subset(images, labels, num_train):
     return images[idx], labels[idx]
 
 
-def _train_arrays(data_cfg):
+def train_arrays(data_cfg):
     """Canonical training set (uint8 images, int32 labels), data.num_train applied."""
     name = data_cfg.name
     spec = _spec(name)
@@ -200,7 +199,7 @@ def device_inputs(x, spec, weights=None):
     return images
 
 
-def _augment(image, key, spec):
+def augment_image(image, key, spec):
     """Pad (zeros in raw pixel space, i.e. black) + random crop, and a flip where allowed.
 
     ``key`` is a stateless seed already keyed by (seed, epoch, example index).
@@ -216,7 +215,7 @@ def _augment(image, key, spec):
     return image
 
 
-def _augment_key(seed, epoch, index):
+def augment_key(seed, epoch, index):
     """The stateless key of one example's augmentation, from (seed, epoch, example index); `seed`
     a Python int or an int64 tensor, `epoch` and `index` int64 scalars."""
     salted = tf.stack([tf.convert_to_tensor(seed, tf.int64), tf.constant(_AUG_SALT, tf.int64)])
@@ -224,9 +223,9 @@ def _augment_key(seed, epoch, index):
     return fold_in(fold_in(salted, epoch), index)
 
 
-def _epoch_order(n, seed, epoch, shuffle_buffer):
+def epoch_order(n, seed, epoch, shuffle_buffer):
     """Index order of one epoch: a pure function of (seed, epoch, n, shuffle_buffer)."""
-    # `seed` a Python int or an int64 tensor (InMemoryTrainStream's variable): the same key.
+    # `seed` a Python int or an int64 tensor (engine/stream.py's variable): the same key.
     salted = tf.stack([tf.convert_to_tensor(seed, tf.int64), tf.constant(_PERM_SALT, tf.int64)])
     key = tf.random.experimental.stateless_fold_in(salted, epoch)
     u = tf.random.stateless_uniform([n], seed=key, dtype=tf.float64)
@@ -270,7 +269,7 @@ def train_input_fn(
     int32), infinitely, starting at global step ``start_step``.
     """
     spec = _spec(data_cfg.name)
-    images, labels = _train_arrays(data_cfg)
+    images, labels = train_arrays(data_cfg)
     n = len(labels)
     if n == 0:
         raise DataUnavailableError(f"{data_cfg.name!r} has no training examples")
@@ -290,13 +289,13 @@ def train_input_fn(
         x_all, y_all = tf.constant(images), tf.constant(labels)
 
         def one_epoch(epoch):
-            order = _epoch_order(n, seed, epoch, shuffle_buffer)
+            order = epoch_order(n, seed, epoch, shuffle_buffer)
             return tf.data.Dataset.from_tensor_slices((tf.fill([n], epoch), order))
 
         def load(epoch, index):
             image = tf.gather(x_all, index)
             if augment:
-                image = _augment(image, _augment_key(seed, epoch, index), spec)
+                image = augment_image(image, augment_key(seed, epoch, index), spec)
             return pack_images(image), tf.gather(y_all, index)
 
         ds = tf.data.Dataset.range(start_epoch, 2**62).flat_map(one_epoch).skip(offset)
@@ -313,83 +312,6 @@ def train_input_fn(
         return ds.prefetch(tf.data.AUTOTUNE).with_options(_options())
 
     return dataset_fn
-
-
-class InMemoryTrainStream:
-    """make_train_dataset's stream for one replica, as variables and a `get_next()` that the
-    traced training loop calls like an iterator's: the same global batches (the same
-    `_epoch_order`, gathered from the same arrays, augmented with the same keyed crops and flips,
-    packed the same way), without a tf.data pipeline and iterator per run.
-
-    Opening a distributed dataset's iterator cost 0.1-0.25 s per run here (its threads and
-    functions), a tenth of a local-study run; closing an augmenting one, whose threads run ahead
-    on a worker's one core, took 10-60 s of a 45-90 s WRN run. One stream is kept per (member,
-    batch) build (engine/reuse.py) and `start`ed per run by three assigns, so the traced loop,
-    which sees the same Python object, is kept too. Needs global_batch <= num_train (a batch
-    spans at most two epochs: the orders of the current and the next epoch are held, recomputed
-    when the stream enters a new epoch)."""
-
-    def __init__(self, data_cfg, global_batch: int):
-        images, labels = _train_arrays(data_cfg)
-        self.n, self.batch = int(len(labels)), int(global_batch)
-        if not 0 < self.batch <= self.n:
-            raise ValueError(f"need 0 < global batch <= {self.n} examples, got {self.batch}")
-        self.shuffle_buffer = int(data_cfg.shuffle_buffer)
-        self.spec = _spec(data_cfg.name)
-        self.augment = bool(data_cfg.augment)
-        # Augmented: uint8 images, cropped and flipped, then packed; else packed rows, gathered.
-        self.x = tf.constant(images) if self.augment else pack_images(tf.constant(images))
-        self.y = tf.constant(labels)
-        self.seed = tf.Variable(0, dtype=tf.int64, trainable=False)
-        self.position = tf.Variable(0, dtype=tf.int64, trainable=False)  # in the epoch stream
-        self.order_epoch = tf.Variable(-1, dtype=tf.int64, trainable=False)  # -1: none held
-        self.order = tf.Variable(tf.zeros([2 * self.n], tf.int64), trainable=False)
-
-    def start(self, seed: int, start_step: int = 0) -> InMemoryTrainStream:
-        """Ready for a run with this seed at global step `start_step` (0, or a resume's)."""
-        self.seed.assign(int(seed))
-        self.position.assign(int(start_step) * self.batch)
-        self.order_epoch.assign(-1)
-        return self
-
-    def get_next(self):
-        """The next global batch: (packed images, labels), as the dataset yields it."""
-        n = tf.constant(self.n, tf.int64)
-        seed = tf.identity(self.seed)
-        epoch = self.position // n
-
-        def refresh():
-            both = tf.concat(
-                [
-                    _epoch_order(self.n, seed, epoch, self.shuffle_buffer),
-                    _epoch_order(self.n, seed, epoch + 1, self.shuffle_buffer),
-                ],
-                0,
-            )
-            with tf.control_dependencies([self.order.assign(both), self.order_epoch.assign(epoch)]):
-                return tf.identity(both)
-
-        order = tf.cond(tf.equal(self.order_epoch, epoch), lambda: tf.identity(self.order), refresh)
-        places = self.position - epoch * n + tf.range(self.batch, dtype=tf.int64)
-        index = tf.gather(order, places)
-        with tf.control_dependencies([index]):
-            self.position.assign_add(self.batch)
-        images = tf.gather(self.x, index)
-        if self.augment:
-            epochs = epoch + places // n  # each example's own: a batch may straddle two
-
-            def one(args):
-                image, e, i = args
-                return _augment(image, _augment_key(seed, e, i), self.spec)
-
-            images = pack_images(
-                tf.map_fn(
-                    one,
-                    (images, epochs, index),
-                    fn_output_signature=tf.TensorSpec(images.shape[1:], images.dtype),
-                )
-            )
-        return images, tf.gather(self.y, index)
 
 
 def make_train_dataset(data_cfg, global_batch: int, strategy, seed: int, start_step: int = 0):
@@ -410,7 +332,7 @@ def _eval_source(data_cfg, split, limit):
     if split == "train" or spec.tfds_name is None:
         # The train split is the training subset actually trained on (data.num_train).
         images, labels = (
-            _train_arrays(data_cfg) if split == "train" else _embedded_arrays(data_cfg.name, split)
+            train_arrays(data_cfg) if split == "train" else _embedded_arrays(data_cfg.name, split)
         )
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
@@ -447,7 +369,7 @@ def _eval_arrays(data_cfg, split, limit):
     TFDS test splits, cached once per process)."""
     spec = _spec(data_cfg.name)
     if split == "train":
-        images, labels = _train_arrays(data_cfg)
+        images, labels = train_arrays(data_cfg)
     elif split == "test" and spec.tfds_name is None:
         images, labels = _embedded_arrays(data_cfg.name, split)
     elif split == "test" and _test_arrays(data_cfg) is not None:

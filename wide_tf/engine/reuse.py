@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine import stream as stream_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
 from wide_tf.engine.evaluation import Snapshot
 from wide_tf.engine.probe import GradientProbe
@@ -121,7 +122,7 @@ class Built:
     snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None
     bn_recompute: BatchNormRecompute | None = None  # train.target_bn='recompute' on a BN model
-    _stream: data_lib.InMemoryTrainStream | None = None  # this batch's; a new batch drops it
+    _stream: stream_lib.InMemoryTrainStream | None = None  # this batch's; a new batch drops it
 
     def train_stream(self, config, runtime, info, batch: int, start_step: int):
         """The run's training stream at `start_step` (what the traced loop calls get_next on):
@@ -130,7 +131,7 @@ class Built:
         d = config.data
         if runtime.num_replicas == 1 and runtime.platform == "cpu" and batch <= info.num_train:
             if self._stream is None:
-                self._stream = data_lib.InMemoryTrainStream(d, batch)
+                self._stream = stream_lib.InMemoryTrainStream(d, batch)
             return self._stream.start(config.train.seed, start_step)
         dataset = data_lib.make_train_dataset(
             d, batch, runtime.strategy, config.train.seed, start_step=start_step
