@@ -2,6 +2,7 @@
 across config hashes, a changed target found, a study missing trials, bad input."""
 
 from wide_tf.store import workdir as workdir_lib
+from wide_tf.study.trials import trial_name
 from wide_tf.tools import compare_records
 
 
@@ -26,9 +27,9 @@ def _record(trial_id, steps=40, interp=37.5, status="reached", time_s=None):
 
 
 def test_trial_name_drops_only_the_config_hash():
-    assert compare_records.trial_name("mlp-d1-w667_b8_lr1_s0_cc483cdc") == "mlp-d1-w667_b8_lr1_s0"
-    assert compare_records.trial_name("mlp-d1-w667_b8_lr1_s0") == "mlp-d1-w667_b8_lr1_s0"
-    assert compare_records.trial_name("run_lr0.5_s12") == "run_lr0.5_s12"
+    assert trial_name("mlp-d1-w667_b8_lr1_s0_cc483cdc") == "mlp-d1-w667_b8_lr1_s0"
+    assert trial_name("mlp-d1-w667_b8_lr1_s0") == "mlp-d1-w667_b8_lr1_s0"
+    assert trial_name("run_lr0.5_s12") == "run_lr0.5_s12"
 
 
 def test_matches_across_hashes_and_finds_a_changed_crossing(tmp_path, capsys):

@@ -127,7 +127,9 @@ class Built:
     def train_stream(self, config, runtime, info, batch: int, start_step: int):
         """The run's training stream at `start_step` (what the traced loop calls get_next on):
         the kept in-memory stream on one CPU replica, else a new distributed iterator (its
-        prefetch overlaps the host's input work with the devices')."""
+        prefetch overlaps the host's input work with the devices'). Not a plain tf.data iterator
+        on one CPU: cheaper to open than the distributed one, but its steps were 1.5-4x slower
+        here (no prefetch ahead); the in-memory stream is both cheap and fast."""
         d = config.data
         if runtime.num_replicas == 1 and runtime.platform == "cpu" and batch <= info.num_train:
             if self._stream is None:

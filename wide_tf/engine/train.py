@@ -128,9 +128,6 @@ class Run:
         self.noise = TwoBatchNoiseScale(decay=t.noise_scale_ema)
         if self.state.noise:
             self.noise = TwoBatchNoiseScale.from_dict(self.state.noise)
-        # Not a plain tf.data iterator on one CPU device: cheaper to create (~0.15 s less per run)
-        # than the distributed one, but its steps were 1.5-4x slower here (no prefetch ahead);
-        # the in-memory stream there is both (engine/stream.py).
         self.train_iter = self.built.train_stream(
             self.config, self.runtime, self.info, self.batch, self.state.step
         )

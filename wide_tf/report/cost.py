@@ -15,7 +15,7 @@ _WHAT = {
     "eval": "evaluation passes (most stop early: docs/evaluation.md)",
     "probe": "the exact gradient probe",
     "checkpoint": "checkpoints and metrics",
-    "other": "the loop's remaining host time (data stream start, summaries)",
+    "other": "the loop's remaining host time (summaries, hand-overs; a tf.data stream's start)",
 }
 
 

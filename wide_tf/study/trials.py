@@ -71,6 +71,15 @@ def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: in
     return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 
+def trial_name(trial_id_: str) -> str:
+    """A trial id less its config hash ('mlp-d1-w667_b8_lr1_s0_cc483cdc' ->
+    'mlp-d1-w667_b8_lr1_s0'): the same trial across code versions whose configs gained a field.
+    An id without a hash is kept."""
+    head, _, tail = trial_id_.rpartition("_")
+    hashed = len(tail) == 8 and all(c in "0123456789abcdef" for c in tail)
+    return head if head and hashed else trial_id_
+
+
 def make_trial(
     config,
     member: families.Member,

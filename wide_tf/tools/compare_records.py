@@ -17,15 +17,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from wide_tf.spec import result as result_schema
+from wide_tf.report.cost import study_time
 from wide_tf.store import workdir as workdir_lib
-
-
-def trial_name(trial_id: str) -> str:
-    """'mlp-d1-w667_b8_lr1_s0_cc483cdc' -> 'mlp-d1-w667_b8_lr1_s0' (the config hash dropped)."""
-    head, _, tail = trial_id.rpartition("_")
-    hashed = len(tail) == 8 and all(c in "0123456789abcdef" for c in tail)
-    return head if head and hashed else trial_id
+from wide_tf.study.trials import trial_name
 
 
 def record_key(rec: dict) -> list:
@@ -62,13 +56,9 @@ def compare(workdir_a: str, workdir_b: str) -> dict:
 
 
 def _seconds(records) -> dict | None:
-    """The runs' seconds summed by kind (result.json's time_s); None where no record keeps them."""
-    sums, seen = dict.fromkeys(result_schema.TIME_KINDS, 0.0), False
-    for r in records:
-        for k, v in (r.get("time_s") or {}).items():
-            seen = True
-            sums[k] = sums.get(k, 0.0) + float(v)
-    return sums if seen else None
+    """The runs' seconds summed by kind (the report's own sum); None where no record keeps them."""
+    total, counted, _ = study_time(list(records))
+    return total if counted else None
 
 
 def format_comparison(out: dict, label_a: str = "A", label_b: str = "B") -> str:
