@@ -32,10 +32,11 @@ The model, in log space (y = log steps-to-target, one observation per seed):
   effect and seed noise, each with its variance estimated from the data and drawn from its sampling
   distribution; a replicate above a run's budget is censored there, as the run would have been.
   B_crit's replicates are centred on the fitted curve; the model-free measure's on the observed
-  cell medians, so its interval does not lean on the curve's shape.
+  cell values, so its interval does not lean on the curve's shape.
 * **B_x(1+eps)** (model-free; Zhang et al. 2024 define the critical batch this way with
-  eps = 0.2): on the cell medians of epochs-to-target (censored seeds counting as larger than
-  any finished one), the reference E_ref is the geometric mean of the two smallest batches'
+  eps = 0.2): on the cell values of epochs-to-target (`cell_values`: the geometric mean over a
+  cell's seeds, or the median, censored seeds counting as larger than any finished one, where a
+  seed did not finish), the reference E_ref is the geometric mean of the two smallest batches'
   epochs (perfect scaling keeps epochs constant); B_x(1+eps) is the first batch at which the
   curve, interpolated linearly in (log B, log E), rises above (1 + eps) E_ref. No crossing
   within the batches tried is a bound ("> largest batch"). On an exact S_min (1 + B_crit / B)
@@ -192,27 +193,37 @@ def fit(obs: Observations) -> Fit | None:
 
 
 # ----------------------------------------------------------------------------------------------
-# Cell medians and the model-free critical batch B_x(1+eps)
+# Cell values and the model-free critical batch B_x(1+eps)
 # ----------------------------------------------------------------------------------------------
 
 
-def cell_medians(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
-    """Median log steps per batch cell, per replicate. Censored seeds count as +inf (they are
-    larger than every finished seed); a median that lands on one is censored at the smallest
-    censored bound of the cell. Returns (batches (m,), value (R, m), censored (R, m))."""
+def cell_values(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
+    """A cell's log steps per batch, per replicate: the **mean over its seeds** (the log of their
+    geometric mean) when every seed finished, else the **median** with censored seeds counting
+    as +inf (larger than every finished seed); a median that lands on one is censored at the
+    smallest censored bound of the cell. Returns (batches (m,), value (R, m), censored (R, m)).
+
+    Why the mean: with no seed censored it has the smallest variance (the median of 5 or 7
+    normal values has about 1.4x the mean's), and at the noise the local studies measure the
+    seeds carry most of a member's error, so it buys power at no cost in runs (issue 22:
+    docs/power_table.txt). Where a seed is censored its steps are unknown and only the median's
+    ordering argument holds."""
     y = np.atleast_2d(y)
     cens = np.broadcast_to(cens, y.shape)
     bs = np.unique(batch)
     vals, flags = [], []
     for b in bs:
         cols = batch == b
-        yy = np.where(cens[:, cols], np.inf, y[:, cols])
+        cc = cens[:, cols]
+        yy = np.where(cc, np.inf, y[:, cols])
         k = yy.shape[1]
         srt = np.sort(yy, axis=1)
         med = srt[:, (k - 1) // 2] if k % 2 else 0.5 * (srt[:, k // 2 - 1] + srt[:, k // 2])
-        bound = np.where(cens[:, cols], y[:, cols], np.inf).min(axis=1)
+        bound = np.where(cc, y[:, cols], np.inf).min(axis=1)
         is_c = ~np.isfinite(med)
-        vals.append(np.where(is_c, bound, med))
+        any_c = cc.any(axis=1)
+        mean = np.where(cc, 0.0, y[:, cols]).mean(axis=1)
+        vals.append(np.where(is_c, bound, np.where(any_c, med, mean)))
         flags.append(is_c)
     return bs, np.stack(vals, axis=1), np.stack(flags, axis=1)
 
@@ -345,10 +356,10 @@ def _bounds(obs: Observations) -> np.ndarray:
 
 
 def observed_centers(obs: Observations) -> np.ndarray:
-    """Each observation's cell centre for model-free replicates: the cell's median log steps
-    (censored seeds counting as larger than every finished one), or the cell's smallest budget
-    when that median is censored (such a cell stays censored in every replicate)."""
-    bs, med, _ = cell_medians(obs.batch, obs.log_steps, obs.censored)
+    """Each observation's cell centre for model-free replicates: the cell's value (`cell_values`:
+    mean log steps, or the median where a seed is censored), or the cell's smallest budget when
+    that median is censored (such a cell stays censored in every replicate)."""
+    bs, med, _ = cell_values(obs.batch, obs.log_steps, obs.censored)
     return med[0, np.searchsorted(bs, obs.batch)]
 
 
@@ -369,7 +380,7 @@ MODEL_FREE_REASONS = {
 
 @dataclasses.dataclass(frozen=True)
 class _ModelFreePoint:
-    """B_x(1+eps) read off the cell medians, before its interval."""
+    """B_x(1+eps) read off the cell values, before its interval."""
 
     batches: np.ndarray  # the cells' batch sizes, ascending
     value: float
@@ -380,7 +391,7 @@ class _ModelFreePoint:
 
 
 def _model_free_point(obs: Observations, eps: float) -> _ModelFreePoint:
-    bs, med, med_c = cell_medians(obs.batch, obs.log_steps, obs.censored)
+    bs, med, med_c = cell_values(obs.batch, obs.log_steps, obs.censored)
     log_e = med + np.log(bs)[None, :] - np.log(obs.num_train)
     point, st = first_crossing(bs, log_e, med_c, eps)
     status = int(st[0])
@@ -396,13 +407,13 @@ def _model_free_point(obs: Observations, eps: float) -> _ModelFreePoint:
 
 
 def _model_free_interval(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, rng):
-    """(Interval, log replicates) of B_x(1+eps): seeds redrawn about the cell medians; (None,
+    """(Interval, log replicates) of B_x(1+eps): seeds redrawn about the cell values; (None,
     None) when it is undefined."""
     if mf.status == 2:
         return None, None
     bs, log_n = mf.batches, np.log(obs.num_train)
     y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng, obs.seed)
-    _, med_r, medc_r = cell_medians(obs.batch, y_m, c_m)
+    _, med_r, medc_r = cell_values(obs.batch, y_m, c_m)
     mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
     reps = mb_r[st_r != 2]
     return _interval(mf.value, reps, float(obs.batch.min()), float(obs.batch.max())), reps
@@ -414,7 +425,7 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     lo, hi = float(obs.batch.min()), float(obs.batch.max())
     mf = _model_free_point(obs, eps)
     fit_ = fit(obs)
-    # Variance components: from the fitted curve when there is one, else from the cell medians
+    # Variance components: from the fitted curve when there is one, else from the cell values
     # (then there is no lack-of-fit test, only the seed noise).
     centers = observed_centers(obs)
     pred = (

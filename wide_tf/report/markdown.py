@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from wide_tf.analysis import cells, members
+from wide_tf.analysis import cells, decision, members
 from wide_tf.report import cost, prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
@@ -22,7 +22,9 @@ def _md_table(header: list[str], rows: list[list]) -> list[str]:
     return out
 
 
-HOW_TO_READ = """\
+_LEVEL = decision.HEAVIEST_LEVEL  # the check without the heaviest member
+
+HOW_TO_READ = f"""\
 ## How to read this report
 
 - **Cells.** Each (member, batch size) tried a grid of learning rates on the tuning seeds; the
@@ -33,12 +35,13 @@ HOW_TO_READ = """\
   between the two evaluations around it); the range spans the seeds. A run that ran out of budget,
   or diverged at the chosen rate, is **censored** (S > its budget: a triangle in the plots), never
   given the budget as a value.
-- **B_x(1+eps)**, the primary measure, is model-free: the batch at which the median
-  epochs-to-target, interpolated in log-log between cells, first rises (1 + eps)-fold above the
-  geometric mean of the two smallest batches' epochs (perfect scaling keeps epochs constant). At
-  eps = 1 it is McCandlish et al.'s definition of the critical batch (epochs doubled) read off the
-  data; Zhang et al. (2024) use eps = 0.2, about B_crit / 5 on the same curve. "> B" means no
-  crossing up to the largest batch tried.
+- **B_x(1+eps)**, the primary measure, is model-free: the batch at which epochs-to-target,
+  interpolated in log-log between cells, first rises (1 + eps)-fold above the geometric mean of
+  the two smallest batches' epochs (perfect scaling keeps epochs constant). A cell's epochs here
+  are the geometric mean over its seeds (less noisy than the median the tables show), or the
+  median where a seed is censored. At eps = 1 it is McCandlish et al.'s definition of the
+  critical batch (epochs doubled) read off the data; Zhang et al. (2024) use eps = 0.2, about
+  B_crit / 5 on the same curve. "> B" means no crossing up to the largest batch tried.
 - **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) in log space to every seed, censored
   runs counted one-sidedly. Its fit is tested by a **lack-of-fit F test** (cell means against the
   seed-to-seed spread within cells; a small p says the curve misses the cells by more than seed
@@ -51,15 +54,16 @@ HOW_TO_READ = """\
   plus the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on
   members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
   detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
-  member (a leave-one-out slope of the other sign), when the B_crit slope (over the members whose
-  B_crit lies inside the batches tried) points the other way, when a member whose value is a
-  lower bound sits where its true value would pull the slope back to 0, or when a learning-rate
-  cell is still at its grid's edge. A bound enters the slope at its bound, named; a member that
-  fails the lack-of-fit test is named as a caveat. The power line simulates this study's design
-  at its own noise; the sensitivity lines give the per-run step overhead that erases the effect
-  and the verdict without the highest-leverage member. On simulated studies, including ones
-  whose curves differ from the fitted model, the rule's error rates are in docs/power_table.txt
-  (`python -m wide_tf.analysis.simulate`).
+  member (a leave-one-out slope of the other sign), when the members other than the one of the
+  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
+  B_crit slope (over the members whose B_crit lies inside the batches tried) points the other
+  way, when a member whose value is a lower bound sits where its true value would pull the slope
+  back to 0, or when a learning-rate cell is still at its grid's edge. A bound enters the slope
+  at its bound, named; a member that fails the lack-of-fit test is named as a caveat. The power
+  line simulates this study's design at its own noise; the sensitivity lines give the per-run
+  step overhead that erases the effect and the verdict without the highest-leverage member. On
+  simulated studies, including ones whose curves differ from the fitted model, the rule's error
+  rates are in docs/power_table.txt (`python -m wide_tf.analysis.simulate`).
 """
 
 

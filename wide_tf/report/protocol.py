@@ -305,7 +305,8 @@ def study_design_rows(config: dict) -> list[tuple[str, str]]:
         (
             "Seeds",
             f"tuning {sweep.get('seeds')}, confirmation of the chosen rate "
-            f"{sweep.get('confirm_seeds') or 'none'} (a cell is the median over its seeds)",
+            f"{sweep.get('confirm_seeds') or 'none'} (a cell's value is the geometric mean over "
+            "its seeds, the median where a seed is censored)",
         )
     )
     family = {k: v for k, v in sweep.items() if k not in _SWEEP_ROWS}
