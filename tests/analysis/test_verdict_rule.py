@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from test_analysis import curve_records
 
+from wide_tf.analysis import decision as D
 from wide_tf.analysis import factors, robustness, simulate
 from wide_tf.analysis import members as M
 from wide_tf.analysis import verdict as A
@@ -36,18 +37,33 @@ def test_floored_knapp_hartung_covers_and_the_unfloored_does_not():
     assert hit[False] < hit[True]
 
 
+def _slow_decision(x, y, v):
+    """The rule's slope checks on one study, member by member (meta's slope, its leave-one-out
+    slopes, and the slope without the member of the largest leverage at the rule's level)."""
+    sl = meta.random_effects_slope(x, y, v)
+    if sl.decision == 0 or not sl.loo_agree:
+        return 0
+    keep = np.arange(x.size) != int(np.argmax(sl.leverage))
+    rest = meta.random_effects_slope(x[keep], y[keep], v[keep], level=D.HEAVIEST_LEVEL)
+    return sl.decision if rest is not None and rest.decision == sl.decision else 0
+
+
 def test_vectorised_decisions_agree_with_the_slope():
+    """The power module's vectorised decision (a tau^2 grid) against the rule's own checks on
+    each study (REML by a bounded search), at a slope where all three checks bite."""
     rng = np.random.default_rng(1)
     v = 0.02 * rng.uniform(0.5, 2, 7)
     ys = 0.25 * X[None, :] + rng.normal(0, np.sqrt(v + 0.01), (200, 7))
-    fast = power.decisions(X, v, ys)
-    slow = []
-    for y in ys:
-        sl = meta.random_effects_slope(X, y, v)
-        slow.append(sl.decision if sl.loo_agree else 0)
-    assert np.mean(fast == np.array(slow)) >= 0.97
+    fast = power.decisions(X, v, ys, D.HEAVIEST_LEVEL)
+    slow = np.array([_slow_decision(X, y, v) for y in ys])
+    assert np.mean(fast == slow) >= 0.97
+    # The check without the heaviest member bites: at level 0 (its sign alone) more are decisive.
+    sign_only = power.decisions(X, v, ys, 0.0)
+    assert np.sum(sign_only != 0) > np.sum(fast != 0)
     # Larger slopes are found more often, and 0 rarely.
-    curve = power.power_curve(X, v, rng.normal(0, np.sqrt(v), (500, 7)), [0.0, 0.2, 0.6])
+    curve = power.power_curve(
+        X, v, rng.normal(0, np.sqrt(v), (500, 7)), [0.0, 0.2, 0.6], D.HEAVIEST_LEVEL
+    )
     assert curve[0] <= 0.08 and curve[1] < curve[2]
 
 
