@@ -7,14 +7,16 @@ a study config (default `configs/mlp.py:local`), so the calibration is of the st
 What nature does is a generator (`wide_tf.analysis.stats.generators`): a simulated run of member
 w at batch B and learning-rate multiplier m takes
 
-    S = S_curve(B) * (1 + c log(m / m*)^2) * cell effect * exp(sigma Z) + overhead
+    S = S_curve(B) * (1 + c log(m / m*)^2) * cell effect * seed effect * exp(sigma Z) + overhead
 
 steps to the target, where S_curve is the member's curve (McCandlish et al.'s, or one that differs
 from it), m* a per-cell optimum scattered about the scaling rule's guess, the cell effect shared by
-the cell's seeds. A rate more than `diverge_factor` x m* diverges. A run is censored by its budget
-(max(max_epochs * n / B, min_steps) steps, as in `train.py`), and is seen only at the evaluation
-cadence: the target is detected at the first evaluation at or after S, and the interpolated
-crossing lands between that evaluation and the one before.
+the cell's seeds, the seed effect shared by a seed's runs at every batch size of the member, and
+sigma Z the run's own noise (the default sizes are those the local studies measure:
+`wide_tf.analysis.stats.generators.MEASURED`). A rate more than `diverge_factor` x m* diverges. A
+run is censored by its budget (max(max_epochs * n / B, min_steps) steps, as in `train.py`), and is
+seen only at the evaluation cadence: the target is detected at the first evaluation at or after S,
+and the interpolated crossing lands between that evaluation and the one before.
 
     python -m wide_tf.analysis.simulate    # the calibration table quoted in the README
     python -m wide_tf.analysis.simulate --studies=200 --generators=fitted,overhead
@@ -113,6 +115,7 @@ class _Member:
     s_min: float
     exponent: float
     widest: bool
+    noise_scale: float = 1.0  # this member's seed noise relative to the generator's
 
 
 def simulate_run(
@@ -154,7 +157,7 @@ def simulate_run(
     s *= 1 + truth.lr_curvature * math.log(mult / m_opt) ** 2
     lb = np.log(design.batch_sizes)
     pos = (math.log(batch) - lb.min()) / (np.ptp(lb) or 1.0)
-    s *= cell * truth.seed_draw(rng, pos) * seed_effect
+    s *= cell * truth.seed_draw(rng, pos, mem.noise_scale) * seed_effect
 
     s += truth.overhead_steps
     if s > budget:
@@ -186,6 +189,9 @@ def members_of(design: Design, truth: Truth, rng, eps: float = DEFAULT_EPS):
     ld = np.log(np.asarray(design.depths, dtype=float))
     pos = (ld - ld.min()) / (np.ptp(ld) or 1.0)  # 0 shallowest .. 1 deepest
     spread = truth.s_min_spread ** (pos - 1.0)  # the deepest keeps S_min, the shallowest / spread
+    scales = np.ones(len(design.widths))
+    if truth.noise_spread != 1.0:  # drawn only here, so the other generators' streams are as before
+        scales = truth.noise_spread ** (rng.random(len(design.widths)) - 0.5)
     return [
         _Member(
             f"sim-d{d}-w{w:g}",
@@ -195,8 +201,9 @@ def members_of(design: Design, truth: Truth, rng, eps: float = DEFAULT_EPS):
             s_min * f * (truth.deepest_s_min_factor if d == deepest else 1.0),
             p,
             w == widest,
+            float(k),
         )
-        for w, d, bc, p, f in zip(design.widths, design.depths, b_crits, ps, spread)
+        for w, d, bc, p, f, k in zip(design.widths, design.depths, b_crits, ps, spread, scales)
     ]
 
 
