@@ -43,7 +43,7 @@ CASES = [
         2,
         [
             "no variant 'no_such_variant'",
-            "local, local12, local_replicate, local_width, local_depth, local_momentum, single",
+            "local, local7, local12, local_replicate, local_width, local_depth, local_momentum",
         ],
     ),
     (

@@ -335,13 +335,17 @@ class CurveEstimate:
     b_model_free_reason: str
     reference_epochs: float | None  # E_ref: the two smallest batches' epochs (geometric mean)
     threshold_epochs: float | None
-    # Replicates in log space (unclipped), for the members' variances in the slope.
+    # Replicates in log space (unclipped): the intervals' (variance components drawn too).
     log_b_crit_reps: np.ndarray | None
     log_b_model_free_reps: np.ndarray | None
     band_batches: np.ndarray | None = None  # batches at which the fitted curve's band is given
     band_low: np.ndarray | None = None  # 2.5% / 97.5% of the fitted steps over replicates
     band_high: np.ndarray | None = None
     components: lof.Components | None = None  # variance components and the lack-of-fit test
+    # B_x(1+eps)'s sampling replicates (the components fixed at their estimates,
+    # `lof.draw(fixed=True)`): the member's variance in the slope across members and its noise
+    # in the power simulation.
+    log_b_model_free_sampling_reps: np.ndarray | None = None
 
     @property
     def lof_p(self) -> float | None:
@@ -406,17 +410,26 @@ def _model_free_point(obs: Observations, eps: float) -> _ModelFreePoint:
     return _ModelFreePoint(bs, float(point[0]), status, reason, e_ref, thr)
 
 
-def _model_free_interval(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, rng):
-    """(Interval, log replicates) of B_x(1+eps): seeds redrawn about the cell values; (None,
-    None) when it is undefined."""
-    if mf.status == 2:
-        return None, None
+def _model_free_reps(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, rng, fixed: bool):
+    """Log replicates of B_x(1+eps): seeds redrawn about the cell values (replicates where the
+    smallest batch never reaches the target are dropped)."""
     bs, log_n = mf.batches, np.log(obs.num_train)
-    y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng, obs.seed)
+    y_m, c_m = lof.draw(comp, centers, obs.batch, _bounds(obs), n_boot, rng, obs.seed, fixed)
     _, med_r, medc_r = cell_values(obs.batch, y_m, c_m)
     mb_r, st_r = first_crossing(bs, med_r + np.log(bs)[None, :] - log_n, medc_r, eps)
-    reps = mb_r[st_r != 2]
-    return _interval(mf.value, reps, float(obs.batch.min()), float(obs.batch.max())), reps
+    return mb_r[st_r != 2]
+
+
+def _model_free_interval(obs, mf: _ModelFreePoint, eps, comp, centers, n_boot, rng, rng_sampling):
+    """(Interval, interval replicates, sampling replicates) of B_x(1+eps); Nones when it is
+    undefined. The sampling replicates have their own generator, so the intervals' draws (and
+    B_crit's after them) are those of a given seed whether or not they are made."""
+    if mf.status == 2:
+        return None, None, None
+    reps = _model_free_reps(obs, mf, eps, comp, centers, n_boot, rng, fixed=False)
+    sampling = _model_free_reps(obs, mf, eps, comp, centers, n_boot, rng_sampling, fixed=True)
+    iv = _interval(mf.value, reps, float(obs.batch.min()), float(obs.batch.max()))
+    return iv, reps, sampling
 
 
 def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) -> CurveEstimate:
@@ -436,7 +449,10 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
     comp = lof.components(obs.batch, obs.log_steps, obs.censored, pred, obs.seed)
     if fit_ is None:
         comp = dataclasses.replace(comp, ms_lof=None, df_lof=0)
-    mb, mb_reps = _model_free_interval(obs, mf, eps, comp, centers, n_boot, rng)
+    rng_sampling = np.random.default_rng([seed, 1])
+    mb, mb_reps, mb_sampling = _model_free_interval(
+        obs, mf, eps, comp, centers, n_boot, rng, rng_sampling
+    )
     model_free = dict(
         b_model_free=mb,
         b_model_free_status=mf.status,
@@ -444,6 +460,7 @@ def estimate(obs: Observations, eps: float, n_boot: int = 200, seed: int = 0) ->
         reference_epochs=mf.reference_epochs,
         threshold_epochs=mf.threshold_epochs,
         log_b_model_free_reps=mb_reps,
+        log_b_model_free_sampling_reps=mb_sampling,
         components=comp,
     )
     if fit_ is None:

@@ -88,12 +88,14 @@ def order_members(ms: Sequence[MemberSummary], axis: str) -> tuple:
 
 
 def _estimate(s: MemberSummary, which: str):
-    """(interval, replicates) of one member's B_x(1+eps) or B_crit."""
+    """(interval, replicates whose spread is the member's variance in the slope) of one member's
+    B_x(1+eps) (its sampling replicates: `critical_batch.CurveEstimate`) or B_crit (its
+    interval replicates; that slope is read for its sign only)."""
     cv = s.curve
     if cv is None:
         return None, None
     if which == "model_free":
-        return cv.b_model_free, cv.log_b_model_free_reps
+        return cv.b_model_free, cv.log_b_model_free_sampling_reps
     return cv.b_crit, cv.log_b_crit_reps
 
 

@@ -1,19 +1,20 @@
 """Owns what the verdict paragraph says about its own strength: the power of the study's design
 at its estimated noise (`min_detectable`) and two sensitivity lines (`sensitivity`).
 
-* **Power.** A simulated study draws each member's log B_x(1+eps) from that member's own replicates
-  (the study's design at its estimated noise: the cell effects, the seed noise with its (member,
-  seed) share, the budgets' censoring, the evaluation cadence's rounding), shifted onto a line of
-  slope b, plus the members' scatter about the line (tau^2, the slope's REML estimate); the rule's
-  slope, interval, leave-one-out check and check without the member of the largest leverage
-  (`wide_tf.analysis.stats.power`) then decide it. The minimum detectable slope is the smallest b
-  found 80% of the time. It is not read off the realised interval's q, which on 5 df is itself noisy
-  (issue 22: q = 0.245 gave "0.15", while the design found a slope of 0.35 in 28-35% of simulated
-  studies). * **Overhead.** Every finished run's steps-to-target plus k (a run pushed past its
-  budget counts as not reaching the target), the whole analysis re-run: the smallest k at which the
-  slope's interval holds 0 (searched to 1 step, up to `MAX_OVERHEAD`). An effect that a 10-step
-  optimizer transient erases is a statement about that transient. * **Leverage.** The verdict with
-  the member of the largest leverage left out.
+* **Power.** A simulated study draws each member's log B_x(1+eps) from that member's own
+  sampling replicates (the study's design at its estimated noise: the cell effects, the seed noise
+  with its (member, seed) share, the budgets' censoring, the evaluation cadence's rounding),
+  shifted onto a line of slope b, plus the members' scatter about the line (tau^2, the slope's
+  REML estimate); the rule's slope, interval, leave-one-out check and check without the member of
+  the largest leverage (`wide_tf.analysis.stats.power`) then decide it. The minimum detectable
+  slope is the smallest b found 80% of the time. It is not read off the realised interval's q,
+  which on 5 df is itself noisy (issue 22: q = 0.245 gave "0.15", while the design found a slope
+  of 0.35 in 28-35% of simulated studies).
+* **Overhead.** Every finished run's steps-to-target plus k (a run pushed past its budget counts
+  as not reaching the target), the whole analysis re-run: the smallest k at which the slope's
+  interval holds 0 (searched to 1 step, up to `MAX_OVERHEAD`). An effect that a 10-step optimizer
+  transient erases is a statement about that transient.
+* **Leverage.** The verdict with the member of the largest leverage left out.
 
 Pure NumPy on records and summaries; no TensorFlow.
 """
@@ -46,7 +47,7 @@ def _design(d: dec.Decision, n: int, seed: int):
     v = np.array([u[2] for u in use])
     cols = []
     for s, y, _, _ in use:
-        reps = s.curve.log_b_model_free_reps
+        reps = s.curve.log_b_model_free_sampling_reps
         reps = reps[np.isfinite(reps)]
         cols.append(rng.choice(reps, size=n) - y)
     tau = math.sqrt(d.model_free_slope.tau2)

@@ -420,7 +420,10 @@ def main(argv=None) -> int:
     p.add_argument("--config", default=DEFAULT_CONFIG, help="the study whose design is simulated")
     p.add_argument("--alpha", type=number(), default=0.5, help="effect: B_crit ~ width^alpha")
     p.add_argument(
-        "--noise", type=number(0.0), default=None, help="seed-noise sigma (default 0.14)"
+        "--noise",
+        type=number(0.0),
+        default=None,
+        help="the run's own seed-noise sigma, every generator (default: each generator's own)",
     )
     p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
     p.add_argument("--seed", type=_seed, default=0)

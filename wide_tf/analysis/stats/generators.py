@@ -21,8 +21,8 @@ variance shared by a seed across batch sizes, cell means that scatter about the 
 little more than their seeds do (lack-of-fit F 0.9-1.7), and a flat learning-rate response. The
 earlier generators assumed a cell effect of 0.1 and a learning-rate curvature of 1.5, which gives
 cells several times the scatter measured (F about 4 at five seeds); that noise is kept as the
-"pessimistic noise" generator, so every table still shows the rule under it. `tests/analysis/test_noise.py` checks that the default generator
-reproduces the measured summary.
+"pessimistic noise" generator, so every table still shows the rule under it.
+`tests/analysis/test_noise.py` checks that the default generator reproduces the measured summary.
 """
 
 from __future__ import annotations

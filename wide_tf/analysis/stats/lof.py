@@ -136,13 +136,22 @@ def draw(
     n_boot: int,
     rng: np.random.Generator,
     seed=None,
+    fixed: bool = False,
 ):
     """Replicate seed-level log steps (n_boot, n) and censoring flags around `centers` (the
     value of each observation's cell: the fitted curve, or the observed cell for a model-free
     measure). `bounds` is each run's log budget when it was censored (inf when it finished): a
     replicate above it is censored there, as the run would have been. With each observation's
     `seed`, a share rho of the seed noise (`Components.seed_share`) is one draw per seed, shared
-    by that seed's runs at every batch size, as in the data."""
+    by that seed's runs at every batch size, as in the data.
+
+    `fixed=True` keeps MS_lof and sigma^2 at their estimates instead of drawing them: the
+    replicates then spread as the estimate itself would over repeated studies with these
+    components (its sampling variance, which the slope across members takes as each member's
+    known variance), not as an interval that also carries the components' own uncertainty. With
+    MS_lof on m - 2 = 4 degrees of freedom the drawn replicates are t-like and their 95% width
+    reads as ~1.4-2x the variance: right for one member's interval, but counted again by the
+    slope's own Knapp-Hartung interval on m - 2 member degrees of freedom."""
     n = batch.size
     bs, cell_of = np.unique(batch, return_inverse=True)
     k_cell = np.bincount(cell_of, minlength=bs.size).astype(float)
@@ -151,10 +160,12 @@ def draw(
         # No replicated cell: seed noise cannot be separated; the lack of fit carries it all.
         sigma2 = comp.ms_lof if comp.ms_lof is not None else 0.0
     s2 = np.full(n_boot, sigma2)
-    if comp.sigma2 is not None and comp.df_within >= 1:
+    if comp.sigma2 is not None and comp.df_within >= 1 and not fixed:
         s2 = sigma2 * comp.df_within / rng.chisquare(comp.df_within, size=n_boot)
     if comp.ms_lof is not None:
-        ms = comp.ms_lof * comp.df_lof / rng.chisquare(comp.df_lof, size=n_boot)
+        ms = np.full(n_boot, comp.ms_lof)
+        if not fixed:
+            ms = comp.ms_lof * comp.df_lof / rng.chisquare(comp.df_lof, size=n_boot)
         # The cell mean's variance: MS_lof / k for a cell of the usual size; a cell with other k
         # gets its seed part adjusted.
         v_cell = ms[:, None] / comp.k_mean + s2[:, None] * (1.0 / k_cell - 1.0 / comp.k_mean)
