@@ -8,8 +8,9 @@ fit that splits the budget family's slope into its width and depth parts.
   python -m wide_tf.main --suite=configs/answer.py --workdir=runs/answer
 
 Variants (after the colon):
-  local   the four studies of configs/mlp.py: local, local_momentum, local_width, local_depth
-          (about four times the main study's time on 2 cores; each study resumes on its own).
+  local   the five studies of configs/mlp.py: local, local_replicate (read together with local),
+          local_momentum, local_width, local_depth (about four times the main study's time on 2
+          cores; each study resumes on its own).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -18,10 +19,11 @@ from wide_tf.study.suite import Entry
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 
 
-# (study, configs/mlp.py variant, protocol, family) per suite variant.
+# (study, configs/mlp.py variant, protocol, family[, the study it replicates]) per suite variant.
 _STUDIES = {
     "local": [
         ("budget_sgd", "local", SGD, "budget"),
+        ("budget_sgd_replicate", "local_replicate", SGD, "budget", "budget_sgd"),
         ("budget_momentum", "local_momentum", MOMENTUM, "budget"),
         ("width_sgd", "local_width", SGD, "width"),
         ("depth_sgd", "local_depth", SGD, "depth"),
@@ -39,4 +41,4 @@ def get_suite(arg=None):
     variant = arg or "local"
     if variant not in _STUDIES:
         raise ValueError(f"unknown variant {variant!r} of configs/answer.py: local or smoke")
-    return [Entry(n, f"configs/mlp.py:{v}", p, f) for n, v, p, f in _STUDIES[variant]]
+    return [Entry(n, f"configs/mlp.py:{v}", *rest) for n, v, *rest in _STUDIES[variant]]

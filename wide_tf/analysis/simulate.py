@@ -32,6 +32,7 @@ import time
 
 import numpy as np
 
+from wide_tf.analysis import pooled
 from wide_tf.analysis import verdict as analysis
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
@@ -207,12 +208,15 @@ def members_of(design: Design, truth: Truth, rng, eps: float = DEFAULT_EPS):
     ]
 
 
-def simulate_study(rng: np.random.Generator, design: Design, truth: Truth) -> list[dict]:
-    """Every record of one simulated study, driven by the real learning-rate protocol."""
+def simulate_study(
+    rng: np.random.Generator, design: Design, truth: Truth, members: list | None = None
+) -> list[dict]:
+    """Every record of one simulated study, driven by the real learning-rate protocol; `members`
+    (from `members_of`) lets a replicate share nature's draw with the study it repeats."""
     records = []
     b0 = min(design.batch_sizes)
     seeds = tuple(design.tuning_seeds) + tuple(design.confirm_seeds)
-    for mem in members_of(design, truth, rng):
+    for mem in members if members is not None else members_of(design, truth, rng):
         shared = {s: math.exp(truth.seed_effect * rng.standard_normal()) for s in seeds}
         for batch in design.batch_sizes:
             log_m = truth.lr_opt_spread * rng.standard_normal()
@@ -268,18 +272,25 @@ def calibrate(
     seed: int = 0,
     eps: float = DEFAULT_EPS,
     n_boot: int = 200,
+    replicates: int = 1,
 ) -> Calibration:
-    """Runs n_studies simulated studies through the analysis and counts the outcomes."""
+    """Runs n_studies simulated studies through the analysis and counts the outcomes. With
+    `replicates` > 1 each study is run that many times on fresh noise over one draw of nature
+    (the members' true curves) and read together (`wide_tf.analysis.pooled`)."""
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(
         (analysis.SUPPORTED, analysis.CONTRADICTED, analysis.NO_EFFECT, analysis.INCONCLUSIVE), 0
     )
     mds, examples = [], 0.0
     for _ in range(n_studies):
-        recs = simulate_study(rng, design, truth)
-        examples += sum(float(r.get("steps") or 0) * r["batch_size"] for r in recs)
-        summaries = summarize_members(recs, eps, n_boot=n_boot)
-        d = analysis.decide(summaries)
+        mems = members_of(design, truth, rng)
+        runs = [simulate_study(rng, design, truth, mems) for _ in range(replicates)]
+        examples += sum(float(r.get("steps") or 0) * r["batch_size"] for rs in runs for r in rs)
+        studies = [summarize_members(recs, eps, n_boot=n_boot) for recs in runs]
+        if replicates > 1:
+            counts[pooled.decide(studies).outcome] += 1
+            continue
+        d = analysis.decide(studies[0])
         counts[d.outcome] += 1
         if d.model_free_slope is not None:
             mds.append(d.model_free_slope.min_detectable)
@@ -316,6 +327,7 @@ def table(
     n_boot: int,
     seed: int = 0,
     power_for=None,
+    replicates: int = 1,
 ) -> list[str]:
     """One row per generator: the decisive rate under its null and (for the generators in
     `power_for`, default all) 'supported' under B_crit ~ width^alpha, with Wilson 95% intervals,
@@ -327,11 +339,20 @@ def table(
     ]
     for k, name in enumerate(names):
         truth = name if isinstance(name, Truth) else gen.GENERATORS[name]
-        null = calibrate(design, truth, n_studies, seed=seed + 100 + k, n_boot=n_boot)
+        null = calibrate(
+            design, truth, n_studies, seed=seed + 100 + k, n_boot=n_boot, replicates=replicates
+        )
         eff = None
         if power_for is None or name in power_for:
             eff_truth = dataclasses.replace(truth, alpha=alpha)
-            eff = calibrate(design, eff_truth, n_studies, seed=seed + 200 + k, n_boot=n_boot)
+            eff = calibrate(
+                design,
+                eff_truth,
+                n_studies,
+                seed=seed + 200 + k,
+                n_boot=n_boot,
+                replicates=replicates,
+            )
         rows.append(
             f"| {truth.name} | {_rate(null.supported + null.contradicted, n_studies)} | "
             + ("-" if eff is None else _rate(eff.supported, n_studies))
@@ -435,6 +456,12 @@ def main(argv=None) -> int:
         help="generators that also get the effect row (default: all), comma-separated",
     )
     p.add_argument(
+        "--replicates",
+        type=integer(1),
+        default=1,
+        help="run each study this many times on fresh noise and read them together (pooled)",
+    )
+    p.add_argument(
         "--residuals_from",
         default=None,
         help="a study's workdir: add a generator that resamples its fit residuals",
@@ -453,7 +480,10 @@ def main(argv=None) -> int:
         f"n = {design.num_train}"
     )
     power_for = [n.strip() for n in a.power_for.split(",") if n.strip()] or None
-    for line in table(design, names, a.studies, a.alpha, a.bootstrap, a.seed, power_for):
+    if a.replicates > 1:
+        print(f"Each study and {a.replicates - 1} replicate(s) read together (analysis/pooled.py)")
+    rows = table(design, names, a.studies, a.alpha, a.bootstrap, a.seed, power_for, a.replicates)
+    for line in rows:
         print(line, flush=True)
     print(
         f"\n({a.studies} studies per cell, {a.bootstrap} replicates per member, "

@@ -1,8 +1,9 @@
 """Owns a suite's report, WORKDIR/answer.md and answer.csv: one row per study of the suite and
 target it recorded (protocol x family x target -> verdict, slope and interval, B_crit slope, the
 design's power, the sensitivity lines), the two-factor fit that splits each budget family's slope
-into a width part and a depth part, each momentum study's ramp beside its S_min, and each study's
-wall time. It reads the studies' workdirs alone (as every report does) and re-runs the same
+into a width part and a depth part, each study read together with its replicates
+(`wide_tf.analysis.pooled`), each momentum study's ramp beside its S_min, and each study's wall
+time. It reads the studies' workdirs alone (as every report does) and re-runs the same
 analysis as each study's own report.md.
 """
 
@@ -12,7 +13,7 @@ import csv
 import io
 import os
 
-from wide_tf.analysis import factors, robustness
+from wide_tf.analysis import decision, factors, pooled, robustness
 from wide_tf.analysis import verdict as analysis
 from wide_tf.analysis.cells import records_for_target, target_labels
 from wide_tf.analysis.members import summarize_members
@@ -97,6 +98,47 @@ def _first_target(records):
     return records_for_target(records, 0) if target_labels(records) else list(records)
 
 
+def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
+    """Each study read together with its replicates (entries naming it in `replicate_of`), at
+    its own target: (table rows, one sentence each)."""
+    rows, lines = [], []
+    for e in entries:
+        reps = [r for r in entries if r.replicate_of == e.name and r.name in loaded]
+        if e.name not in loaded or not reps:
+            continue
+        names = [e.name] + [r.name for r in reps]
+        p = pooled.decide([summarize_members(_first_target(loaded[n]), eps) for n in names])
+        lines.append("- " + pooled.sentence(p, names))
+        sl, bc, wh = p.slope, p.b_crit_slope, p.without_heaviest
+        rows.append(
+            {
+                "study": " + ".join(names) + " (pooled)",
+                "protocol": e.protocol,
+                "family": e.family,
+                "target": "each study's own",
+                "verdict": p.outcome,
+                "axis": p.axis,
+                "slope": None if sl is None else round(sl.value, 4),
+                "slope_low": None if sl is None else round(sl.low, 4),
+                "slope_high": None if sl is None else round(sl.high, 4),
+                "b_crit_slope": None if bc is None else round(bc.value, 4),
+                "b_crit_low": None if bc is None else round(bc.low, 4),
+                "b_crit_high": None if bc is None else round(bc.high, 4),
+                "detects_80pct": None,
+                "overhead_to_erase": None,
+                "without_heaviest": None
+                if wh is None
+                else f"{p.heaviest}: {wh.value:+.2f} ({decision.HEAVIEST_LEVEL:.0%} CI "
+                f"{wh.low:+.2f} to {wh.high:+.2f})",
+                "members": len(p.members),
+                "_overhead": "-",
+                "_slope": sl,
+                "_bc": bc,
+            }
+        )
+    return rows, lines
+
+
 def _two_factor(entries, loaded, eps) -> list[str]:
     """Per protocol with a budget family and a width or depth family: the two-factor fit at the
     studies' first target."""
@@ -141,8 +183,9 @@ def _finding(entries, rows) -> str:
         if r is None:
             continue
         parts.append(
-            f"the {e.family} family under {e.protocol} says {r['verdict'].upper()} "
-            f"(slope on log {r['axis']} {_iv(r['_slope'])})"
+            f"{e.name} (the {e.family} family under {e.protocol}"
+            + (f", a replicate of {e.replicate_of}" if e.replicate_of else "")
+            + f") says {r['verdict'].upper()} (slope on log {r['axis']} {_iv(r['_slope'])})"
         )
     return "At each study's own target: " + "; ".join(parts) + "." if parts else ""
 
@@ -206,6 +249,14 @@ _TABLE_NOTE = (
 )
 
 
+_POOLED_NOTE = (
+    "Each member's log B_x(1+eps) pooled over the studies by inverse variance, then the "
+    "verdict's rule on the pooled members (the slope without the member of the highest leverage "
+    "at its level; analysis/pooled.py); its false rate and power on simulated pairs of studies: "
+    "docs/power_table.txt."
+)
+
+
 def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     """(answer.md's text, the table's rows) from a suite's workdir (`read`: a study folder ->
     (config, records, unreadable); the tests pass simulated studies)."""
@@ -224,7 +275,12 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
         lines += [f"Not yet run (no finished trial): {', '.join(missing)}.", ""]
     finding = _finding(entries, rows)
     lines += [finding, ""] if finding else []
+    together, sentences = _pooled_rows(entries, loaded, eps) if eps is not None else ([], [])
+    rows += together
     lines += _table(rows)
+    if sentences:
+        lines += ["## Each study with its replicate, read together", ""] + sentences
+        lines += ["", _POOLED_NOTE, ""]
     two = _two_factor(entries, loaded, eps) if eps is not None else []
     if two:
         lines += ["## Width and depth separated (two-factor fit)", ""] + two + [""]

@@ -13,13 +13,16 @@ SUITE_FILE = "suite.json"
 
 @dataclasses.dataclass(frozen=True)
 class Entry:
-    """One study of a suite: its folder name, its config (`path:variant`), and the two labels of
-    the suite's table (the optimizer protocol, the family)."""
+    """One study of a suite: its folder name, its config (`path:variant`), the two labels of
+    the suite's table (the optimizer protocol, the family), and, for a replicate (the same
+    design on other seeds), the name of the study it repeats: the report reads the two together
+    (`wide_tf.analysis.pooled`)."""
 
     name: str
     config: str
     protocol: str
     family: str
+    replicate_of: str = ""
 
 
 def study_dir(workdir: str, entry: Entry) -> str:

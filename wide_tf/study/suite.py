@@ -58,6 +58,12 @@ def load(spec: str) -> list[Entry]:
         validate.check_config(cfg, [])
     if len(set(names)) != len(names):
         raise UsageError(f"--suite={spec}: two studies share a name ({', '.join(names)})")
+    for e in entries:
+        if e.replicate_of and e.replicate_of not in names[: names.index(e.name)]:
+            raise UsageError(
+                f"--suite={spec}: {e.name} replicates {e.replicate_of!r}, which is not a study "
+                "listed before it; name an earlier study of the suite"
+            )
     return entries
 
 
