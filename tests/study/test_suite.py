@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, run_main, start_main
-from wide_tf.analysis import simulate
+from wide_tf.analysis import members as M
+from wide_tf.analysis import pooled, simulate
 from wide_tf.analysis import verdict as analysis
 from wide_tf.config.problems import UsageError
 from wide_tf.report import suite as suite_report
@@ -90,6 +91,14 @@ def test_suite_checks_names_and_its_workdir(tmp_path):
     bad.write_text(TWO.replace('"depth_momentum"', '"Depth/1"'))
     with pytest.raises(UsageError, match="not a folder name"):
         suite.load(str(bad))
+    later = tmp_path / "later.py"
+    later.write_text(
+        TWO.replace('"plain SGD", "budget")', '"plain SGD", "budget", "depth_momentum")')
+    )
+    with pytest.raises(
+        UsageError, match="replicates 'depth_momentum', which is not a study listed"
+    ):
+        suite.load(str(later))
     # A workdir of another suite is refused, and its record is left as it was.
     work = tmp_path / "w"
     os.makedirs(work)
@@ -103,8 +112,9 @@ def test_suite_checks_names_and_its_workdir(tmp_path):
 
 def test_answer_suite_names_real_configs():
     entries = suite.load(str(REPO / "configs" / "answer.py"))
-    assert [e.family for e in entries] == ["budget", "budget", "width", "depth"]
+    assert [e.family for e in entries] == ["budget", "budget", "budget", "width", "depth"]
     assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
+    assert [e.replicate_of for e in entries] == ["", "budget_sgd", "", "", ""]
 
 
 def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path):
@@ -125,11 +135,18 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path)
         ),
     }
     entries, studies = [], {}
+    truth = simulate.Truth(alpha=1.0)
     for k, (name, (family, design)) in enumerate(designs.items()):
         entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family))
         rng = np.random.default_rng(10 + k)
-        studies[name] = simulate.simulate_study(rng, design, simulate.Truth(alpha=1.0))
+        mems = simulate.members_of(design, truth, rng)
+        studies[name] = simulate.simulate_study(rng, design, truth, mems)
         os.makedirs(tmp_path / name)
+        if name == "budget_sgd":  # its replicate: the same members, fresh noise
+            rep = "budget_sgd_replicate"
+            entries.append(suite.Entry(rep, "configs/mlp.py:local", "plain SGD", family, name))
+            studies[rep] = simulate.simulate_study(rng, design, truth, mems)
+            os.makedirs(tmp_path / rep)
     entries.append(suite.Entry("budget_momentum", "configs/mlp.py:local", "momentum", "budget"))
     wd.write_json(
         str(tmp_path / suite.SUITE_FILE),
@@ -148,6 +165,14 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path)
         assert row["verdict"] == v.outcome
         assert row["slope"] == pytest.approx(v.decision.model_free_slope.value, abs=1e-4)
     by = {r["study"]: r for r in rows}
+    # The study and its replicate read together: the pooled rule's own reading, in the table.
+    both = by["budget_sgd + budget_sgd_replicate (pooled)"]
+    p = pooled.decide(
+        [M.summarize_members(studies[n]) for n in ("budget_sgd", "budget_sgd_replicate")]
+    )
+    assert both["verdict"] == p.outcome == "supported"
+    assert both["slope"] == pytest.approx(p.slope.value, abs=1e-4)
+    assert "## Each study with its replicate, read together" in text
     assert by["depth_sgd"]["axis"] == "depth" and by["width_sgd"]["axis"] == "width"
     assert by["width_sgd"]["slope"] > 0
     assert "## Width and depth separated (two-factor fit)" in text
