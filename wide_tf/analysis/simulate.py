@@ -429,8 +429,7 @@ def _setup(a) -> tuple[Design, list[str]] | str:
 _seed = integer(0)
 
 
-def main(argv=None) -> int:
-    # Bad input is one line and exit status 2 (UsageParser), before anything runs.
+def _parser() -> UsageParser:
     p = UsageParser(prog="python -m wide_tf.analysis.simulate", description=__doc__.splitlines()[0])
     p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
     p.add_argument(
@@ -466,7 +465,12 @@ def main(argv=None) -> int:
         default=None,
         help="a study's workdir: add a generator that resamples its fit residuals",
     )
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv=None) -> int:
+    # Bad input is one line and exit status 2 (UsageParser), before anything runs.
+    a = _parser().parse_args(argv)
     got = _setup(a)
     if isinstance(got, str):
         print(got, file=sys.stderr)
