@@ -39,7 +39,7 @@ Variants (after the colon):
           to 256 replicas; `launch_tpu.sh --check` runs it on the VM before the study.
   predict the local study's members at its smallest batch, the learning-rate grid on one seed and
           the chosen rate on two more, B_simple measured at every evaluation: the critical batch
-          predicted from the gradient noise scale at the target, without the sweep (41 s on 2
+          predicted from the gradient noise scale at the target, without the sweep (45 s on 2
           idle cores; docs/prediction.md).
 """
 
