@@ -21,7 +21,7 @@
 # Python 3.11 virtual environment (TPU VM images ship 3.10; Keras 3.15 needs 3.11), TensorFlow's
 # TPU build with the libtpu its wheel pairs with it, the package's other requirements,
 # `cloud-tpu-client` on multi-host slices, and an environment file with the PJRT variables where
-# the chip needs them. (--check) initialises the TPU system, prints its replica count, runtime path,
+# the single host runs PJRT (every generation). (--check) initialises the TPU system, prints its replica count, runtime path,
 # libtpu version and device memory, and runs the config's :check variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
 # nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
 # to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
@@ -30,9 +30,11 @@
 #
 # Process model (docs/tpu.md lists the sources):
 #   single host (v2-8, v3-8, v4-8, v5litepod-1/4/8, v5p-8, v6e-1/4/8): one process on the VM, TPU
-#     name `local`; on v5e, v5p and v6e with TensorFlow from pip, the PJRT variables
-#     PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH.
-#   multi-host slice (more than 8 TensorCores on v2-v4/v5p, more than 8 chips on v5e/v6e): the
+#     name `local`; TensorFlow from pip (tensorflow-tpu 2.19.1 + libtpu 0.0.10 by default) through
+#     PJRT on every generation: PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true,
+#     TF_PLUGGABLE_DEVICE_LIBRARY_PATH and the recipe's MLIR-bridge TF_XLA_FLAGS. v6e: experimental.
+#   multi-host slice (more than 8 TensorCores on v2-v4/v5p, more than 8 chips on v5e/v6e;
+#     experimental for TensorFlow, N x v4-8 with --shards=N is the recommended path): the
 #     `tpu-vm-tf-X.Y.Z-pod-pjrt` images run TensorFlow's gRPC TPU server (port 8470) on every
 #     worker as the `tpu-runtime` service; one client process on worker 0 names the TPU
 #     (TPUClusterResolver(tpu=NAME), which needs `cloud-tpu-client`) with TPU_LOAD_LIBRARY=0; that
@@ -68,8 +70,18 @@ readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/engine/preemp
 # libtpu its wheel declares (Requires-Dist of each wheel, read with `pip install --dry-run
 # --no-deps --report - tensorflow-tpu==X`: 2.20.0 'libtpu~=0.0.14', 2.19.1 'libtpu==0.0.10',
 # 2.18.0 'libtpu==2.18.0', 2.17.1 'libtpu==2.17.1'; there is no tensorflow-tpu 2.19.0 or 2.21).
-# 2.20.0's '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the launcher pins the one
-# it names. Only 2.20 is the default and the CPU suite ran on 2.20 and 2.21 (docs/tpu.md).
+# The default is 2.19.1 with libtpu 0.0.10 through PJRT: the pair upstream still tests and shows.
+# keras-team/keras requirements-tensorflow-tpu.txt and keras-team/keras-rs's pin
+# tensorflow-tpu==2.19.1; the one Keras-team recipe for Keras 3 + TensorFlow on TPU (keras-io
+# examples/keras_rs/distributed_embedding_tf.py) installs tensorflow-tpu==2.19.1 and sets
+# PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true, TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's
+# .so and TF_XLA_FLAGS (MLIR bridge) before importing TensorFlow. Keras's own TPU CI runs the JAX
+# backend only (keras-team/keras .github/workflows/tpu_tests.yml). 2.20.0 is opt-in
+# (--tf_version=2.20): no Keras-team file pins it for TPU and no public record shows a
+# tpu-vm-tf-2.20* image. Its '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the
+# launcher pins the one it names. docs/tpu.md, "Matched TPU software", has the sources.
+readonly DEFAULT_TF_TPU=2.19.1
+readonly RECIPE_XLA_FLAGS="--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true --tf_mlir_enable_merge_control_flow_pass=true"
 tf_tpu_for_minor() {
   case "$1" in
     2.17) echo 2.17.1 ;; 2.18) echo 2.18.0 ;; 2.19) echo 2.19.1 ;; 2.20) echo 2.20.0 ;; *) return 1 ;;
@@ -120,7 +132,7 @@ usage() {
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
          [--accelerator=v4-8] [--zone=ZONE (default us-central2-b for v4; required otherwise)]
          [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
-         [--version=IMAGE] [--tf_tpu=2.20.0] [--libtpu=VERSION] [--python=3.11|3.12]
+         [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION] [--python=3.11|3.12]
          [--pjrt=auto|on|off] [--project=PROJECT] [--no_validate] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
        $PROG --name=TPU_NAME [--zone=...] [--project=...] [--queued] --status | --logs [--lines=N] [--follow] | --delete
@@ -148,7 +160,7 @@ refuse() {  # the arguments are fine but the VM is not in a state to launch onto
 note() { echo "$PROG: $*" >&2; }
 
 ORIG_ARGS=("$@")
-NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" PYTHON_VERSION="3.11"
+NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" TF_VERSION="" PYTHON_VERSION="3.11"
 LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT="" QUEUED=0 WATCH=0 DELETE_WHEN_DONE=0 CHECK=0
 SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0
 EXTRA=()
@@ -161,6 +173,7 @@ while (($#)); do
     --accelerator=*) ACCELERATOR="${1#*=}" ;;
     --version=*) VERSION="${1#*=}" ;;
     --tf_tpu=*) TF_TPU="${1#*=}" ;;
+    --tf_version=*) TF_VERSION="${1#*=}" ;;
     --python=*) PYTHON_VERSION="${1#*=}" ;;
     --pjrt=*) PJRT="${1#*=}" ;;
     --libtpu=*) LIBTPU="${1#*=}" ;;
@@ -400,16 +413,28 @@ if ((MULTI_HOST)); then
       "TensorFlow; drop --tf_tpu to use tensorflow-tpu $(tf_tpu_for_minor "$IMAGE_MINOR" || echo "$IMAGE_MINOR.x")"
   fi
 fi
-TF_TPU="${TF_TPU:-2.20.0}"
+if [[ -n "$TF_VERSION" ]]; then  # --tf_version=X.Y: the table's tensorflow-tpu of that minor
+  tf_of_minor="$(tf_tpu_for_minor "$TF_VERSION")" || die "--tf_version=$TF_VERSION: the launcher's" \
+    "table has TensorFlow 2.17, 2.18, 2.19 (the default, 2.19.1) and 2.20 (opt-in); give one of those"
+  [[ -z "$TF_TPU" || "$TF_TPU" == "$tf_of_minor" ]] || die "--tf_tpu=$TF_TPU does not match" \
+    "--tf_version=$TF_VERSION ($tf_of_minor); give one of the two"
+  TF_TPU="$tf_of_minor"
+fi
+TF_TPU="${TF_TPU:-$DEFAULT_TF_TPU}"
 [[ "$TF_TPU" =~ ^([0-9]+\.[0-9]+)\.[0-9]+$ ]] \
-  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. 2.20.0)"
+  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. $DEFAULT_TF_TPU)"
 TF_MINOR="${BASH_REMATCH[1]}"
 if [[ -z "$LIBTPU" ]]; then
   LIBTPU="$(libtpu_for "$TF_TPU")" || die "--tf_tpu=$TF_TPU: not in the launcher's table" \
     "(tensorflow-tpu 2.17.0, 2.17.1, 2.18.0, 2.19.1, 2.20.0); give the libtpu its wheel declares with --libtpu"
 fi
-[[ "$TF_MINOR" == 2.20 ]] || note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was run on" \
-  "TensorFlow 2.20 and 2.21 only (docs/tpu.md); $TF_MINOR is not measured with it"
+case "$TF_MINOR" in
+  2.19) ;;  # the default: the TensorFlow upstream's TPU recipe uses (docs/tpu.md)
+  2.20) note "note: tensorflow-tpu $TF_TPU (opt-in): no Keras-team file pins it for TPU and no" \
+    "tpu-vm-tf-2.20 image is on record; the default is $DEFAULT_TF_TPU (docs/tpu.md)" ;;
+  *) note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was not run on TensorFlow" \
+    "$TF_MINOR (docs/tpu.md); the default is $DEFAULT_TF_TPU" ;;
+esac
 if ((MULTI_HOST)); then
   # Google documents TensorFlow pod images (tpu-vm-tf-X.Y.Z-pod-pjrt) for v2-v4, v5e and v5p;
   # TensorFlow is not in its v6e support list (docs/tpu.md): no default image there.
@@ -427,8 +452,19 @@ else
     esac
   fi
 fi
+# PJRT on every single host (v2 to v6e): the recipe's runtime. A pod's client talks to the image's
+# TPU servers over gRPC, where the PJRT variables do not apply.
 if [[ "$PJRT" == auto ]]; then
-  if ((!MULTI_HOST)) && [[ "$FAMILY" =~ ^(v5litepod|v5p|v6e)$ ]]; then PJRT=on; else PJRT=off; fi
+  if ((MULTI_HOST)); then PJRT=off; else PJRT=on; fi
+fi
+if ((MULTI_HOST)); then RUNTIME=grpc_tpu_server; elif [[ "$PJRT" == on ]]; then RUNTIME=pjrt; else RUNTIME=stream_executor; fi
+# Experimental for TensorFlow (docs/tpu.md, "Which path upstream supports"): v6e (TensorFlow is not
+# in Google's v6e framework list; Keras's TPU CI runs JAX there) and every pod slice (one client
+# feeding gRPC TPU servers; public reports of TF 2.17/2.18 pod images that hang or crash:
+# tensorflow/tensorflow#82208). The recommended paid path is N single hosts: v4-8 or v5litepod-8.
+if ((MULTI_HOST)) || [[ "$FAMILY" == v6e ]]; then
+  note "note: $ACCELERATOR is experimental for TensorFlow ($( ((MULTI_HOST)) && echo "a pod slice" \
+    || echo "v6e")); the recommended paid path is N x v4-8 (--shards=N) or v5litepod-8 (docs/tpu.md)"
 fi
 
 # TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (docs/tpu.md): a
@@ -754,10 +790,13 @@ INSTALL+="; echo '# written by launch_tpu.sh' > $R_ENV"
 if [[ "$PJRT" == on ]]; then
   INSTALL+="; lib=\$($R_VENV/bin/python -c 'import libtpu; print(libtpu.get_library_path())')"
   INSTALL+="; echo \"export PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=\$lib\" >> $R_ENV"
+  INSTALL+="; echo \"export TF_XLA_FLAGS='$RECIPE_XLA_FLAGS'\" >> $R_ENV"
 fi
 if ((MULTI_HOST)); then
   INSTALL+="; echo 'export TPU_NAME=$NAME TPU_LOAD_LIBRARY=0' >> $R_ENV"
 fi
+# For the Python side (its logs and --check): the runtime the launcher set up and the pinned pair.
+INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='tensorflow-tpu==$TF_TPU libtpu==$LIBTPU'\" >> $R_ENV"
 INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__)'"
 if ((MULTI_HOST)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
@@ -779,14 +818,25 @@ r = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=sys.argv[1])
 tf.config.experimental_connect_to_cluster(r)
 tf.tpu.experimental.initialize_tpu_system(r)
 n = tf.distribute.TPUStrategy(r).num_replicas_in_sync
-pjrt = os.environ.get('PJRT_DEVICE') == 'TPU' and os.environ.get('NEXT_PLUGGABLE_DEVICE_USE_C_API') == 'true'
-path = 'PJRT (pluggable device %s)' % os.environ.get('TF_PLUGGABLE_DEVICE_LIBRARY_PATH') if pjrt else 'stream executor (no PJRT variables)'
+env = os.environ.get
+pjrt = env('PJRT_DEVICE') == 'TPU' and env('NEXT_PLUGGABLE_DEVICE_USE_C_API') == 'true' and bool(env('TF_PLUGGABLE_DEVICE_LIBRARY_PATH'))
+try:
+    maps = open('/proc/self/maps').read().split()
+except OSError:
+    maps = []
+libs = sorted({w for w in maps if w.startswith('/') and 'libtpu' in w.rsplit('/', 1)[-1]})
+if sys.argv[1] != 'local':
+    path = 'gRPC TPU servers of the pod image (no PJRT variables)'
+elif pjrt:
+    path = 'PJRT (pluggable device %s, TF_XLA_FLAGS %s)' % (env('TF_PLUGGABLE_DEVICE_LIBRARY_PATH'), env('TF_XLA_FLAGS') or 'unset')
+else:
+    path = 'stream executor (no PJRT variables)'
 def version(p):
     try:
         return md.version(p)
     except md.PackageNotFoundError:
         return 'not installed'
-print('wide_tf check: runtime %s; tensorflow %s, libtpu %s' % (path, tf.__version__, version('libtpu')))
+print('wide_tf check: runtime %s; tensorflow %s, libtpu %s; loaded %s; the launcher set up %s' % (path, tf.__version__, version('libtpu'), ', '.join(libs) or 'no libtpu', env('WIDE_TF_TPU_RUNTIME', '?')))
 try:
     devs = tf.config.list_logical_devices('TPU')
     info = tf.config.experimental.get_memory_info(devs[0].name)
@@ -820,7 +870,18 @@ start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose
   START="$start"
 }
 
+runtime_line() {  # the TPU software the VM gets, as one line (the dry run prints it first)
+  local how
+  case "$RUNTIME" in
+    pjrt) how="PJRT (PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's .so; TF_XLA_FLAGS=$RECIPE_XLA_FLAGS)" ;;
+    stream_executor) how="stream executor (--pjrt=off: no PJRT variables)" ;;
+    *) how="the pod image's gRPC TPU servers, client on worker 0 (experimental)" ;;
+  esac
+  echo "# TPU software: tensorflow-tpu==$TF_TPU libtpu==$LIBTPU, image $VERSION, runtime $how"
+}
+
 launch_once() {
+  ((DRY_RUN)) && runtime_line
   ensure_vm
   ((ATTACHED)) && return 0
   make_archive
@@ -828,8 +889,17 @@ launch_once() {
   run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
   if ((CHECK)); then
     ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
-    run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK" \
-      || fail "--check failed on $NAME (its output is above); the study was not started"
+    local out="" code=0
+    if ((DRY_RUN)); then
+      run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK"
+    else
+      out="$(run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK")" || code=$?
+      echo "$out"
+      ((code)) && fail "--check failed on $NAME (exit $code; its output is above); the study was not started"
+      local came_up
+      came_up="$(grep -m 1 '^wide_tf check: runtime ' <<<"$out" || true)"
+      note "the TPU came up through: ${came_up#wide_tf check: runtime }"
+    fi
   fi
   start_command
   run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START"
@@ -932,7 +1002,7 @@ launch_once
 OPTS="--name=$NAME --zone=$ZONE"
 [[ -n "$PROJECT" ]] && OPTS+=" --project=$PROJECT"
 cat <<EOT
-# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
+# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, runtime $RUNTIME, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
 #   $PROG $OPTS --status          # VM state, run active or not, last log lines
 #   $PROG $OPTS --logs --follow   # the log (Ctrl-C stops following, not the run)
 #   tensorboard --logdir=$WORKDIR # from any machine with access to the bucket

@@ -91,7 +91,8 @@ elif verb == "start":
     vm["state"] = "READY"
     save(vm_file, vm)
 elif verb == "versions":
-    print(os.environ.get("FAKE_VERSIONS", "tpu-vm-tf-2.18.0-pod-pjrt\\ntpu-vm-tf-2.20.0-pod-pjrt"))
+    pods = ["tpu-vm-tf-2.18.0-pod-pjrt", "tpu-vm-tf-2.19.1-pod-pjrt", "tpu-vm-tf-2.20.0-pod-pjrt"]
+    print(os.environ.get("FAKE_VERSIONS", "\\n".join(pods)))
 elif verb == "scp":  # keep what would be copied, for the test to open
     shutil.copy(args[args.index("scp") + 1], os.path.join(d, "copied.tar.gz"))
 elif verb == "ssh":
@@ -103,6 +104,7 @@ elif verb == "ssh":
         print("wide_tf: " + answer)
     elif "initialize_tpu_system" in cmd:
         expected = cmd.split(" && rm -rf /tmp/wide_tf_check")[0].split()[-1]
+        print("wide_tf check: runtime PJRT (pluggable device /v/libtpu.so); tensorflow 2.19.1")
         print(f"wide_tf check: the TPU system has {{expected}} replicas (expected {{expected}})")
         sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
     elif "nohup" in cmd:

@@ -56,16 +56,17 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert not any(n.startswith((".git/", "runs/")) for n in names)
     inst = _command(install)
     # Python 3.11 (Keras 3.15 needs it) in a venv; TensorFlow's TPU build with the libtpu its
-    # wheel names, before the package's other requirements; the package without its tensorflow pin.
+    # wheel names (2.19.1 + 0.0.10, the pair upstream's recipe uses), before the package's other
+    # requirements; the package without its tensorflow pin; PJRT on v4 too, with the recipe's flags.
     assert "uv venv --seed --python 3.11 ~/wide_tf_venv" in inst
     assert (
-        inst.index('"tensorflow-tpu==2.20.0" "libtpu==0.0.14"')
+        inst.index('"tensorflow-tpu==2.19.1" "libtpu==0.0.10"')
         < inst.index('"keras==3.15.*"')
         < inst.index("--no-deps -e .")
     )
-    assert (
-        '"tensorflow==' not in inst and "cloud-tpu-client" not in inst and "PJRT_DEVICE" not in inst
-    )
+    assert '"tensorflow==' not in inst and "cloud-tpu-client" not in inst
+    assert "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true" in inst
+    assert "TF_XLA_FLAGS='--tf_mlir_enable_mlir_bridge=true" in inst
     st = _command(start)
     assert (
         "~/wide_tf_venv/bin/python -m wide_tf.main --config=configs/wrn.py "
@@ -101,7 +102,7 @@ def test_the_install_takes_setup_cfgs_requirements():
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
     (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
-    deps = install.split('"libtpu==0.0.14" ', 1)[1].split(" -f ")[0]
+    deps = install.split('"libtpu==0.0.10" ', 1)[1].split(" -f ")[0]
     assert deps.replace('\\"', '"').replace("'", "") == " ".join(f'"{r}"' for r in wanted)
 
 
@@ -154,11 +155,11 @@ def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
         "--zone=us-central2-b",
         "--project=proj",
         "--accelerator-type=v4-32",
-        "--version=tpu-vm-tf-2.20.0-pod-pjrt",  # the image's TensorFlow is the client's
+        "--version=tpu-vm-tf-2.19.1-pod-pjrt",  # the image's TensorFlow is the client's
     ]
     assert all("--project=proj" in c for c in calls)
     inst = _command(install)
-    assert '"tensorflow-tpu==2.20.0" "libtpu==0.0.14"' in inst
+    assert '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"' in inst
     assert (
         '"cloud-tpu-client>=0.10"' in inst and "tpu-runtime" in inst and "PJRT_DEVICE" not in inst
     )
@@ -172,7 +173,7 @@ def test_a_pod_image_derives_the_client_and_a_mismatch_is_refused(fake):
     p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt")
     assert p.returncode == 0, p.stderr
     assert '"tensorflow-tpu==2.18.0" "libtpu==2.18.0"' in _command(calls[4])
-    assert "2.18 is not measured" in p.stderr
+    assert "was not run on TensorFlow 2.18" in p.stderr
     p, calls = fake(
         *REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt", "--tf_tpu=2.20.0"
     )
@@ -498,3 +499,55 @@ def test_shards_are_bounded(fake, shards):
     assert p.returncode == 2 and calls == []
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "at most 4096 VMs" in errors[0], p.stderr
+
+
+PAIR = '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"'
+FLAGS = (
+    "--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true"
+)
+
+
+@pytest.mark.parametrize(
+    "accelerator, pjrt, experimental",
+    [
+        ("v4-8", True, False),
+        ("v4-32", False, True),
+        ("v5litepod-8", True, False),
+        ("v6e-8", True, True),
+    ],
+)
+def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, experimental):
+    """Issue 35: tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
+    with the recipe's TF_XLA_FLAGS on every single host, v4 included (before: 2.20.0 + 0.0.14,
+    and v4 through the stream executor); v6e and pods named experimental."""
+    p = _launch(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-central2-b", "--dry_run")
+    assert p.returncode == 0, p.stderr
+    (software,) = [x for x in p.stdout.splitlines() if x.startswith("# TPU software:")]
+    assert "tensorflow-tpu==2.19.1 libtpu==0.0.10" in software
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert PAIR in install.replace('\\"', '"')
+    if pjrt:
+        assert "runtime PJRT" in software and FLAGS in software
+        assert "PJRT_DEVICE=TPU" in install and FLAGS in install
+        assert "WIDE_TF_TPU_RUNTIME=pjrt" in install
+    else:  # a pod: the image's TPU servers, the client on worker 0
+        assert "gRPC TPU servers" in software and "PJRT_DEVICE" not in install
+        assert "--version=tpu-vm-tf-2.19.1-pod-pjrt" in p.stdout
+    assert ("is experimental for TensorFlow" in p.stderr) == experimental
+    assert "N x v4-8 (--shards=N) or v5litepod-8" in p.stderr or not experimental
+
+
+def test_tensorflow_2_20_is_opt_in():
+    p = _launch(*REQUIRED, "--tf_version=2.20", "--dry_run")
+    assert p.returncode == 0, p.stderr
+    assert "tensorflow-tpu==2.20.0 libtpu==0.0.14" in p.stdout and "(opt-in)" in p.stderr
+    p = _launch(*REQUIRED, "--tf_version=2.21", "--dry_run")
+    assert p.returncode == 2 and "--tf_version=2.21: the launcher's table has" in p.stderr
+    p = _launch(*REQUIRED, "--tf_version=2.20", "--tf_tpu=2.19.1", "--dry_run")
+    assert p.returncode == 2 and "does not match --tf_version=2.20" in p.stderr
+
+
+def test_check_prints_which_runtime_came_up(fake):
+    p, _ = fake(*REQUIRED, "--check")
+    assert p.returncode == 0, p.stderr
+    assert "the TPU came up through: PJRT (pluggable device /v/libtpu.so)" in p.stderr
