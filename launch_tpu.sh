@@ -105,6 +105,18 @@ replicas_of() {  # FAMILY SIZE
     v4 | v5p) echo $(($2 / 2)) ;;
   esac
 }
+# The accelerator types Google offers per family (cloud.google.com/tpu/docs/v2, /v3, /v4, /v5e,
+# /v5p, /v6e: their configuration tables; v5p lists more shapes than these, the larger ones pods
+# that are experimental here): a size outside them never reaches `gcloud create`.
+sizes_of() {
+  case "$1" in
+    v2) echo "8 32 128 256 512" ;;
+    v3) echo "8 32 64 128 256 512 1024 2048" ;;
+    v4) echo "8 16 32 64 128 256 512 1024 1536 2048 4096" ;;
+    v5litepod | v6e) echo "1 4 8 16 32 64 128 256" ;;
+    v5p) echo "8 16 32 64 128 256 512 1024 2048 4096 8192 12288" ;;
+  esac
+}
 hosts_of() {  # SIZE: v2-v4 and v5p count TensorCores, v5e and v6e chips; either way 8 a host
   echo $((($1 + 7) / 8))
 }
@@ -251,6 +263,11 @@ check_workdir() {
   # The run writes checkpoints, events and results there; a worker's disk goes with the VM (a
   # preempted one is deleted), and shards on several VMs share one workdir.
   [[ "$WORKDIR" == gs://* ]] || die "--workdir=$WORKDIR must be a gs:// path on a TPU VM"
+  # It goes into the VM's shell line and into gs:// names: a space, ';', '$(...)' or a quote would
+  # split it or run as shell there. Refused outside a safe alphabet (and quoted with %q anyway).
+  [[ "$WORKDIR" =~ ^gs://[a-z0-9][-a-z0-9_.]*(/[-A-Za-z0-9_.=+@,]*)*$ ]] || die "--workdir=$WORKDIR:" \
+    "use a bucket name (a-z, 0-9, '-', '_', '.') and a path of letters, digits and '-_.=+@,/'" \
+    "only (no spaces, quotes or shell characters), e.g. --workdir=gs://BUCKET/wrn"
 }
 
 # The files on each worker, in the ssh user's home folder: the '~' is for the remote shell to expand.
@@ -359,6 +376,9 @@ esac
 check_name
 [[ -n "$CONFIG" ]] || die "--config is required (e.g. --config=configs/wrn.py)"
 check_workdir
+[[ "$CONFIG" =~ ^[A-Za-z0-9_.][-A-Za-z0-9_./]*(:[A-Za-z0-9_.-]+)?$ ]] || die "--config=$CONFIG: use a" \
+  "path of letters, digits and '-_./' with an optional :VARIANT (no spaces, quotes or shell" \
+  "characters: it goes into the VM's shell line), e.g. --config=configs/wrn.py:check"
 CONFIG_FILE="${CONFIG%%:*}"
 [[ -f "$REPO_DIR/$CONFIG_FILE" ]] \
   || die "--config=$CONFIG: no file $CONFIG_FILE in $REPO_DIR (give it relative to the repository)"
@@ -372,8 +392,10 @@ CONFIG_FILE="${CONFIG%%:*}"
   || die "--accelerator=$ACCELERATOR: expected TYPE-SIZE with TYPE one of v2, v3, v4, v5litepod, v5p, v6e (e.g. v4-8)"
 FAMILY="${BASH_REMATCH[1]}"
 SIZE="${BASH_REMATCH[2]}"
+[[ " $(sizes_of "$FAMILY") " == *" $SIZE "* ]] || die "--accelerator=$ACCELERATOR: no such slice;" \
+  "$FAMILY comes as $(sizes_of "$FAMILY" | sed "s/\([0-9]*\)/$FAMILY-\1/g; s/ /, /g") (v2-v4 and v5p" \
+  "count TensorCores, 2 per chip; v5e and v6e count chips); docs/tpu.md lists the ones checked here"
 REPLICAS="$(replicas_of "$FAMILY" "$SIZE")"
-((REPLICAS >= 1)) || die "--accelerator=$ACCELERATOR: no such slice (v4 and v5p count TensorCores, 2 per chip: v4-8 is the smallest)"
 if [[ -z "$ZONE" ]]; then
   ZONE="$(default_zone "$FAMILY")"
   [[ -n "$ZONE" ]] || die "--accelerator=$ACCELERATOR needs --zone: us-central2-b (the v4 default) has" \
@@ -397,11 +419,19 @@ for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
 done
 HOSTS="$(hosts_of "$SIZE")"
 MULTI_HOST=$((HOSTS > 1 ? 1 : 0))
+if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
+# The flags of wide_tf.main on the VM, one list: the workstation's check runs with exactly these
+# (plus --dry_run, --replicas and --accelerator), so a flag only the VM would refuse (--workers=2
+# under runtime.strategy=tpu) is refused here, before any gcloud call.
+VM_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG" "${EXTRA[@]+"${EXTRA[@]}"}")
+CHECK_FLAGS=("--config=$CONFIG_FILE:check" --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG" --no_report)
 if ((MULTI_HOST)); then
   # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
   # must be one TensorFlow X.Y. One is derived from the other; both given and different: refused.
   if [[ -n "$VERSION" ]]; then
-    [[ "$VERSION" =~ ^tpu-vm-tf-([0-9]+\.[0-9]+)\.[0-9]+-pod ]] || die "--accelerator=$ACCELERATOR is a" \
+    [[ "$VERSION" =~ ^tpu-vm-tf-([0-9]+\.[0-9]+)\.[0-9]+-pod(-[a-z0-9]+)*$ ]] || die "--accelerator=$ACCELERATOR is a" \
       "multi-host slice: it needs a TensorFlow pod image (tpu-vm-tf-X.Y.Z-pod-pjrt), which starts the TPU server on every worker"
     IMAGE_MINOR="${BASH_REMATCH[1]}"
     if [[ -z "$TF_TPU" ]]; then
@@ -443,14 +473,19 @@ if ((MULTI_HOST)); then
     "--version=tpu-vm-tf-X.Y.Z-pod-pjrt if 'gcloud compute tpus tpu-vm versions list' shows one"
   VERSION="${VERSION:-tpu-vm-tf-$TF_TPU-pod-pjrt}"
 else
-  if [[ -z "$VERSION" ]]; then
-    case "$FAMILY" in
-      v5litepod) VERSION="v2-alpha-tpuv5-lite" ;;
-      v5p) VERSION="v2-alpha-tpuv5" ;;
-      v6e) VERSION="v2-alpha-tpuv6e" ;;
-      *) VERSION="tpu-ubuntu2204-base" ;;
-    esac
-  fi
+  case "$FAMILY" in
+    v5litepod) base="v2-alpha-tpuv5-lite" ;;
+    v5p) base="v2-alpha-tpuv5" ;;
+    v6e) base="v2-alpha-tpuv6e" ;;
+    *) base="tpu-ubuntu2204-base" ;;
+  esac
+  # A single host takes the family's framework-neutral image (Google's runtimes page) or a
+  # TensorFlow image tpu-vm-tf-X.Y.Z[-pjrt][-...] (the venv's TensorFlow is used either way).
+  [[ -z "$VERSION" || "$VERSION" == "$base" || "$VERSION" =~ ^tpu-vm-tf-[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)*$ ]] \
+    && [[ "$VERSION" != *-pod* ]] || die "--version=$VERSION: a single-host $FAMILY takes $base (the" \
+    "default) or a TensorFlow image tpu-vm-tf-X.Y.Z[-pjrt] ('gcloud compute tpus tpu-vm versions list" \
+    "--zone=$ZONE' lists them); drop --version for the default"
+  VERSION="${VERSION:-$base}"
 fi
 # PJRT on every single host (v2 to v6e): the recipe's runtime. A pod's client talks to the image's
 # TPU servers over gRPC, where the PJRT variables do not apply.
@@ -518,13 +553,11 @@ validate_here() {  # [--shard=i/n]
   fi
   # With --accelerator the same call runs the memory model (wide_tf/spec/memory.py): every member
   # at every batch on one replica's HBM; exit 3 when it does not fit (refused as 2).
-  here wide_tf.main "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY" \
-    "${EXTRA[@]+"${EXTRA[@]}"}" "$@"
+  here wide_tf.main "${VM_FLAGS[@]}" "$@" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
   refuse_here "$CONFIG"
   note_checked "checked here"
   if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
-    here wide_tf.main "--config=$CONFIG_FILE:check" --dry_run "--replicas=$REPLICAS" \
-      "--accelerator=$FAMILY"
+    here wide_tf.main "${CHECK_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
     refuse_here "$CONFIG_FILE:check (--check)"
     note_checked "checked here for --check"
   fi
@@ -802,9 +835,11 @@ if ((MULTI_HOST)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
 fi
 
-if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
-MAIN_ARGS=""
-for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do MAIN_ARGS+=" $(printf '%q' "$a")"; done
+quoted() {  # ARGS...: one shell word each (printf %q), for the VM's shell line
+  local out="" a
+  for a in "$@"; do out+=" $(printf '%q' "$a")"; done
+  echo "${out# }"
+}
 
 # --check: on worker 0, initialise the TPU system; print its replica count (refused when it is not
 # the one the config was checked for), the runtime path (PJRT through the pluggable-device variables,
@@ -847,7 +882,7 @@ print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.ar
 sys.exit(0 if n == int(sys.argv[2]) else 3)
 PY
 TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c $(printf '%q' "$CHECK_PY") $TPU_ARG $REPLICAS"
-TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main --config=$CONFIG_FILE:check --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG --no_report && echo 'wide_tf check: the :check run passed'"
+TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main $(quoted "${CHECK_FLAGS[@]}") && echo 'wide_tf check: the :check run passed'"
 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
@@ -862,8 +897,8 @@ start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose
   stamp="$(date -u +%Y%m%d-%H%M%S)"
   log="$R_LOGS/$stamp.log"
   LOG="$log"
-  local main="$R_VENV/bin/python -m wide_tf.main --config=$CONFIG --workdir=$WORKDIR"
-  main+=" --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG$MAIN_ARGS"
+  local main
+  main="$R_VENV/bin/python -m wide_tf.main $(quoted "${VM_FLAGS[@]}")"
   local start="cd $R_CHECKOUT && mkdir -p $R_LOGS && rm -f $R_EXIT && . $R_ENV && ln -sfn $log $R_LOGS/latest.log"
   # The braces: '&' would otherwise send the whole '&&' chain to a subshell, and $! would be its pid.
   start+=" && { nohup bash -c '$RUNNER' wide_tf_run $log ${WORKDIR%/}/logs/$NAME $main > /dev/null 2>&1 < /dev/null & echo \$! > $R_PID; }"

@@ -3,6 +3,7 @@
 tests/fake_gcloud.py. VM states, queued requests and --watch: tests/test_launch_watch.py."""
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -551,3 +552,60 @@ def test_check_prints_which_runtime_came_up(fake):
     p, _ = fake(*REQUIRED, "--check")
     assert p.returncode == 0, p.stderr
     assert "the TPU came up through: PJRT (pluggable device /v/libtpu.so)" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workdir=gs://bucket/my wrn"], "--workdir=gs://bucket/my wrn: use a bucket name"),
+        (["--workdir=gs://bucket/wrn;touch /tmp/x"], "no spaces, quotes or shell characters"),
+        (["--workdir=gs://bucket/$(id)"], "no spaces, quotes or shell characters"),
+        (["--config=configs/wrn.py;id"], "--config=configs/wrn.py;id: use a path"),
+        (["--accelerator=v4-2"], "--accelerator=v4-2: no such slice; v4 comes as v4-8, v4-16"),
+        (["--accelerator=v4-4"], "--accelerator=v4-4: no such slice"),
+        (["--accelerator=v5litepod-2", "--zone=us-west4-a"], "v5litepod comes as v5litepod-1"),
+        (["--version=abc"], "--version=abc: a single-host v4 takes tpu-ubuntu2204-base"),
+        (["--accelerator=v4-32", "--version=tpu-vm-tf-2.19.1-pod;id"], "needs a TensorFlow pod"),
+        (["--", "--workers=2"], "--workers=2 with runtime.strategy=tpu"),
+    ],
+)
+def test_what_cannot_start_on_the_vm_is_refused_before_any_gcloud_call(fake, args, needle):
+    """Issue 38: the workdir and config went unquoted into the VM's shell line; slices that do
+    not exist and any --version went to `gcloud create`; `-- --workers=2` passed the workstation's
+    check (run without the VM's flags) and was refused on the VM. Now: one line, exit 2, no call."""
+    base = [a for a in REQUIRED if not any(a.startswith(b.split("=")[0] + "=") for b in args)]
+    p, calls = fake(*base, *args)
+    assert p.returncode == 2 and calls == [], p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and needle in errors[0], p.stderr
+
+
+def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
+    """What the VM runs is what was checked: the start line's wide_tf.main flags, run here with
+    --dry_run, refuse exactly when the launcher refuses (today max_epochs=1e308 passes both; once
+    the field registry bounds it, both refuse)."""
+    extra = ["--config.data.data_dir=gs://bucket/tfds dir", "--config.train.max_epochs=1e308"]
+    p, calls = fake(*REQUIRED, "--", *extra)
+    vm = [
+        "--config=configs/wrn.py",
+        "--workdir=gs://bucket/wrn",
+        "--config.runtime.strategy=tpu",
+        "--config.runtime.tpu=local",
+        *extra,
+    ]
+    here = subprocess.run(
+        [sys.executable, "-m", "wide_tf.main", *vm, "--dry_run", "--replicas=4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
+    assert (p.returncode == 2) == (here.returncode == 2), (p.stderr, here.stderr)
+    if here.returncode:
+        assert calls == []
+        return
+    start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))
+    # every flag, each one shell word (printf %q), in this order
+    assert "-m wide_tf.main " + " ".join(shlex.quote(a).replace("'", "") for a in vm[:4]) in start
+    assert "--config.data.data_dir=gs://bucket/tfds\\ dir --config.train.max_epochs=1e308" in start
