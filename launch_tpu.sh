@@ -144,6 +144,7 @@ usage() {
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
          [--accelerator=v4-8] [--zone=ZONE (default us-central2-b for v4; required otherwise)]
          [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
+         [--keep_on_failure] [--stall_minutes=30]
          [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION] [--python=3.11|3.12]
          [--pjrt=auto|on|off] [--project=PROJECT] [--no_validate] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
@@ -174,7 +175,7 @@ note() { echo "$PROG: $*" >&2; }
 ORIG_ARGS=("$@")
 NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" TF_VERSION="" PYTHON_VERSION="3.11"
 LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT="" QUEUED=0 WATCH=0 DELETE_WHEN_DONE=0 CHECK=0
-SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0
+SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0 KEEP_ON_FAILURE=0 STALL_MINUTES=30
 EXTRA=()
 while (($#)); do
   case "$1" in
@@ -197,6 +198,8 @@ while (($#)); do
     --queued) QUEUED=1 ;;
     --watch) WATCH=1 ;;
     --delete_when_done) DELETE_WHEN_DONE=1 ;;
+    --keep_on_failure) KEEP_ON_FAILURE=1 ;;
+    --stall_minutes=*) STALL_MINUTES="${1#*=}" ;;
     --check) CHECK=1 ;;
     --no_validate) VALIDATE=0 ;;
     --dry_run) DRY_RUN=1 ;;
@@ -220,6 +223,12 @@ QR=("$GCLOUD_BIN" compute tpus queued-resources)
 POLL_S="${WIDE_TF_POLL_S:-300}"
 ALIVE_WAIT_S="${WIDE_TF_ALIVE_WAIT_S:-30}"
 MAX_RELAUNCHES="${WIDE_TF_MAX_RELAUNCHES:-50}"
+# How long each remote step may take before it is stopped and the launch fails (seconds): the
+# install (uv, Python, about 1 GB of wheels on every worker), --check (the TPU system, the :check
+# study with its compiles) and every other ssh or scp (the start, the run checks, the copy).
+INSTALL_TIMEOUT_S="${WIDE_TF_INSTALL_TIMEOUT_S:-2400}"
+CHECK_TIMEOUT_S="${WIDE_TF_CHECK_TIMEOUT_S:-1800}"
+SSH_TIMEOUT_S="${WIDE_TF_SSH_TIMEOUT_S:-300}"
 
 show() {  # a command as one shell line (words quoted only where needed)
   local out="" w
@@ -276,7 +285,62 @@ readonly R_CHECKOUT="~/wide_tf" R_VENV="~/wide_tf_venv" R_ENV="~/wide_tf_env.sh"
   R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid" R_EXIT="~/wide_tf.exit"
 # Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process, else
 # "wide_tf: exited CODE" when the last run left its exit status, else "wide_tf: no run active".
-readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then echo \"wide_tf: running \$p\"; elif [ -s $R_EXIT ]; then echo \"wide_tf: exited \$(cat $R_EXIT)\"; else echo 'wide_tf: no run active'; fi"
+# A running one adds "idle S" (seconds since its log last changed: the watchdog's measure of
+# progress) and "waiting" when its last line says it waits for groups other VMs hold.
+readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then m=\$(stat -L -c %Y $R_LOGS/latest.log 2>/dev/null || date +%s); w=''; tail -n 1 $R_LOGS/latest.log 2>/dev/null | grep -q 'No group free: waiting' && w=' waiting'; echo \"wide_tf: running \$p idle \$((\$(date +%s) - m))\$w\"; elif [ -s $R_EXIT ]; then echo \"wide_tf: exited \$(cat $R_EXIT)\"; else echo 'wide_tf: no run active'; fi"
+
+pid_of() {  # "wide_tf: running PID idle S" -> PID
+  local rest="${1##*running }"
+  echo "${rest%% *}"
+}
+
+# Runs CMD; past SECONDS it is stopped (TERM, then KILL 10 s later) and the status is 124. Plain
+# bash (macOS has no `timeout`); the command runs in this process group, so an ssh passphrase
+# prompt still reaches the terminal. The watcher checks every second whether CMD is still there.
+with_timeout() {  # SECONDS CMD...
+  local limit=$1 pid watcher code=0
+  shift
+  "$@" &
+  pid=$!
+  (
+    trap - EXIT INT TERM
+    n=0
+    while ((n < limit)); do
+      sleep 1 &
+      wait "$!"  # a TERM from the caller ends this wait at once (a plain sleep would finish first)
+      kill -0 "$pid" 2>/dev/null || exit 0
+      n=$((n + 1))
+    done
+    echo "$limit" >"$TIMEOUT_MARK.$pid"
+    kill -TERM "$pid" 2>/dev/null
+    sleep 10
+    kill -KILL "$pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  watcher=$!
+  wait "$pid" || code=$?
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
+  if [[ -e "$TIMEOUT_MARK.$pid" ]]; then
+    rm -f "$TIMEOUT_MARK.$pid"
+    return 124
+  fi
+  return "$code"
+}
+
+# A remote step with its limit: printed like run(); stopped past SECONDS, then one line (WHAT, the
+# limit and the knob) and exit 1, which deletes the VM under --delete_when_done.
+limited() {  # SECONDS KNOB WHAT CMD...
+  local limit=$1 knob=$2 what=$3 code=0
+  shift 3
+  if ((DRY_RUN)); then
+    run "$@"
+    return 0
+  fi
+  echo "+ $(show "$@")" >&2
+  with_timeout "$limit" "$@" || code=$?
+  ((code == 124)) && fail "$what on $NAME did not finish in ${limit}s and was stopped ($knob=SECONDS sets the limit)"
+  return "$code"
+}
 
 WHERE=()
 set_where() {
@@ -403,6 +467,11 @@ if [[ -z "$ZONE" ]]; then
 fi
 set_where
 [[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"
+[[ "$STALL_MINUTES" =~ ^[0-9]{1,5}$ ]] || die "--stall_minutes=$STALL_MINUTES: give whole minutes (0 turns" \
+  "the watchdog off), e.g. --stall_minutes=30"
+STALL_S="${WIDE_TF_STALL_S:-$((STALL_MINUTES * 60))}"
+((KEEP_ON_FAILURE && !DELETE_WHEN_DONE)) && die "--keep_on_failure goes with --delete_when_done (without" \
+  "it nothing is deleted)"
 ((DELETE_WHEN_DONE && !WATCH)) && die "--delete_when_done needs --watch: this machine deletes the VM" \
   "once the study is done, so it must follow it (run the launch under nohup, tmux or screen)"
 # More VMs than a study has groups would idle; 4096 bounds a typo (10^20) before any loop over it.
@@ -669,6 +738,7 @@ create_vm() {
     ((spot)) && cmd+=(--spot)
     run "${cmd[@]}"
   fi
+  ((DRY_RUN)) || remember_spot "$spot"
 }
 
 # A queued request waits for capacity (WAITING_FOR_RESOURCES, PROVISIONING) until it is ACTIVE;
@@ -687,6 +757,7 @@ wait_for_queue() {
     case "$qs" in
       ACTIVE) return 0 ;;
       FAILED | SUSPENDED | SUSPENDING)
+        OWNED=0  # no node was made: nothing is billed (--delete_when_done still clears the request)
         fail "the queued resource $NAME is $qs; see 'gcloud compute tpus queued-resources describe" \
           "$NAME --zone=$ZONE', delete it with '$PROG --name=$NAME --zone=$ZONE --queued --delete' and try another zone or time" ;;
     esac
@@ -740,7 +811,15 @@ ensure_vm() {
   fi
   read_vm
   # A re-created VM keeps the choice it was made with unless --spot / --no_spot says otherwise:
-  # forgetting --spot after a preemption would silently bill an on-demand VM.
+  # forgetting --spot after a preemption would silently bill an on-demand VM. The choice is read
+  # from the VM, or, once Google has deleted a preempted spot node (describe: NOT_FOUND), from the
+  # note this machine kept when it last saw or made the VM.
+  if [[ -n "$STATE" ]]; then
+    remember_spot "$WAS_SPOT"
+  elif [[ -z "$SPOT" ]] && [[ "$(recalled_spot)" == 1 ]]; then
+    WAS_SPOT=1
+    note "$NAME was last a spot VM ($(spot_file)); it is made as one again (--no_spot to change)"
+  fi
   spot="${SPOT:-$WAS_SPOT}"
   if [[ -n "$STATE" && -z "$SPOT" ]] && ((WAS_SPOT)); then
     note "$NAME was a spot VM; it stays one (--no_spot to change)"
@@ -750,32 +829,60 @@ ensure_vm() {
     "")
       note "no TPU VM $NAME in $ZONE; $( ((QUEUED)) && echo "queueing" || echo "creating") it"
       check_image_offered
+      arm_delete
       create_vm "$spot" ;;
     READY)
-      local active
-      active="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
-        || refuse "could not reach worker 0 of $NAME to check for an active run"
+      local active code=0
+      active="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$PID_CHECK")" || code=$?
+      ((code)) && refuse "could not reach worker 0 of $NAME to check for an active run (exit $code)"
       if [[ "$active" == *"wide_tf: running"* ]]; then
         if ((WATCH)); then
-          note "a run is active on $NAME (${active##*running }); watching it"
+          note "a run is active on $NAME ($(pid_of "$active")); watching it"
           ATTACHED=1
           return 0
         fi
-        refuse "a run is active on $NAME (${active##*running }); follow it with '$PROG --name=$NAME --zone=$ZONE --logs'" \
+        refuse "a run is active on $NAME ($(pid_of "$active")); follow it with '$PROG --name=$NAME --zone=$ZONE --logs'" \
           "or wait for it to end: a second launch would replace its checkout and compete for the TPU"
       fi
-      note "TPU VM $NAME is READY and idle; reusing it" ;;
+      note "TPU VM $NAME is READY and idle; reusing it"
+      arm_delete ;;
     PREEMPTED | TERMINATED)
       note "TPU VM $NAME is $STATE; deleting and creating it again (the study resumes from $WORKDIR)"
+      arm_delete
       delete_vm
       create_vm "$spot" ;;
     STOPPED)
       note "TPU VM $NAME is STOPPED; starting it"
+      arm_delete
       run "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}" ;;
     *)
       refuse "TPU VM $NAME is $STATE; launch again once it is READY, STOPPED or PREEMPTED ('$PROG --name=$NAME --zone=$ZONE --status')" ;;
   esac
   return 0
+}
+
+# From here on the launch is this VM's: a failure deletes it under --delete_when_done (unless
+# --keep_on_failure), and prints the billing line otherwise. Not before: a launch refused because
+# another run is active, or a VM in transition, leaves that VM alone.
+OWNED=0
+arm_delete() {
+  OWNED=1
+  ((DELETE_WHEN_DONE)) && DELETE_ON_EXIT=1
+  return 0
+}
+
+# The spot choice, kept on this machine per project, zone and name (one line: 1 spot, 0 not).
+spot_file() {
+  echo "${WIDE_TF_STATE_DIR:-${XDG_STATE_HOME:-${HOME:-/tmp}/.local/state}/wide_tf}/spot-${PROJECT:-default}-$ZONE-$NAME"
+}
+remember_spot() {  # 0|1; best effort (a read-only home only loses the note)
+  local f
+  f="$(spot_file)"
+  { mkdir -p "${f%/*}" && echo "$1" >"$f"; } 2>/dev/null || true
+}
+recalled_spot() {
+  cat "$(spot_file)" 2>/dev/null || true
 }
 
 # 2. This checkout's files (tracked ones, as they are in the working tree; no .venv, no runs/),
@@ -920,16 +1027,26 @@ launch_once() {
   ensure_vm
   ((ATTACHED)) && return 0
   make_archive
-  run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
-  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
+  ((DRY_RUN)) && echo "# each remote step is stopped past its limit (copy, start and checks ${SSH_TIMEOUT_S}s," \
+    "install ${INSTALL_TIMEOUT_S}s$( ((CHECK)) && echo ", --check ${CHECK_TIMEOUT_S}s")): exit 1$( ((DELETE_WHEN_DONE && !KEEP_ON_FAILURE)) && echo ", the VM deleted")"
+  limited "$SSH_TIMEOUT_S" WIDE_TF_SSH_TIMEOUT_S "the copy of the checkout" \
+    "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all \
+    || fail "copying the checkout to $NAME failed; the output is above"
+  limited "$INSTALL_TIMEOUT_S" WIDE_TF_INSTALL_TIMEOUT_S "the install" \
+    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL" \
+    || fail "the install failed on $NAME; its output is above"
   if ((CHECK)); then
     ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
     local out="" code=0
     if ((DRY_RUN)); then
       run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK"
     else
-      out="$(run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK")" || code=$?
+      echo "+ $(show "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK")" >&2
+      out="$(with_timeout "$CHECK_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$TPU_CHECK")" || code=$?
       echo "$out"
+      ((code == 124)) && fail "--check on $NAME did not finish in ${CHECK_TIMEOUT_S}s and was stopped" \
+        "(WIDE_TF_CHECK_TIMEOUT_S=SECONDS sets the limit); the study was not started"
       ((code)) && fail "--check failed on $NAME (exit $code; its output is above); the study was not started"
       local came_up
       came_up="$(grep -m 1 '^wide_tf check: runtime ' <<<"$out" || true)"
@@ -937,7 +1054,9 @@ launch_once() {
     fi
   fi
   start_command
-  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START"
+  limited "$SSH_TIMEOUT_S" WIDE_TF_SSH_TIMEOUT_S "the start" \
+    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START" \
+    || fail "starting the run on $NAME failed; the output is above"
   # The process checked alive: a run that dies at once (a missing data set, a bad flag that only
   # the VM sees) is reported now with its last log lines, not found hours later.
   if ((DRY_RUN)); then
@@ -946,33 +1065,55 @@ launch_once() {
     return 0
   fi
   sleep "$ALIVE_WAIT_S"
-  local alive
-  alive="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
-    || fail "started on $NAME but could not reach worker 0 to check the run; '$PROG --name=$NAME --zone=$ZONE --status'"
+  local alive code=0
+  alive="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+    "--command=$PID_CHECK")" || code=$?
+  ((code)) && fail "started on $NAME but could not reach worker 0 to check the run (exit $code);" \
+    "'$PROG --name=$NAME --zone=$ZONE --status'"
   case "$alive" in
     *"wide_tf: running"* | *"wide_tf: exited 0"*) return 0 ;;
   esac
-  "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=tail -n 20 $LOG" >&2 || true
+  last_lines "$LOG"
   fail "the run on $NAME is not running ($alive) ${ALIVE_WAIT_S}s after the start; its last log lines are above"
 }
 
+last_lines() {  # LOG: its last 20 lines on stderr, if worker 0 answers in time
+  with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+    "--command=tail -n 20 $1" >&2 || true
+}
+
 finish() {  # CODE: the end of a --watch (on_exit deletes the VM under --delete_when_done)
-  ((DELETE_WHEN_DONE)) \
-    || note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE --delete'"
+  ((DELETE_WHEN_DONE || $1)) || billing_line
   exit "$1"
 }
 
-# Whatever ends the launch: the checkout archive goes; once the watch has begun, --delete_when_done
-# deletes the VM however the watch ends (done, failed, a relaunch that failed, an error, Ctrl-C): a
-# relaunch that failed used to exit before the delete, and the VM kept billing.
+billing_line() {
+  note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE${PROJECT:+ --project=$PROJECT} --delete'"
+}
+
+# Whatever ends the launch: the checkout archive goes. Under --delete_when_done the VM is deleted
+# however the launch ends once it is this launch's VM (created, started, reused or attached to):
+# done, a failed install, --check or start on the first launch, a step past its limit, a stuck
+# study, a failed relaunch, an error, Ctrl-C. Before, the delete was armed only once the watch
+# began, and a first launch that failed exited 1 with the VM up. --keep_on_failure keeps it after
+# a failure (for debugging); any failure that leaves the VM says it is billed.
 ARCHIVE_DIR="" DELETE_ON_EXIT=0
+TIMEOUT_MARK="$(mktemp -u "${TMPDIR:-/tmp}/wide_tf_timeout.XXXXXX")"
 on_exit() {
   local code=$?
   trap - EXIT
   [[ -n "$ARCHIVE_DIR" ]] && rm -rf "$ARCHIVE_DIR"
-  if ((DELETE_ON_EXIT)); then
-    note "deleting $NAME (--delete_when_done; the watch ended with exit $code)"
-    delete_vm || note "warning: deleting $NAME failed; delete it with '$PROG --name=$NAME --zone=$ZONE --delete'"
+  rm -f "$TIMEOUT_MARK".*
+  if ((DELETE_ON_EXIT)) && ((code == 0 || !KEEP_ON_FAILURE)); then
+    note "deleting $NAME (--delete_when_done; the launch ended with exit $code)"
+    if delete_vm; then
+      exit "$code"
+    fi
+    note "warning: deleting $NAME failed"
+    billing_line
+  elif ((code && OWNED)); then
+    ((DELETE_ON_EXIT)) && note "$NAME is kept for debugging (--keep_on_failure)"
+    billing_line
   fi
   exit "$code"
 }
@@ -980,34 +1121,47 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait. Exited 0:
-# the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
+# --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait, unless its
+# log has not changed for --stall_minutes (the watchdog: a hung TPU initialisation, a stuck read,
+# a deadlock), which is a failure; a run that waits for groups other VMs hold is not stuck. Exited
+# 0: the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
 # PREEMPTED, TERMINATED, STOPPED or gone: launch again (the study resumes from the workdir).
 # Exited with anything else: the study failed; relaunching would fail the same way.
 watch_loop() {
-  local relaunches=0 answer errors=0
+  local relaunches=0 answer errors=0 idle code
   if ((DRY_RUN)); then
     echo "# --watch: every ${POLL_S}s the VM's state and the run's (above); preempted, gone or"
     echo "#   stopped: launch again as above (at most $MAX_RELAUNCHES times); exited 0: done;"
-    echo "#   exited otherwise: failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then, however the watch ends (--delete_when_done):")"
+    echo "#   exited otherwise, or no new log line for $STALL_S s (--stall_minutes): failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then, however the launch ends (--delete_when_done$( ((KEEP_ON_FAILURE)) && echo ", kept after a failure: --keep_on_failure")):")"
     COMMENT=1
     ((DELETE_WHEN_DONE)) && delete_vm
     COMMENT=0
     return 0
   fi
-  ((DELETE_WHEN_DONE)) && DELETE_ON_EXIT=1
+  arm_delete
   while :; do
     sleep "$POLL_S"
     read_vm
     if [[ "$STATE" == READY ]]; then
-      answer="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" || {
+      code=0
+      answer="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$PID_CHECK")" || code=$?
+      if ((code)); then
         errors=$((errors + 1))
         ((errors < 5)) || fail "could not reach worker 0 of $NAME 5 times in a row; stopped watching"
         continue
-      }
+      fi
       errors=0
       case "$answer" in
-        *"wide_tf: running"*) continue ;;
+        *"wide_tf: running"*)
+          idle=0
+          [[ "$answer" =~ idle\ ([0-9]+) ]] && idle="${BASH_REMATCH[1]}"
+          if ((STALL_S > 0 && idle >= STALL_S)) && [[ "$answer" != *waiting* ]]; then
+            last_lines "$R_LOGS/latest.log"
+            fail "no progress on $NAME: the run's log has not changed for ${idle}s (--stall_minutes=$STALL_MINUTES);" \
+              "the study is treated as stuck (its last log lines are above)"
+          fi
+          continue ;;
         *"wide_tf: exited 0"*)
           note "the study is done on $NAME; the results are in $WORKDIR (logs in ${WORKDIR%/}/logs/$NAME)"
           finish 0 ;;

@@ -29,7 +29,8 @@ G = ["compute", "tpus", "tpu-vm"]
 # request (its state); create, delete and start change them; a queue file (a JSON list) gives the
 # next answers of `describe` (sticky: it becomes the VM's state), of the run check and of an
 # existing queued request's describe. A queued VM that goes missing leaves its request SUSPENDED
-# (a spot preemption: Google deletes the node, the request stays).
+# (a spot preemption: Google deletes the node, the request stays). FAKE_HANG=install,tpucheck,...
+# makes those ssh steps hang (a minute) so the launcher's limits can be tested.
 FAKE_GCLOUD = f"""#!{sys.executable}
 import json, os, shutil, sys
 args = sys.argv[1:]
@@ -97,6 +98,11 @@ elif verb == "scp":  # keep what would be copied, for the test to open
     shutil.copy(args[args.index("scp") + 1], os.path.join(d, "copied.tar.gz"))
 elif verb == "ssh":
     cmd = next(a for a in args if a.startswith("--command="))
+    step = ("install" if "pip install" in cmd else "tpucheck" if "initialize_tpu_system" in cmd
+            else "start" if "nohup" in cmd else "check" if "wide_tf.pid 2>/dev/null" in cmd else "")
+    if step and step in os.environ.get("FAKE_HANG", "").split(","):
+        import time
+        time.sleep(60)  # a step that never answers: the launcher's limit must stop it
     if "wide_tf.pid 2>/dev/null" in cmd:
         answer = pop("checks")
         if answer is None:
@@ -172,6 +178,7 @@ def make_fake(tmp_path):
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "FAKE_DIR": str(tmp_path),
             "TMPDIR": str(tmp_path),
+            "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
             **BASE_ENV,
             **(env or {}),
         }

@@ -221,7 +221,8 @@ def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
         in (p.stderr)
     )
     p, calls = fake(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
-    assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-1]
+    assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-2]
+    assert "still billed while it exists" in p.stderr.splitlines()[-1]
     assert "start" not in [v for v, _ in _verbs(calls)]
 
 
