@@ -60,6 +60,18 @@ non_tf_deps() {
        on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg" \
     | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
 }
+# google-cloud-storage on every VM (issue 38): with it, claims on gs:// are created atomically
+# (if_generation_match=0, wide_tf/store/claims.py); without it, two VMs sharing a bucket can both win
+# a group. setup.cfg's [gcs] extra is its one home once it exists; until then this requirement
+# (2.10 has the generation preconditions; pip resolves it beside cloud-tpu-client's
+# google-api-core 1.x on pods: google-cloud-storage 2.11 there, 3.x on a single host).
+gcs_deps() {
+  local lines
+  lines="$(awk '/^[ \t]*gcs[ \t]*=/ { on = 1; v = $0; sub(/^[^=]*=[ \t]*/, "", v); if (v != "") print v; next }
+       on && /^[^ \t#]/ { on = 0 }
+       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg")"
+  echo "${lines:-google-cloud-storage>=2.10}"
+}
 # Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu
 # (libtpu 2.17.x/2.18.0 are only there; the 0.0.x builds are on PyPI too).
 readonly LIBTPU_INDEX="https://storage.googleapis.com/libtpu-tf-releases/index.html"
@@ -478,7 +490,8 @@ STALL_S="${WIDE_TF_STALL_S:-$((STALL_MINUTES * 60))}"
 [[ -z "$SHARDS" || ${#SHARDS} -le 4 && "$SHARDS" -le 4096 ]] || die "--shards=$SHARDS: at most" \
   "4096 VMs (a shard per (member, batch size) group at most); give fewer, e.g. --shards=4"
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
-  [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS gives every VM its --shard=i/$SHARDS; drop $a"
+  [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS deals the groups to the VMs from one" \
+    "claim pool; drop $a"
   # The launcher owns these: passed through, the VM would write where --watch and --report don't read.
   case "$a" in
     --workdir | --workdir=* | --config | --config=* | --trial | --trial=*)
@@ -614,7 +627,7 @@ refuse_here() {  # WHAT: a failed check as one line; exit 2 for a config that ca
   echo "$PROG: error: $1 on $ACCELERATOR ($REPLICAS replicas): ${line:-$(tail -n 1 <<<"$OUT")}" >&2
   exit "$((CODE == 2 || CODE == 3 ? 2 : 1))"
 }
-validate_here() {  # [--shard=i/n]
+validate_here() {
   if ! "${PYTHON:-python3}" -c 'import absl, ml_collections' >/dev/null 2>&1; then
     fail "cannot check the config on this machine: '${PYTHON:-python3}' lacks absl-py and ml-collections;" \
       "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
@@ -622,7 +635,7 @@ validate_here() {  # [--shard=i/n]
   fi
   # With --accelerator the same call runs the memory model (wide_tf/spec/memory.py): every member
   # at every batch on one replica's HBM; exit 3 when it does not fit (refused as 2).
-  here wide_tf.main "${VM_FLAGS[@]}" "$@" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
+  here wide_tf.main "${VM_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
   refuse_here "$CONFIG"
   note_checked "checked here"
   if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
@@ -638,13 +651,45 @@ note_checked() {  # PREFIX: the dry run's "dry run: ..." and "memory: ..." lines
   done <<<"$OUT"
   return 0
 }
-((VALIDATE)) && validate_here ${SHARDS:+"--shard=0/$SHARDS"}
+((VALIDATE)) && validate_here
 
-# ---- N VMs, one shard each -------------------------------------------------------------------
-# --shards=N: N single launches NAME-0 ... NAME-(N-1), shard i of N each, on the one gs:// workdir
-# (wide_tf.main --shard: every trial runs exactly once; shards may share a workdir). Each child is
-# this script with the same flags; under --dry_run they print one after the other, otherwise they
-# run side by side, their lines prefixed with the VM's name, and the exit status is the worst.
+# The study's (member, batch size) groups, counted here from the config and the flags the VM gets
+# (wide_tf.study.trials, no TensorFlow): --shards may not exceed them (a VM beyond would have
+# nothing to claim and would bill for nothing).
+read -r -d '' GROUPS_PY <<'PY' || true
+import sys
+from absl import flags
+from ml_collections import config_flags
+config = config_flags.DEFINE_config_file("config")
+flags.FLAGS(sys.argv, known_only=True)
+from wide_tf.study.trials import group_trials, list_trials
+print(len(group_trials(list_trials(config.value))))
+PY
+study_groups() {  # prints the count, or nothing when it cannot be read here
+  (cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -c \
+    "$GROUPS_PY" wide_tf "${VM_FLAGS[@]}" 2>/dev/null) || true
+}
+if [[ -n "$SHARDS" ]] && ((VALIDATE)); then
+  GROUP_COUNT="$(study_groups)"
+  if [[ "$GROUP_COUNT" =~ ^[0-9]+$ ]]; then
+    ((SHARDS <= GROUP_COUNT)) || die "--shards=$SHARDS: $CONFIG has $GROUP_COUNT (member, batch size)" \
+      "groups and a group runs on one VM; VMs beyond $GROUP_COUNT would bill with nothing to run:" \
+      "give --shards=$GROUP_COUNT or fewer"
+    note "checked here: $GROUP_COUNT groups for $SHARDS VMs, dealt from one claim pool"
+  else
+    note "note: could not count $CONFIG's groups here; --shards=$SHARDS is not checked against them"
+  fi
+fi
+
+# ---- N VMs, one claim pool --------------------------------------------------------------------
+# --shards=N: N single launches NAME-0 ... NAME-(N-1) of the whole study on the one gs:// workdir.
+# Every VM claims the next open (member, batch size) group from the workdir's claims
+# (wide_tf/store/claims.py; atomic on gs:// through google-cloud-storage, which every VM gets), so
+# the groups are dealt as VMs free up: balanced by the work itself, and a preempted VM's group is
+# taken over by another once its heartbeat is stale. Before, each VM got --shard=i/N, a static hash
+# split: configs/wrn.py's 30 groups on 8 VMs gave 2 to 10 groups per VM. Each child is this script
+# with the same flags; under --dry_run they print one after the other, otherwise they run side by
+# side, their lines prefixed with the VM's name, and the exit status is the worst.
 if [[ -n "$SHARDS" ]]; then
   child_args=()
   for a in "${ORIG_ARGS[@]}"; do
@@ -654,9 +699,9 @@ if [[ -n "$SHARDS" ]]; then
   ((VALIDATE)) && child_args+=(--no_validate)  # checked once above, for the same replica count
   pids=()
   for ((i = 0; i < SHARDS; i++)); do
-    args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}" "--shard=$i/$SHARDS")
+    args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}")
     if ((DRY_RUN)); then
-      echo "# ---- VM $NAME-$i: shard $i/$SHARDS"
+      echo "# ---- VM $NAME-$i: $((i + 1)) of $SHARDS, each claiming groups from the one pool in $WORKDIR"
       bash "$SELF" "${args[@]}"
     else
       bash "$SELF" "${args[@]}" 2>&1 | sed -u "s/^/[$NAME-$i] /" &
@@ -913,6 +958,8 @@ make_archive() {
 # build); the venv is kept between launches, its packages are brought to the pinned versions.
 PIP="$R_VENV/bin/python -m pip install -q"
 mapfile -t NON_TF_DEPS < <(non_tf_deps)
+mapfile -t GCS_DEPS < <(gcs_deps)
+NON_TF_DEPS+=("${GCS_DEPS[@]}")
 ((${#NON_TF_DEPS[@]})) || fail "could not read install_requires from $REPO_DIR/setup.cfg"
 DEPS=""  # double quotes: the remote shell must not glob or redirect on '*' and '>'
 for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
@@ -937,7 +984,7 @@ if ((MULTI_HOST)); then
 fi
 # For the Python side (its logs and --check): the runtime the launcher set up and the pinned pair.
 INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='tensorflow-tpu==$TF_TPU libtpu==$LIBTPU'\" >> $R_ENV"
-INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__)'"
+INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras, google.cloud.storage as gcs; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__, \"google-cloud-storage\", gcs.__version__)'"
 if ((MULTI_HOST)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
 fi

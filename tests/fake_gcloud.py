@@ -129,12 +129,12 @@ def _bash():
 BASE_ENV = {"PYTHON": sys.executable, "WIDE_TF_POLL_S": "0", "WIDE_TF_ALIVE_WAIT_S": "0"}
 
 
-def _launch(*args, env=None):
+def _launch(*args, env=None, script=SCRIPT):
     """--dry_run and argument errors: no gcloud on PATH at all (they must not call it), unless
     `env` says otherwise."""
     _bash()
     return subprocess.run(
-        ["bash", str(SCRIPT), *args],
+        ["bash", str(script), *args],
         cwd="/",
         capture_output=True,
         text=True,

@@ -100,6 +100,10 @@ def test_the_install_takes_setup_cfgs_requirements():
     wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
     wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
     assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
+    # and google-cloud-storage: setup.cfg's [gcs] extra once it has one, else the launcher's pin
+    extras = cfg["options.extras_require"]
+    gcs = [x.strip() for x in extras.get("gcs", "").splitlines() if x.strip()[:1].isalpha()]
+    wanted += gcs or ["google-cloud-storage>=2.10"]
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
     (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
@@ -305,13 +309,30 @@ def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
     creates = sorted(c[1] for c in calls if c[0] == "create")
     assert creates == ["wide-0", "wide-1", "wide-2"]
     starts = [_command(c) for c in calls if _verbs([c])[0][0] == "start"]
-    # The VMs start side by side: any order (the log names differ by their UTC second too).
-    assert sorted(s.split("--shard=")[1][:3] for s in starts) == ["0/3", "1/3", "2/3"]
+    # Every VM runs the whole study on the one workdir and claims its next group from the pool
+    # (issue 38: before, --shard=i/3, a static hash split that left VMs 2 to 10 groups apart).
+    assert len(starts) == 3 and not any("--shard=" in s for s in starts)
     assert all("wide_tf_run ~/wide_tf_logs/" in s and "logs/wide-" in s for s in starts)
     assert all("--workdir=gs://bucket/wrn" in s for s in starts)
-    # once, for all shards: the dry run and the memory model
+    # once, for all shards: the dry run, the memory model and the groups
     assert p.stderr.count("checked here: dry run") == 1
     assert p.stderr.count("checked here: memory") == 1
+    assert "checked here: 30 groups for 3 VMs, dealt from one claim pool" in p.stderr
+
+
+def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
+    smoke = ["--name=wide", "--config=configs/mlp.py:smoke", "--workdir=gs://bucket/smoke"]
+    p, calls = fake(*smoke, "--shards=5")
+    assert p.returncode == 2 and calls == [], p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert (
+        len(errors) == 1
+        and "--shards=5: configs/mlp.py:smoke has 4 (member, batch size)" in (errors[0])
+    )
+    assert "give --shards=4 or fewer" in errors[0]
+    p, calls = fake(*smoke, "--shards=4")
+    assert p.returncode == 0, p.stderr
+    assert sorted(c[1] for c in calls if c[0] == "create") == [f"wide-{i}" for i in range(4)]
 
 
 def test_an_untracked_config_is_copied_explicitly(fake):
@@ -610,3 +631,29 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
     # every flag, each one shell word (printf %q), in this order
     assert "-m wide_tf.main " + " ".join(shlex.quote(a).replace("'", "") for a in vm[:4]) in start
     assert "--config.data.data_dir=gs://bucket/tfds\\ dir --config.train.max_epochs=1e308" in start
+
+
+def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
+    """Issue 38: gs:// claims are atomic only with google-cloud-storage, which no VM had. The
+    install takes setup.cfg's [gcs] extra when there is one (here a copy of the launcher beside
+    a setup.cfg that has it), and verifies the import on the VM."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "x.py").write_text("")
+    shutil.copy(SCRIPT, tmp_path / "launch_tpu.sh")
+    cfg = (REPO / "setup.cfg").read_text()
+    cfg = cfg.replace(
+        "[options.extras_require]\n",
+        "[options.extras_require]\ngcs =\n    google-cloud-storage==3.17.*\n",
+    )
+    (tmp_path / "setup.cfg").write_text(cfg)
+    args = ["--name=wide", "--config=configs/x.py", "--workdir=gs://b/w", "--no_validate"]
+    p = _launch(*args, "--dry_run", script=tmp_path / "launch_tpu.sh")
+    assert p.returncode == 0, p.stderr
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert '"google-cloud-storage==3.17.*"' in install.replace('\\"', '"')
+    assert "import sys, tensorflow as tf, keras, google.cloud.storage as gcs" in install
+    p = _launch(
+        *REQUIRED, "--accelerator=v4-32", "--dry_run"
+    )  # and on pods, beside cloud-tpu-client
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert "google-cloud-storage" in install and "cloud-tpu-client" in install
