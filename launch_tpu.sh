@@ -329,7 +329,13 @@ with_timeout() {  # SECONDS CMD...
     kill -KILL "$pid" 2>/dev/null
   ) >/dev/null 2>&1 &
   watcher=$!
+  # A command started with '&' ignores SIGINT (no job control): on Ctrl-C or a TERM it is stopped
+  # here, not left running; then the usual exit (130, 143; in the main shell on_exit follows).
+  trap 'kill -TERM "$pid" 2>/dev/null; exit 130' INT
+  trap 'kill -TERM "$pid" 2>/dev/null; exit 143' TERM
   wait "$pid" || code=$?
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   kill "$watcher" 2>/dev/null || true
   wait "$watcher" 2>/dev/null || true
   if [[ -e "$TIMEOUT_MARK.$pid" ]]; then
@@ -977,6 +983,11 @@ INSTALL+="; echo '# written by launch_tpu.sh' > $R_ENV"
 if [[ "$PJRT" == on ]]; then
   INSTALL+="; lib=\$($R_VENV/bin/python -c 'import libtpu; print(libtpu.get_library_path())')"
   INSTALL+="; echo \"export PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=\$lib\" >> $R_ENV"
+fi
+# The recipe's MLIR-bridge flags wherever TensorFlow builds the TPU program with the recipe's
+# runtime: the single host's process under PJRT, a pod's client (the bridge runs where the graph
+# is built). Not under --pjrt=off, the fallback to the old path.
+if [[ "$PJRT" == on ]] || ((MULTI_HOST)); then
   INSTALL+="; echo \"export TF_XLA_FLAGS='$RECIPE_XLA_FLAGS'\" >> $R_ENV"
 fi
 if ((MULTI_HOST)); then
@@ -1063,8 +1074,8 @@ runtime_line() {  # the TPU software the VM gets, as one line (the dry run print
   local how
   case "$RUNTIME" in
     pjrt) how="PJRT (PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's .so; TF_XLA_FLAGS=$RECIPE_XLA_FLAGS)" ;;
-    stream_executor) how="stream executor (--pjrt=off: no PJRT variables)" ;;
-    *) how="the pod image's gRPC TPU servers, client on worker 0 (experimental)" ;;
+    stream_executor) how="stream executor (--pjrt=off: no PJRT variables, no TF_XLA_FLAGS)" ;;
+    *) how="the PJRT pod image's TPU servers over gRPC, the client on worker 0 with TF_XLA_FLAGS=$RECIPE_XLA_FLAGS (experimental)" ;;
   esac
   echo "# TPU software: tensorflow-tpu==$TF_TPU libtpu==$LIBTPU, image $VERSION, runtime $how"
 }

@@ -553,8 +553,9 @@ def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, exp
         assert "runtime PJRT" in software and FLAGS in software
         assert "PJRT_DEVICE=TPU" in install and FLAGS in install
         assert "WIDE_TF_TPU_RUNTIME=pjrt" in install
-    else:  # a pod: the image's TPU servers, the client on worker 0
-        assert "gRPC TPU servers" in software and "PJRT_DEVICE" not in install
+    else:  # a pod: the PJRT pod image's TPU servers, the client on worker 0 with the flags
+        assert "PJRT pod image's TPU servers over gRPC" in software and FLAGS in software
+        assert "PJRT_DEVICE" not in install and FLAGS in install
         assert "--version=tpu-vm-tf-2.19.1-pod-pjrt" in p.stdout
     assert ("is experimental for TensorFlow" in p.stderr) == experimental
     assert "N x v4-8 (--shards=N) or v5litepod-8" in p.stderr or not experimental

@@ -4,6 +4,7 @@ describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted
 of tests/fake_gcloud.py."""
 
 import os
+import sys
 import time
 
 import pytest
@@ -371,3 +372,51 @@ def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
     assert p.returncode == 0 and "--spot" not in calls[1]
     p, calls = fake(*REQUIRED)  # --no_spot made it on demand: that is remembered too
     assert p.returncode == 0 and "--spot" not in calls[1] and "last a spot VM" not in p.stderr
+
+
+def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
+    """A step started in the background ignores SIGINT; Ctrl-C (SIGINT to the launcher's process
+    group) must still stop it, and --delete_when_done delete the VM."""
+    import signal
+    import subprocess
+
+    from fake_gcloud import SCRIPT
+
+    fake(*REQUIRED, "--dry_run")  # writes the fake's files; then run it by hand, to interrupt it
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "FAKE_DIR": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
+        "PYTHON": sys.executable,
+        "WIDE_TF_POLL_S": "0",
+        "WIDE_TF_ALIVE_WAIT_S": "0",
+        "FAKE_HANG": "install",
+    }
+    (tmp_path / "calls.jsonl").write_text("")
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), *REQUIRED, "--watch", "--delete_when_done"],
+        env=env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while "pip install" not in (tmp_path / "calls.jsonl").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
+    calls = (tmp_path / "calls.jsonl").read_text().splitlines()
+    assert '"delete"' in calls[-1]
+    for _ in range(30):  # the limit's watcher notices within a second that its step is gone
+        alive = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
+        if not alive.stdout.strip():
+            break
+        time.sleep(0.2)
+    assert alive.stdout.strip() == "", alive.stdout
