@@ -330,9 +330,10 @@ def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
         and "--shards=5: configs/mlp.py:smoke has 4 (member, batch size)" in (errors[0])
     )
     assert "give --shards=4 or fewer" in errors[0]
-    p, calls = fake(*smoke, "--shards=4")
+    p = _launch(*smoke, "--shards=4", "--dry_run")  # as many VMs as groups: fine
     assert p.returncode == 0, p.stderr
-    assert sorted(c[1] for c in calls if c[0] == "create") == [f"wide-{i}" for i in range(4)]
+    assert "checked here: 4 groups for 4 VMs, dealt from one claim pool" in p.stderr
+    assert p.stdout.count("tpu-vm create wide-") == 4
 
 
 def test_an_untracked_config_is_copied_explicitly(fake):
@@ -447,6 +448,8 @@ def test_a_missing_flag_is_a_one_line_error(missing):
         ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
         ([*REQUIRED, "--tf_tpu=2.16.1"], "not in the launcher's table"),
         ([*REQUIRED, "--delete_when_done"], "--delete_when_done needs --watch"),
+        ([*REQUIRED, "--watch", "--keep_on_failure"], "--keep_on_failure goes with --delete_when"),
+        ([*REQUIRED, "--stall_minutes=half"], "--stall_minutes=half: give whole minutes"),
         ([*REQUIRED, "--shards=two"], "--shards=two: give a number"),
         ([*REQUIRED, "--shards=2", "--", "--shard=0/2"], "drop --shard=0/2"),
         ([*REQUIRED, "--status", "--delete"], "give one of"),
