@@ -1,6 +1,8 @@
-"""launch_tpu.sh without Cloud TPU: shellcheck, argument checks, the install, the slices and
---check, and the gcloud calls of single launches, recorded by the fake `gcloud` of
-tests/fake_gcloud.py. VM states, queued requests and --watch: tests/test_launch_watch.py."""
+"""launch_tpu.sh without Cloud TPU: shellcheck, argument checks (the safe alphabet, the slice
+table, the VM's own flags checked here), the TPU software (pinned pair, PJRT, flags), the install,
+the slices and --check, --shards and the study's groups, and the gcloud calls of single launches,
+recorded by the fake `gcloud` of tests/fake_gcloud.py. VM states, queued requests, --watch, the
+limits, the watchdog and the deletes: tests/test_launch_watch.py."""
 
 import os
 import shlex

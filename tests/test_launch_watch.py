@@ -1,7 +1,8 @@
 """launch_tpu.sh against the VM states it finds (READY, PREEMPTED, STOPPED, in transition, a
 describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted spot node) and
---watch (relaunches, failures, --delete_when_done however the watch ends), with the fake `gcloud`
-of tests/fake_gcloud.py."""
+--watch (relaunches, failures, --delete_when_done however the launch ends, the first one
+included), the limits on remote steps, the watchdog, Ctrl-C and the kept spot choice, with the
+fake `gcloud` of tests/fake_gcloud.py."""
 
 import os
 import sys
