@@ -8,10 +8,11 @@
 #   ./launch_tpu.sh --name=wide-0 [--zone=...] --status | --logs [--follow] | --delete
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
-# A launch: (0) checks the config on this machine for the replica count of --accelerator
-# and against one replica's memory (`python -m wide_tf.main --dry_run --replicas=N
-# --accelerator=FAMILY`: no TensorFlow, no VM; with --check its :check variant too), and refuses it
-# there.
+# A launch: (0) checks the arguments (a safe alphabet for --workdir and --config, Google's slice
+# sizes, the image) and the config on this machine, with the VM's own flags, for the replica count
+# of --accelerator and against one replica's memory (`python -m wide_tf.main ... --dry_run
+# --replicas=N --accelerator=FAMILY`: no TensorFlow, no VM; with --check its :check variant too),
+# and refuses it there.
 # (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
 # -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
 # restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
@@ -25,8 +26,12 @@
 # libtpu version and device memory, and runs the config's :check variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
 # nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
 # to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
-# ~/wide_tf.exit, and checks that the process is alive. (--watch) polls until the study is done,
-# launching again after a preemption; --delete_when_done then deletes the VM.
+# ~/wide_tf.exit, and checks that the process is alive. Steps (2) to (4) run under limits
+# (WIDE_TF_*_TIMEOUT_S). (--watch) polls until the study is done, launching again after a
+# preemption and failing a run whose log stops changing (--stall_minutes); --delete_when_done
+# deletes the VM however the launch ends, from the first launch on (--keep_on_failure: not after a
+# failure); a failure that leaves a VM prints the billing line. --shards=N: N VMs of the whole
+# study, its groups dealt from the workdir's one claim pool.
 #
 # Process model (docs/tpu.md lists the sources):
 #   single host (v2-8, v3-8, v4-8, v5litepod-1/4/8, v5p-8, v6e-1/4/8): one process on the VM, TPU
