@@ -115,33 +115,15 @@ def _checkpoint(tf, model, optimizer, workdir: str, out) -> None:
     )
 
 
-def run(config, workdir: str, out=print) -> None:
-    """The stages, each one line to `out`; an exception is the failed stage."""
-    from wide_tf import tf_start
-
-    tf_start.import_tensorflow(verbose=False)
+def _build(config, runtime, row, cap):
+    """The worst row's model, the study's optimizer and a Stepper, under the strategy's scope."""
     import keras
-    import tensorflow as tf
 
     from wide_tf.engine import optim as optim_lib
-    from wide_tf.engine import strategy as strategy_lib
     from wide_tf.engine.models import build_model
     from wide_tf.engine.steps import BatchPlan, Stepper
 
-    start = time.perf_counter()
-    runtime = strategy_lib.setup_runtime(config.runtime)
-    tpu = runtime.platform == "tpu"
-    out(
-        f"check: {runtime.describe()}; TensorFlow {tf.__version__}, Keras {keras.__version__}; "
-        f"TPU runtime: {tpu_runtime() if tpu else 'none (' + runtime.platform + ')'}; "
-        f"set up in {time.perf_counter() - start:.1f} s"
-    )
-    cap = int(config.train.max_device_batch or 0)
-    row = worst_row(config, runtime.num_replicas, runtime.mixed_precision, cap)
     member = next(m for m in hardware_fit.members(config) if m.name == row.member)
-    config.model.depth, config.model.width = member.depth, member.width
-    config.train.global_batch = row.batch
-    cap = cap or strategy_lib.max_device_batch(config, runtime)
     plan = BatchPlan.make(row.batch, runtime.num_replicas, cap)
     spec = datasets.get(config.data.name)
     steps_per_epoch = max(1, spec.num_train // row.batch)
@@ -168,12 +150,17 @@ def run(config, workdir: str, out=print) -> None:
             jit_compile=runtime.jit_compile,
             input_spec=spec,
         )
+    return member, plan, model, optimizer, stepper
+
+
+def _first_call(tf, config, runtime, row, plan, stepper, out):
+    """Trace, compile and 3 steps; the measured peak beside the memory model's figure."""
     iterator = _iterator(tf, runtime.strategy, config, plan.per_replica)
     start = time.perf_counter()
     stepper.train(iterator, STEPS_FIRST)
     compile_s = time.perf_counter() - start
     peak, where = _peak_bytes(tf, runtime.strategy)
-    model_gb = memory.step_bytes(
+    model_bytes = memory.step_bytes(
         row.elements, row.params, plan.micro_batch, runtime.mixed_precision
     )
     measured = (
@@ -184,9 +171,35 @@ def run(config, workdir: str, out=print) -> None:
     out(
         f"check: worst row {row.member} at batch {row.batch} ({plan.per_replica} per replica in "
         f"{plan.num_micro_batches} micro-batch(es) of {plan.micro_batch}, "
-        f"{runtime.mixed_precision}): memory model {_size(model_gb)} per replica, "
+        f"{runtime.mixed_precision}): memory model {_size(model_bytes)} per replica, "
         f"{measured}; first call (trace, compile, {STEPS_FIRST} steps) {compile_s:.1f} s"
     )
+    return iterator
+
+
+def run(config, workdir: str, out=print) -> None:
+    """The stages, each one line to `out`; an exception is the failed stage."""
+    import keras
+    import tensorflow as tf
+
+    from wide_tf.engine import strategy as strategy_lib
+
+    start = time.perf_counter()
+    runtime = strategy_lib.setup_runtime(config.runtime)
+    tpu = runtime.platform == "tpu"
+    out(
+        f"check: {runtime.describe()}; TensorFlow {tf.__version__}, Keras {keras.__version__}; "
+        f"TPU runtime: {tpu_runtime() if tpu else 'none (' + runtime.platform + ')'}; "
+        f"set up in {time.perf_counter() - start:.1f} s"
+    )
+    cap = int(config.train.max_device_batch or 0)
+    row = worst_row(config, runtime.num_replicas, runtime.mixed_precision, cap)
+    member = next(m for m in hardware_fit.members(config) if m.name == row.member)
+    config.model.depth, config.model.width = member.depth, member.width
+    config.train.global_batch = row.batch
+    cap = cap or strategy_lib.max_device_batch(config, runtime)
+    _, plan, model, optimizer, stepper = _build(config, runtime, row, cap)
+    iterator = _first_call(tf, config, runtime, row, plan, stepper, out)
     start = time.perf_counter()
     scalars = stepper.train(iterator, STEPS_TIMED)
     timed = time.perf_counter() - start
