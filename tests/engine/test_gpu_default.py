@@ -98,3 +98,16 @@ def test_float32_on_an_ampere_gpu_is_recorded_as_tf32(monkeypatch):
     assert not strategy.tensor_float_32("cpu", "float32")
     details["compute_capability"] = (7, 0)  # a V100: no TF32
     assert not strategy.tensor_float_32("gpu", "float32")
+
+
+def test_the_report_names_tf32_where_the_record_says_so():
+    from wide_tf.report import protocol
+
+    tf32 = {
+        "dtype_policy": "float32",
+        "runtime": "... policy=float32 (TF32 matmuls and convolutions)",
+    }
+    assert "TF32" in protocol._precision({}, tf32)
+    assert protocol._precision({}, {"dtype_policy": "float32", "runtime": "policy=float32"}) == (
+        "float32"
+    )
