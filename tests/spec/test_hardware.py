@@ -68,6 +68,14 @@ def test_cuda_visible_devices_as_uuids_are_gpus_not_cpu_cores(machine, monkeypat
     assert hardware.gpu_ids() == ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "MIG-1b2c"]
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-abc,-1,3")
     assert hardware.gpu_ids() == [2, "GPU-abc"]
+    # The planner: one worker per GPU, each pinned to its UUID (not one per CPU core).
+    from wide_tf.config import loader
+    from wide_tf.study import workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
+    config = loader.load_config("configs/mlp.py:smoke")
+    assert workers.default_workers(config) == 2
+    assert [s.gpu for s in workers.plan(2, "r", config)] == ["GPU-aaa", "GPU-bbb"]
 
 
 class _Smi:
