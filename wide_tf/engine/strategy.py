@@ -215,6 +215,9 @@ def max_device_batch(config, runtime: Runtime, device_name: str | None = None) -
     if cap or runtime.platform != "gpu":
         return cap
     name = _gpu_name() if device_name is None else device_name
+    if not name:  # no physical GPU (logical CPUs shown as GPUs, as the multi-GPU tests do)
+        logging.info("max_device_batch: TensorFlow lists no physical GPU; no default")
+        return 0
     dev = gpu_device(name)
     m, data = config.model, datasets.get(config.data.name)
     shape, classes = tuple(data.input_shape), data.num_classes
