@@ -520,6 +520,15 @@ VM_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
   "--config.runtime.tpu=$TPU_ARG" "${EXTRA[@]+"${EXTRA[@]}"}")
 CHECK_FLAGS=("--config=$CONFIG_FILE:check" --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu
   "--config.runtime.tpu=$TPU_ARG" --no_report)
+# The study stage of --check (wide_tf/tools/check.py): the study's own worst row (largest member at
+# the largest batch per replica) stepped, its peak memory beside the memory model's, 20 steps timed,
+# a checkpoint written to the study's workdir (gs://) and read back. Only --config.* overrides go
+# with it (the study's shapes); the other flags are main's.
+STUDY_CHECK_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG")
+for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
+  [[ "$a" == --config.* ]] && STUDY_CHECK_FLAGS+=("$a")
+done
 if ((MULTI_HOST)); then
   # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
   # must be one TensorFlow X.Y. One is derived from the other; both given and different: refused.
@@ -1053,6 +1062,7 @@ sys.exit(0 if n == int(sys.argv[2]) else 3)
 PY
 TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c $(printf '%q' "$CHECK_PY") $TPU_ARG $REPLICAS"
 TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main $(quoted "${CHECK_FLAGS[@]}") && echo 'wide_tf check: the :check run passed'"
+TPU_CHECK+=" && $R_VENV/bin/python -m wide_tf.tools.check $(quoted "${STUDY_CHECK_FLAGS[@]}") && echo 'wide_tf check: the study stage passed'"
 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir

@@ -222,6 +222,9 @@ def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
     assert "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check" in check
     # It prints the runtime path, the libtpu version and the memory TensorFlow reports.
     assert "stream executor" in check and "libtpu" in check and "get_memory_info" in check
+    # Then the study stage (wide_tf/tools/check.py) on the study's own config and gs:// workdir.
+    assert "python -m wide_tf.tools.check --config=configs/wrn.py --workdir=gs://" in check
+    assert check.index("wide_tf.main") < check.index("wide_tf.tools.check")
     assert (
         "checked here for --check: dry run: the config fits 4 replica(s): batches [256, 512]"
         in (p.stderr)
