@@ -10,6 +10,7 @@ from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.engine import reuse, timing, train
 from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.state import RunPlan
 from wide_tf.engine.steps import Stepper
 from wide_tf.spec import defaults, plan
 from wide_tf.spec import result as result_schema
@@ -140,13 +141,17 @@ def test_ghost_size_is_not_shrunk_on_more_replicas(tmp_path):
 
 
 def test_budget_has_a_floor_in_steps():
-    t = _single(global_batch=1000, max_epochs=2.0).train
-    assert train._budget_steps(t, 4000, 1000) == 8
-    t.min_steps = 20
-    assert train._budget_steps(t, 4000, 1000) == 20  # the floor wins at a large batch
-    assert train._budget_steps(t, 4000, 16) == 500  # and not at a small one
-    t.max_steps = 5
-    assert train._budget_steps(t, 4000, 1000) == 5  # an explicit max_steps is the budget
+    config = _single(global_batch=1000, max_epochs=2.0)
+
+    def budget(batch):
+        return RunPlan.make(config, "run", 4000, batch).total_steps
+
+    assert budget(1000) == 8
+    config.train.min_steps = 20
+    assert budget(1000) == 20  # the floor wins at a large batch
+    assert budget(16) == 500  # and not at a small one
+    config.train.max_steps = 5
+    assert budget(1000) == 5  # an explicit max_steps is the budget
     assert train.describe_protocol(_single(min_steps=20))["min_steps"] == 20
 
 

@@ -17,8 +17,8 @@ from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import stream as stream_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
-from wide_tf.engine.evaluation import Snapshot
 from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.snapshot import Snapshot
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
 from wide_tf.spec import datasets as datasets_spec
 
@@ -117,7 +117,7 @@ class Built:
     init_weights: dict  # seed -> the model's initial weights
     # seed -> {what: value}: the initial model's evaluations and gradient diversity, which every
     # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
-    # learning rates of a grid measure them once (see Run.at_init).
+    # learning rates of a grid measure them once (see engine/tf_run._at_init).
     at_init: dict = dataclasses.field(default_factory=dict)
     snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None
