@@ -9,6 +9,7 @@ from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
 from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import result as schema
+from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec import targets as targets_lib
 
 _comparison = targets_lib.comparison
@@ -42,14 +43,11 @@ def describe_protocol(config) -> dict:
         + f" (fixed in {o.warmup_fixed})",
         "scaling": o.scaling,
         "reference_batch": o.reference_batch,
-        "momentum": o.momentum,
-        "weight_decay": o.weight_decay,
         "norm": m.norm,
         # How batch norm is judged at every evaluation (None: the model has no batch norm).
         "target_bn": t.target_bn if m.norm in ("batch", "ghost") else None,
         "target_bn_examples": t.target_bn_examples if t.target_bn == "recompute" else None,
         "target_bn_batch": t.target_bn_batch if t.target_bn == "recompute" else None,
-        "momentum_warmup_steps": o.momentum_warmup_steps,
         "ghost_batch_size": m.ghost_batch_size if m.norm == "ghost" else None,
         "data": d.name,
         "augment": d.augment,
@@ -58,23 +56,13 @@ def describe_protocol(config) -> dict:
         # What "diverged" means, and what the training metric is measured on.
         "diverge_loss": t.diverge_loss,
         "eval_train_limit": t.eval_train_limit,
-        # The numbers of the schedule and of LARS that change the run (only those in use).
-        "schedule_settings": {
-            k: o[k]
-            for k in {
-                "cosine": ("end_lr_fraction",),
-                "polynomial": ("poly_power", "end_lr_fraction"),
-                "multistep": ("decay_factor", "decay_epochs"),
-            }.get(o.schedule, ())
-        },
-        "lars": (
-            {k: o[f"lars_{k}"] for k in ("eta", "trust_ratio", "epsilon", "clip")}
-            if o.name == "lars"
-            else None
-        ),
+        # The numbers of the schedule in use (its registry entry's fields).
+        "schedule_settings": {k: o[k] for k in schedules_spec.SCHEDULES[o.schedule].hyper},
         # The gradient statistics: how often, and on how many examples (n of the batch bound).
         "gradient_every_examples": t.gradient_every_examples,
         "probe_size": t.probe_size,
+        # The optimizer's hyper-parameters as its registry entry declares them (spec/optimizers).
+        **optimizers_spec.protocol_block(o),
     }
 
 
