@@ -27,8 +27,11 @@ from wide_tf.engine.interface import Evaluator
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.spec import targets as targets_lib
 
-# Metrics of the training set that a bounded pass can rule out (their best reachable value).
-_TRAIN_METRICS = ("train_accuracy", "train_loss")
+# Metrics of the training set: a bounded pass over it can rule them out (their best reachable
+# value); the economy is off when a target is measured on another set.
+_TRAIN_METRICS = tuple(
+    m for m in targets_lib.EVAL_METRICS if targets_lib.METRICS[m].split == "train"
+)
 
 
 def bound(unreached, n: int) -> tuple[float, float]:
@@ -94,7 +97,7 @@ class Economy:
             return None
         ev = {"step": step, "epoch": self.plan.epoch(step), "examples": step * self.plan.batch}
         for name, values in out.items():
-            ev[f"{name}_accuracy"], ev[f"{name}_loss"] = values["accuracy"], values["loss"]
+            ev.update({f"{name}_{q}": values[q] for q in targets_lib.EVAL_QUANTITIES})
         if train_scalars:
             ev.update(train_scalars)
         if "test" in out:
@@ -130,7 +133,7 @@ class Economy:
             return self._evaluate(st, None, ("train", "test"))
         if "test_accuracy" not in last:
             te = self.evaluator.evaluate(st.step, ("test",))["test"]
-            last["test_accuracy"], last["test_loss"] = te["accuracy"], te["loss"]
+            last.update({f"test_{q}": te[q] for q in targets_lib.EVAL_QUANTITIES})
             _best_test(st, te["accuracy"])
             return last
         return None

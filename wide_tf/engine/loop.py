@@ -12,9 +12,8 @@ from wide_tf.engine import result as result_lib
 from wide_tf.engine.evaluation import Economy
 from wide_tf.engine.interface import Checkpointer, Evaluator, Trainer
 from wide_tf.engine.state import RunPlan, RunState
+from wide_tf.spec.targets import EVAL_METRICS
 from wide_tf.store import workdir as wd
-
-EVAL_SCALARS = ("train_accuracy", "train_loss", "test_accuracy", "test_loss")
 
 
 class Controller:
@@ -127,7 +126,7 @@ class Controller:
     # ---- summaries and the result ----------------------------------------------------------------
 
     def write_eval(self, ev: dict) -> None:
-        self.metrics.scalars("eval", ev["step"], {k: ev[k] for k in EVAL_SCALARS if k in ev})
+        self.metrics.scalars("eval", ev["step"], {k: ev[k] for k in EVAL_METRICS if k in ev})
 
     def write_time(self, st: RunState) -> None:
         """The run's seconds by kind (engine/timing.py), as TensorBoard scalars at its last step."""
