@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from wide_tf.engine import accumulate, timing
 from wide_tf.engine import data as data_lib
-from wide_tf.engine.accumulate import losses_and_hits, sq_norm
+from wide_tf.engine.accumulate import sq_norm
+from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.spec import rules
 
