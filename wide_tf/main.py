@@ -87,8 +87,10 @@ def main(argv) -> None:
     config, verbose = _CONFIG.value, _VERBOSE.value
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
+    # A worker of --workers=N runs its parent's command line, which the parent checked: once.
+    worker = workers.child_spec()
     try:
-        warnings = _checks(config)
+        warnings = _checks(config) if worker is None else []
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
     except validate.Problem as e:
@@ -97,9 +99,7 @@ def main(argv) -> None:
         errors.fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
-    # A worker process of --workers=N takes its cores, GPU and thread counts before TensorFlow
-    # starts (they cannot change afterwards).
-    worker = workers.child_spec()
+    # A worker takes its cores, GPU and thread counts before TensorFlow starts (fixed after).
     if worker is not None:
         workers.pin_before_tensorflow(worker)
     # The parent of --workers=N starts its workers first, then only watches them, without
