@@ -164,13 +164,13 @@ def _run(config, worker) -> None:
     process or as one worker of --workers=N."""
     from wide_tf.engine import train
     from wide_tf.study import scheduler, trials
-    from wide_tf.theory import check as theory
+    from wide_tf.theory import check as theory_check
 
     if _LIST.value:
         for i, t in enumerate(trials.list_trials(config)):
             print(f"{i:4d}  {t.trial_id}")
     elif config.get("kind", "study") == "theory":
-        theory.run_theory(config, _WORKDIR.value)
+        theory_check.run_theory(config, _WORKDIR.value)
     elif not validate.is_sweep(config):  # one run in the workdir itself
         train.train_and_evaluate(config, _WORKDIR.value)
     else:

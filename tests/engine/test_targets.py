@@ -10,7 +10,11 @@ import pytest
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import preemption, reuse, train
+from wide_tf.engine.bn_stats import batch_norm_layers
+from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
+from wide_tf.engine.state import RunState
 from wide_tf.engine.strategy import setup_runtime
+from wide_tf.engine.targets import interpolated_crossing
 from wide_tf.spec import defaults
 
 TARGET_KEYS = {
@@ -92,7 +96,7 @@ def test_each_crossing_is_the_first_evaluation_that_meets_it_interpolated(with_e
         ]
         i = hits[0]
         assert history[i]["step"] == t["steps_to_target"]
-        expected = train.interpolated_crossing(history[i - 1], history[i], t["metric"], t["value"])
+        expected = interpolated_crossing(history[i - 1], history[i], t["metric"], t["value"])
         assert t["steps_to_target_interp"] == pytest.approx(expected)
 
 
@@ -166,9 +170,9 @@ def test_resume_keeps_the_crossings_found_before_the_interruption(tmp_path, monk
 
 
 def test_run_state_round_trips_the_crossings_and_reads_old_checkpoints():
-    st = train.RunState(step=30, extra_crossings=[[20, 17.5], None], diverged_at=None)
-    assert train.RunState.from_json(st.to_json(), 30) == st
-    old = train.RunState.from_json('{"step": 40, "status": "diverged"}', 40)
+    st = RunState(step=30, extra_crossings=[[20, 17.5], None], diverged_at=None)
+    assert RunState.from_json(st.to_json(), 30) == st
+    old = RunState.from_json('{"step": 40, "status": "diverged"}', 40)
     assert old.diverged_at == 40 and old.extra_crossings == []
 
 
@@ -178,9 +182,9 @@ def test_momentum_ramp_and_evaluation_count_are_recorded(with_extras):
     # Evaluations every 10 steps: the one at the crossing is the (steps / 10)-th after step 0.
     assert r["evaluations_to_target"] == r["steps_to_target"] // 10
     config.optim.name = "sgd"
-    assert train.momentum_ramp_steps(config.optim) is None
+    assert momentum_ramp_steps(config.optim) is None
     config.optim.name, config.optim.momentum = "nesterov", 0.99
-    assert train.momentum_ramp_steps(config.optim) == pytest.approx(100.0)
+    assert momentum_ramp_steps(config.optim) == pytest.approx(100.0)
 
 
 # ---- batch-norm statistics recomputed for the evaluations that judge the target ----------------
@@ -238,7 +242,7 @@ def test_recomputed_statistics_are_the_average_of_the_subsets_batch_statistics(n
     x, _ = data_lib.load_arrays(config.data, "train", limit=600)
     # Ghost batch norm's training statistics are those of its ghost groups: by hand, batches of 32.
     by_hand = _numpy_mlp_stats(model, x[: recompute.examples], 32 if norm == "ghost" else 128)
-    norms = train.batch_norm_layers(model)
+    norms = batch_norm_layers(model)
     assert len(norms) == 2
     for layer, (mean, var) in zip(norms, by_hand):
         layer.moving_mean.assign(mean.astype(np.float32))
@@ -282,7 +286,7 @@ def test_recompute_is_recorded_and_the_run_still_trains_to_the_target(tmp_path):
     common = [step for step in a if step in b and step > 0 and a[step] is not None]
     assert len(common) >= 3
     assert [a[step] for step in common] == [b[step] for step in common]
-    assert train.describe_protocol(_config(target_bn="recompute"))["target_bn"] is None  # no BN
+    assert describe_protocol(_config(target_bn="recompute"))["target_bn"] is None  # no BN
 
 
 def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning_rate(tmp_path):
@@ -362,7 +366,7 @@ def test_the_report_protocol_table_describes_the_new_fields():
         norm="batch", target_bn="recompute", extra_targets=["train_loss:0.1"], target_bn_batch=128
     )
     config.optim.momentum_warmup_steps = 50
-    rows = dict(protocol.trial_settings_rows([{"protocol": train.describe_protocol(config)}]))
+    rows = dict(protocol.trial_settings_rows([{"protocol": describe_protocol(config)}]))
     assert "also train_loss <= 0.1" in rows["Target"]
     assert "stops once every target is met" in rows["Target"]
     assert (

@@ -2,7 +2,7 @@
 Controller (engine/loop.py) and the evaluation economy (engine/evaluation.py) may ask of a
 Trainer, an Evaluator and a Checkpointer. A backend (engine/tf_run.py: TensorFlow) implements the
 three; the Controller, its actions, the economy, the targets and the result record are shared.
-tests/engine/test_coupling.py holds the rule that nothing shared reaches past these methods."""
+tests/test_coupling.py holds the rule that nothing shared reaches past these methods."""
 
 from __future__ import annotations
 

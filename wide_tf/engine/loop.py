@@ -3,7 +3,7 @@ Trainer's `train(n)` up to the next evaluation step, has the evaluation economy 
 (the targets, their crossings and the stop rule), calls the actions (engine/actions.py: the probe,
 checkpoints and SIGTERM, the progress line), writes the summaries, and builds the result from
 plain state (engine/result.py). Shared by every backend: the Trainer, Evaluator and Checkpointer
-are reached only through engine/interface.py (tests/engine/test_coupling.py)."""
+are reached only through engine/interface.py (tests/test_coupling.py)."""
 
 from __future__ import annotations
 

@@ -198,7 +198,7 @@ class Stepper:
             self.acc = {k: tf.Variable(0.0, name=k, **local) for k in self.scalar_names}
             self.diverged = tf.Variable(False, name="diverged", **local)
             # A variable, not a constant baked into the graph: runs that differ only in their
-            # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
+            # threshold (or learning rate, see schedules.WarmupDecaySchedule) share one traced step.
             self.diverge_loss = tf.Variable(
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )

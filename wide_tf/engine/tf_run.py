@@ -13,8 +13,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import optim as optim_lib
-from wide_tf.engine import reuse, timing
+from wide_tf.engine import reuse, schedules, timing
 from wide_tf.engine.measure import TwoBatchNoiseScale
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.steps import BatchPlan
@@ -122,7 +121,7 @@ class Trainer:
             "model": model.name,
             "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
             "learning_rate": float(
-                optim_lib.peak_learning_rate(self.config.optim, self.plan.batch)
+                schedules.peak_learning_rate(self.config.optim, self.plan.batch)
             ),
             "probe_examples": None if self.probe is None else self.probe.n,
             "runtime": self.runtime.describe(),

@@ -12,33 +12,17 @@ from absl import logging
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import loop, tf_run, timing
 from wide_tf.engine import strategy as strategy_lib
-from wide_tf.engine.bn_stats import batch_norm_layers
 from wide_tf.engine.models import build_model
-from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.reuse import clear_cache
-from wide_tf.engine.state import RunPlan, RunState
+from wide_tf.engine.state import RunPlan
 from wide_tf.engine.steps import BatchPlan
 from wide_tf.engine.strategy import Runtime, setup_runtime
 from wide_tf.engine.summaries import MetricsWriter
-from wide_tf.engine.targets import Targets, extra_targets, interpolated_crossing
+from wide_tf.engine.targets import Targets
 from wide_tf.spec import rules
-from wide_tf.spec import targets as targets_lib
 from wide_tf.store import workdir as wd
 
-__all__ = [
-    "ConfigError",
-    "MetricsWriter",
-    "RunState",
-    "batch_norm_layers",
-    "clear_cache",
-    "describe_protocol",
-    "extra_targets",
-    "interpolated_crossing",
-    "momentum_ramp_steps",
-    "train_and_evaluate",
-]
-
-TARGET_METRICS = targets_lib.TARGET_METRICS
+__all__ = ["ConfigError", "clear_cache", "setup", "train_and_evaluate"]
 
 
 class ConfigError(ValueError):

@@ -233,9 +233,9 @@ class _BatchNorm(_LayerRule):
     """Batch norm in inference mode: z = gamma * xhat + beta with the moving statistics."""
 
     description = "BatchNormalization and GhostBatchNormalization"
-    # GhostBatchNormalization (wide_tf/models/norm.py) is matched by class name so this module does
-    # not import the model package (and works with any layer of that name that exposes BN's
-    # attributes): in inference mode it normalises with its moving statistics exactly like BN.
+    # GhostBatchNormalization (wide_tf/engine/models/norm.py) is matched by class name so this
+    # module does not import the model package (and works with any layer of that name that exposes
+    # BN's attributes): in inference mode it normalises with its moving statistics exactly like BN.
     _CLASS_NAMES = ("BatchNormalization", "GhostBatchNormalization")
 
     def matches(self, layer):

@@ -18,7 +18,7 @@ from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import Targets
 from wide_tf.spec import defaults
 
-ENGINE = pathlib.Path(__file__).resolve().parents[2] / "wide_tf" / "engine"
+ENGINE = pathlib.Path(__file__).resolve().parents[1] / "wide_tf" / "engine"
 SHARED = ("loop", "actions", "evaluation", "result", "targets", "state", "interface")
 # The backend objects as the shared modules name them, and the protocol each must keep to.
 ROLES = {"trainer": interface.Trainer, "evaluator": interface.Evaluator}
