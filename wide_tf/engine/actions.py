@@ -60,6 +60,13 @@ class Checkpoints:
         self.wall = clock()
         self.last_step, self.last_time = 0, self.wall
 
+    def load(self) -> RunState:
+        """The last checkpoint's state (its weights restored), or a fresh one."""
+        return self.checkpointer.load() or RunState()
+
+    def close(self) -> None:
+        self.checkpointer.close()
+
     def start(self) -> None:
         """The run's wall clock starts (after its restore and first log line)."""
         self.wall = self.clock()

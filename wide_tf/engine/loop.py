@@ -32,7 +32,7 @@ class Controller:
         metrics,
         record: dict,
     ):
-        self.trainer, self.checkpointer, self.plan = trainer, checkpointer, plan
+        self.trainer, self.plan = trainer, plan
         self.targets, self.metrics, self.record = targets, metrics, record
         self.economy = Economy(evaluator, targets, plan)
         self.checkpoints = actions.Checkpoints(checkpointer, plan, metrics)
@@ -42,7 +42,7 @@ class Controller:
 
     def restore(self) -> RunState:
         """Continues from the last checkpoint, if any (else from the start)."""
-        st = self.state = self.checkpointer.load() or RunState()
+        st = self.state = self.checkpoints.load()
         self.targets.adopt(st)
         self.trainer.restore(st)
         return st
@@ -179,7 +179,7 @@ class Controller:
         )
         if rec["chief"]:
             wd.write_json(wd.join(rec["workdir"], wd.RESULT), result)
-        self.checkpointer.close()
+        self.checkpoints.close()
         self.metrics.log(
             "%s: steps to target %s, epochs to target %s, final train acc %s, test acc %s",
             st.status,
