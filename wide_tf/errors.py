@@ -13,8 +13,7 @@ import os
 import re
 import sys
 
-from wide_tf.config import loader as configs_loader
-from wide_tf.config import validate
+from wide_tf.config import loader, validate
 from wide_tf.spec import families
 
 
@@ -67,7 +66,7 @@ def parse_flags(argv, parse):
                 "--suite=configs/answer.py"
             )
         if spec is not None:
-            config = configs_loader.load_config(spec)
+            config = loader.load_config(spec)
             validate.check_overrides(config, validate.override_paths(argv))
         return parse(argv)
     except validate.Problem as e:

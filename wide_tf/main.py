@@ -87,8 +87,10 @@ def main(argv) -> None:
     config, verbose = _CONFIG.value, _VERBOSE.value
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
+    # A worker of --workers=N runs its parent's command line, which the parent checked: once.
+    worker = workers.child_spec()
     try:
-        warnings = _checks(config)
+        warnings = _checks(config) if worker is None else []
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
     except validate.Problem as e:
@@ -97,9 +99,7 @@ def main(argv) -> None:
         errors.fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
-    # A worker process of --workers=N takes its cores, GPU and thread counts before TensorFlow
-    # starts (they cannot change afterwards).
-    worker = workers.child_spec()
+    # A worker takes its cores, GPU and thread counts before TensorFlow starts (fixed after).
     if worker is not None:
         workers.pin_before_tensorflow(worker)
     # The parent of --workers=N starts its workers first, then only watches them, without
@@ -164,13 +164,13 @@ def _run(config, worker) -> None:
     process or as one worker of --workers=N."""
     from wide_tf.engine import train
     from wide_tf.study import scheduler, trials
-    from wide_tf.theory import check as theory
+    from wide_tf.theory import check as theory_check
 
     if _LIST.value:
         for i, t in enumerate(trials.list_trials(config)):
             print(f"{i:4d}  {t.trial_id}")
     elif config.get("kind", "study") == "theory":
-        theory.run_theory(config, _WORKDIR.value)
+        theory_check.run_theory(config, _WORKDIR.value)
     elif not validate.is_sweep(config):  # one run in the workdir itself
         train.train_and_evaluate(config, _WORKDIR.value)
     else:

@@ -3,7 +3,6 @@ tables whose answers are computed by hand, and of the verdict's calibration on s
 with a known answer. NumPy only: seconds, no TensorFlow."""
 
 import dataclasses
-import json
 import math
 
 import numpy as np
@@ -119,15 +118,6 @@ def curve_records(
 
 
 # ---------------------------------------------------------------- parsing
-
-
-def test_parse_results_skips_torn_lines_and_dedupes():
-    a = rec(tid="t1", steps=10)
-    b = dict(rec(tid="t1", steps=12))
-    text = json.dumps(a) + "\n\n" + json.dumps(b) + "\n" + '{"trial_id": "t2", "mem'
-    records, bad = C.parse_results(text)
-    assert bad == 1
-    assert len(records) == 1 and records[0]["steps_to_target"] == 12  # last line of a trial wins
 
 
 # ---------------------------------------------------------------- cells

@@ -284,19 +284,18 @@ def test_report_without_history_says_what_to_set(tmp_path):
 
 
 def test_predict_configs_pass_validation(tmp_path):
-    from wide_tf.config import loader as configs_loader
-    from wide_tf.config import validate
+    from wide_tf.config import loader, validate
 
     for spec in ("configs/mlp.py:predict", "configs/wrn.py:predict_local"):
-        validate.check_config(configs_loader.load_config(spec))
+        validate.check_config(loader.load_config(spec))
     # TFDS CIFAR-10: a folder that looks prepared to the check (as test_errors does).
     info = tmp_path / "cifar10" / "3.0.0" / "dataset_info.json"
     info.parent.mkdir(parents=True)
     info.write_text("{}")
-    config = configs_loader.load_config("configs/wrn.py:predict")
+    config = loader.load_config("configs/wrn.py:predict")
     config.data.data_dir = str(tmp_path)
     validate.check_config(config)
-    paper = configs_loader.load_config("configs/wrn.py")
+    paper = loader.load_config("configs/wrn.py")
     assert config.sweep.batch_sizes == [min(paper.sweep.batch_sizes)]
     assert config.train.probe_size == paper.train.probe_size
 

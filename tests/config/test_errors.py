@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO
 
-from wide_tf.config import loader as configs_loader
-from wide_tf.config import validate
+from wide_tf.config import loader, validate
 
 SMOKE = "--config=configs/mlp.py:smoke"
 SINGLE = "--config=configs/mlp.py:single"
@@ -444,7 +443,7 @@ def _snapshot(folder):
 @pytest.fixture(scope="module")
 def workdirs(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("errors")
-    config = configs_loader.load_config("configs/mlp.py:smoke")
+    config = loader.load_config("configs/mlp.py:smoke")
     wd = tmp / "study"
     (wd / "trials" / "t0").mkdir(parents=True)
     (wd / "config.json").write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
@@ -614,7 +613,7 @@ def test_truncated_checkpoint_is_one_line_and_no_tensorflow_noise(tmp_path):
 
 
 def _config(spec="configs/mlp.py:single"):
-    return configs_loader.load_config(spec)
+    return loader.load_config(spec)
 
 
 def test_batch_must_divide_over_cpu_replicas():
@@ -736,13 +735,11 @@ def test_the_engine_reads_the_spec_registries():
     """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
     modules hold those objects, not copies (the registries themselves:
     tests/spec/test_registries.py); and the study's identity is the one the workdir check uses."""
-    from wide_tf.engine import data, optim, strategy, train
-    from wide_tf.spec import choices, datasets, optimizers, targets
+    from wide_tf.engine import data, optim, strategy
+    from wide_tf.spec import choices, datasets, optimizers
 
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
-    assert optim.SCHEDULE_NAMES is choices.SCHEDULES
     assert strategy.STRATEGIES is choices.STRATEGIES
-    assert train.TARGET_METRICS is targets.TARGET_METRICS
     assert data.DATASETS is datasets.DATASETS
 
 
@@ -863,7 +860,7 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
     """A trial's result.json that is not JSON is a warning saying what the study does (moves it
     aside, runs the trial again); an empty checkpoint file is refused with advice that keeps
     the files (restore, or move the folder aside), never 'delete'."""
-    config = configs_loader.load_config("configs/mlp.py:smoke")
+    config = loader.load_config("configs/mlp.py:smoke")
     warnings = validate.check_workdir(config, workdirs["broken"])
     assert any(
         "result.json is not a whole result" in w and "the study moves it aside" in w

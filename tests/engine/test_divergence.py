@@ -7,16 +7,16 @@ import math
 import re
 
 from wide_tf import report as report_lib
-from wide_tf.config import loader as configs_loader
-from wide_tf.study import scheduler as study
+from wide_tf.config import loader
+from wide_tf.study import scheduler
 
 
 def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
-    config = configs_loader.load_config("configs/mlp.py:smoke")
+    config = loader.load_config("configs/mlp.py:smoke")
     config.sweep.lr_multipliers = [1.0, 3000.0]  # 3000 x the rule's guess diverges in a step or two
     config.train.diverge_loss = 100.0
     config.runtime.strategy = "cpu"
-    records = study.run_study(config, str(tmp_path))
+    records = scheduler.run_study(config, str(tmp_path))
     report_lib.write_report(str(tmp_path))  # main's, after a study
     assert len(records) == 8 and len({r["trial_id"] for r in records}) == 8
     diverged = [r for r in records if r["lr_multiplier"] == 3000.0]

@@ -229,7 +229,7 @@ def test_divergence_counts_up_to_the_first_diverged_step_only():
 def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
     """Stepper.train reads one packed tensor; a new learning rate (schedule variables) and a new
     divergence threshold reuse the traced loop."""
-    from wide_tf.engine import optim
+    from wide_tf.engine import optim, schedules
     from wide_tf.tools import bench
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -251,7 +251,7 @@ def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
     assert out["learning_rate"] == pytest.approx(0.1 * (16 / 256) ** 0.5)
     traces = stepper._train_fn.experimental_get_tracing_count()
     cfg.lr_multiplier = 4.0
-    opt._learning_rate.assign_from(optim.build_schedule(cfg, 16, 4, 100))
+    opt._learning_rate.assign_from(schedules.build_schedule(cfg, 16, 4, 100))
     stepper.reset(diverge_loss=123.0)
     out = stepper.train(it, 2)
     assert out["learning_rate"] == pytest.approx(0.4 * (16 / 256) ** 0.5)

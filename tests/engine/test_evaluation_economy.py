@@ -11,7 +11,7 @@ import pytest
 
 from wide_tf.config import loader
 from wide_tf.engine import data as data_lib
-from wide_tf.engine import evaluation, steps, train
+from wide_tf.engine import evaluation, snapshot, steps, train
 from wide_tf.engine.steps import WHOLE_PASS
 from wide_tf.engine.strategy import setup_runtime
 from wide_tf.spec import defaults
@@ -65,13 +65,13 @@ class _Spy:
             return out
 
         monkeypatch.setattr(steps.Stepper, "evaluate", evaluate)
-        applied = evaluation.Snapshot.applied
+        applied = snapshot.Snapshot.applied
 
-        def counted(snapshot):
+        def counted(snap):
             self.snapshots += 1
-            return applied(snapshot)
+            return applied(snap)
 
-        monkeypatch.setattr(evaluation.Snapshot, "applied", counted)
+        monkeypatch.setattr(snapshot.Snapshot, "applied", counted)
 
 
 def _both(tmp_path, monkeypatch, name, **overrides):

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from wide_tf.engine.loss import per_example_loss
 from wide_tf.engine.measure import diversity, noise_scale, per_example
 
 RTOL = 1e-4
@@ -276,7 +277,7 @@ def test_two_batch_estimator_agrees_with_the_exact_probe_within_its_noise():
     x, y = _data((10,), n=n, seed=4)
     sq = per_example.per_example_grad_sq_norms(model, x, y)
     with tf.GradientTape() as tape:
-        total = tf.reduce_sum(per_example.per_example_loss(y, model(x)))
+        total = tf.reduce_sum(per_example_loss(y, model(x)))
     summed = tape.gradient(total, model.trainable_variables)
     q = float(sum(np.sum(np.square(g.numpy().astype(np.float64))) for g in summed))
     exact = diversity.stats_from_norms(sq, q, n=n)
@@ -297,7 +298,7 @@ def test_two_batch_estimator_agrees_with_the_exact_probe_within_its_noise():
         for k in range(parts):
             with tf.GradientTape() as tape:
                 logits = model(tf.gather(xs, idx[k]))
-                loss = tf.reduce_mean(per_example.per_example_loss(tf.gather(ys, idx[k]), logits))
+                loss = tf.reduce_mean(per_example_loss(tf.gather(ys, idx[k]), logits))
             local.append(tape.gradient(loss, model.trainable_variables))
         big = [tf.add_n(gs) / parts for gs in zip(*local)]
         sq_norm = lambda gs: tf.add_n([tf.reduce_sum(tf.square(g)) for g in gs])

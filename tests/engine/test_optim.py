@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.engine import optim
+from wide_tf.engine import optim, schedules
 from wide_tf.spec import defaults
 from wide_tf.spec import optimizers as optimizers_spec
 
@@ -207,7 +207,7 @@ def test_lars_trust_ratios_in_tf_function_match_numpy():
 
 
 def test_lars_config_round_trip():
-    sched = optim.WarmupDecaySchedule(0.4, 100, warmup_steps=10, decay="polynomial", power=2.0)
+    sched = schedules.WarmupDecaySchedule(0.4, 100, warmup_steps=10, decay="polynomial", power=2.0)
     opt = optim.LARS(
         learning_rate=sched,
         momentum=0.8,
@@ -221,7 +221,7 @@ def test_lars_config_round_trip():
     again = keras.optimizers.deserialize(keras.optimizers.serialize(opt))
     assert isinstance(again, optim.LARS)
     assert again.get_config() == opt.get_config()
-    assert isinstance(again._learning_rate, optim.WarmupDecaySchedule)
+    assert isinstance(again._learning_rate, schedules.WarmupDecaySchedule)
     again2 = optim.LARS.from_config(opt.get_config())
     assert again2.get_config() == opt.get_config()
 
@@ -321,15 +321,15 @@ def _cfg(**kw):
 
 
 def test_scaling_rules_and_peak_lr():
-    assert optim.scaled_learning_rate(0.1, 1024, 256, "linear") == pytest.approx(0.4)
-    assert optim.scaled_learning_rate(0.1, 1024, 256, "sqrt") == pytest.approx(0.2)
-    assert optim.scaled_learning_rate(0.1, 64, 256, "none") == pytest.approx(0.1)
-    assert optim.scaled_learning_rate(0.1, 64, 256, "sqrt") == pytest.approx(0.05)
-    assert optim.peak_learning_rate(
+    assert schedules.scaled_learning_rate(0.1, 1024, 256, "linear") == pytest.approx(0.4)
+    assert schedules.scaled_learning_rate(0.1, 1024, 256, "sqrt") == pytest.approx(0.2)
+    assert schedules.scaled_learning_rate(0.1, 64, 256, "none") == pytest.approx(0.1)
+    assert schedules.scaled_learning_rate(0.1, 64, 256, "sqrt") == pytest.approx(0.05)
+    assert schedules.peak_learning_rate(
         _cfg(base_lr=0.1, scaling="linear", lr_multiplier=0.5), 512
     ) == pytest.approx(0.1)
     with pytest.raises(ValueError, match="linear"):
-        optim.scaled_learning_rate(0.1, 64, 256, "cubic")
+        schedules.scaled_learning_rate(0.1, 64, 256, "cubic")
 
 
 def _values(schedule, steps):
@@ -341,7 +341,7 @@ def _values(schedule, steps):
 
 def test_warmup_then_constant_and_warmup_fixed_policy():
     # batch 512, linear rule: peak 0.2; warm-up 2 epochs of 10 steps -> 20 steps.
-    s = optim.build_schedule(_cfg(warmup_epochs=2.0), 512, steps_per_epoch=10, total_steps=100)
+    s = schedules.build_schedule(_cfg(warmup_epochs=2.0), 512, steps_per_epoch=10, total_steps=100)
     np.testing.assert_allclose(
         _values(s, [0, 5, 10, 19, 20, 99, 150]),
         [0.0, 0.05, 0.1, 0.19, 0.2, 0.2, 0.2],
@@ -349,23 +349,25 @@ def test_warmup_then_constant_and_warmup_fixed_policy():
         atol=1e-8,
     )
     # Held fixed in epochs: twice the batch -> half the steps per epoch -> half the warm-up steps.
-    assert optim.build_schedule(_cfg(warmup_epochs=2.0), 1024, 5, 50).warmup_steps == 10
-    assert optim.build_schedule(_cfg(warmup_epochs=1.25), 1024, 5, 50).warmup_steps == round(6.25)
+    assert schedules.build_schedule(_cfg(warmup_epochs=2.0), 1024, 5, 50).warmup_steps == 10
+    assert schedules.build_schedule(_cfg(warmup_epochs=1.25), 1024, 5, 50).warmup_steps == round(
+        6.25
+    )
     # Held fixed in steps: the same at every batch size.
     for b, spe in ((512, 10), (1024, 5)):
         assert (
-            optim.build_schedule(
+            schedules.build_schedule(
                 _cfg(warmup_fixed="steps", warmup_steps=7, warmup_epochs=2.0), b, spe, 50
             ).warmup_steps
             == 7
         )
     with pytest.raises(ValueError):
-        optim.build_schedule(_cfg(warmup_fixed="examples"), 512, 10, 100)
+        schedules.build_schedule(_cfg(warmup_fixed="examples"), 512, 10, 100)
 
 
 def test_cosine_polynomial_multistep_values():
     # peak 0.1 at batch 256; warm-up 10 steps; total 110 -> decay over 100 steps.
-    cos = optim.build_schedule(
+    cos = schedules.build_schedule(
         _cfg(schedule="cosine", warmup_fixed="steps", warmup_steps=10, end_lr_fraction=0.1),
         256,
         10,
@@ -378,7 +380,7 @@ def test_cosine_polynomial_multistep_values():
         [0.05, 0.1, 0.01 + 0.09 * (1 + math.cos(math.pi / 4)) / 2, 0.055, 0.01, 0.01],
         rtol=1e-5,
     )
-    poly = optim.build_schedule(
+    poly = schedules.build_schedule(
         _cfg(schedule="polynomial", poly_power=2.0, warmup_fixed="steps", warmup_steps=10),
         256,
         10,
@@ -388,7 +390,7 @@ def test_cosine_polynomial_multistep_values():
     np.testing.assert_allclose(
         _values(poly, [10, 60, 100, 110]), [0.1, 0.025, 0.001, 0.0], rtol=1e-5, atol=1e-9
     )
-    multi = optim.build_schedule(
+    multi = schedules.build_schedule(
         _cfg(schedule="multistep", decay_epochs=[3, 6], decay_factor=0.1, warmup_epochs=0.5),
         256,
         10,
@@ -402,11 +404,11 @@ def test_cosine_polynomial_multistep_values():
         atol=1e-9,
     )
     with pytest.raises(ValueError, match="cosine"):
-        optim.build_schedule(_cfg(schedule="exponential"), 256, 10, 100)
+        schedules.build_schedule(_cfg(schedule="exponential"), 256, 10, 100)
 
 
 def test_schedule_serialisation_round_trip_and_warmup_init_fraction():
-    s = optim.WarmupDecaySchedule(
+    s = schedules.WarmupDecaySchedule(
         1.0,
         20,
         warmup_steps=4,
@@ -439,7 +441,7 @@ def test_build_optimizer_by_name():
     for name, cls in expected.items():
         opt = optim.build_optimizer(_cfg(name=name), 256, 10, 100)
         assert isinstance(opt, cls), name
-        assert isinstance(opt._learning_rate, optim.WarmupDecaySchedule)
+        assert isinstance(opt._learning_rate, schedules.WarmupDecaySchedule)
     assert optim.build_optimizer(_cfg(name="sgd"), 256, 10, 100).momentum == 0.0
     assert optim.build_optimizer(_cfg(name="nesterov"), 256, 10, 100).nesterov
     lars = optim.build_optimizer(

@@ -10,7 +10,10 @@ from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.engine import reuse, timing, train
 from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.result import describe_protocol
+from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.steps import Stepper
+from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.spec import defaults, plan
 from wide_tf.spec import result as result_schema
 
@@ -140,14 +143,18 @@ def test_ghost_size_is_not_shrunk_on_more_replicas(tmp_path):
 
 
 def test_budget_has_a_floor_in_steps():
-    t = _single(global_batch=1000, max_epochs=2.0).train
-    assert train._budget_steps(t, 4000, 1000) == 8
-    t.min_steps = 20
-    assert train._budget_steps(t, 4000, 1000) == 20  # the floor wins at a large batch
-    assert train._budget_steps(t, 4000, 16) == 500  # and not at a small one
-    t.max_steps = 5
-    assert train._budget_steps(t, 4000, 1000) == 5  # an explicit max_steps is the budget
-    assert train.describe_protocol(_single(min_steps=20))["min_steps"] == 20
+    config = _single(global_batch=1000, max_epochs=2.0)
+
+    def budget(batch):
+        return RunPlan.make(config, "run", 4000, batch).total_steps
+
+    assert budget(1000) == 8
+    config.train.min_steps = 20
+    assert budget(1000) == 20  # the floor wins at a large batch
+    assert budget(16) == 500  # and not at a small one
+    config.train.max_steps = 5
+    assert budget(1000) == 5  # an explicit max_steps is the budget
+    assert describe_protocol(_single(min_steps=20))["min_steps"] == 20
 
 
 def test_eval_steps_are_at_the_same_examples_for_every_batch():
@@ -321,7 +328,7 @@ def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
 def test_metrics_writer_writes_only_on_the_chief(tmp_path):
     chief, other = tmp_path / "chief", tmp_path / "other"
     for path, is_chief in ((chief, True), (other, False)):
-        w = train.MetricsWriter(str(path), is_chief, "run")
+        w = MetricsWriter(str(path), is_chief, "run")
         w.scalars("train", 3, {"loss": 0.5, "bad": float("nan"), "none": None})
         w.history([{"step": 3, "train_accuracy": 0.9}])
         w.log("step %d", 3)
@@ -349,7 +356,7 @@ def test_metrics_writer_events_are_those_of_tf_summary_scalar(tmp_path):
     """The writer's events hold what tf.summary.scalar writes (the reference): the same tags,
     steps, float32 tensors and scalars-plugin metadata, so TensorBoard reads them alike."""
     values = [(0, {"loss": 2.25, "lr": 0.1}), (7, {"loss": 0.5, "lr": 1e-3, "acc": 1})]
-    w = train.MetricsWriter(str(tmp_path / "ours"), True, "run")
+    w = MetricsWriter(str(tmp_path / "ours"), True, "run")
     for step, v in values:
         w.scalars("train", step, v)
     w.close()
@@ -418,12 +425,12 @@ def test_runs_of_one_seed_measure_the_initial_model_once(tmp_path, monkeypatch):
 
 
 def test_run_state_round_trips_and_reads_older_checkpoints():
-    st = train.RunState(
+    st = RunState(
         step=7, status="reached", steps_to_target=5, history=[{"step": 5}], noise={"a": 1}
     )
-    assert train.RunState.from_json(st.to_json(), step=0) == st
+    assert RunState.from_json(st.to_json(), step=0) == st
     old = json.dumps({"history": [], "status": None, "train_log": [], "train_time_s": 1.0})
-    assert train.RunState.from_json(old, step=40) == train.RunState(step=40, train_time_s=1.0)
+    assert RunState.from_json(old, step=40) == RunState(step=40, train_time_s=1.0)
 
 
 def test_probe_on_two_replicas_matches_one(tmp_path):

@@ -10,7 +10,11 @@ import pytest
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import preemption, reuse, train
+from wide_tf.engine.bn_stats import batch_norm_layers
+from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
+from wide_tf.engine.state import RunState
 from wide_tf.engine.strategy import setup_runtime
+from wide_tf.engine.targets import interpolated_crossing
 from wide_tf.spec import defaults
 
 TARGET_KEYS = {
@@ -92,7 +96,7 @@ def test_each_crossing_is_the_first_evaluation_that_meets_it_interpolated(with_e
         ]
         i = hits[0]
         assert history[i]["step"] == t["steps_to_target"]
-        expected = train.interpolated_crossing(history[i - 1], history[i], t["metric"], t["value"])
+        expected = interpolated_crossing(history[i - 1], history[i], t["metric"], t["value"])
         assert t["steps_to_target_interp"] == pytest.approx(expected)
 
 
@@ -128,21 +132,20 @@ def test_a_divergence_after_the_primary_target_keeps_its_crossing(tmp_path):
     """The primary target is reached, then the run (training on for an extra target) diverges:
     the primary stays reached with its numbers; the extra target is marked diverged."""
     config = _config(target_value=0.5, extra_targets=["train_loss:0.0001"], max_epochs=1.0)
-    run = train.Run(config, str(tmp_path), setup_runtime(config.runtime))
-    run.restore()
-    st = run.state
+    controller, _ = train.setup(config, str(tmp_path), setup_runtime(config.runtime))
+    st = controller.restore()
     st.history = [
         {"step": 0, "train_accuracy": 0.1},
         {"step": 10, "train_accuracy": 0.7, "train_loss": 1.0},
     ]
     st.step = 10
-    run.check_targets(st.history[-1], st.history[-2])
-    st.step, st.diverged_at = 17, 17  # what train_until records for a diverged loop
-    targets = run.targets_result()
+    controller.targets.check(st, st.history[-1], st.history[-2])
+    st.step, st.diverged_at = 17, 17  # what the Controller records for a diverged loop
+    targets = controller.targets.records(st)
     assert targets[0]["status"] == "reached" and targets[0]["steps_to_target"] == 10
     assert targets[0]["steps_to_target_interp"] == pytest.approx(10 * 0.4 / 0.6)
     assert targets[1]["status"] == "diverged"
-    assert not run.running()
+    assert not controller.running()
 
 
 def test_resume_keeps_the_crossings_found_before_the_interruption(tmp_path, monkeypatch):
@@ -167,9 +170,9 @@ def test_resume_keeps_the_crossings_found_before_the_interruption(tmp_path, monk
 
 
 def test_run_state_round_trips_the_crossings_and_reads_old_checkpoints():
-    st = train.RunState(step=30, extra_crossings=[[20, 17.5], None], diverged_at=None)
-    assert train.RunState.from_json(st.to_json(), 30) == st
-    old = train.RunState.from_json('{"step": 40, "status": "diverged"}', 40)
+    st = RunState(step=30, extra_crossings=[[20, 17.5], None], diverged_at=None)
+    assert RunState.from_json(st.to_json(), 30) == st
+    old = RunState.from_json('{"step": 40, "status": "diverged"}', 40)
     assert old.diverged_at == 40 and old.extra_crossings == []
 
 
@@ -179,9 +182,9 @@ def test_momentum_ramp_and_evaluation_count_are_recorded(with_extras):
     # Evaluations every 10 steps: the one at the crossing is the (steps / 10)-th after step 0.
     assert r["evaluations_to_target"] == r["steps_to_target"] // 10
     config.optim.name = "sgd"
-    assert train.momentum_ramp_steps(config.optim) is None
+    assert momentum_ramp_steps(config.optim) is None
     config.optim.name, config.optim.momentum = "nesterov", 0.99
-    assert train.momentum_ramp_steps(config.optim) == pytest.approx(100.0)
+    assert momentum_ramp_steps(config.optim) == pytest.approx(100.0)
 
 
 # ---- batch-norm statistics recomputed for the evaluations that judge the target ----------------
@@ -217,33 +220,34 @@ def test_recomputed_statistics_are_the_average_of_the_subsets_batch_statistics(n
         target_bn_batch=128 if norm == "batch" else 32,
     )
     config.model.ghost_batch_size = 32
-    run = train.Run(config, str(tmp_path), setup_runtime(config.runtime))
-    run.restore()
-    run.train_until(30)  # weights and moving averages away from their initial values
-    model, sets = run.model, run.built.eval_sets
+    controller, backend = train.setup(config, str(tmp_path), setup_runtime(config.runtime))
+    controller.restore()
+    backend.trainer.train(30)  # weights and moving averages away from their initial values
+    built = backend.built
+    model, sets = built.model, built.eval_sets
     weights = [w.numpy().copy() for w in model.weights]
-    slots = [v.numpy().copy() for v in run.optimizer.variables]
+    slots = [v.numpy().copy() for v in built.optimizer.variables]
 
-    judged = run.evaluate_sets(sets)
+    judged = backend.evaluator.evaluate(30)
 
     # Training is unaffected: weights, moving averages and optimizer state are as they were.
     for before, w in zip(weights, model.weights):
         np.testing.assert_array_equal(before, w.numpy(), err_msg=w.path)
-    for before, v in zip(slots, run.optimizer.variables):
+    for before, v in zip(slots, built.optimizer.variables):
         np.testing.assert_array_equal(before, v.numpy())
     # 600 examples in batches of the statistics batch: the last, partial batch is left out.
-    recompute = run.built.bn_recompute
+    recompute = built.bn_recompute
     stat_batch = config.train.target_bn_batch
     assert recompute.examples == 600 // stat_batch * stat_batch
     x, _ = data_lib.load_arrays(config.data, "train", limit=600)
     # Ghost batch norm's training statistics are those of its ghost groups: by hand, batches of 32.
     by_hand = _numpy_mlp_stats(model, x[: recompute.examples], 32 if norm == "ghost" else 128)
-    norms = train.batch_norm_layers(model)
+    norms = batch_norm_layers(model)
     assert len(norms) == 2
     for layer, (mean, var) in zip(norms, by_hand):
         layer.moving_mean.assign(mean.astype(np.float32))
         layer.moving_variance.assign(var.astype(np.float32))
-    direct = {k: run.stepper.evaluate(sets[k]) for k in ("train", "test")}
+    direct = {k: built.stepper.evaluate(sets[k]) for k in ("train", "test")}
     for k in ("train", "test"):
         assert judged[k]["loss"] == pytest.approx(direct[k]["loss"], rel=1e-4), k
         assert judged[k]["accuracy"] == pytest.approx(direct[k]["accuracy"], abs=1.5 / 1437), k
@@ -282,7 +286,7 @@ def test_recompute_is_recorded_and_the_run_still_trains_to_the_target(tmp_path):
     common = [step for step in a if step in b and step > 0 and a[step] is not None]
     assert len(common) >= 3
     assert [a[step] for step in common] == [b[step] for step in common]
-    assert train.describe_protocol(_config(target_bn="recompute"))["target_bn"] is None  # no BN
+    assert describe_protocol(_config(target_bn="recompute"))["target_bn"] is None  # no BN
 
 
 def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning_rate(tmp_path):
@@ -362,7 +366,7 @@ def test_the_report_protocol_table_describes_the_new_fields():
         norm="batch", target_bn="recompute", extra_targets=["train_loss:0.1"], target_bn_batch=128
     )
     config.optim.momentum_warmup_steps = 50
-    rows = dict(protocol.trial_settings_rows([{"protocol": train.describe_protocol(config)}]))
+    rows = dict(protocol.trial_settings_rows([{"protocol": describe_protocol(config)}]))
     assert "also train_loss <= 0.1" in rows["Target"]
     assert "stops once every target is met" in rows["Target"]
     assert (
@@ -382,11 +386,13 @@ def test_recompute_on_two_replicas_gives_the_statistics_of_one(tmp_path):
         )
         config.runtime.devices = devices
         train.clear_cache()
-        run = train.Run(config, str(tmp_path / str(len(devices))), setup_runtime(config.runtime))
-        run.restore()  # the initial weights of seed 0: the same for both
-        saved = run.built.bn_recompute.recompute()
-        stats[len(devices)] = [v.numpy() for v in run.built.bn_recompute.variables]
-        run.built.bn_recompute.restore(saved)
+        _, backend = train.setup(
+            config, str(tmp_path / str(len(devices))), setup_runtime(config.runtime)
+        )
+        recompute = backend.built.bn_recompute  # at the initial weights of seed 0: both the same
+        saved = recompute.recompute()
+        stats[len(devices)] = [v.numpy() for v in recompute.variables]
+        recompute.restore(saved)
     train.clear_cache()
     for one, two in zip(stats[0], stats[2]):
         np.testing.assert_allclose(one, two, rtol=1e-5, atol=1e-6)

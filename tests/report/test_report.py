@@ -13,9 +13,8 @@ import pytest
 from helpers import add_second_target
 
 from wide_tf import report
-from wide_tf.analysis import cells
-from wide_tf.analysis import verdict as analysis
-from wide_tf.engine import train
+from wide_tf.analysis import cells, verdict
+from wide_tf.engine.result import describe_protocol
 from wide_tf.spec import defaults
 
 N_TRAIN = 4096
@@ -194,7 +193,7 @@ def _full_config(partial: dict) -> ml_collections.ConfigDict:
     return config
 
 
-PROTOCOL = train.describe_protocol(_full_config(CONFIG))
+PROTOCOL = describe_protocol(_full_config(CONFIG))
 
 
 def make_workdir(path, records, config=CONFIG):
@@ -281,8 +280,8 @@ def test_report_files_and_tables(full_report):
 def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     wd, path = full_report
     md = open(path).read()
-    v = analysis.analyze(make_records(), 0.25)["verdicts"]["mlp"]
-    assert v.outcome == analysis.SUPPORTED
+    v = verdict.analyze(make_records(), 0.25)["verdicts"]["mlp"]
+    assert v.outcome == verdict.SUPPORTED
     assert v.decision.b_crit_slope.value == pytest.approx(1.5, rel=0.05)
     assert v.text in md and "Verdict: SUPPORTED" in md
     for s in (
@@ -527,7 +526,7 @@ def test_report_shows_the_verdict_at_every_target_and_s_min_against_the_ramp():
     for r in recs:
         r["momentum_ramp_steps"] = 10.0
     add_second_target(recs, "train_loss", 0.1, 0.5)
-    result = analysis.analyze(recs, 1.0, n_boot=50)
+    result = verdict.analyze(recs, 1.0, n_boot=50)
     lines = markdown.md_targets(result["per_target"])
     assert lines[0] == "## The verdict at every target"
     rows = [ln for ln in lines if ln.startswith("| train_")]

@@ -17,7 +17,6 @@ Pure Python on plain dicts (the result.json schema); no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from collections.abc import Iterable, Sequence
 
@@ -34,36 +33,6 @@ STATUS_CODE = {"reached": 1.0, "not_reached": 0.0, "diverged": -1.0}
 # ----------------------------------------------------------------------------------------------
 # Records
 # ----------------------------------------------------------------------------------------------
-
-
-def parse_results(text: str) -> tuple[list[dict], int]:
-    """Parses JSON-lines text into records; returns (records, number of unparseable lines).
-
-    The last record of a trial_id wins. Unparseable lines (a torn last line) are skipped and
-    counted, not fatal."""
-    records, bad = [], 0
-    for line in text.splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            bad += 1
-            continue
-        if not isinstance(rec, dict) or "member" not in rec or "batch_size" not in rec:
-            bad += 1
-            continue
-        records.append(rec)
-    return dedupe_records(records), bad
-
-
-def dedupe_records(records: Iterable[dict]) -> list[dict]:
-    """Keeps the last record per trial_id (records without a trial_id are all kept)."""
-    out: dict = {}
-    for i, rec in enumerate(records):
-        out[rec.get("trial_id", ("no-id", i))] = rec
-    return list(out.values())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,6 @@ Pure NumPy on member summaries; no TensorFlow.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 
 import numpy as np
@@ -133,8 +132,3 @@ def sentence(p: Pooled, names: Sequence[str]) -> str:
     if p.b_crit_slope is not None:
         out += f"; B_crit slope {p.b_crit_slope.value:+.2f}"
     return out + (f". Why: {'; '.join(p.reasons)}." if p.reasons else ".")
-
-
-def se_ratio(single: meta.MetaSlope, pooled: meta.MetaSlope) -> float:
-    """How much narrower the pooled interval is than one study's (a description)."""
-    return pooled.se / single.se if single.se > 0 else math.nan

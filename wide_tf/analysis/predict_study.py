@@ -196,11 +196,10 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--config", required=True, help="a study config (configs/wrn.py)")
     args = ap.parse_args(argv)
-    from wide_tf.config import loader as configs_loader
-    from wide_tf.config import validate
+    from wide_tf.config import loader, validate
 
     try:
-        config = configs_loader.load_config(args.config)
+        config = loader.load_config(args.config)
     except validate.UsageError as e:
         return _fail(str(e).splitlines()[0])
     if config.get("sweep") is None or config.get("kind", "study") != "study":

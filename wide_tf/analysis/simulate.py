@@ -32,8 +32,7 @@ import time
 
 import numpy as np
 
-from wide_tf.analysis import pooled
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import pooled, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
@@ -64,11 +63,10 @@ class Design:
 
 def design_from_config(spec: str = DEFAULT_CONFIG) -> Design:
     """The design of a study config (members resolved as the study resolves them; no TensorFlow)."""
-    from wide_tf.config import loader as configs_loader
-    from wide_tf.config import validate
+    from wide_tf.config import loader, validate
     from wide_tf.spec import families
 
-    config = configs_loader.load_config(spec)
+    config = loader.load_config(spec)
     num_train, classes, shape, _ = validate.dataset_facts(config)
     s, t = config.sweep, config.train
     members = families.from_config(
@@ -279,7 +277,7 @@ def calibrate(
     (the members' true curves) and read together (`wide_tf.analysis.pooled`)."""
     rng = np.random.default_rng(seed)
     counts = dict.fromkeys(
-        (analysis.SUPPORTED, analysis.CONTRADICTED, analysis.NO_EFFECT, analysis.INCONCLUSIVE), 0
+        (verdict.SUPPORTED, verdict.CONTRADICTED, verdict.NO_EFFECT, verdict.INCONCLUSIVE), 0
     )
     mds, examples = [], 0.0
     for _ in range(n_studies):
@@ -290,16 +288,16 @@ def calibrate(
         if replicates > 1:
             counts[pooled.decide(studies).outcome] += 1
             continue
-        d = analysis.decide(studies[0])
+        d = verdict.decide(studies[0])
         counts[d.outcome] += 1
         if d.model_free_slope is not None:
             mds.append(d.model_free_slope.min_detectable)
     return Calibration(
         n_studies,
-        counts[analysis.SUPPORTED],
-        counts[analysis.CONTRADICTED],
-        counts[analysis.NO_EFFECT],
-        counts[analysis.INCONCLUSIVE],
+        counts[verdict.SUPPORTED],
+        counts[verdict.CONTRADICTED],
+        counts[verdict.NO_EFFECT],
+        counts[verdict.INCONCLUSIVE],
         float(np.median(mds)) if mds else None,
         examples / n_studies,
     )

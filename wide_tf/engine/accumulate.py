@@ -4,24 +4,14 @@ the norm layers' moving statistics stepped once per optimizer step from the step
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 
+from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.models import norm
 
 
 def sq_norm(tensors) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
-
-
-def losses_and_hits(model, x, y, training: bool) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-example cross-entropy (from float32 logits, whatever the model's dtype policy) and
-    per-example hits (1.0 where the arg-max class is the label) of `model` on (x, y)."""
-    logits = tf.cast(model(x, training=training), tf.float32)
-    losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
-    predicted = tf.argmax(logits, -1, output_type=tf.int32)
-    hits = tf.cast(tf.equal(predicted, tf.cast(y, tf.int32)), tf.float32)
-    return losses, hits
 
 
 def loss_and_grads(model, plan, x, y, *, two_batch: bool):

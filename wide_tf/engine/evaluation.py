@@ -11,65 +11,27 @@ can only grow (every example's loss is >= 0, and the host sums in the same order
 stopped pass is never a crossing, every crossing is found at the same step with the same value,
 and the step before it is either a whole pass or the snapshot's. The test set is not a target here
 (the economy is off when one is): it is evaluated for the curves, every curve_every_examples, and
-at the end. Nothing here reads the device per training step; a pass reads once per chunk."""
+at the end. Nothing here reads the device per training step; a pass reads once per chunk.
+
+Shared by every backend: it reaches the weights only through an Evaluator (engine/interface.py),
+and reads the run's plan and state as plain data."""
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import math
 
 import numpy as np
-import tensorflow as tf
 
-from wide_tf.engine import timing
-from wide_tf.spec import plan as plan_lib
+from wide_tf.engine.interface import Evaluator
+from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.spec import targets as targets_lib
 
-# Metrics of the training set that a bounded pass can rule out (their best reachable value).
-_TRAIN_METRICS = ("train_accuracy", "train_loss")
-
-
-class Snapshot:
-    """A copy of the model's weights (all of them, batch-norm statistics too) on its devices,
-    saved in the run's checkpoints so that a resumed run keeps it; `applied()` evaluates it."""
-
-    def __init__(self, model, strategy):
-        self.model = model
-        with strategy.scope():
-            self.saved = _copies(model, "eval_snapshot")
-            self.held = _copies(model, "eval_held")
-        self._take = _copier(model.weights, self.saved)
-        self._hold = _copier(model.weights, self.held)
-        self._put = _copier(self.saved, model.weights)
-        self._back = _copier(self.held, model.weights)
-
-    def take(self) -> None:
-        self._take()
-
-    @contextlib.contextmanager
-    def applied(self):
-        """The model holds the snapshot's weights inside the block, its own after it."""
-        self._hold()
-        self._put()
-        try:
-            yield
-        finally:
-            self._back()
-
-
-def _copies(model, name: str) -> list:
-    return [tf.Variable(w, trainable=False, name=name) for w in model.weights]
-
-
-def _copier(sources, targets):
-    @tf.function(autograph=False)
-    def copy():
-        timing.note_trace()
-        for s, t in zip(sources, targets):
-            t.assign(s)
-
-    return copy
+# Metrics of the training set: a bounded pass over it can rule them out (their best reachable
+# value); the economy is off when a target is measured on another set.
+_TRAIN_METRICS = tuple(
+    m for m in targets_lib.EVAL_METRICS if targets_lib.METRICS[m].split == "train"
+)
 
 
 def bound(unreached, n: int) -> tuple[float, float]:
@@ -100,64 +62,83 @@ def _largest_loss_sum(target: float, n: int) -> float:
 
 
 class Economy:
-    """The evaluation steps of one run (engine/train.Run): whole passes at step 0, on the curve
-    cadence and without the economy; else a bounded pass over the training set alone."""
+    """The evaluation steps of one run: whole passes at step 0, on the curve cadence and without
+    the economy; else a bounded pass over the training set alone. `targets`: the run's
+    (engine/targets.py); every evaluation is recorded in the state's history."""
 
-    def __init__(self, run):
-        t = run.config.train
-        self.run = run
-        metrics = [run.targets.primary[0]] + [m for m, _ in run.targets.extra]
-        self.on = bool(t.eval_economy) and all(m in _TRAIN_METRICS for m in metrics)
-        every = plan_lib.curve_every(run.eval_every, t.curve_every_examples)
-        self.curve_steps = set(plan_lib.eval_steps(run.batch, every, run.total_steps))
-        self.cadence = sorted(run.eval_steps)  # for the evaluation step before a given one
-        self.snapshot = run.built.snapshot
+    def __init__(self, evaluator: Evaluator, targets, plan: RunPlan):
+        self.evaluator, self.targets, self.plan = evaluator, targets, plan
+        metrics = [targets.primary[0]] + [m for m, _ in targets.extra]
+        self.on = plan.eval_economy and all(m in _TRAIN_METRICS for m in metrics)
 
-    def evaluate(self, train_scalars: dict | None = None) -> dict | None:
+    def evaluate(self, st: RunState, train_scalars: dict | None = None) -> dict | None:
         """The evaluation at the current step (its targets checked); None: the pass stopped
         early (no target can be met here) and the weights went into the snapshot."""
-        run, st = self.run, self.run.state
-        if not self.on or st.step == 0 or st.step in self.curve_steps:
-            ev = run.evaluate(train_scalars, sets=("train", "test"))
+        if not self.on or st.step == 0 or st.step in self.plan.curve_steps:
+            ev = self._evaluate(st, train_scalars, ("train", "test"))
         else:
-            limit = bound(run.targets.unreached(st), run.built.eval_sets["train"].num_examples)
-            ev = run.evaluate(train_scalars, sets=("train",), bound=limit)
+            limit = bound(self.targets.unreached(st), self.evaluator.examples["train"])
+            ev = self._evaluate(st, train_scalars, ("train",), bound=limit)
             if ev is None:
-                with timing.timed("eval", st.time_s):
-                    self.snapshot.take()
+                self.evaluator.hold()
                 st.cut_short_step = st.step
                 return None
-        run.check_targets(ev, self.previous(ev))
+        self.targets.check(st, ev, self.previous(st, ev))
         return ev
 
-    def previous(self, ev: dict) -> dict | None:
+    def _evaluate(
+        self, st, train_scalars, sets, bound=None, step=None, snapshot=False
+    ) -> dict | None:
+        """The loss and accuracy of `sets` at the current step (at `step`: the snapshot's), into
+        the history unless it is the snapshot's (the caller places it)."""
+        step = st.step if step is None else step
+        out = self.evaluator.evaluate(step, sets, bound, snapshot)
+        if out is None:
+            return None
+        ev = {"step": step, "epoch": self.plan.epoch(step), "examples": step * self.plan.batch}
+        for name, values in out.items():
+            ev.update({f"{name}_{q}": values[q] for q in targets_lib.EVAL_QUANTITIES})
+        if train_scalars:
+            ev.update(train_scalars)
+        if "test" in out:
+            _best_test(st, out["test"]["accuracy"])
+        if not snapshot:
+            st.history.append(ev)
+        return ev
+
+    def previous(self, st: RunState, ev: dict) -> dict | None:
         """The evaluation at the evaluation step before `ev` (the last in the history): the
         history's, or the snapshot's whole pass when that step stopped early and a target is met
         now (then it joins the history, before `ev`)."""
-        run, st = self.run, self.run.state
-        k = bisect.bisect_left(self.cadence, ev["step"])
-        prev_step = self.cadence[k - 1] if k else 0
+        cadence = self.plan.eval_steps
+        k = bisect.bisect_left(cadence, ev["step"])
+        prev_step = cadence[k - 1] if k else 0
         earlier = st.history[:-1]
         if earlier and earlier[-1]["step"] == prev_step:
             return earlier[-1]
-        if st.cut_short_step == prev_step and run.targets.any_met(st, ev):
-            with self.snapshot.applied():
-                prev = run.evaluate(None, sets=("train",), record=False, step=prev_step)
+        if st.cut_short_step == prev_step and self.targets.any_met(st, ev):
+            prev = self._evaluate(st, None, ("train",), step=prev_step, snapshot=True)
             st.history.insert(len(st.history) - 1, prev)
             return prev
         return earlier[-1] if earlier else None
 
-    def finish(self) -> dict | None:
+    def finish(self, st: RunState) -> dict | None:
         """The final numbers once the loop has stopped: a whole evaluation of both sets at the
         last step, unless the history already has one (None then); the target counts only on the
         cadence. A diverged run has no final model to evaluate."""
-        run, st = self.run, self.run.state
         if st.diverged_at is not None:
             return None
         last = st.history[-1] if st.history else None
         if last is None or last["step"] != st.step:
-            return run.evaluate(None, sets=("train", "test"))
+            return self._evaluate(st, None, ("train", "test"))
         if "test_accuracy" not in last:
-            run.add_test(last)
+            te = self.evaluator.evaluate(st.step, ("test",))["test"]
+            last.update({f"test_{q}": te[q] for q in targets_lib.EVAL_QUANTITIES})
+            _best_test(st, te["accuracy"])
             return last
         return None
+
+
+def _best_test(st: RunState, accuracy: float) -> None:
+    best = st.best_test_accuracy
+    st.best_test_accuracy = accuracy if best is None else max(best, accuracy)

@@ -10,18 +10,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-# Names accepted in optim_cfg.name / .schedule / .scaling / .lars_trust_ratio, defined in the spec
-# (which imports no TensorFlow): a config that names anything else must fail loudly, because a
-# silently substituted optimizer or schedule invalidates every comparison in a study.
-from wide_tf.engine.schedules import (  # noqa: F401  (the optimizers' learning rates, re-exported)
-    WarmupDecaySchedule,
-    build_schedule,
-    peak_learning_rate,
-    scaled_learning_rate,
-    warmup_steps_for,
-)
+from wide_tf.engine.schedules import build_schedule
 from wide_tf.spec import optimizers as optimizers_spec
-from wide_tf.spec.choices import SCHEDULES as SCHEDULE_NAMES  # noqa: F401  (read by tests)
 from wide_tf.spec.choices import TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and

@@ -1,12 +1,15 @@
 """Owns the result record of a run (result.json), built against the one schema in
-wide_tf/spec/result.py, and the protocol every record carries (describe_protocol)."""
+wide_tf/spec/result.py from plain data (the config, the plan, the state, the backend's facts),
+and the protocol every record carries (describe_protocol)."""
 
 from __future__ import annotations
 
 from wide_tf.engine import timing
+from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
 from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import result as schema
+from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec import targets as targets_lib
 
 _comparison = targets_lib.comparison
@@ -19,12 +22,6 @@ def momentum_ramp_steps(optim_cfg) -> float | None:
     if not optimizers_spec.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
         return None
     return 1.0 / (1.0 - float(optim_cfg.momentum))
-
-
-def model_policy(model) -> str:
-    """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
-    layer = next((candidate for candidate in model.layers if candidate.weights), None)
-    return (layer or model).dtype_policy.name
 
 
 def describe_protocol(config) -> dict:
@@ -46,14 +43,11 @@ def describe_protocol(config) -> dict:
         + f" (fixed in {o.warmup_fixed})",
         "scaling": o.scaling,
         "reference_batch": o.reference_batch,
-        "momentum": o.momentum,
-        "weight_decay": o.weight_decay,
         "norm": m.norm,
         # How batch norm is judged at every evaluation (None: the model has no batch norm).
         "target_bn": t.target_bn if m.norm in ("batch", "ghost") else None,
         "target_bn_examples": t.target_bn_examples if t.target_bn == "recompute" else None,
         "target_bn_batch": t.target_bn_batch if t.target_bn == "recompute" else None,
-        "momentum_warmup_steps": o.momentum_warmup_steps,
         "ghost_batch_size": m.ghost_batch_size if m.norm == "ghost" else None,
         "data": d.name,
         "augment": d.augment,
@@ -62,23 +56,13 @@ def describe_protocol(config) -> dict:
         # What "diverged" means, and what the training metric is measured on.
         "diverge_loss": t.diverge_loss,
         "eval_train_limit": t.eval_train_limit,
-        # The numbers of the schedule and of LARS that change the run (only those in use).
-        "schedule_settings": {
-            k: o[k]
-            for k in {
-                "cosine": ("end_lr_fraction",),
-                "polynomial": ("poly_power", "end_lr_fraction"),
-                "multistep": ("decay_factor", "decay_epochs"),
-            }.get(o.schedule, ())
-        },
-        "lars": (
-            {k: o[f"lars_{k}"] for k in ("eta", "trust_ratio", "epsilon", "clip")}
-            if o.name == "lars"
-            else None
-        ),
+        # The numbers of the schedule in use (its registry entry's fields).
+        "schedule_settings": {k: o[k] for k in schedules_spec.SCHEDULES[o.schedule].hyper},
         # The gradient statistics: how often, and on how many examples (n of the batch bound).
         "gradient_every_examples": t.gradient_every_examples,
         "probe_size": t.probe_size,
+        # The optimizer's hyper-parameters as its registry entry declares them (spec/optimizers).
+        **optimizers_spec.protocol_block(o),
     }
 
 
@@ -110,28 +94,29 @@ def _evaluations_to_target(st, eval_steps) -> int | None:
     return sum(1 for s in eval_steps if 0 < s <= s_target)
 
 
-def build(run) -> dict:
-    """The record of the finished trainer `run` (engine.train.Run): its trial's fields, then every
-    field of the schema in its order."""
-    config, t, st, batch, n_train = run.config, run.config.train, run.state, run.batch, run.n_train
+def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts: dict) -> dict:
+    """The record of a finished run: its trial's fields, then every field of the schema in its
+    order. `targets`: every target's record, the primary first (engine/targets.Targets.records);
+    `facts`: the backend's (engine/interface.Trainer.describe)."""
+    t, batch, n_train = config.train, plan.batch, plan.num_train
     last = st.history[-1]
     values = {
-        "trial_id": run.name,
+        "trial_id": plan.name,
         "arch": config.model.arch,
         "depth": config.model.depth,
         "width": config.model.width,
-        "params": run.params,
+        "params": facts["params"],
         "batch_size": batch,
         "lr_multiplier": config.optim.lr_multiplier,
-        "learning_rate": run.peak_lr,
+        "learning_rate": facts["learning_rate"],
         "optimizer": config.optim.name,
         "seed": t.seed,
         "num_train": n_train,
         "status": st.status,
         "target": {"metric": t.target_metric, "value": t.target_value},
         **_primary_numbers(st, batch, n_train),
-        "targets": run.targets.records(st),  # every target, the primary first
-        "evaluations_to_target": _evaluations_to_target(st, run.eval_steps),
+        "targets": targets,
+        "evaluations_to_target": _evaluations_to_target(st, plan.eval_steps),
         # 1 / (1 - momentum), to set steps-to-target against momentum's build-up.
         "momentum_ramp_steps": momentum_ramp_steps(config.optim),
         "diverged_at_step": st.diverged_at,
@@ -142,18 +127,18 @@ def build(run) -> dict:
         "wall_time_s": st.wall_time_s,
         "time_s": timing.settle(st.time_s, st.wall_time_s),
         "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
-        "gradient": {"history": st.gradient, "noise_scale_ema": run.noise_scale_ema},
-        "runtime": run.runtime.describe(),
+        "gradient": {"history": st.gradient, "noise_scale_ema": facts["noise_scale_ema"]},
+        "runtime": facts["runtime"],
         # The policy the model was really built with (not only the one asked for).
-        "dtype_policy": model_policy(run.model),
+        "dtype_policy": facts["dtype_policy"],
         "protocol": describe_protocol(config),
         # The batch's layout really used: the micro-batch cap in force (protocol's
         # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
-        "batch_plan": run.plan.describe(),
+        "batch_plan": facts["batch_plan"],
     }
     unknown = set(values) - set(schema.NAMES)
     assert not unknown, f"fields missing from wide_tf/spec/result.py: {sorted(unknown)}"
-    record = dict(run.trial)
+    record = dict(trial)
     record.update({name: values[name] for name in schema.NAMES if name in values})
     record.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
     if st.diverged_at is not None:

@@ -15,10 +15,11 @@ import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine import schedules
 from wide_tf.engine import stream as stream_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
-from wide_tf.engine.evaluation import Snapshot
 from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine.snapshot import Snapshot
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
 from wide_tf.spec import datasets as datasets_spec
 
@@ -27,7 +28,7 @@ from wide_tf.spec import datasets as datasets_spec
 # why it may be left out; a field belongs here only if the reset in `build` (weights, optimizer
 # variables, schedule, threshold) or the host loop takes care of it.
 KEY_EXCLUDED = {
-    # Numbers held in the learning-rate schedule's variables (optim.WarmupDecaySchedule), which
+    # Numbers held in the learning-rate schedule's variables (schedules.WarmupDecaySchedule), which
     # `build` reassigns for every run; the count of decay boundaries is a shape: kept (below).
     "optim": (
         "base_lr",
@@ -117,7 +118,7 @@ class Built:
     init_weights: dict  # seed -> the model's initial weights
     # seed -> {what: value}: the initial model's evaluations and gradient diversity, which every
     # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
-    # learning rates of a grid measure them once (see Run.at_init).
+    # learning rates of a grid measure them once (see engine/tf_run._at_init).
     at_init: dict = dataclasses.field(default_factory=dict)
     snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None
@@ -190,7 +191,7 @@ def build(
     built.model.set_weights(_initial_weights(built, config, info, t.seed, new_model))
     for v, value in zip(built.optimizer.variables, built.optimizer_init):
         v.assign(value)
-    schedule = optim_lib.build_schedule(
+    schedule = schedules.build_schedule(
         config.optim, plan.global_batch, steps_per_epoch, total_steps
     )
     built.optimizer._learning_rate.assign_from(schedule)

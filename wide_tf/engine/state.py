@@ -1,10 +1,79 @@
-"""Owns what a run carries from one host loop to the next and into its checkpoints besides the
-weights and optimizer state (RunState, saved as a JSON string)."""
+"""Owns the plain data of one run, shared by every backend: its plan (RunPlan: the budget and the
+cadences the Controller holds) and what it carries from one host loop to the next and into its
+checkpoints besides the weights and optimizer state (RunState, saved as a JSON string)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+
+from wide_tf.spec import plan as plan_lib
+
+# With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
+DEFAULT_CHECKPOINT_MIN_S = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """One run's numbers that do not change while it runs: its batch, budget and cadences (the
+    evaluation steps, the curves' whole passes, checkpoints, the probe), from the config and the
+    training set's size. Plain data: the Controller, the evaluation economy and the result record
+    read it; no backend object is needed to know when anything happens."""
+
+    name: str
+    batch: int
+    num_train: int
+    total_steps: int
+    eval_every: int  # examples between two evaluation steps
+    eval_steps: tuple  # ascending; the last is total_steps
+    curve_steps: frozenset  # evaluation steps that evaluate both sets whole
+    steps_per_loop: int
+    checkpoint_every: int  # steps
+    checkpoint_min_s: float
+    stop_at_target: bool
+    eval_economy: bool
+    probe: bool  # whether the gradient probe runs at all (at the start, then on its cadence)
+    probe_every: int  # examples between two probe measurements (0: at the start only)
+
+    @classmethod
+    def make(cls, config, name: str, num_train: int, batch: int) -> RunPlan:
+        t = config.train
+        total = plan_lib.budget_steps(
+            max_steps=t.max_steps,
+            max_epochs=t.max_epochs,
+            min_steps=t.min_steps,
+            num_train=num_train,
+            batch=batch,
+        )
+        every = t.eval_every_examples or num_train
+        curve = plan_lib.curve_every(every, t.curve_every_examples)
+        return cls(
+            name=name,
+            batch=batch,
+            num_train=num_train,
+            total_steps=total,
+            eval_every=every,
+            eval_steps=tuple(plan_lib.eval_steps(batch, every, total)),
+            curve_steps=frozenset(plan_lib.eval_steps(batch, curve, total)),
+            steps_per_loop=t.steps_per_loop,
+            checkpoint_every=t.checkpoint_every_steps or max(1, total // 10),
+            # The default cadence (ten per run) also waits DEFAULT_CHECKPOINT_MIN_S between
+            # saves: a run of a few seconds needs no checkpoint every 0.1 s (each cost ~25 ms
+            # here). Resume is exact from any checkpoint, so this only changes how much work a
+            # kill can lose.
+            checkpoint_min_s=0.0 if t.checkpoint_every_steps else DEFAULT_CHECKPOINT_MIN_S,
+            stop_at_target=bool(t.stop_at_target),
+            eval_economy=bool(t.eval_economy),
+            probe=bool(t.gradient_every_examples or t.gradient_at_init),
+            probe_every=int(t.gradient_every_examples or 0),
+        )
+
+    @property
+    def steps_per_epoch(self) -> float:
+        return self.num_train / self.batch
+
+    def epoch(self, step: int) -> float:
+        return step * self.batch / self.num_train
 
 
 @dataclasses.dataclass

@@ -14,7 +14,8 @@ import tensorflow as tf
 
 from wide_tf.engine import accumulate, timing
 from wide_tf.engine import data as data_lib
-from wide_tf.engine.accumulate import losses_and_hits, sq_norm
+from wide_tf.engine.accumulate import sq_norm
+from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.spec import rules
 
@@ -197,7 +198,7 @@ class Stepper:
             self.acc = {k: tf.Variable(0.0, name=k, **local) for k in self.scalar_names}
             self.diverged = tf.Variable(False, name="diverged", **local)
             # A variable, not a constant baked into the graph: runs that differ only in their
-            # threshold (or learning rate, see optim.WarmupDecaySchedule) share one traced step.
+            # threshold (or learning rate, see schedules.WarmupDecaySchedule) share one traced step.
             self.diverge_loss = tf.Variable(
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from wide_tf.analysis import members
 from wide_tf.spec import optimizers as optimizers_spec
+from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
@@ -131,25 +132,7 @@ def _divergence(p: dict, r: dict) -> str | None:
 
 
 def _optimizer(p: dict, r: dict) -> str | None:
-    name = p.get("optimizer")
-    if not name:
-        return None
-    parts = [name]
-    if optimizers_spec.uses_momentum(name):
-        warmup = p.get("momentum_warmup_steps")
-        parts.append(
-            f"momentum {p.get('momentum')}"
-            + (f" (rising linearly from 0 over the first {warmup} steps)" if warmup else "")
-        )
-    if p.get("weight_decay"):
-        parts.append(f"weight decay {p['weight_decay']}")
-    lars = p.get("lars")
-    if lars:
-        parts.append(
-            f"eta {lars.get('eta')}, trust ratio '{lars.get('trust_ratio')}', "
-            f"epsilon {lars.get('epsilon')}, clip {lars.get('clip')}"
-        )
-    return ", ".join(str(x) for x in parts)
+    return optimizers_spec.describe(p)  # from the optimizer's registry entry
 
 
 def _scaling(p: dict, r: dict) -> str | None:
@@ -160,17 +143,7 @@ def _scaling(p: dict, r: dict) -> str | None:
 
 def _schedule(p: dict, r: dict) -> str | None:
     sched = p.get("schedule")
-    if not sched:
-        return None
-    s = p.get("schedule_settings") or {}
-    extra = ""
-    if sched == "multistep" and s:
-        extra = f" (decay x{s.get('decay_factor')} at epochs {s.get('decay_epochs')})"
-    elif sched == "polynomial" and s:
-        extra = f" (power {s.get('poly_power')}, end at {s.get('end_lr_fraction')} x peak)"
-    elif sched == "cosine" and s:
-        extra = f" (end at {s.get('end_lr_fraction')} x peak)"
-    return f"{sched}{extra}"
+    return schedules_spec.describe(sched, p.get("schedule_settings") or {}) if sched else None
 
 
 def _norm(p: dict, r: dict) -> str | None:
@@ -223,7 +196,7 @@ TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | N
     ("Divergence", ("diverge_loss",), _divergence),
     (
         "Optimizer",
-        ("optimizer", "momentum", "momentum_warmup_steps", "weight_decay", "lars"),
+        ("optimizer", *optimizers_spec.SHARED_HYPER, *optimizers_spec.OPTIMIZERS),
         _optimizer,
     ),
     ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),

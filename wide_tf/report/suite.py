@@ -13,14 +13,13 @@ import csv
 import io
 import os
 
-from wide_tf.analysis import decision, factors, pooled, robustness
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import decision, factors, pooled, robustness, verdict
 from wide_tf.analysis.cells import records_for_target, target_labels
 from wide_tf.analysis.members import summarize_members
 from wide_tf.report.markdown import _md_table, md_transients
 from wide_tf.report.protocol import config_value, eps_from_config
 from wide_tf.report.writer import read_workdir
-from wide_tf.store import suite as suite_run
+from wide_tf.store import suite as suite_store
 from wide_tf.store import workdir as wd
 
 COLUMNS = [
@@ -54,7 +53,7 @@ def _overhead(sens) -> str:
 
 
 def _study_rows(entry, records, eps) -> list[dict]:
-    result = analysis.analyze(records, eps)
+    result = verdict.analyze(records, eps)
     rows = []
     # (records without a per-target list have the study's target alone)
     per_target = result["per_target"] or {"the target": result["verdicts"]}
@@ -195,7 +194,7 @@ def _read_studies(workdir: str, entries, read):
     yet run, eps, data sets)."""
     loaded, rows, transients, missing, eps, data = {}, [], [], [], None, set()
     for e in entries:
-        sub = suite_run.study_dir(workdir, e)
+        sub = suite_store.study_dir(workdir, e)
         config, records = (read(sub)[:2]) if wd.exists(sub) else (None, [])
         if not records:
             missing.append(e.name)
@@ -260,8 +259,8 @@ _POOLED_NOTE = (
 def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     """(answer.md's text, the table's rows) from a suite's workdir (`read`: a study folder ->
     (config, records, unreadable); the tests pass simulated studies)."""
-    rec = suite_run.read_record(workdir)
-    entries = suite_run.entries_of(rec)
+    rec = suite_store.read_record(workdir)
+    entries = suite_store.entries_of(rec)
     loaded, rows, transients, missing, eps, data = _read_studies(workdir, entries, read)
     lines = [
         "# The answer suite",

@@ -7,6 +7,7 @@ import csv
 import io
 import math
 
+from wide_tf.spec.targets import EVAL_METRICS
 from wide_tf.store import workdir as wd
 
 TRIAL_COLUMNS = [
@@ -28,10 +29,7 @@ TRIAL_COLUMNS = [
     "examples_to_target",
     "steps",
     "epochs",
-    "final_train_accuracy",
-    "final_train_loss",
-    "final_test_accuracy",
-    "final_test_loss",
+    *(f"final_{k}" for k in EVAL_METRICS),
     "best_test_accuracy",
     "wall_time_s",
     "examples_per_s",
@@ -117,7 +115,7 @@ def trial_rows(records: list[dict]) -> list[dict]:
     ):
         final = r.get("final") or {}
         row = {k: r.get(k) for k in TRIAL_COLUMNS}
-        for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss"):
+        for k in EVAL_METRICS:
             row[f"final_{k}"] = final.get(k)
         rows.append({k: _cell(v) for k, v in row.items()})
     return rows

@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from wide_tf.analysis import verdict as analysis
+from wide_tf.analysis import verdict
 from wide_tf.report import prediction, publish
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
@@ -29,8 +29,6 @@ from wide_tf.report.tables import (
 )
 from wide_tf.report.tensorboard import write_tensorboard
 from wide_tf.store import workdir as wd
-
-REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/store/workdir.py
 
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
@@ -105,7 +103,7 @@ def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -
     """Every file of the report, into `outdir`; report.md last. `skipped`: (unreadable records,
     partial ones)."""
     n_bad, partial = skipped
-    result = analysis.analyze(records, eps)
+    result = verdict.analyze(records, eps)
     summaries = result["summaries"]
     write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))

@@ -12,7 +12,7 @@ that both registries name the same architectures).
 Config files and validation import this module, so it must stay importable without TensorFlow.
 
 To add an architecture: a subclass of `Architecture` here, passed to `register`, and its builder
-in `wide_tf/models/`, entered in `wide_tf.engine.models.BUILDERS`.
+in `wide_tf/engine/models/`, entered in `wide_tf.engine.models.BUILDERS`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,13 @@
 """Owns the names every choice field accepts that are not a registry of their own (optimizers,
-data sets, architectures, family kinds and target metrics are): schedules, scaling rules, LARS
+schedules, data sets, architectures, family kinds and target metrics are): scaling rules, LARS
 trust-ratio forms, batch-norm modes of the evaluations, strategies, precisions and config kinds.
 The config checks and the engine read them here, so a new name is added once."""
 
 from __future__ import annotations
 
-SCHEDULES = ("constant", "cosine", "multistep", "polynomial")  # optim.schedule
+from wide_tf.spec import schedules
+
+SCHEDULES = schedules.NAMES  # optim.schedule (spec/schedules.py: each one's hyper-parameters)
 SCALING_RULES = ("none", "linear", "sqrt")  # optim.scaling
 TRUST_RATIO_FORMS = ("you", "decayed_grad")  # optim.lars_trust_ratio
 WARMUP_FIXED = ("epochs", "steps")  # optim.warmup_fixed

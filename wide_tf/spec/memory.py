@@ -7,7 +7,7 @@ what the backward pass needs, since an Add or a pooling layer saves nothing) at 
 (4 bytes in float32, 2 under mixed_bfloat16), times the per-replica (micro-)batch; plus 16 bytes
 per parameter (float32 weights, gradients and two optimizer slots). A replica may use
 `USABLE_FRACTION` of its device's memory; the rest is left to the runtime, XLA's scratch space, the
-evaluation and probe sets and fragmentation. Checked on CPU (tests/test_memory.py): the element
+evaluation and probe sets and fragmentation. Checked on CPU (tests/spec/test_memory.py): the element
 counts equal the sum of the Keras models' layer output sizes; WRN-40-1.64 counts 8.2 MB per example
 in float32 against the 5.7 MB measured on CPU, so the model errs on the safe side by about 1.4x.
 Not modelled: TPU layout padding (XLA tiles the two minor dimensions to 8 x 128, which may pad

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from wide_tf.spec import targets
+
 # A field's JSON kinds: "number" is an int or a float (not a bool), "int" an int (not a bool).
 KINDS = ("str", "int", "number", "bool", "dict", "list")
 
@@ -34,8 +36,7 @@ TARGET = (  # one entry of "targets"
 )
 
 FINAL = tuple(
-    Field(k, "number", nullable=True, doc="None for a diverged run")
-    for k in ("train_accuracy", "train_loss", "test_accuracy", "test_loss")
+    Field(k, "number", nullable=True, doc="None for a diverged run") for k in targets.EVAL_METRICS
 )
 
 GRADIENT = (

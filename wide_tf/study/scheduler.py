@@ -12,19 +12,17 @@ import dataclasses
 import time
 import uuid
 
-import tensorflow as tf
 from absl import logging
 
 from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
 from wide_tf.engine.strategy import setup_runtime
-from wide_tf.spec import identity
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress, workers
 from wide_tf.study.trials import (
-    StudyError,
     Trial,
+    check_workdir,
     expand_group,
     group_trials,
     in_shard,
@@ -35,28 +33,6 @@ from wide_tf.study.trials import (
 
 # Runs are started as train_lib.train_and_evaluate (not a bound name): the bench and the
 # interruption tests wrap that function on its module.
-
-
-def check_workdir(config, workdir: str) -> None:
-    """Writes config.json, or refuses a workdir that holds a different study."""
-    path = wd.join(workdir, wd.CONFIG)
-    if tf.io.gfile.exists(path):
-        theirs = wd.read_json(path)
-        if not isinstance(theirs, dict):
-            raise StudyError(
-                f"{path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
-                "restore it, or move it aside and run the same command to write it again"
-            )
-        diff = identity.differing_fields(theirs, config)
-        if diff:
-            raise StudyError(
-                f"{workdir} holds a different study (config differs in: "
-                f"{identity.describe(diff, norm=config.model.norm)})"
-                "; use a new --workdir, or the config that made it"
-            )
-        return
-    tf.io.gfile.makedirs(workdir)
-    wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
 
 
 class WorkerStopped(preemption.Preempted):
@@ -73,15 +49,13 @@ class LostClaim(Exception):
     """Another worker took this worker's group over (its heartbeat was judged stale)."""
 
 
-def run(config, workdir: str, *, shard=None, only_trial=None, worker=None, started=None, log=print):
-    """The one call for a study, whichever process this is: a worker of `--workers=N` (`worker`,
-    its spec), their parent (`started`, the workers it started), or the only process. Returns a
+def run(config, workdir: str, *, shard=None, only_trial=None, worker=None):
+    """The one call for a study in a process that trains: a worker of `--workers=N` (`worker`,
+    its spec; their parent only supervises them, study/workers.py) or the only process. Returns a
     `workers.Outcome`: whether the report is due now, the exit status, a worker's failure."""
     if worker is not None:
         run_worker(config, workdir, worker.run_id, shard=shard)
         return workers.Outcome(report_due=False)  # the parent's to write, once all are done
-    if started is not None:
-        return workers.supervise(started, config, workdir, shard=shard, log=log)
     run_study(config, workdir, shard=shard, only_trial=only_trial)
     return workers.Outcome(report_due=True)  # also a shard's or one trial's: the study so far
 
@@ -118,9 +92,7 @@ def run_worker(
     finished, waiting meanwhile for groups that other workers hold, to take them over if their
     owner dies. Returns the number of trials run."""
     trials = in_shard(list_trials(config), shard)
-    # Every worker checks (or writes) config.json: the parent starts them before it could. Two
-    # writing it at once write the same text, each atomically.
-    check_workdir(config, workdir)
+    # config.json was checked (or written) by the parent before it started the workers.
     claims = claims_lib.Claims(workdir, run_id, stale_s=stale_s)
     ran = _run_groups(config, workdir, trials, claims, True, poll_s, heartbeat_s)
     logging.info("Worker done: %d trials run; no group left to claim.", ran)

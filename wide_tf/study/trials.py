@@ -12,6 +12,7 @@ import json
 import ml_collections
 
 from wide_tf.spec import datasets, families, identity
+from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
 
@@ -217,3 +218,27 @@ def list_trials(config) -> list[Trial]:
     come from its spec, so the parent of --workers=N lists them without TensorFlow)."""
     info = datasets.get(config.data.name)
     return expand(config, info.num_classes, info.input_shape)
+
+
+def check_workdir(config, workdir: str) -> None:
+    """Writes config.json, or refuses a workdir that holds a different study: once per study
+    command, in the process that runs it or in the parent of --workers=N before it starts them
+    (without TensorFlow for a local workdir)."""
+    path = wd.join(workdir, wd.CONFIG)
+    if wd.exists(path):
+        theirs = wd.read_json(path)
+        if not isinstance(theirs, dict):
+            raise StudyError(
+                f"{path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
+                "restore it, or move it aside and run the same command to write it again"
+            )
+        diff = identity.differing_fields(theirs, config)
+        if diff:
+            raise StudyError(
+                f"{workdir} holds a different study (config differs in: "
+                f"{identity.describe(diff, norm=config.model.norm)})"
+                "; use a new --workdir, or the config that made it"
+            )
+        return
+    wd.makedirs(workdir)
+    wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")

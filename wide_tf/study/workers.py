@@ -6,7 +6,7 @@ is decided by the workers themselves through claims in the workdir (wide_tf/stor
 wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
 workdir.
 
-A worker is `python -m wide_tf.study.worker_boot` (which sets the signal that kills it with its
+A worker is `python -m wide_tf.study.worker_boot` (which sets the one signal that kills it with its
 parent before it imports anything, then runs wide_tf.main) with the parent's own command line and
 WIDE_TF_WORKER in its environment (its index, the run id, its cores and GPU). The parent stops the
 workers it started on every way out (its supervision's end, an error while starting them, any
@@ -35,6 +35,7 @@ import uuid
 
 from wide_tf.config import validate
 from wide_tf.spec import hardware
+from wide_tf.study import trials as trials_lib
 from wide_tf.study import worker_boot
 
 ENV = "WIDE_TF_WORKER"
@@ -118,7 +119,6 @@ def pin_before_tensorflow(spec: WorkerSpec) -> None:
     os.environ["TF_NUM_INTEROP_THREADS"] = threads
     if spec.gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-    _die_with_parent()
 
 
 def set_tensorflow_threads(spec: WorkerSpec) -> None:
@@ -130,19 +130,6 @@ def set_tensorflow_threads(spec: WorkerSpec) -> None:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
     except RuntimeError:  # already initialised (a test importing it first): the env vars hold
-        pass
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGTERM this worker when its parent dies (even by SIGKILL), so no worker outlives
-    the command; it then checkpoints and leaves its claim to be taken over."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGTERM)
-    except (OSError, AttributeError):
         pass
 
 
@@ -242,6 +229,10 @@ def start(workdir: str, n: int, argv: list[str], config) -> Started:
     TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM, SIGINT and
     SIGHUP to the parent are passed on from here on. A worker that cannot be started stops those
     already started and raises a RuntimeProblem (one line)."""
+    try:  # the "same study" check, once for all the workers (they do not repeat it)
+        trials_lib.check_workdir(config, workdir)
+    except trials_lib.StudyError as e:
+        raise validate.UsageError(str(e)) from None
     run_id = uuid.uuid4().hex[:12]
     logs, remote_logs = log_dir(workdir)
     if os.path.exists(logs) and not os.path.isdir(logs):

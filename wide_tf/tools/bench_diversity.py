@@ -10,6 +10,7 @@ import keras
 import tensorflow as tf
 
 from wide_tf.engine import measure
+from wide_tf.engine.loss import per_example_loss
 from wide_tf.tools.bench_common import Case, _arrays, _median
 
 # The target for the fast path: one exact measurement costs at most this many train steps.
@@ -72,7 +73,7 @@ def _train_step(model):
     @tf.function
     def train_step(xb, yb):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_mean(measure.per_example_loss(yb, model(xb, training=True)))
+            loss = tf.reduce_mean(per_example_loss(yb, model(xb, training=True)))
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss

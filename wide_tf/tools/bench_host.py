@@ -11,12 +11,12 @@ import keras
 import tensorflow as tf
 from tensorflow.python.framework import ops  # the eager tensor class, to count reads
 
-from wide_tf.config import loader as configs_loader
+from wide_tf.config import loader
 from wide_tf.engine import timing
 from wide_tf.engine import train as train_lib
 from wide_tf.engine.strategy import setup_runtime
 from wide_tf.spec import defaults
-from wide_tf.study import scheduler as study_lib
+from wide_tf.study import scheduler
 from wide_tf.tools.bench_common import REPO, _median
 
 
@@ -122,7 +122,7 @@ def bench_transfers(steps_per_loop: int = 5, loops=(4, 12)) -> list[dict]:
 def _grid_study_config(quick: bool, steps: int):
     """configs/mlp.py:local cut to one member and one batch size, with its learning-rate grid of 3:
     the trials that should share one traced step."""
-    config = configs_loader.load_config(os.path.join(REPO, "configs", "mlp.py") + ":local")
+    config = loader.load_config(os.path.join(REPO, "configs", "mlp.py") + ":local")
     s = config.sweep
     s.family.depths = [2]
     s.batch_sizes = [256]
@@ -161,7 +161,7 @@ def _study_events(config) -> tuple[list, list]:
         _Counters() as counters,
         timing.listening(listen),
     ):
-        study_lib.run_study(config, tmp)
+        scheduler.run_study(config, tmp)
         events.append(("end", time.perf_counter(), 0.0, 0))
     return events, trial_traces
 

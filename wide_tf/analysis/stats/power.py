@@ -49,11 +49,6 @@ def _fit(x: np.ndarray, v: np.ndarray, ys: np.ndarray, level: float):
     return slope, slope - tq * se, slope + tq * se, heavy
 
 
-def slopes(x, v, ys, level: float = 0.95):
-    """(slope, low, high) arrays (S,) for studies ys (S, m) on members x (m,), variances v."""
-    return _fit(x, v, ys, level)[:3]
-
-
 def decisions(x, v, ys, heaviest_level: float) -> np.ndarray:
     """+1 / -1 where a study's interval excludes 0 on that side, every leave-one-out slope
     (where 3 members remain) has the same sign, and the slope without the member of the largest

@@ -12,7 +12,6 @@ from wide_tf.engine.measure.per_example import (
     per_example_grad_sq_norms_naive,
     per_example_grad_sq_norms_reference,
     per_example_gradients_reference,
-    per_example_loss,
 )
 
 __all__ = [
@@ -24,7 +23,6 @@ __all__ = [
     "per_example_grad_sq_norms_naive",
     "per_example_grad_sq_norms_reference",
     "per_example_gradients_reference",
-    "per_example_loss",
     "stats_from_norms",
     "two_batch_estimates",
 ]

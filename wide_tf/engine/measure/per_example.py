@@ -44,16 +44,11 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from wide_tf.engine.loss import per_example_loss
+
 
 class UnsupportedModelError(ValueError):
     """The model holds a layer with trainable weights that the fast path cannot handle."""
-
-
-def per_example_loss(labels, logits):
-    """Sparse softmax cross-entropy per example, in float32 (the loss every quantity refers to)."""
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int32), logits=tf.cast(logits, tf.float32)
-    )
 
 
 def _f32(v):
@@ -238,9 +233,9 @@ class _BatchNorm(_LayerRule):
     """Batch norm in inference mode: z = gamma * xhat + beta with the moving statistics."""
 
     description = "BatchNormalization and GhostBatchNormalization"
-    # GhostBatchNormalization (wide_tf/models/norm.py) is matched by class name so this module does
-    # not import the model package (and works with any layer of that name that exposes BN's
-    # attributes): in inference mode it normalises with its moving statistics exactly like BN.
+    # GhostBatchNormalization (wide_tf/engine/models/norm.py) is matched by class name so this
+    # module does not import the model package (and works with any layer of that name that exposes
+    # BN's attributes): in inference mode it normalises with its moving statistics exactly like BN.
     _CLASS_NAMES = ("BatchNormalization", "GhostBatchNormalization")
 
     def matches(self, layer):

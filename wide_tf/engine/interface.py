@@ -1,0 +1,65 @@
+"""Owns the seam between one run's shared driver and its backend (the Orbit way): what the
+Controller (engine/loop.py) and the evaluation economy (engine/evaluation.py) may ask of a
+Trainer, an Evaluator and a Checkpointer. A backend (engine/tf_run.py: TensorFlow) implements the
+three; the Controller, its actions, the economy, the targets and the result record are shared.
+tests/test_coupling.py holds the rule that nothing shared reaches past these methods."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from wide_tf.engine.state import RunState
+
+
+class Trainer(Protocol):
+    """The training side of one run: its model, optimizer, data stream and compiled step."""
+
+    def restore(self, state: RunState) -> None:
+        """Adopts `state` (its step, noise estimate and time account; a fresh one or a
+        checkpoint's) and opens the data stream at its step."""
+
+    def train(self, num_steps: int) -> dict:
+        """`num_steps` optimizer steps (fewer when one diverges: the state's step says how many
+        ran); returns the host call's scalars (batch_loss, batch_accuracy, the norms,
+        learning_rate, examples_per_s, the optimizer's diagnostics, the two-batch noise scale) and
+        "diverged" (bool)."""
+
+    def measure(self, step: int) -> dict:
+        """The exact gradient probe at the current weights (diversity, batch_bound,
+        noise_scale); `step` is the current step (at 0 a seed's measurement is shared)."""
+
+    def describe(self) -> dict:
+        """The run's facts for its log and record: model (name), params, learning_rate (peak),
+        probe_examples, runtime, dtype_policy, batch_plan, noise_scale_ema (now)."""
+
+    def finish(self) -> None:
+        """Training is over: the data stream's threads end now."""
+
+
+class Evaluator(Protocol):
+    """The evaluation side of one run: its evaluation sets and the snapshot of the weights."""
+
+    examples: dict  # set name -> its number of examples (the bound of a pass is computed on it)
+
+    def evaluate(
+        self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False
+    ) -> dict | None:
+        """{set: {"loss", "accuracy", "examples"}} of the model at `step` (the snapshot's weights
+        when `snapshot`); None when the training set's pass stopped early under `bound` (the
+        evaluation economy's (fewest hits, largest loss sum); None: a whole pass)."""
+
+    def hold(self) -> None:
+        """The current weights into the snapshot (a pass at this step stopped early)."""
+
+
+class Checkpointer(Protocol):
+    """Where a run's weights, optimizer and RunState are saved, and read back on resume."""
+
+    def load(self) -> RunState | None:
+        """The state of the last checkpoint (its weights restored), or None: a fresh start."""
+
+    def save(self, state: RunState) -> None:
+        """A checkpoint of the model, optimizer, snapshot and `state` at the state's step."""
+
+    def close(self) -> None:
+        """The run is over: a worker that is not the chief removes its scratch folder."""
