@@ -381,7 +381,7 @@ def _claim_notes(workdir: str) -> list[str]:
     from wide_tf.store import claims
 
     try:
-        c = claims.Claims(workdir, "parent")
+        c = claims.observer(workdir)  # kept: each skew is named once
         return c.notes(c.current())
     except OSError:
         return []
