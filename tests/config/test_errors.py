@@ -390,6 +390,20 @@ CASES = [
         ["does not divide over 3 replicas (--replicas)"],
     ),
     ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
+    # Numbers that passed every check and then never ended or crashed after TensorFlow started
+    # (issue 38): each field's bound in spec/fields.py refuses them at --dry_run.
+    *[
+        (f"runaway_{flag.split('=')[0]}", [cfg, f"--config.{flag}", "--dry_run"], 2, words)
+        for cfg, flag, words in (
+            (SMOKE, "train.min_steps=" + "1" + "0" * 20, ["train.min_steps=", "<= 1000000000"]),
+            (SMOKE, "train.max_epochs=1e308", ["train.max_epochs=1e+308", "<= 1e+06"]),
+            (SINGLE, "train.seed=" + "1" + "0" * 20, ["train.seed=", "<= 2147483647"]),
+            (SMOKE, "train.steps_per_loop=" + "9" * 15, ["train.steps_per_loop="]),
+            (SMOKE, "train.eval_batch=" + "9" * 15, ["train.eval_batch=", "<= 16777216"]),
+            (SMOKE, "data.shuffle_buffer=" + "9" * 20, ["data.shuffle_buffer="]),
+            (SMOKE, "optim.warmup_epochs=1e300", ["optim.warmup_epochs="]),
+        )
+    ],
     (
         "replicas_without_dry_run",
         [SMOKE, "--replicas=4", "--workdir={wd}"],
