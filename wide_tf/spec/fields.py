@@ -128,6 +128,11 @@ MAX_EXAMPLES = 10**12  # example counts and cadences: the largest data set here 
 MAX_BATCH = 2**24  # examples per batch: the largest in the large-batch literature is ~2^16-2^20
 MAX_SEED = 2**31 - 1  # keras.utils.set_random_seed passes it to np.random.seed (< 2^32)
 MAX_EXTENSIONS = 100  # learning-rate grid extensions, each one more trial per cell
+# B_x(1+eps): below MIN_EPS the (1+eps)-fold threshold lies deep inside a run's own seed noise
+# on steps-to-target (sigma 0.12 on its log, analysis/stats/generators.py); above MAX_EPS it asks
+# for more than the 2^10-fold batch range of any sweep here can show (epochs-to-target grow at
+# most as fast as the batch).
+MIN_EPS, MAX_EPS = 1e-3, 1e3
 
 
 def _steps(low=0, **kw) -> Num:
@@ -324,7 +329,7 @@ SWEEP = (
     _F("sweep.confirm_seeds", [], NumList(_SEED), "the chosen rate is re-run on these seeds"),
     # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the two
     # smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
-    _F("sweep.eps", 1.0, _POSITIVE, "B_x(1+eps)'s eps"),
+    _F("sweep.eps", 1.0, Num(low=MIN_EPS, high=MAX_EPS), "B_x(1+eps)'s eps"),
     # Which runs measure the gradient probe along training (train.gradient_every_examples): the
     # report reads it only at each member's smallest batch (the noise-scale prediction).
     _F(
