@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+import pytest
 from helpers import REPO, env, start_main
 
 from wide_tf.config.loader import load_config
@@ -253,3 +254,32 @@ def test_a_slow_clock_host_sharing_the_workdir_trains_every_trial_once(tmp_path)
     c = claims.Claims(str(tmp_path), "x").current()
     assert len(c) == 4 and all(v.body["state"] == "done" for v in c.values())
     assert {v.body["host"] for v in c.values()} == {socket.gethostname()}
+
+
+class _NoAtomicCreate(claims._LocalStore):
+    """A store as gs:// is without google-cloud-storage: no atomic create (tf.io.gfile's check,
+    then a rename); the claims are local files, so the test needs no bucket."""
+
+    atomic_create = False
+
+
+def test_a_second_process_on_a_store_without_atomic_create_is_refused(tmp_path):
+    """Issue 38: on gs:// without google-cloud-storage two processes could both win a group.
+    A process that finds another's claim moving is refused in one line; one that finds only a
+    dead holder's claim (unchanged for the timeout) goes on."""
+    folder = tmp_path / "claims"
+    folder.mkdir()
+    stop = threading.Event()
+    _beat(folder, "live.0.json", _remote_body, stop, every_s=0.1)
+    time.sleep(0.15)
+    store = _NoAtomicCreate(str(folder))
+    try:
+        with pytest.raises(claims.ClaimError) as e:
+            claims.Claims(str(tmp_path), "run", stale_s=2.0, store=store, one_process=True)
+    finally:
+        stop.set()
+    line = str(e.value)
+    assert "\n" not in line and "elsewhere:4242" in line and "wide_tf[gcs]" in line, line
+    t0 = time.monotonic()
+    c = claims.Claims(str(tmp_path), "run", stale_s=0.5, store=store, one_process=True)
+    assert 0.4 < time.monotonic() - t0 < 5 and c.available(c.current()["live"])

@@ -19,7 +19,8 @@ Create-if-absent per store, always with the whole body (a reader never sees a cl
     Without that library one process (`--workers=1`, `--trial`, a shard per machine) still
     takes claims, through tf.io.gfile: a temporary object renamed without overwrite after an
     existence check, the best gfile offers (two creators racing in the same instant could both
-    win, which is why several workers are refused there).
+    win, which is why several workers are refused there, and a process that finds another's
+    claims moving is refused too: `pip install 'wide_tf[gcs]'` installs the library).
   * any other scheme: refused (no atomic create is known for it).
 
 Every way of running a study takes its claims here (one process as well as each of N workers), so
@@ -56,6 +57,7 @@ import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -144,6 +146,8 @@ class Claim:
 class _LocalStore:
     """Claims in a local folder."""
 
+    atomic_create = True  # os.link (or O_EXCL): of two creators exactly one wins
+
     def __init__(self, folder: str):
         self.folder = folder
 
@@ -215,6 +219,8 @@ class _GcsStore:
     """Claims in a gs:// folder through google-cloud-storage (tf.io.gfile cannot create an object
     only if it is absent): creation uses the precondition if_generation_match=0."""
 
+    atomic_create = True
+
     def __init__(self, folder: str):
         try:
             from google.api_core import exceptions as gexc
@@ -223,8 +229,8 @@ class _GcsStore:
             raise ClaimError(
                 "several workers on a gs:// workdir need google-cloud-storage for atomic claims "
                 "(tf.io.gfile cannot create a file only if it is absent on GCS); "
-                "pip install google-cloud-storage, or use --workers=1 (with --shard=i/n per "
-                "machine)"
+                "pip install 'wide_tf[gcs]' (google-cloud-storage), or use --workers=1 (one "
+                "process per workdir)"
             ) from None
         bucket, _, prefix = folder[len("gs://") :].partition("/")
         self.bucket = storage.Client().bucket(bucket)
@@ -268,6 +274,8 @@ class _GfileStore:
     """Claims in a gs:// folder through tf.io.gfile, for one process when google-cloud-storage is
     absent: an existence check, then a whole temporary object renamed without overwrite (not
     atomic against a creator racing in the same instant; see the module's docstring)."""
+
+    atomic_create = False
 
     def __init__(self, folder: str):
         import tensorflow as tf  # only here: the rest of this module is TensorFlow-free
@@ -382,6 +390,38 @@ class Claims:
         self._broken: dict[str, str] = {}  # key -> why its claim file is not a claim
         self._skew: dict[str, float] = {}  # host -> its heartbeat minus its claim file's time
         self._skew_named: set[str] = set()  # hosts whose skew notes() has already returned
+        if not getattr(self.store, "atomic_create", True):
+            self._refuse_a_second_process()
+
+    def _refuse_a_second_process(self, poll_s: float = 1.0) -> None:
+        """On a store without an atomic create (gs:// without google-cloud-storage): raises
+        ClaimError (one line) when another process holds a live claim, i.e. one whose body moves
+        while this process watches; returns once every running claim of another owner has stayed
+        unchanged for `stale_s` (its holder is gone, e.g. a preempted VM). Two processes starting
+        in the same instant can still both pass: the library closes that gap."""
+        first = {k: c.body for k, c in self.current().items() if c.body.get("state") == RUNNING}
+        if first:
+            print(
+                f"Claims of {len(first)} groups are held on a store without an atomic create: "
+                f"watching them for up to {self.stale_s:g}s for a live holder.",
+                file=sys.stderr,
+                flush=True,
+            )
+        while first:
+            time.sleep(poll_s)
+            current = self.current()
+            for key in list(first):
+                c = current.get(key)
+                if c is None or c.body.get("state") != RUNNING or self.available(c):
+                    first.pop(key)  # released, or its holder is gone
+                elif c.body != first[key]:
+                    raise ClaimError(
+                        f"another process ({c.body.get('host')}:{c.body.get('pid')}) is running "
+                        f"this study in {self.store.where('')} and this machine lacks "
+                        "google-cloud-storage, without which two processes can both win a group; "
+                        "pip install 'wide_tf[gcs]' (google-cloud-storage) on every machine, or "
+                        "run one process at a time"
+                    )
 
     def _body(self, key: str, epoch: int, state: str) -> dict:
         return {
