@@ -887,3 +887,23 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
         validate.check_workdir(config, workdirs["empty_ckpt"])
     assert "restore the file, or move" in str(e.value) and "delete" not in str(e.value)
     assert all("delete" not in w for w in warnings)
+
+
+def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder(tmp_path, cli):
+    """Issue 38: a dangling symlink as --workdir was blamed on "something removed it" after
+    TensorFlow started, and an over-long --workdir passed the checks and failed after creating
+    folders."""
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "gone", link)
+    too_long_name = tmp_path / "a" / ("x" * 300)
+    too_deep = tmp_path / "b" / "/".join(["y" * 200] * 20)
+    for workdir, words in (
+        (link, ["is a symbolic link to", "gone, which does not exist"]),
+        (too_long_name, ["a folder name of 300 bytes is longer than the 255"]),
+        (too_deep, ["leaves no room under this file system's 4096"]),
+    ):
+        code, out, err = cli([SMOKE, f"--workdir={workdir}"])
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+        assert all(w in lines[0] for w in words), lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["link"]  # nothing created

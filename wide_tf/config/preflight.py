@@ -303,6 +303,37 @@ def _check_run_files(workdir: str) -> list[str]:
     return warnings
 
 
+# The longest path a study writes below its workdir, beyond the trial id: a checkpoint's data
+# file with TensorFlow's temporary suffix (trials/<id>/checkpoints/ckpt-<step>.data-00000-of-00001
+# .tempstate<19 digits>), with room to spare.
+_DEEPEST_BELOW = 160
+
+
+def _check_path_length(workdir: str) -> None:
+    """Refuses a workdir whose paths the file system cannot hold, before any folder is made (a
+    name over NAME_MAX, or a path that leaves no room for the files below it under PATH_MAX)."""
+    path = os.path.abspath(workdir)
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        name_max, path_max = os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # Linux's limits
+    longest = max(len(os.fsencode(part)) for part in path.split(os.sep))
+    if longest > name_max:
+        raise UsageError(
+            f"--workdir={workdir[:60]}...: a folder name of {longest} bytes is longer than the "
+            f"{name_max} this file system allows; choose a shorter --workdir"
+        )
+    if len(os.fsencode(path)) + _DEEPEST_BELOW > path_max:
+        raise UsageError(
+            f"--workdir={workdir[:60]}...: a path of {len(os.fsencode(path))} bytes leaves no "
+            f"room under this file system's {path_max} for the study's files (up to "
+            f"{_DEEPEST_BELOW} more); choose a shorter --workdir"
+        )
+
+
 def check_workdir(config, workdir: str) -> list[str]:
     """Checks a local workdir without changing any of its files; returns warning lines.
 
@@ -314,6 +345,12 @@ def check_workdir(config, workdir: str) -> list[str]:
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
+    if os.path.islink(workdir) and not os.path.exists(workdir):
+        raise UsageError(
+            f"--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, which does not "
+            "exist; create that folder, or point --workdir at an existing folder or a new path"
+        )
+    _check_path_length(workdir)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise UsageError(f"--workdir={workdir} is a file, not a folder; choose another --workdir")
     _writable(workdir)
