@@ -42,6 +42,9 @@ LOGS = "logs"
 # How often the parent looks at the workers and the results, and the longest it stays silent.
 POLL_S = 1.0
 PROGRESS_EVERY_S = 60.0
+# How long the parent waits for its workers after SIGTERM before it kills them: a worker
+# checkpoints after its current host loop (seconds to a minute), so 5 minutes means it cannot.
+STOP_GRACE_S = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -395,9 +398,28 @@ def _stop_all(started: Started) -> None:
                 p.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    for p in started.procs:
-        p.wait()
+    _wait_or_kill(started.procs)
     started.signals.__exit__()
+
+
+def _wait_or_kill(procs: list[subprocess.Popen], grace_s: float | None = None) -> None:
+    """Waits for every worker; one that has not exited STOP_GRACE_S after the SIGTERM (it cannot
+    act on it: stopped, stuck in a call that never returns) is killed, and said so on stderr."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
+    deadline = time.monotonic() + grace_s
+    for k, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(
+                f"warning: worker {k} (pid {p.pid}) did not stop within {grace_s:g}s of "
+                "SIGTERM: killed (SIGKILL); its trial resumes from its last checkpoint on the "
+                "next run",
+                file=sys.stderr,
+                flush=True,
+            )
+            p.kill()
+            p.wait()
 
 
 def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Outcome:
@@ -413,9 +435,16 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
             tf.io.gfile.copy(path, os.path.join(workdir, LOGS, os.path.basename(path)), True)
     log(f"Workers done in {progress.fmt_time(time.time() - started.start)}.")
     if signals.received:
+        killed = [k for k, p in enumerate(started.procs) if p.returncode not in (0, 143)]
         log(
-            f"stopped by {signal.Signals(signals.received).name}; the workers checkpointed: run "
-            "the same command again to resume"
+            f"stopped by {signal.Signals(signals.received).name}; "
+            + (
+                f"workers {', '.join(map(str, killed))} were killed before they saved (a second "
+                "signal, or no exit in time): their trials resume from their last checkpoint"
+                if killed
+                else "the workers checkpointed"
+            )
+            + ": run the same command again to resume"
         )
         return Outcome(False, 128 + signals.received)
     p = _progress(config, workdir, initial)
