@@ -55,3 +55,43 @@ def test_after_a_second_sigterm_the_parent_does_not_claim_a_checkpoint(tmp_path)
     workers._outcome(started, None, str(tmp_path), {}, {}, lines.append)
     assert "the workers checkpointed" in lines[-1]
     assert os.listdir(tmp_path) == []
+
+
+def test_a_results_entry_that_cannot_be_read_is_skipped_with_a_named_warning(tmp_path):
+    """A results/<id>.json that is a folder (or a file without read permission: tests run as
+    root, so its read is stubbed) stopped every worker with IsADirectoryError."""
+    from wide_tf.store import workdir as wd
+
+    (tmp_path / "results" / "folder.json").mkdir(parents=True)
+    (tmp_path / "results" / "locked.json").write_text("{}")
+    load = wd._load
+
+    def refuse(path):
+        if path.endswith("locked.json"):
+            raise PermissionError(13, "Permission denied", path)
+        return load(path)
+
+    wd._load = refuse
+    try:
+        lines = wd.set_aside_partial(str(tmp_path))
+    finally:
+        wd._load = load
+    assert len(lines) == 2, lines
+    assert "folder.json cannot be read (Is a directory): skipped" in lines[0], lines
+    assert "locked.json cannot be read (Permission denied): skipped" in lines[1], lines
+    assert sorted(os.listdir(tmp_path / "results")) == ["folder.json", "locked.json"]
+    assert wd.read_results_counted(str(tmp_path)) == ([], 2)  # counted as bad, never fatal
+
+
+def test_a_partial_record_is_named_in_the_console_before_the_study_starts(tmp_path):
+    """A partial record set aside was said only in a worker's log; the checks before a run (whose
+    warnings main prints) name it, and an unreadable entry too."""
+    from wide_tf.config import preflight
+    from wide_tf.config.loader import load_config
+
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "t1.json").write_text('{"trial_id": "t1"}')
+    (tmp_path / "results" / "t2.json").mkdir()
+    warnings = preflight.check_workdir(load_config("configs/mlp.py:smoke"), str(tmp_path))
+    assert any("t1.json is not a whole result" in w and "moves it aside" in w for w in warnings)
+    assert any("t2.json cannot be read (Is a directory)" in w for w in warnings), warnings

@@ -14,6 +14,7 @@ import tempfile
 from wide_tf.config.overrides import is_sweep
 from wide_tf.config.problems import RuntimeProblem, UsageError
 from wide_tf.spec import datasets, families, hardware, identity
+from wide_tf.store import workdir as wd
 
 
 def check_data_present(config, tfds_name) -> None:
@@ -242,11 +243,13 @@ def _check_same_study(config, workdir: str) -> None:
 
 
 def _results_warnings(workdir: str) -> list[str]:
-    """A warning for each line of results.jsonl that is not a whole result."""
+    """A warning for each line of results.jsonl that is not a whole result, and for each
+    results/<id>.json that is partial (the study sets it aside and runs its trial again: said
+    here, in the console, not only in a worker's log) or cannot be read."""
+    warnings = _result_files_warnings(workdir)
     results = os.path.join(workdir, "results.jsonl")
     if not os.path.exists(results):
-        return []
-    warnings = []
+        return warnings
     with open(results, "rb") as f:
         for i, raw in enumerate(f, 1):
             if not raw.strip():
@@ -261,6 +264,32 @@ def _results_warnings(workdir: str) -> list[str]:
                     f"{results} line {i} is not a whole result (corrupted or cut short); it is "
                     f"ignored and its trial is taken from trials/<id>/result.json or run again"
                 )
+    return warnings
+
+
+def _result_files_warnings(workdir: str) -> list[str]:
+    folder = os.path.join(workdir, wd.RESULTS_DIR)
+    names = (
+        sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        if os.path.isdir(folder)
+        else []
+    )
+    warnings = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                why = wd.record_problem(json.load(f))
+        except (ValueError, UnicodeDecodeError) as e:
+            why = f"not JSON ({type(e).__name__})"
+        except OSError as e:
+            warnings.append(f"{path} {wd.unreadable(e)}")
+            continue
+        if why:
+            warnings.append(
+                f"{path} is {why}: the study moves it aside (to {name}.partial-<time>) and runs "
+                "that trial again, resuming from its checkpoint"
+            )
     return warnings
 
 
