@@ -95,3 +95,19 @@ def test_a_partial_record_is_named_in_the_console_before_the_study_starts(tmp_pa
     warnings = preflight.check_workdir(load_config("configs/mlp.py:smoke"), str(tmp_path))
     assert any("t1.json is not a whole result" in w and "moves it aside" in w for w in warnings)
     assert any("t2.json cannot be read (Is a directory)" in w for w in warnings), warnings
+
+
+def test_eval_batch_is_part_of_the_study_but_not_of_trial_ids():
+    """train.eval_batch was declared operational yet changes the last bits of the evaluations'
+    losses: a workdir refuses another eval_batch; trial ids stay as before (existing studies)."""
+    from wide_tf.config.loader import load_config
+    from wide_tf.spec import identity
+    from wide_tf.study import trials as trials_lib
+
+    a, b = load_config("configs/mlp.py:smoke"), load_config("configs/mlp.py:smoke")
+    b.train.eval_batch = a.train.eval_batch * 2
+    assert identity.differing_fields(a, b) == ["train.eval_batch"]
+    ids = [t.trial_id for t in trials_lib.list_trials(a)]
+    assert ids == [t.trial_id for t in trials_lib.list_trials(b)]
+    b.train.steps_per_loop = 7  # still operational
+    assert identity.differing_fields(a, b) == ["train.eval_batch"]
