@@ -111,3 +111,23 @@ def test_eval_batch_is_part_of_the_study_but_not_of_trial_ids():
     assert ids == [t.trial_id for t in trials_lib.list_trials(b)]
     b.train.steps_per_loop = 7  # still operational
     assert identity.differing_fields(a, b) == ["train.eval_batch"]
+
+
+def test_an_empty_shard_says_that_it_runs_nothing(caplog):
+    """Shard 0/3 of the smoke study holds none of its 4 groups (a hash split); it exited 0 without
+    saying so."""
+    import logging
+
+    from wide_tf.config.loader import load_config
+    from wide_tf.study import progress
+    from wide_tf.study import trials as trials_lib
+
+    config = load_config("configs/mlp.py:smoke")
+    trials = trials_lib.list_trials(config)
+    assert trials_lib.in_shard(trials, "0/3") == [] and trials_lib.in_shard(trials, "1/3")
+    with caplog.at_level(logging.INFO):
+        progress.log_plan(config, trials, 1, 3)
+        assert "runs nothing" not in caplog.text
+        progress.log_plan(config, trials, 0, 3)
+    assert "Shard 0/3 holds none of this study's 4 groups" in caplog.text
+    assert "this command runs nothing" in caplog.text
