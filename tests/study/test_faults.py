@@ -131,3 +131,15 @@ def test_an_empty_shard_says_that_it_runs_nothing(caplog):
         progress.log_plan(config, trials, 0, 3)
     assert "Shard 0/3 holds none of this study's 4 groups" in caplog.text
     assert "this command runs nothing" in caplog.text
+
+
+def test_a_worker_without_output_on_a_full_disk_is_explained(tmp_path, monkeypatch):
+    """A re-run on a still-full disk said "(no output)": the worker could not write even its
+    log. The parent names the full disk (statvfs stubbed: the test disk is not full)."""
+    log = tmp_path / "worker-0.x.log"
+    log.write_text("")
+    assert workers._no_output(str(log)) == "(no output)"
+    full = types.SimpleNamespace(f_bavail=0, f_frsize=4096)
+    monkeypatch.setattr(os, "statvfs", lambda path: full)
+    line = workers._no_output(str(log))
+    assert f"{tmp_path} has 0 bytes free" in line and "the disk is full" in line, line

@@ -169,6 +169,23 @@ def _last_line(path: str) -> str:
     return (errors or lines or [""])[-1][:300]
 
 
+def _no_output(path: str) -> str:
+    """What to say of a failed worker whose log is empty: the disk holding the log, when it is
+    full, is why (issue 38: a re-run on a still-full disk said only "(no output)")."""
+    folder = os.path.dirname(path)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return "(no output)"
+    free = st.f_bavail * st.f_frsize
+    if free < 1 << 20:
+        return (
+            f"(no output: {folder} has {free} bytes free, so the worker could not write its log "
+            "or its files; the disk is full: free space and run the same command again)"
+        )
+    return "(no output)"
+
+
 class _Signals:
     """In the parent: SIGTERM and SIGINT are passed to every worker as SIGTERM (each checkpoints
     after its current host loop and exits 143); the parent then waits for them and exits 143
@@ -354,7 +371,7 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
                 if not signals.received:
                     log(
                         f"worker {k} exited with status {p.returncode}: "
-                        f"{_last_line(paths[k]) or '(no output)'}"
+                        f"{_last_line(paths[k]) or _no_output(paths[k])}"
                     )
         now = time.time()
         if now - last_print >= 5.0 or not running:
@@ -462,8 +479,9 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
             p.complete,
             failure=WorkerFailed(
                 f"worker {k} exited with status {code}{more}: "
-                f"{_last_line(paths[k]) or '(no output)'}; see {paths[k]}; finished trials are "
-                f"kept{'' if p.complete else ' and the report is not written'}: fix the cause "
+                f"{_last_line(paths[k]) or _no_output(paths[k])}; see {paths[k]}; finished "
+                f"trials are kept{'' if p.complete else ' and the report is not written'}: fix "
+                "the cause "
                 "and run the same command again to resume"
             ),
         )
