@@ -8,10 +8,11 @@
 #   ./launch_tpu.sh --name=wide-0 [--zone=...] --status | --logs [--follow] | --delete
 #   ./launch_tpu.sh --workdir=gs://BUCKET/wrn --report     # the report, written on this machine
 #
-# A launch: (0) checks the config on this machine for the replica count of --accelerator
-# and against one replica's memory (`python -m wide_tf.main --dry_run --replicas=N
-# --accelerator=FAMILY`: no TensorFlow, no VM; with --check its :check variant too), and refuses it
-# there.
+# A launch: (0) checks the arguments (a safe alphabet for --workdir and --config, Google's slice
+# sizes, the image) and the config on this machine, with the VM's own flags, for the replica count
+# of --accelerator and against one replica's memory (`python -m wide_tf.main ... --dry_run
+# --replicas=N --accelerator=FAMILY`: no TensorFlow, no VM; with --check its :check variant too),
+# and refuses it there.
 # (1) reads the VM's state: missing -> create it (or queue it, --queued); PREEMPTED or TERMINATED
 # -> delete and create it again with the same spot/on-demand choice (a preempted spot TPU cannot be
 # restarted); STOPPED -> start it; READY -> refuse if a run is active there (pid file) unless
@@ -21,18 +22,24 @@
 # Python 3.11 virtual environment (TPU VM images ship 3.10; Keras 3.15 needs 3.11), TensorFlow's
 # TPU build with the libtpu its wheel pairs with it, the package's other requirements,
 # `cloud-tpu-client` on multi-host slices, and an environment file with the PJRT variables where
-# the chip needs them. (--check) initialises the TPU system, prints its replica count, runtime path,
+# the single host runs PJRT (every generation). (--check) initialises the TPU system, prints its replica count, runtime path,
 # libtpu version and device memory, and runs the config's :check variant before the study. (4) starts `python -m wide_tf.main` on worker 0 under
 # nohup, with one log per launch (~/wide_tf_logs/<UTC time>.log, latest.log points to it; copied
 # to WORKDIR/logs/NAME/ when the run ends), its pid in ~/wide_tf.pid and its exit status in
-# ~/wide_tf.exit, and checks that the process is alive. (--watch) polls until the study is done,
-# launching again after a preemption; --delete_when_done then deletes the VM.
+# ~/wide_tf.exit, and checks that the process is alive. Steps (2) to (4) run under limits
+# (WIDE_TF_*_TIMEOUT_S). (--watch) polls until the study is done, launching again after a
+# preemption and failing a run whose log stops changing (--stall_minutes); --delete_when_done
+# deletes the VM however the launch ends, from the first launch on (--keep_on_failure: not after a
+# failure); a failure that leaves a VM prints the billing line. --shards=N: N VMs of the whole
+# study, its groups dealt from the workdir's one claim pool.
 #
 # Process model (docs/tpu.md lists the sources):
 #   single host (v2-8, v3-8, v4-8, v5litepod-1/4/8, v5p-8, v6e-1/4/8): one process on the VM, TPU
-#     name `local`; on v5e, v5p and v6e with TensorFlow from pip, the PJRT variables
-#     PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true and TF_PLUGGABLE_DEVICE_LIBRARY_PATH.
-#   multi-host slice (more than 8 TensorCores on v2-v4/v5p, more than 8 chips on v5e/v6e): the
+#     name `local`; TensorFlow from pip (tensorflow-tpu 2.19.1 + libtpu 0.0.10 by default) through
+#     PJRT on every generation: PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true,
+#     TF_PLUGGABLE_DEVICE_LIBRARY_PATH and the recipe's MLIR-bridge TF_XLA_FLAGS. v6e: experimental.
+#   multi-host slice (more than 8 TensorCores on v2-v4/v5p, more than 8 chips on v5e/v6e;
+#     experimental for TensorFlow, N x v4-8 with --shards=N is the recommended path): the
 #     `tpu-vm-tf-X.Y.Z-pod-pjrt` images run TensorFlow's gRPC TPU server (port 8470) on every
 #     worker as the `tpu-runtime` service; one client process on worker 0 names the TPU
 #     (TPUClusterResolver(tpu=NAME), which needs `cloud-tpu-client`) with TPU_LOAD_LIBRARY=0; that
@@ -58,6 +65,18 @@ non_tf_deps() {
        on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg" \
     | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
 }
+# google-cloud-storage on every VM (issue 38): with it, claims on gs:// are created atomically
+# (if_generation_match=0, wide_tf/store/claims.py); without it, two VMs sharing a bucket can both win
+# a group. setup.cfg's [gcs] extra is its one home once it exists; until then this requirement
+# (2.10 has the generation preconditions; pip resolves it beside cloud-tpu-client's
+# google-api-core 1.x on pods: google-cloud-storage 2.11 there, 3.x on a single host).
+gcs_deps() {
+  local lines
+  lines="$(awk '/^[ \t]*gcs[ \t]*=/ { on = 1; v = $0; sub(/^[^=]*=[ \t]*/, "", v); if (v != "") print v; next }
+       on && /^[^ \t#]/ { on = 0 }
+       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg")"
+  echo "${lines:-google-cloud-storage>=2.10}"
+}
 # Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu
 # (libtpu 2.17.x/2.18.0 are only there; the 0.0.x builds are on PyPI too).
 readonly LIBTPU_INDEX="https://storage.googleapis.com/libtpu-tf-releases/index.html"
@@ -68,8 +87,18 @@ readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/engine/preemp
 # libtpu its wheel declares (Requires-Dist of each wheel, read with `pip install --dry-run
 # --no-deps --report - tensorflow-tpu==X`: 2.20.0 'libtpu~=0.0.14', 2.19.1 'libtpu==0.0.10',
 # 2.18.0 'libtpu==2.18.0', 2.17.1 'libtpu==2.17.1'; there is no tensorflow-tpu 2.19.0 or 2.21).
-# 2.20.0's '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the launcher pins the one
-# it names. Only 2.20 is the default and the CPU suite ran on 2.20 and 2.21 (docs/tpu.md).
+# The default is 2.19.1 with libtpu 0.0.10 through PJRT: the pair upstream still tests and shows.
+# keras-team/keras requirements-tensorflow-tpu.txt and keras-team/keras-rs's pin
+# tensorflow-tpu==2.19.1; the one Keras-team recipe for Keras 3 + TensorFlow on TPU (keras-io
+# examples/keras_rs/distributed_embedding_tf.py) installs tensorflow-tpu==2.19.1 and sets
+# PJRT_DEVICE=TPU, NEXT_PLUGGABLE_DEVICE_USE_C_API=true, TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's
+# .so and TF_XLA_FLAGS (MLIR bridge) before importing TensorFlow. Keras's own TPU CI runs the JAX
+# backend only (keras-team/keras .github/workflows/tpu_tests.yml). 2.20.0 is opt-in
+# (--tf_version=2.20): no Keras-team file pins it for TPU and no public record shows a
+# tpu-vm-tf-2.20* image. Its '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the
+# launcher pins the one it names. docs/tpu.md, "Matched TPU software", has the sources.
+readonly DEFAULT_TF_TPU=2.19.1
+readonly RECIPE_XLA_FLAGS="--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true --tf_mlir_enable_merge_control_flow_pass=true"
 tf_tpu_for_minor() {
   case "$1" in
     2.17) echo 2.17.1 ;; 2.18) echo 2.18.0 ;; 2.19) echo 2.19.1 ;; 2.20) echo 2.20.0 ;; *) return 1 ;;
@@ -91,6 +120,18 @@ replicas_of() {  # FAMILY SIZE
   case "$1" in
     v2 | v3 | v5litepod | v6e) echo "$2" ;;
     v4 | v5p) echo $(($2 / 2)) ;;
+  esac
+}
+# The accelerator types Google offers per family (cloud.google.com/tpu/docs/v2, /v3, /v4, /v5e,
+# /v5p, /v6e: their configuration tables; v5p lists more shapes than these, the larger ones pods
+# that are experimental here): a size outside them never reaches `gcloud create`.
+sizes_of() {
+  case "$1" in
+    v2) echo "8 32 128 256 512" ;;
+    v3) echo "8 32 64 128 256 512 1024 2048" ;;
+    v4) echo "8 16 32 64 128 256 512 1024 1536 2048 4096" ;;
+    v5litepod | v6e) echo "1 4 8 16 32 64 128 256" ;;
+    v5p) echo "8 16 32 64 128 256 512 1024 2048 4096 8192 12288" ;;
   esac
 }
 hosts_of() {  # SIZE: v2-v4 and v5p count TensorCores, v5e and v6e chips; either way 8 a host
@@ -120,7 +161,8 @@ usage() {
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
          [--accelerator=v4-8] [--zone=ZONE (default us-central2-b for v4; required otherwise)]
          [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
-         [--version=IMAGE] [--tf_tpu=2.20.0] [--libtpu=VERSION] [--python=3.11|3.12]
+         [--keep_on_failure] [--stall_minutes=30]
+         [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION] [--python=3.11|3.12]
          [--pjrt=auto|on|off] [--project=PROJECT] [--no_validate] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
        $PROG --name=TPU_NAME [--zone=...] [--project=...] [--queued] --status | --logs [--lines=N] [--follow] | --delete
@@ -148,9 +190,9 @@ refuse() {  # the arguments are fine but the VM is not in a state to launch onto
 note() { echo "$PROG: $*" >&2; }
 
 ORIG_ARGS=("$@")
-NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" PYTHON_VERSION="3.11"
+NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" TF_VERSION="" PYTHON_VERSION="3.11"
 LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT="" QUEUED=0 WATCH=0 DELETE_WHEN_DONE=0 CHECK=0
-SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0
+SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0 KEEP_ON_FAILURE=0 STALL_MINUTES=30
 EXTRA=()
 while (($#)); do
   case "$1" in
@@ -161,6 +203,7 @@ while (($#)); do
     --accelerator=*) ACCELERATOR="${1#*=}" ;;
     --version=*) VERSION="${1#*=}" ;;
     --tf_tpu=*) TF_TPU="${1#*=}" ;;
+    --tf_version=*) TF_VERSION="${1#*=}" ;;
     --python=*) PYTHON_VERSION="${1#*=}" ;;
     --pjrt=*) PJRT="${1#*=}" ;;
     --libtpu=*) LIBTPU="${1#*=}" ;;
@@ -172,6 +215,8 @@ while (($#)); do
     --queued) QUEUED=1 ;;
     --watch) WATCH=1 ;;
     --delete_when_done) DELETE_WHEN_DONE=1 ;;
+    --keep_on_failure) KEEP_ON_FAILURE=1 ;;
+    --stall_minutes=*) STALL_MINUTES="${1#*=}" ;;
     --check) CHECK=1 ;;
     --no_validate) VALIDATE=0 ;;
     --dry_run) DRY_RUN=1 ;;
@@ -195,6 +240,12 @@ QR=("$GCLOUD_BIN" compute tpus queued-resources)
 POLL_S="${WIDE_TF_POLL_S:-300}"
 ALIVE_WAIT_S="${WIDE_TF_ALIVE_WAIT_S:-30}"
 MAX_RELAUNCHES="${WIDE_TF_MAX_RELAUNCHES:-50}"
+# How long each remote step may take before it is stopped and the launch fails (seconds): the
+# install (uv, Python, about 1 GB of wheels on every worker), --check (the TPU system, the :check
+# study with its compiles) and every other ssh or scp (the start, the run checks, the copy).
+INSTALL_TIMEOUT_S="${WIDE_TF_INSTALL_TIMEOUT_S:-2400}"
+CHECK_TIMEOUT_S="${WIDE_TF_CHECK_TIMEOUT_S:-1800}"
+SSH_TIMEOUT_S="${WIDE_TF_SSH_TIMEOUT_S:-300}"
 
 show() {  # a command as one shell line (words quoted only where needed)
   local out="" w
@@ -238,6 +289,11 @@ check_workdir() {
   # The run writes checkpoints, events and results there; a worker's disk goes with the VM (a
   # preempted one is deleted), and shards on several VMs share one workdir.
   [[ "$WORKDIR" == gs://* ]] || die "--workdir=$WORKDIR must be a gs:// path on a TPU VM"
+  # It goes into the VM's shell line and into gs:// names: a space, ';', '$(...)' or a quote would
+  # split it or run as shell there. Refused outside a safe alphabet (and quoted with %q anyway).
+  [[ "$WORKDIR" =~ ^gs://[a-z0-9][-a-z0-9_.]*(/[-A-Za-z0-9_.=+@,]*)*$ ]] || die "--workdir=$WORKDIR:" \
+    "use a bucket name (a-z, 0-9, '-', '_', '.') and a path of letters, digits and '-_.=+@,/'" \
+    "only (no spaces, quotes or shell characters), e.g. --workdir=gs://BUCKET/wrn"
 }
 
 # The files on each worker, in the ssh user's home folder: the '~' is for the remote shell to expand.
@@ -246,7 +302,68 @@ readonly R_CHECKOUT="~/wide_tf" R_VENV="~/wide_tf_venv" R_ENV="~/wide_tf_env.sh"
   R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid" R_EXIT="~/wide_tf.exit"
 # Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process, else
 # "wide_tf: exited CODE" when the last run left its exit status, else "wide_tf: no run active".
-readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then echo \"wide_tf: running \$p\"; elif [ -s $R_EXIT ]; then echo \"wide_tf: exited \$(cat $R_EXIT)\"; else echo 'wide_tf: no run active'; fi"
+# A running one adds "idle S" (seconds since its log last changed: the watchdog's measure of
+# progress) and "waiting" when its last line says it waits for groups other VMs hold.
+readonly PID_CHECK="p=\$(cat $R_PID 2>/dev/null || true); if [ -n \"\$p\" ] && kill -0 \"\$p\" 2>/dev/null && grep -q wide_tf.main /proc/\"\$p\"/cmdline 2>/dev/null; then m=\$(stat -L -c %Y $R_LOGS/latest.log 2>/dev/null || date +%s); w=''; tail -n 1 $R_LOGS/latest.log 2>/dev/null | grep -q 'No group free: waiting' && w=' waiting'; echo \"wide_tf: running \$p idle \$((\$(date +%s) - m))\$w\"; elif [ -s $R_EXIT ]; then echo \"wide_tf: exited \$(cat $R_EXIT)\"; else echo 'wide_tf: no run active'; fi"
+
+pid_of() {  # "wide_tf: running PID idle S" -> PID
+  local rest="${1##*running }"
+  echo "${rest%% *}"
+}
+
+# Runs CMD; past SECONDS it is stopped (TERM, then KILL 10 s later) and the status is 124. Plain
+# bash (macOS has no `timeout`); the command runs in this process group, so an ssh passphrase
+# prompt still reaches the terminal. The watcher checks every second whether CMD is still there.
+with_timeout() {  # SECONDS CMD...
+  local limit=$1 pid watcher code=0
+  shift
+  "$@" &
+  pid=$!
+  (
+    trap - EXIT INT TERM
+    n=0
+    while ((n < limit)); do
+      sleep 1 &
+      wait "$!"  # a TERM from the caller ends this wait at once (a plain sleep would finish first)
+      kill -0 "$pid" 2>/dev/null || exit 0
+      n=$((n + 1))
+    done
+    echo "$limit" >"$TIMEOUT_MARK.$pid"
+    kill -TERM "$pid" 2>/dev/null
+    sleep 10
+    kill -KILL "$pid" 2>/dev/null
+  ) >/dev/null 2>&1 &
+  watcher=$!
+  # A command started with '&' ignores SIGINT (no job control): on Ctrl-C or a TERM it is stopped
+  # here, not left running; then the usual exit (130, 143; in the main shell on_exit follows).
+  trap 'kill -TERM "$pid" 2>/dev/null; exit 130' INT
+  trap 'kill -TERM "$pid" 2>/dev/null; exit 143' TERM
+  wait "$pid" || code=$?
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
+  kill "$watcher" 2>/dev/null || true
+  wait "$watcher" 2>/dev/null || true
+  if [[ -e "$TIMEOUT_MARK.$pid" ]]; then
+    rm -f "$TIMEOUT_MARK.$pid"
+    return 124
+  fi
+  return "$code"
+}
+
+# A remote step with its limit: printed like run(); stopped past SECONDS, then one line (WHAT, the
+# limit and the knob) and exit 1, which deletes the VM under --delete_when_done.
+limited() {  # SECONDS KNOB WHAT CMD...
+  local limit=$1 knob=$2 what=$3 code=0
+  shift 3
+  if ((DRY_RUN)); then
+    run "$@"
+    return 0
+  fi
+  echo "+ $(show "$@")" >&2
+  with_timeout "$limit" "$@" || code=$?
+  ((code == 124)) && fail "$what on $NAME did not finish in ${limit}s and was stopped ($knob=SECONDS sets the limit)"
+  return "$code"
+}
 
 WHERE=()
 set_where() {
@@ -346,6 +463,9 @@ esac
 check_name
 [[ -n "$CONFIG" ]] || die "--config is required (e.g. --config=configs/wrn.py)"
 check_workdir
+[[ "$CONFIG" =~ ^[A-Za-z0-9_.][-A-Za-z0-9_./]*(:[A-Za-z0-9_.-]+)?$ ]] || die "--config=$CONFIG: use a" \
+  "path of letters, digits and '-_./' with an optional :VARIANT (no spaces, quotes or shell" \
+  "characters: it goes into the VM's shell line), e.g. --config=configs/wrn.py:check"
 CONFIG_FILE="${CONFIG%%:*}"
 [[ -f "$REPO_DIR/$CONFIG_FILE" ]] \
   || die "--config=$CONFIG: no file $CONFIG_FILE in $REPO_DIR (give it relative to the repository)"
@@ -359,8 +479,10 @@ CONFIG_FILE="${CONFIG%%:*}"
   || die "--accelerator=$ACCELERATOR: expected TYPE-SIZE with TYPE one of v2, v3, v4, v5litepod, v5p, v6e (e.g. v4-8)"
 FAMILY="${BASH_REMATCH[1]}"
 SIZE="${BASH_REMATCH[2]}"
+[[ " $(sizes_of "$FAMILY") " == *" $SIZE "* ]] || die "--accelerator=$ACCELERATOR: no such slice;" \
+  "$FAMILY comes as $(sizes_of "$FAMILY" | sed "s/\([0-9]*\)/$FAMILY-\1/g; s/ /, /g") (v2-v4 and v5p" \
+  "count TensorCores, 2 per chip; v5e and v6e count chips); docs/tpu.md lists the ones checked here"
 REPLICAS="$(replicas_of "$FAMILY" "$SIZE")"
-((REPLICAS >= 1)) || die "--accelerator=$ACCELERATOR: no such slice (v4 and v5p count TensorCores, 2 per chip: v4-8 is the smallest)"
 if [[ -z "$ZONE" ]]; then
   ZONE="$(default_zone "$FAMILY")"
   [[ -n "$ZONE" ]] || die "--accelerator=$ACCELERATOR needs --zone: us-central2-b (the v4 default) has" \
@@ -368,13 +490,19 @@ if [[ -z "$ZONE" ]]; then
 fi
 set_where
 [[ -z "$SHARDS" || "$SHARDS" =~ ^[1-9][0-9]*$ ]] || die "--shards=$SHARDS: give a number of VMs, e.g. --shards=4"
+[[ "$STALL_MINUTES" =~ ^[0-9]{1,5}$ ]] || die "--stall_minutes=$STALL_MINUTES: give whole minutes (0 turns" \
+  "the watchdog off), e.g. --stall_minutes=30"
+STALL_S="${WIDE_TF_STALL_S:-$((STALL_MINUTES * 60))}"
+((KEEP_ON_FAILURE && !DELETE_WHEN_DONE)) && die "--keep_on_failure goes with --delete_when_done (without" \
+  "it nothing is deleted)"
 ((DELETE_WHEN_DONE && !WATCH)) && die "--delete_when_done needs --watch: this machine deletes the VM" \
   "once the study is done, so it must follow it (run the launch under nohup, tmux or screen)"
 # More VMs than a study has groups would idle; 4096 bounds a typo (10^20) before any loop over it.
 [[ -z "$SHARDS" || ${#SHARDS} -le 4 && "$SHARDS" -le 4096 ]] || die "--shards=$SHARDS: at most" \
   "4096 VMs (a shard per (member, batch size) group at most); give fewer, e.g. --shards=4"
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
-  [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS gives every VM its --shard=i/$SHARDS; drop $a"
+  [[ -n "$SHARDS" && "$a" == --shard=* ]] && die "--shards=$SHARDS deals the groups to the VMs from one" \
+    "claim pool; drop $a"
   # The launcher owns these: passed through, the VM would write where --watch and --report don't read.
   case "$a" in
     --workdir | --workdir=* | --config | --config=* | --trial | --trial=*)
@@ -384,11 +512,28 @@ for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
 done
 HOSTS="$(hosts_of "$SIZE")"
 MULTI_HOST=$((HOSTS > 1 ? 1 : 0))
+if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
+# The flags of wide_tf.main on the VM, one list: the workstation's check runs with exactly these
+# (plus --dry_run, --replicas and --accelerator), so a flag only the VM would refuse (--workers=2
+# under runtime.strategy=tpu) is refused here, before any gcloud call.
+VM_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG" "${EXTRA[@]+"${EXTRA[@]}"}")
+CHECK_FLAGS=("--config=$CONFIG_FILE:check" --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG" --no_report)
+# The study stage of --check (wide_tf/tools/check.py): the study's own worst row (largest member at
+# the largest batch per replica) stepped, its peak memory beside the memory model's, 20 steps timed,
+# a checkpoint written to the study's workdir (gs://) and read back. Only --config.* overrides go
+# with it (the study's shapes); the other flags are main's.
+STUDY_CHECK_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
+  "--config.runtime.tpu=$TPU_ARG")
+for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
+  [[ "$a" == --config.* ]] && STUDY_CHECK_FLAGS+=("$a")
+done
 if ((MULTI_HOST)); then
   # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
   # must be one TensorFlow X.Y. One is derived from the other; both given and different: refused.
   if [[ -n "$VERSION" ]]; then
-    [[ "$VERSION" =~ ^tpu-vm-tf-([0-9]+\.[0-9]+)\.[0-9]+-pod ]] || die "--accelerator=$ACCELERATOR is a" \
+    [[ "$VERSION" =~ ^tpu-vm-tf-([0-9]+\.[0-9]+)\.[0-9]+-pod(-[a-z0-9]+)*$ ]] || die "--accelerator=$ACCELERATOR is a" \
       "multi-host slice: it needs a TensorFlow pod image (tpu-vm-tf-X.Y.Z-pod-pjrt), which starts the TPU server on every worker"
     IMAGE_MINOR="${BASH_REMATCH[1]}"
     if [[ -z "$TF_TPU" ]]; then
@@ -400,16 +545,28 @@ if ((MULTI_HOST)); then
       "TensorFlow; drop --tf_tpu to use tensorflow-tpu $(tf_tpu_for_minor "$IMAGE_MINOR" || echo "$IMAGE_MINOR.x")"
   fi
 fi
-TF_TPU="${TF_TPU:-2.20.0}"
+if [[ -n "$TF_VERSION" ]]; then  # --tf_version=X.Y: the table's tensorflow-tpu of that minor
+  tf_of_minor="$(tf_tpu_for_minor "$TF_VERSION")" || die "--tf_version=$TF_VERSION: the launcher's" \
+    "table has TensorFlow 2.17, 2.18, 2.19 (the default, 2.19.1) and 2.20 (opt-in); give one of those"
+  [[ -z "$TF_TPU" || "$TF_TPU" == "$tf_of_minor" ]] || die "--tf_tpu=$TF_TPU does not match" \
+    "--tf_version=$TF_VERSION ($tf_of_minor); give one of the two"
+  TF_TPU="$tf_of_minor"
+fi
+TF_TPU="${TF_TPU:-$DEFAULT_TF_TPU}"
 [[ "$TF_TPU" =~ ^([0-9]+\.[0-9]+)\.[0-9]+$ ]] \
-  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. 2.20.0)"
+  || die "--tf_tpu=$TF_TPU: give a tensorflow-tpu version from PyPI (e.g. $DEFAULT_TF_TPU)"
 TF_MINOR="${BASH_REMATCH[1]}"
 if [[ -z "$LIBTPU" ]]; then
   LIBTPU="$(libtpu_for "$TF_TPU")" || die "--tf_tpu=$TF_TPU: not in the launcher's table" \
     "(tensorflow-tpu 2.17.0, 2.17.1, 2.18.0, 2.19.1, 2.20.0); give the libtpu its wheel declares with --libtpu"
 fi
-[[ "$TF_MINOR" == 2.20 ]] || note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was run on" \
-  "TensorFlow 2.20 and 2.21 only (docs/tpu.md); $TF_MINOR is not measured with it"
+case "$TF_MINOR" in
+  2.19) ;;  # the default: the TensorFlow upstream's TPU recipe uses (docs/tpu.md)
+  2.20) note "note: tensorflow-tpu $TF_TPU (opt-in): no Keras-team file pins it for TPU and no" \
+    "tpu-vm-tf-2.20 image is on record; the default is $DEFAULT_TF_TPU (docs/tpu.md)" ;;
+  *) note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was not run on TensorFlow" \
+    "$TF_MINOR (docs/tpu.md); the default is $DEFAULT_TF_TPU" ;;
+esac
 if ((MULTI_HOST)); then
   # Google documents TensorFlow pod images (tpu-vm-tf-X.Y.Z-pod-pjrt) for v2-v4, v5e and v5p;
   # TensorFlow is not in its v6e support list (docs/tpu.md): no default image there.
@@ -418,17 +575,33 @@ if ((MULTI_HOST)); then
     "--version=tpu-vm-tf-X.Y.Z-pod-pjrt if 'gcloud compute tpus tpu-vm versions list' shows one"
   VERSION="${VERSION:-tpu-vm-tf-$TF_TPU-pod-pjrt}"
 else
-  if [[ -z "$VERSION" ]]; then
-    case "$FAMILY" in
-      v5litepod) VERSION="v2-alpha-tpuv5-lite" ;;
-      v5p) VERSION="v2-alpha-tpuv5" ;;
-      v6e) VERSION="v2-alpha-tpuv6e" ;;
-      *) VERSION="tpu-ubuntu2204-base" ;;
-    esac
-  fi
+  case "$FAMILY" in
+    v5litepod) base="v2-alpha-tpuv5-lite" ;;
+    v5p) base="v2-alpha-tpuv5" ;;
+    v6e) base="v2-alpha-tpuv6e" ;;
+    *) base="tpu-ubuntu2204-base" ;;
+  esac
+  # A single host takes the family's framework-neutral image (Google's runtimes page) or a
+  # TensorFlow image tpu-vm-tf-X.Y.Z[-pjrt][-...] (the venv's TensorFlow is used either way).
+  [[ -z "$VERSION" || "$VERSION" == "$base" || "$VERSION" =~ ^tpu-vm-tf-[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)*$ ]] \
+    && [[ "$VERSION" != *-pod* ]] || die "--version=$VERSION: a single-host $FAMILY takes $base (the" \
+    "default) or a TensorFlow image tpu-vm-tf-X.Y.Z[-pjrt] ('gcloud compute tpus tpu-vm versions list" \
+    "--zone=$ZONE' lists them); drop --version for the default"
+  VERSION="${VERSION:-$base}"
 fi
+# PJRT on every single host (v2 to v6e): the recipe's runtime. A pod's client talks to the image's
+# TPU servers over gRPC, where the PJRT variables do not apply.
 if [[ "$PJRT" == auto ]]; then
-  if ((!MULTI_HOST)) && [[ "$FAMILY" =~ ^(v5litepod|v5p|v6e)$ ]]; then PJRT=on; else PJRT=off; fi
+  if ((MULTI_HOST)); then PJRT=off; else PJRT=on; fi
+fi
+if ((MULTI_HOST)); then RUNTIME=grpc_tpu_server; elif [[ "$PJRT" == on ]]; then RUNTIME=pjrt; else RUNTIME=stream_executor; fi
+# Experimental for TensorFlow (docs/tpu.md, "Which path upstream supports"): v6e (TensorFlow is not
+# in Google's v6e framework list; Keras's TPU CI runs JAX there) and every pod slice (one client
+# feeding gRPC TPU servers; public reports of TF 2.17/2.18 pod images that hang or crash:
+# tensorflow/tensorflow#82208). The recommended paid path is N single hosts: v4-8 or v5litepod-8.
+if ((MULTI_HOST)) || [[ "$FAMILY" == v6e ]]; then
+  note "note: $ACCELERATOR is experimental for TensorFlow ($( ((MULTI_HOST)) && echo "a pod slice" \
+    || echo "v6e")); the recommended paid path is N x v4-8 (--shards=N) or v5litepod-8 (docs/tpu.md)"
 fi
 
 # TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (docs/tpu.md): a
@@ -474,7 +647,7 @@ refuse_here() {  # WHAT: a failed check as one line; exit 2 for a config that ca
   echo "$PROG: error: $1 on $ACCELERATOR ($REPLICAS replicas): ${line:-$(tail -n 1 <<<"$OUT")}" >&2
   exit "$((CODE == 2 || CODE == 3 ? 2 : 1))"
 }
-validate_here() {  # [--shard=i/n]
+validate_here() {
   if ! "${PYTHON:-python3}" -c 'import absl, ml_collections' >/dev/null 2>&1; then
     fail "cannot check the config on this machine: '${PYTHON:-python3}' lacks absl-py and ml-collections;" \
       "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
@@ -482,13 +655,11 @@ validate_here() {  # [--shard=i/n]
   fi
   # With --accelerator the same call runs the memory model (wide_tf/spec/memory.py): every member
   # at every batch on one replica's HBM; exit 3 when it does not fit (refused as 2).
-  here wide_tf.main "--config=$CONFIG" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY" \
-    "${EXTRA[@]+"${EXTRA[@]}"}" "$@"
+  here wide_tf.main "${VM_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
   refuse_here "$CONFIG"
   note_checked "checked here"
   if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
-    here wide_tf.main "--config=$CONFIG_FILE:check" --dry_run "--replicas=$REPLICAS" \
-      "--accelerator=$FAMILY"
+    here wide_tf.main "${CHECK_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
     refuse_here "$CONFIG_FILE:check (--check)"
     note_checked "checked here for --check"
   fi
@@ -500,13 +671,45 @@ note_checked() {  # PREFIX: the dry run's "dry run: ..." and "memory: ..." lines
   done <<<"$OUT"
   return 0
 }
-((VALIDATE)) && validate_here ${SHARDS:+"--shard=0/$SHARDS"}
+((VALIDATE)) && validate_here
 
-# ---- N VMs, one shard each -------------------------------------------------------------------
-# --shards=N: N single launches NAME-0 ... NAME-(N-1), shard i of N each, on the one gs:// workdir
-# (wide_tf.main --shard: every trial runs exactly once; shards may share a workdir). Each child is
-# this script with the same flags; under --dry_run they print one after the other, otherwise they
-# run side by side, their lines prefixed with the VM's name, and the exit status is the worst.
+# The study's (member, batch size) groups, counted here from the config and the flags the VM gets
+# (wide_tf.study.trials, no TensorFlow): --shards may not exceed them (a VM beyond would have
+# nothing to claim and would bill for nothing).
+read -r -d '' GROUPS_PY <<'PY' || true
+import sys
+from absl import flags
+from ml_collections import config_flags
+config = config_flags.DEFINE_config_file("config")
+flags.FLAGS(sys.argv, known_only=True)
+from wide_tf.study.trials import group_trials, list_trials
+print(len(group_trials(list_trials(config.value))))
+PY
+study_groups() {  # prints the count, or nothing when it cannot be read here
+  (cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" -c \
+    "$GROUPS_PY" wide_tf "${VM_FLAGS[@]}" 2>/dev/null) || true
+}
+if [[ -n "$SHARDS" ]] && ((VALIDATE)); then
+  GROUP_COUNT="$(study_groups)"
+  if [[ "$GROUP_COUNT" =~ ^[0-9]+$ ]]; then
+    ((SHARDS <= GROUP_COUNT)) || die "--shards=$SHARDS: $CONFIG has $GROUP_COUNT (member, batch size)" \
+      "groups and a group runs on one VM; VMs beyond $GROUP_COUNT would bill with nothing to run:" \
+      "give --shards=$GROUP_COUNT or fewer"
+    note "checked here: $GROUP_COUNT groups for $SHARDS VMs, dealt from one claim pool"
+  else
+    note "note: could not count $CONFIG's groups here; --shards=$SHARDS is not checked against them"
+  fi
+fi
+
+# ---- N VMs, one claim pool --------------------------------------------------------------------
+# --shards=N: N single launches NAME-0 ... NAME-(N-1) of the whole study on the one gs:// workdir.
+# Every VM claims the next open (member, batch size) group from the workdir's claims
+# (wide_tf/store/claims.py; atomic on gs:// through google-cloud-storage, which every VM gets), so
+# the groups are dealt as VMs free up: balanced by the work itself, and a preempted VM's group is
+# taken over by another once its heartbeat is stale. Before, each VM got --shard=i/N, a static hash
+# split: configs/wrn.py's 30 groups on 8 VMs gave 2 to 10 groups per VM. Each child is this script
+# with the same flags; under --dry_run they print one after the other, otherwise they run side by
+# side, their lines prefixed with the VM's name, and the exit status is the worst.
 if [[ -n "$SHARDS" ]]; then
   child_args=()
   for a in "${ORIG_ARGS[@]}"; do
@@ -516,9 +719,9 @@ if [[ -n "$SHARDS" ]]; then
   ((VALIDATE)) && child_args+=(--no_validate)  # checked once above, for the same replica count
   pids=()
   for ((i = 0; i < SHARDS; i++)); do
-    args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}" "--shard=$i/$SHARDS")
+    args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}")
     if ((DRY_RUN)); then
-      echo "# ---- VM $NAME-$i: shard $i/$SHARDS"
+      echo "# ---- VM $NAME-$i: $((i + 1)) of $SHARDS, each claiming groups from the one pool in $WORKDIR"
       bash "$SELF" "${args[@]}"
     else
       bash "$SELF" "${args[@]}" 2>&1 | sed -u "s/^/[$NAME-$i] /" &
@@ -600,6 +803,7 @@ create_vm() {
     ((spot)) && cmd+=(--spot)
     run "${cmd[@]}"
   fi
+  ((DRY_RUN)) || remember_spot "$spot"
 }
 
 # A queued request waits for capacity (WAITING_FOR_RESOURCES, PROVISIONING) until it is ACTIVE;
@@ -618,6 +822,7 @@ wait_for_queue() {
     case "$qs" in
       ACTIVE) return 0 ;;
       FAILED | SUSPENDED | SUSPENDING)
+        OWNED=0  # no node was made: nothing is billed (--delete_when_done still clears the request)
         fail "the queued resource $NAME is $qs; see 'gcloud compute tpus queued-resources describe" \
           "$NAME --zone=$ZONE', delete it with '$PROG --name=$NAME --zone=$ZONE --queued --delete' and try another zone or time" ;;
     esac
@@ -671,7 +876,15 @@ ensure_vm() {
   fi
   read_vm
   # A re-created VM keeps the choice it was made with unless --spot / --no_spot says otherwise:
-  # forgetting --spot after a preemption would silently bill an on-demand VM.
+  # forgetting --spot after a preemption would silently bill an on-demand VM. The choice is read
+  # from the VM, or, once Google has deleted a preempted spot node (describe: NOT_FOUND), from the
+  # note this machine kept when it last saw or made the VM.
+  if [[ -n "$STATE" ]]; then
+    remember_spot "$WAS_SPOT"
+  elif [[ -z "$SPOT" ]] && [[ "$(recalled_spot)" == 1 ]]; then
+    WAS_SPOT=1
+    note "$NAME was last a spot VM ($(spot_file)); it is made as one again (--no_spot to change)"
+  fi
   spot="${SPOT:-$WAS_SPOT}"
   if [[ -n "$STATE" && -z "$SPOT" ]] && ((WAS_SPOT)); then
     note "$NAME was a spot VM; it stays one (--no_spot to change)"
@@ -681,32 +894,60 @@ ensure_vm() {
     "")
       note "no TPU VM $NAME in $ZONE; $( ((QUEUED)) && echo "queueing" || echo "creating") it"
       check_image_offered
+      arm_delete
       create_vm "$spot" ;;
     READY)
-      local active
-      active="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
-        || refuse "could not reach worker 0 of $NAME to check for an active run"
+      local active code=0
+      active="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$PID_CHECK")" || code=$?
+      ((code)) && refuse "could not reach worker 0 of $NAME to check for an active run (exit $code)"
       if [[ "$active" == *"wide_tf: running"* ]]; then
         if ((WATCH)); then
-          note "a run is active on $NAME (${active##*running }); watching it"
+          note "a run is active on $NAME ($(pid_of "$active")); watching it"
           ATTACHED=1
           return 0
         fi
-        refuse "a run is active on $NAME (${active##*running }); follow it with '$PROG --name=$NAME --zone=$ZONE --logs'" \
+        refuse "a run is active on $NAME ($(pid_of "$active")); follow it with '$PROG --name=$NAME --zone=$ZONE --logs'" \
           "or wait for it to end: a second launch would replace its checkout and compete for the TPU"
       fi
-      note "TPU VM $NAME is READY and idle; reusing it" ;;
+      note "TPU VM $NAME is READY and idle; reusing it"
+      arm_delete ;;
     PREEMPTED | TERMINATED)
       note "TPU VM $NAME is $STATE; deleting and creating it again (the study resumes from $WORKDIR)"
+      arm_delete
       delete_vm
       create_vm "$spot" ;;
     STOPPED)
       note "TPU VM $NAME is STOPPED; starting it"
+      arm_delete
       run "${GCLOUD[@]}" start "$NAME" "${WHERE[@]}" ;;
     *)
       refuse "TPU VM $NAME is $STATE; launch again once it is READY, STOPPED or PREEMPTED ('$PROG --name=$NAME --zone=$ZONE --status')" ;;
   esac
   return 0
+}
+
+# From here on the launch is this VM's: a failure deletes it under --delete_when_done (unless
+# --keep_on_failure), and prints the billing line otherwise. Not before: a launch refused because
+# another run is active, or a VM in transition, leaves that VM alone.
+OWNED=0
+arm_delete() {
+  OWNED=1
+  ((DELETE_WHEN_DONE)) && DELETE_ON_EXIT=1
+  return 0
+}
+
+# The spot choice, kept on this machine per project, zone and name (one line: 1 spot, 0 not).
+spot_file() {
+  echo "${WIDE_TF_STATE_DIR:-${XDG_STATE_HOME:-${HOME:-/tmp}/.local/state}/wide_tf}/spot-${PROJECT:-default}-$ZONE-$NAME"
+}
+remember_spot() {  # 0|1; best effort (a read-only home only loses the note)
+  local f
+  f="$(spot_file)"
+  { mkdir -p "${f%/*}" && echo "$1" >"$f"; } 2>/dev/null || true
+}
+recalled_spot() {
+  cat "$(spot_file)" 2>/dev/null || true
 }
 
 # 2. This checkout's files (tracked ones, as they are in the working tree; no .venv, no runs/),
@@ -737,6 +978,8 @@ make_archive() {
 # build); the venv is kept between launches, its packages are brought to the pinned versions.
 PIP="$R_VENV/bin/python -m pip install -q"
 mapfile -t NON_TF_DEPS < <(non_tf_deps)
+mapfile -t GCS_DEPS < <(gcs_deps)
+NON_TF_DEPS+=("${GCS_DEPS[@]}")
 ((${#NON_TF_DEPS[@]})) || fail "could not read install_requires from $REPO_DIR/setup.cfg"
 DEPS=""  # double quotes: the remote shell must not glob or redirect on '*' and '>'
 for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
@@ -755,17 +998,27 @@ if [[ "$PJRT" == on ]]; then
   INSTALL+="; lib=\$($R_VENV/bin/python -c 'import libtpu; print(libtpu.get_library_path())')"
   INSTALL+="; echo \"export PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=\$lib\" >> $R_ENV"
 fi
+# The recipe's MLIR-bridge flags wherever TensorFlow builds the TPU program with the recipe's
+# runtime: the single host's process under PJRT, a pod's client (the bridge runs where the graph
+# is built). Not under --pjrt=off, the fallback to the old path.
+if [[ "$PJRT" == on ]] || ((MULTI_HOST)); then
+  INSTALL+="; echo \"export TF_XLA_FLAGS='$RECIPE_XLA_FLAGS'\" >> $R_ENV"
+fi
 if ((MULTI_HOST)); then
   INSTALL+="; echo 'export TPU_NAME=$NAME TPU_LOAD_LIBRARY=0' >> $R_ENV"
 fi
-INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__)'"
+# For the Python side (its logs and --check): the runtime the launcher set up and the pinned pair.
+INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='tensorflow-tpu==$TF_TPU libtpu==$LIBTPU'\" >> $R_ENV"
+INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras, google.cloud.storage as gcs; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__, \"google-cloud-storage\", gcs.__version__)'"
 if ((MULTI_HOST)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
 fi
 
-if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
-MAIN_ARGS=""
-for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do MAIN_ARGS+=" $(printf '%q' "$a")"; done
+quoted() {  # ARGS...: one shell word each (printf %q), for the VM's shell line
+  local out="" a
+  for a in "$@"; do out+=" $(printf '%q' "$a")"; done
+  echo "${out# }"
+}
 
 # --check: on worker 0, initialise the TPU system; print its replica count (refused when it is not
 # the one the config was checked for), the runtime path (PJRT through the pluggable-device variables,
@@ -779,14 +1032,25 @@ r = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=sys.argv[1])
 tf.config.experimental_connect_to_cluster(r)
 tf.tpu.experimental.initialize_tpu_system(r)
 n = tf.distribute.TPUStrategy(r).num_replicas_in_sync
-pjrt = os.environ.get('PJRT_DEVICE') == 'TPU' and os.environ.get('NEXT_PLUGGABLE_DEVICE_USE_C_API') == 'true'
-path = 'PJRT (pluggable device %s)' % os.environ.get('TF_PLUGGABLE_DEVICE_LIBRARY_PATH') if pjrt else 'stream executor (no PJRT variables)'
+env = os.environ.get
+pjrt = env('PJRT_DEVICE') == 'TPU' and env('NEXT_PLUGGABLE_DEVICE_USE_C_API') == 'true' and bool(env('TF_PLUGGABLE_DEVICE_LIBRARY_PATH'))
+try:
+    maps = open('/proc/self/maps').read().split()
+except OSError:
+    maps = []
+libs = sorted({w for w in maps if w.startswith('/') and 'libtpu' in w.rsplit('/', 1)[-1]})
+if sys.argv[1] != 'local':
+    path = 'gRPC TPU servers of the pod image (no PJRT variables)'
+elif pjrt:
+    path = 'PJRT (pluggable device %s, TF_XLA_FLAGS %s)' % (env('TF_PLUGGABLE_DEVICE_LIBRARY_PATH'), env('TF_XLA_FLAGS') or 'unset')
+else:
+    path = 'stream executor (no PJRT variables)'
 def version(p):
     try:
         return md.version(p)
     except md.PackageNotFoundError:
         return 'not installed'
-print('wide_tf check: runtime %s; tensorflow %s, libtpu %s' % (path, tf.__version__, version('libtpu')))
+print('wide_tf check: runtime %s; tensorflow %s, libtpu %s; loaded %s; the launcher set up %s' % (path, tf.__version__, version('libtpu'), ', '.join(libs) or 'no libtpu', env('WIDE_TF_TPU_RUNTIME', '?')))
 try:
     devs = tf.config.list_logical_devices('TPU')
     info = tf.config.experimental.get_memory_info(devs[0].name)
@@ -797,7 +1061,8 @@ print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.ar
 sys.exit(0 if n == int(sys.argv[2]) else 3)
 PY
 TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c $(printf '%q' "$CHECK_PY") $TPU_ARG $REPLICAS"
-TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main --config=$CONFIG_FILE:check --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG --no_report && echo 'wide_tf check: the :check run passed'"
+TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main $(quoted "${CHECK_FLAGS[@]}") && echo 'wide_tf check: the :check run passed'"
+TPU_CHECK+=" && $R_VENV/bin/python -m wide_tf.tools.check $(quoted "${STUDY_CHECK_FLAGS[@]}") && echo 'wide_tf check: the study stage passed'"
 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
@@ -812,27 +1077,59 @@ start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose
   stamp="$(date -u +%Y%m%d-%H%M%S)"
   log="$R_LOGS/$stamp.log"
   LOG="$log"
-  local main="$R_VENV/bin/python -m wide_tf.main --config=$CONFIG --workdir=$WORKDIR"
-  main+=" --config.runtime.strategy=tpu --config.runtime.tpu=$TPU_ARG$MAIN_ARGS"
+  local main
+  main="$R_VENV/bin/python -m wide_tf.main $(quoted "${VM_FLAGS[@]}")"
   local start="cd $R_CHECKOUT && mkdir -p $R_LOGS && rm -f $R_EXIT && . $R_ENV && ln -sfn $log $R_LOGS/latest.log"
   # The braces: '&' would otherwise send the whole '&&' chain to a subshell, and $! would be its pid.
   start+=" && { nohup bash -c '$RUNNER' wide_tf_run $log ${WORKDIR%/}/logs/$NAME $main > /dev/null 2>&1 < /dev/null & echo \$! > $R_PID; }"
   START="$start"
 }
 
+runtime_line() {  # the TPU software the VM gets, as one line (the dry run prints it first)
+  local how
+  case "$RUNTIME" in
+    pjrt) how="PJRT (PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's .so; TF_XLA_FLAGS=$RECIPE_XLA_FLAGS)" ;;
+    stream_executor) how="stream executor (--pjrt=off: no PJRT variables, no TF_XLA_FLAGS)" ;;
+    *) how="the PJRT pod image's TPU servers over gRPC, the client on worker 0 with TF_XLA_FLAGS=$RECIPE_XLA_FLAGS (experimental)" ;;
+  esac
+  echo "# TPU software: tensorflow-tpu==$TF_TPU libtpu==$LIBTPU, image $VERSION, runtime $how"
+}
+
 launch_once() {
+  ((DRY_RUN)) && runtime_line
   ensure_vm
   ((ATTACHED)) && return 0
   make_archive
-  run "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all
-  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL"
+  ((DRY_RUN)) && echo "# each remote step is stopped past its limit (copy, start and checks ${SSH_TIMEOUT_S}s," \
+    "install ${INSTALL_TIMEOUT_S}s$( ((CHECK)) && echo ", --check ${CHECK_TIMEOUT_S}s")): exit 1$( ((DELETE_WHEN_DONE && !KEEP_ON_FAILURE)) && echo ", the VM deleted")"
+  limited "$SSH_TIMEOUT_S" WIDE_TF_SSH_TIMEOUT_S "the copy of the checkout" \
+    "${GCLOUD[@]}" scp "$ARCHIVE" "$NAME:/tmp/wide_tf.tar.gz" "${WHERE[@]}" --worker=all \
+    || fail "copying the checkout to $NAME failed; the output is above"
+  limited "$INSTALL_TIMEOUT_S" WIDE_TF_INSTALL_TIMEOUT_S "the install" \
+    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL" \
+    || fail "the install failed on $NAME; its output is above"
   if ((CHECK)); then
     ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
-    run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK" \
-      || fail "--check failed on $NAME (its output is above); the study was not started"
+    local out="" code=0
+    if ((DRY_RUN)); then
+      run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK"
+    else
+      echo "+ $(show "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK")" >&2
+      out="$(with_timeout "$CHECK_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$TPU_CHECK")" || code=$?
+      echo "$out"
+      ((code == 124)) && fail "--check on $NAME did not finish in ${CHECK_TIMEOUT_S}s and was stopped" \
+        "(WIDE_TF_CHECK_TIMEOUT_S=SECONDS sets the limit); the study was not started"
+      ((code)) && fail "--check failed on $NAME (exit $code; its output is above); the study was not started"
+      local came_up
+      came_up="$(grep -m 1 '^wide_tf check: runtime ' <<<"$out" || true)"
+      note "the TPU came up through: ${came_up#wide_tf check: runtime }"
+    fi
   fi
   start_command
-  run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START"
+  limited "$SSH_TIMEOUT_S" WIDE_TF_SSH_TIMEOUT_S "the start" \
+    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START" \
+    || fail "starting the run on $NAME failed; the output is above"
   # The process checked alive: a run that dies at once (a missing data set, a bad flag that only
   # the VM sees) is reported now with its last log lines, not found hours later.
   if ((DRY_RUN)); then
@@ -841,33 +1138,55 @@ launch_once() {
     return 0
   fi
   sleep "$ALIVE_WAIT_S"
-  local alive
-  alive="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" \
-    || fail "started on $NAME but could not reach worker 0 to check the run; '$PROG --name=$NAME --zone=$ZONE --status'"
+  local alive code=0
+  alive="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+    "--command=$PID_CHECK")" || code=$?
+  ((code)) && fail "started on $NAME but could not reach worker 0 to check the run (exit $code);" \
+    "'$PROG --name=$NAME --zone=$ZONE --status'"
   case "$alive" in
     *"wide_tf: running"* | *"wide_tf: exited 0"*) return 0 ;;
   esac
-  "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=tail -n 20 $LOG" >&2 || true
+  last_lines "$LOG"
   fail "the run on $NAME is not running ($alive) ${ALIVE_WAIT_S}s after the start; its last log lines are above"
 }
 
+last_lines() {  # LOG: its last 20 lines on stderr, if worker 0 answers in time
+  with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+    "--command=tail -n 20 $1" >&2 || true
+}
+
 finish() {  # CODE: the end of a --watch (on_exit deletes the VM under --delete_when_done)
-  ((DELETE_WHEN_DONE)) \
-    || note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE --delete'"
+  ((DELETE_WHEN_DONE || $1)) || billing_line
   exit "$1"
 }
 
-# Whatever ends the launch: the checkout archive goes; once the watch has begun, --delete_when_done
-# deletes the VM however the watch ends (done, failed, a relaunch that failed, an error, Ctrl-C): a
-# relaunch that failed used to exit before the delete, and the VM kept billing.
+billing_line() {
+  note "$NAME is still billed while it exists: '$PROG --name=$NAME --zone=$ZONE${PROJECT:+ --project=$PROJECT} --delete'"
+}
+
+# Whatever ends the launch: the checkout archive goes. Under --delete_when_done the VM is deleted
+# however the launch ends once it is this launch's VM (created, started, reused or attached to):
+# done, a failed install, --check or start on the first launch, a step past its limit, a stuck
+# study, a failed relaunch, an error, Ctrl-C. Before, the delete was armed only once the watch
+# began, and a first launch that failed exited 1 with the VM up. --keep_on_failure keeps it after
+# a failure (for debugging); any failure that leaves the VM says it is billed.
 ARCHIVE_DIR="" DELETE_ON_EXIT=0
+TIMEOUT_MARK="$(mktemp -u "${TMPDIR:-/tmp}/wide_tf_timeout.XXXXXX")"
 on_exit() {
   local code=$?
   trap - EXIT
   [[ -n "$ARCHIVE_DIR" ]] && rm -rf "$ARCHIVE_DIR"
-  if ((DELETE_ON_EXIT)); then
-    note "deleting $NAME (--delete_when_done; the watch ended with exit $code)"
-    delete_vm || note "warning: deleting $NAME failed; delete it with '$PROG --name=$NAME --zone=$ZONE --delete'"
+  rm -f "$TIMEOUT_MARK".*
+  if ((DELETE_ON_EXIT)) && ((code == 0 || !KEEP_ON_FAILURE)); then
+    note "deleting $NAME (--delete_when_done; the launch ended with exit $code)"
+    if delete_vm; then
+      exit "$code"
+    fi
+    note "warning: deleting $NAME failed"
+    billing_line
+  elif ((code && OWNED)); then
+    ((DELETE_ON_EXIT)) && note "$NAME is kept for debugging (--keep_on_failure)"
+    billing_line
   fi
   exit "$code"
 }
@@ -875,34 +1194,47 @@ trap on_exit EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait. Exited 0:
-# the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
+# --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait, unless its
+# log has not changed for --stall_minutes (the watchdog: a hung TPU initialisation, a stuck read,
+# a deadlock), which is a failure; a run that waits for groups other VMs hold is not stuck. Exited
+# 0: the study is done. Exited 143, or no run on a READY VM (a host maintenance reboot), or the VM
 # PREEMPTED, TERMINATED, STOPPED or gone: launch again (the study resumes from the workdir).
 # Exited with anything else: the study failed; relaunching would fail the same way.
 watch_loop() {
-  local relaunches=0 answer errors=0
+  local relaunches=0 answer errors=0 idle code
   if ((DRY_RUN)); then
     echo "# --watch: every ${POLL_S}s the VM's state and the run's (above); preempted, gone or"
     echo "#   stopped: launch again as above (at most $MAX_RELAUNCHES times); exited 0: done;"
-    echo "#   exited otherwise: failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then, however the watch ends (--delete_when_done):")"
+    echo "#   exited otherwise, or no new log line for $STALL_S s (--stall_minutes): failed (exit 1)$( ((DELETE_WHEN_DONE)) && echo "; then, however the launch ends (--delete_when_done$( ((KEEP_ON_FAILURE)) && echo ", kept after a failure: --keep_on_failure")):")"
     COMMENT=1
     ((DELETE_WHEN_DONE)) && delete_vm
     COMMENT=0
     return 0
   fi
-  ((DELETE_WHEN_DONE)) && DELETE_ON_EXIT=1
+  arm_delete
   while :; do
     sleep "$POLL_S"
     read_vm
     if [[ "$STATE" == READY ]]; then
-      answer="$("${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$PID_CHECK")" || {
+      code=0
+      answer="$(with_timeout "$SSH_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+        "--command=$PID_CHECK")" || code=$?
+      if ((code)); then
         errors=$((errors + 1))
         ((errors < 5)) || fail "could not reach worker 0 of $NAME 5 times in a row; stopped watching"
         continue
-      }
+      fi
       errors=0
       case "$answer" in
-        *"wide_tf: running"*) continue ;;
+        *"wide_tf: running"*)
+          idle=0
+          [[ "$answer" =~ idle\ ([0-9]+) ]] && idle="${BASH_REMATCH[1]}"
+          if ((STALL_S > 0 && idle >= STALL_S)) && [[ "$answer" != *waiting* ]]; then
+            last_lines "$R_LOGS/latest.log"
+            fail "no progress on $NAME: the run's log has not changed for ${idle}s (--stall_minutes=$STALL_MINUTES);" \
+              "the study is treated as stuck (its last log lines are above)"
+          fi
+          continue ;;
         *"wide_tf: exited 0"*)
           note "the study is done on $NAME; the results are in $WORKDIR (logs in ${WORKDIR%/}/logs/$NAME)"
           finish 0 ;;
@@ -932,7 +1264,7 @@ launch_once
 OPTS="--name=$NAME --zone=$ZONE"
 [[ -n "$PROJECT" ]] && OPTS+=" --project=$PROJECT"
 cat <<EOT
-# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
+# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, runtime $RUNTIME, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
 #   $PROG $OPTS --status          # VM state, run active or not, last log lines
 #   $PROG $OPTS --logs --follow   # the log (Ctrl-C stops following, not the run)
 #   tensorboard --logdir=$WORKDIR # from any machine with access to the bucket

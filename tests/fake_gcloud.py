@@ -29,7 +29,8 @@ G = ["compute", "tpus", "tpu-vm"]
 # request (its state); create, delete and start change them; a queue file (a JSON list) gives the
 # next answers of `describe` (sticky: it becomes the VM's state), of the run check and of an
 # existing queued request's describe. A queued VM that goes missing leaves its request SUSPENDED
-# (a spot preemption: Google deletes the node, the request stays).
+# (a spot preemption: Google deletes the node, the request stays). FAKE_HANG=install,tpucheck,...
+# makes those ssh steps hang (a minute) so the launcher's limits can be tested.
 FAKE_GCLOUD = f"""#!{sys.executable}
 import json, os, shutil, sys
 args = sys.argv[1:]
@@ -91,11 +92,17 @@ elif verb == "start":
     vm["state"] = "READY"
     save(vm_file, vm)
 elif verb == "versions":
-    print(os.environ.get("FAKE_VERSIONS", "tpu-vm-tf-2.18.0-pod-pjrt\\ntpu-vm-tf-2.20.0-pod-pjrt"))
+    pods = ["tpu-vm-tf-2.18.0-pod-pjrt", "tpu-vm-tf-2.19.1-pod-pjrt", "tpu-vm-tf-2.20.0-pod-pjrt"]
+    print(os.environ.get("FAKE_VERSIONS", "\\n".join(pods)))
 elif verb == "scp":  # keep what would be copied, for the test to open
     shutil.copy(args[args.index("scp") + 1], os.path.join(d, "copied.tar.gz"))
 elif verb == "ssh":
     cmd = next(a for a in args if a.startswith("--command="))
+    step = ("install" if "pip install" in cmd else "tpucheck" if "initialize_tpu_system" in cmd
+            else "start" if "nohup" in cmd else "check" if "wide_tf.pid 2>/dev/null" in cmd else "")
+    if step and step in os.environ.get("FAKE_HANG", "").split(","):
+        import time
+        time.sleep(60)  # a step that never answers: the launcher's limit must stop it
     if "wide_tf.pid 2>/dev/null" in cmd:
         answer = pop("checks")
         if answer is None:
@@ -103,6 +110,7 @@ elif verb == "ssh":
         print("wide_tf: " + answer)
     elif "initialize_tpu_system" in cmd:
         expected = cmd.split(" && rm -rf /tmp/wide_tf_check")[0].split()[-1]
+        print("wide_tf check: runtime PJRT (pluggable device /v/libtpu.so); tensorflow 2.19.1")
         print(f"wide_tf check: the TPU system has {{expected}} replicas (expected {{expected}})")
         sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
     elif "nohup" in cmd:
@@ -121,12 +129,12 @@ def _bash():
 BASE_ENV = {"PYTHON": sys.executable, "WIDE_TF_POLL_S": "0", "WIDE_TF_ALIVE_WAIT_S": "0"}
 
 
-def _launch(*args, env=None):
+def _launch(*args, env=None, script=SCRIPT):
     """--dry_run and argument errors: no gcloud on PATH at all (they must not call it), unless
     `env` says otherwise."""
     _bash()
     return subprocess.run(
-        ["bash", str(SCRIPT), *args],
+        ["bash", str(script), *args],
         cwd="/",
         capture_output=True,
         text=True,
@@ -170,6 +178,7 @@ def make_fake(tmp_path):
             "PATH": f"{bin_dir}:/usr/bin:/bin",
             "FAKE_DIR": str(tmp_path),
             "TMPDIR": str(tmp_path),
+            "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
             **BASE_ENV,
             **(env or {}),
         }

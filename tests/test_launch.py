@@ -1,8 +1,11 @@
-"""launch_tpu.sh without Cloud TPU: shellcheck, argument checks, the install, the slices and
---check, and the gcloud calls of single launches, recorded by the fake `gcloud` of
-tests/fake_gcloud.py. VM states, queued requests and --watch: tests/test_launch_watch.py."""
+"""launch_tpu.sh without Cloud TPU: shellcheck, argument checks (the safe alphabet, the slice
+table, the VM's own flags checked here), the TPU software (pinned pair, PJRT, flags), the install,
+the slices and --check, --shards and the study's groups, and the gcloud calls of single launches,
+recorded by the fake `gcloud` of tests/fake_gcloud.py. VM states, queued requests, --watch, the
+limits, the watchdog and the deletes: tests/test_launch_watch.py."""
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -56,16 +59,17 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert not any(n.startswith((".git/", "runs/")) for n in names)
     inst = _command(install)
     # Python 3.11 (Keras 3.15 needs it) in a venv; TensorFlow's TPU build with the libtpu its
-    # wheel names, before the package's other requirements; the package without its tensorflow pin.
+    # wheel names (2.19.1 + 0.0.10, the pair upstream's recipe uses), before the package's other
+    # requirements; the package without its tensorflow pin; PJRT on v4 too, with the recipe's flags.
     assert "uv venv --seed --python 3.11 ~/wide_tf_venv" in inst
     assert (
-        inst.index('"tensorflow-tpu==2.20.0" "libtpu==0.0.14"')
+        inst.index('"tensorflow-tpu==2.19.1" "libtpu==0.0.10"')
         < inst.index('"keras==3.15.*"')
         < inst.index("--no-deps -e .")
     )
-    assert (
-        '"tensorflow==' not in inst and "cloud-tpu-client" not in inst and "PJRT_DEVICE" not in inst
-    )
+    assert '"tensorflow==' not in inst and "cloud-tpu-client" not in inst
+    assert "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true" in inst
+    assert "TF_XLA_FLAGS='--tf_mlir_enable_mlir_bridge=true" in inst
     st = _command(start)
     assert (
         "~/wide_tf_venv/bin/python -m wide_tf.main --config=configs/wrn.py "
@@ -98,10 +102,14 @@ def test_the_install_takes_setup_cfgs_requirements():
     wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
     wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
     assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
+    # and google-cloud-storage: setup.cfg's [gcs] extra once it has one, else the launcher's pin
+    extras = cfg["options.extras_require"]
+    gcs = [x.strip() for x in extras.get("gcs", "").splitlines() if x.strip()[:1].isalpha()]
+    wanted += gcs or ["google-cloud-storage>=2.10"]
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
     (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
-    deps = install.split('"libtpu==0.0.14" ', 1)[1].split(" -f ")[0]
+    deps = install.split('"libtpu==0.0.10" ', 1)[1].split(" -f ")[0]
     assert deps.replace('\\"', '"').replace("'", "") == " ".join(f'"{r}"' for r in wanted)
 
 
@@ -154,11 +162,11 @@ def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
         "--zone=us-central2-b",
         "--project=proj",
         "--accelerator-type=v4-32",
-        "--version=tpu-vm-tf-2.20.0-pod-pjrt",  # the image's TensorFlow is the client's
+        "--version=tpu-vm-tf-2.19.1-pod-pjrt",  # the image's TensorFlow is the client's
     ]
     assert all("--project=proj" in c for c in calls)
     inst = _command(install)
-    assert '"tensorflow-tpu==2.20.0" "libtpu==0.0.14"' in inst
+    assert '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"' in inst
     assert (
         '"cloud-tpu-client>=0.10"' in inst and "tpu-runtime" in inst and "PJRT_DEVICE" not in inst
     )
@@ -172,7 +180,7 @@ def test_a_pod_image_derives_the_client_and_a_mismatch_is_refused(fake):
     p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt")
     assert p.returncode == 0, p.stderr
     assert '"tensorflow-tpu==2.18.0" "libtpu==2.18.0"' in _command(calls[4])
-    assert "2.18 is not measured" in p.stderr
+    assert "was not run on TensorFlow 2.18" in p.stderr
     p, calls = fake(
         *REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt", "--tf_tpu=2.20.0"
     )
@@ -214,12 +222,16 @@ def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
     assert "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check" in check
     # It prints the runtime path, the libtpu version and the memory TensorFlow reports.
     assert "stream executor" in check and "libtpu" in check and "get_memory_info" in check
+    # Then the study stage (wide_tf/tools/check.py) on the study's own config and gs:// workdir.
+    assert "python -m wide_tf.tools.check --config=configs/wrn.py --workdir=gs://" in check
+    assert check.index("wide_tf.main") < check.index("wide_tf.tools.check")
     assert (
         "checked here for --check: dry run: the config fits 4 replica(s): batches [256, 512]"
         in (p.stderr)
     )
     p, calls = fake(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
-    assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-1]
+    assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-2]
+    assert "still billed while it exists" in p.stderr.splitlines()[-1]
     assert "start" not in [v for v, _ in _verbs(calls)]
 
 
@@ -302,13 +314,31 @@ def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
     creates = sorted(c[1] for c in calls if c[0] == "create")
     assert creates == ["wide-0", "wide-1", "wide-2"]
     starts = [_command(c) for c in calls if _verbs([c])[0][0] == "start"]
-    # The VMs start side by side: any order (the log names differ by their UTC second too).
-    assert sorted(s.split("--shard=")[1][:3] for s in starts) == ["0/3", "1/3", "2/3"]
+    # Every VM runs the whole study on the one workdir and claims its next group from the pool
+    # (issue 38: before, --shard=i/3, a static hash split that left VMs 2 to 10 groups apart).
+    assert len(starts) == 3 and not any("--shard=" in s for s in starts)
     assert all("wide_tf_run ~/wide_tf_logs/" in s and "logs/wide-" in s for s in starts)
     assert all("--workdir=gs://bucket/wrn" in s for s in starts)
-    # once, for all shards: the dry run and the memory model
+    # once, for all shards: the dry run, the memory model and the groups
     assert p.stderr.count("checked here: dry run") == 1
     assert p.stderr.count("checked here: memory") == 1
+    assert "checked here: 30 groups for 3 VMs, dealt from one claim pool" in p.stderr
+
+
+def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
+    smoke = ["--name=wide", "--config=configs/mlp.py:smoke", "--workdir=gs://bucket/smoke"]
+    p, calls = fake(*smoke, "--shards=5")
+    assert p.returncode == 2 and calls == [], p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert (
+        len(errors) == 1
+        and "--shards=5: configs/mlp.py:smoke has 4 (member, batch size)" in (errors[0])
+    )
+    assert "give --shards=4 or fewer" in errors[0]
+    p = _launch(*smoke, "--shards=4", "--dry_run")  # as many VMs as groups: fine
+    assert p.returncode == 0, p.stderr
+    assert "checked here: 4 groups for 4 VMs, dealt from one claim pool" in p.stderr
+    assert p.stdout.count("tpu-vm create wide-") == 4
 
 
 def test_an_untracked_config_is_copied_explicitly(fake):
@@ -423,6 +453,8 @@ def test_a_missing_flag_is_a_one_line_error(missing):
         ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
         ([*REQUIRED, "--tf_tpu=2.16.1"], "not in the launcher's table"),
         ([*REQUIRED, "--delete_when_done"], "--delete_when_done needs --watch"),
+        ([*REQUIRED, "--watch", "--keep_on_failure"], "--keep_on_failure goes with --delete_when"),
+        ([*REQUIRED, "--stall_minutes=half"], "--stall_minutes=half: give whole minutes"),
         ([*REQUIRED, "--shards=two"], "--shards=two: give a number"),
         ([*REQUIRED, "--shards=2", "--", "--shard=0/2"], "drop --shard=0/2"),
         ([*REQUIRED, "--status", "--delete"], "give one of"),
@@ -498,3 +530,139 @@ def test_shards_are_bounded(fake, shards):
     assert p.returncode == 2 and calls == []
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and "at most 4096 VMs" in errors[0], p.stderr
+
+
+PAIR = '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"'
+FLAGS = (
+    "--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true"
+)
+
+
+@pytest.mark.parametrize(
+    "accelerator, pjrt, experimental",
+    [
+        ("v4-8", True, False),
+        ("v4-32", False, True),
+        ("v5litepod-8", True, False),
+        ("v6e-8", True, True),
+    ],
+)
+def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, experimental):
+    """Issue 35: tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
+    with the recipe's TF_XLA_FLAGS on every single host, v4 included (before: 2.20.0 + 0.0.14,
+    and v4 through the stream executor); v6e and pods named experimental."""
+    p = _launch(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-central2-b", "--dry_run")
+    assert p.returncode == 0, p.stderr
+    (software,) = [x for x in p.stdout.splitlines() if x.startswith("# TPU software:")]
+    assert "tensorflow-tpu==2.19.1 libtpu==0.0.10" in software
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert PAIR in install.replace('\\"', '"')
+    if pjrt:
+        assert "runtime PJRT" in software and FLAGS in software
+        assert "PJRT_DEVICE=TPU" in install and FLAGS in install
+        assert "WIDE_TF_TPU_RUNTIME=pjrt" in install
+    else:  # a pod: the PJRT pod image's TPU servers, the client on worker 0 with the flags
+        assert "PJRT pod image's TPU servers over gRPC" in software and FLAGS in software
+        assert "PJRT_DEVICE" not in install and FLAGS in install
+        assert "--version=tpu-vm-tf-2.19.1-pod-pjrt" in p.stdout
+    assert ("is experimental for TensorFlow" in p.stderr) == experimental
+    assert "N x v4-8 (--shards=N) or v5litepod-8" in p.stderr or not experimental
+
+
+def test_tensorflow_2_20_is_opt_in():
+    p = _launch(*REQUIRED, "--tf_version=2.20", "--dry_run")
+    assert p.returncode == 0, p.stderr
+    assert "tensorflow-tpu==2.20.0 libtpu==0.0.14" in p.stdout and "(opt-in)" in p.stderr
+    p = _launch(*REQUIRED, "--tf_version=2.21", "--dry_run")
+    assert p.returncode == 2 and "--tf_version=2.21: the launcher's table has" in p.stderr
+    p = _launch(*REQUIRED, "--tf_version=2.20", "--tf_tpu=2.19.1", "--dry_run")
+    assert p.returncode == 2 and "does not match --tf_version=2.20" in p.stderr
+
+
+def test_check_prints_which_runtime_came_up(fake):
+    p, _ = fake(*REQUIRED, "--check")
+    assert p.returncode == 0, p.stderr
+    assert "the TPU came up through: PJRT (pluggable device /v/libtpu.so)" in p.stderr
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--workdir=gs://bucket/my wrn"], "--workdir=gs://bucket/my wrn: use a bucket name"),
+        (["--workdir=gs://bucket/wrn;touch /tmp/x"], "no spaces, quotes or shell characters"),
+        (["--workdir=gs://bucket/$(id)"], "no spaces, quotes or shell characters"),
+        (["--config=configs/wrn.py;id"], "--config=configs/wrn.py;id: use a path"),
+        (["--accelerator=v4-2"], "--accelerator=v4-2: no such slice; v4 comes as v4-8, v4-16"),
+        (["--accelerator=v4-4"], "--accelerator=v4-4: no such slice"),
+        (["--accelerator=v5litepod-2", "--zone=us-west4-a"], "v5litepod comes as v5litepod-1"),
+        (["--version=abc"], "--version=abc: a single-host v4 takes tpu-ubuntu2204-base"),
+        (["--accelerator=v4-32", "--version=tpu-vm-tf-2.19.1-pod;id"], "needs a TensorFlow pod"),
+        (["--", "--workers=2"], "--workers=2 with runtime.strategy=tpu"),
+    ],
+)
+def test_what_cannot_start_on_the_vm_is_refused_before_any_gcloud_call(fake, args, needle):
+    """Issue 38: the workdir and config went unquoted into the VM's shell line; slices that do
+    not exist and any --version went to `gcloud create`; `-- --workers=2` passed the workstation's
+    check (run without the VM's flags) and was refused on the VM. Now: one line, exit 2, no call."""
+    base = [a for a in REQUIRED if not any(a.startswith(b.split("=")[0] + "=") for b in args)]
+    p, calls = fake(*base, *args)
+    assert p.returncode == 2 and calls == [], p.stderr
+    errors = [line for line in p.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1 and needle in errors[0], p.stderr
+
+
+def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
+    """What the VM runs is what was checked: the start line's wide_tf.main flags, run here with
+    --dry_run, refuse exactly when the launcher refuses (today max_epochs=1e308 passes both; once
+    the field registry bounds it, both refuse)."""
+    extra = ["--config.data.data_dir=gs://bucket/tfds dir", "--config.train.max_epochs=1e308"]
+    p, calls = fake(*REQUIRED, "--", *extra)
+    vm = [
+        "--config=configs/wrn.py",
+        "--workdir=gs://bucket/wrn",
+        "--config.runtime.strategy=tpu",
+        "--config.runtime.tpu=local",
+        *extra,
+    ]
+    here = subprocess.run(
+        [sys.executable, "-m", "wide_tf.main", *vm, "--dry_run", "--replicas=4"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
+    )
+    assert (p.returncode == 2) == (here.returncode == 2), (p.stderr, here.stderr)
+    if here.returncode:
+        assert calls == []
+        return
+    start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))
+    # every flag, each one shell word (printf %q), in this order
+    assert "-m wide_tf.main " + " ".join(shlex.quote(a).replace("'", "") for a in vm[:4]) in start
+    assert "--config.data.data_dir=gs://bucket/tfds\\ dir --config.train.max_epochs=1e308" in start
+
+
+def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
+    """Issue 38: gs:// claims are atomic only with google-cloud-storage, which no VM had. The
+    install takes setup.cfg's [gcs] extra when there is one (here a copy of the launcher beside
+    a setup.cfg that has it), and verifies the import on the VM."""
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "x.py").write_text("")
+    shutil.copy(SCRIPT, tmp_path / "launch_tpu.sh")
+    cfg = (REPO / "setup.cfg").read_text()
+    cfg = cfg.replace(
+        "[options.extras_require]\n",
+        "[options.extras_require]\ngcs =\n    google-cloud-storage==3.17.*\n",
+    )
+    (tmp_path / "setup.cfg").write_text(cfg)
+    args = ["--name=wide", "--config=configs/x.py", "--workdir=gs://b/w", "--no_validate"]
+    p = _launch(*args, "--dry_run", script=tmp_path / "launch_tpu.sh")
+    assert p.returncode == 0, p.stderr
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert '"google-cloud-storage==3.17.*"' in install.replace('\\"', '"')
+    assert "import sys, tensorflow as tf, keras, google.cloud.storage as gcs" in install
+    p = _launch(
+        *REQUIRED, "--accelerator=v4-32", "--dry_run"
+    )  # and on pods, beside cloud-tpu-client
+    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
+    assert "google-cloud-storage" in install and "cloud-tpu-client" in install

@@ -1,7 +1,12 @@
 """launch_tpu.sh against the VM states it finds (READY, PREEMPTED, STOPPED, in transition, a
 describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted spot node) and
---watch (relaunches, failures, --delete_when_done however the watch ends), with the fake `gcloud`
-of tests/fake_gcloud.py."""
+--watch (relaunches, failures, --delete_when_done however the launch ends, the first one
+included), the limits on remote steps, the watchdog, Ctrl-C and the kept spot choice, with the
+fake `gcloud` of tests/fake_gcloud.py."""
+
+import os
+import sys
+import time
 
 import pytest
 from fake_gcloud import REQUIRED, _verbs, make_fake
@@ -77,7 +82,8 @@ def test_a_vm_in_transition_is_refused(fake, state):
 def test_a_run_that_dies_at_once_is_reported(fake):
     p, calls = fake(*REQUIRED, checks=["exited 2"])
     assert p.returncode == 1
-    assert "is not running (wide_tf: exited 2)" in p.stderr.splitlines()[-1]
+    assert "is not running (wide_tf: exited 2)" in p.stderr.splitlines()[-2]
+    assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
     assert _verbs(calls)[-1] == ("tail", "--worker=0")
 
 
@@ -208,7 +214,7 @@ def test_watch_deletes_when_done_even_when_a_relaunch_fails(fake):
     assert p.returncode == 1, p.stderr
     assert "is not running (wide_tf: exited 2)" in p.stderr
     assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
-    assert "deleting wide-v4 (--delete_when_done; the watch ended with exit 1)" in p.stderr
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 1)" in p.stderr
     # Without --delete_when_done the VM stays (and the launcher says it is billed).
     p, calls = fake(
         *REQUIRED, "--watch", states=["", "PREEMPTED"], checks=["running 1", "exited 2"]
@@ -236,3 +242,181 @@ def test_watch_launches_again_after_a_run_exits_143(fake):
     assert p.returncode == 0, p.stderr
     assert [v for v, _ in _verbs(calls)].count("start") == 2
     assert "stopped (exited 143); launching again" in p.stderr
+
+
+# Issue 35: a failed or hung first launch kept billing.
+
+
+def test_a_failed_first_launch_deletes_the_vm(fake):
+    # Before: the delete was armed only once the watch began; a run that died at once on the first
+    # launch exited 1 with the VM up.
+    p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", checks=["exited 2"])
+    assert p.returncode == 1
+    assert "is not running (wide_tf: exited 2)" in p.stderr
+    assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 1)" in p.stderr
+    # --keep_on_failure keeps it for debugging, and says it is billed.
+    p, calls = fake(
+        *REQUIRED, "--watch", "--delete_when_done", "--keep_on_failure", checks=["exited 2"]
+    )
+    assert p.returncode == 1 and "delete" not in [v for v, _ in _verbs(calls)]
+    assert "kept for debugging (--keep_on_failure)" in p.stderr
+    assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
+
+
+def test_a_refused_launch_leaves_someone_elses_vm_alone(fake):
+    p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", state="CREATING")
+    assert p.returncode == 3 and [v for v, _ in _verbs(calls)] == ["describe"]
+    assert "billed" not in p.stderr
+
+
+@pytest.mark.parametrize(
+    "hang, knob, what",
+    [
+        ("tpucheck", "WIDE_TF_CHECK_TIMEOUT_S", "--check on wide-v4 did not finish in 1s"),
+        ("install", "WIDE_TF_INSTALL_TIMEOUT_S", "the install on wide-v4 did not finish in 1s"),
+        ("start", "WIDE_TF_SSH_TIMEOUT_S", "the start on wide-v4 did not finish in 1s"),
+    ],
+)
+def test_a_hung_step_times_out_and_deletes(fake, hang, knob, what):
+    # Before: no ssh step had a limit; a hung --check kept the launcher (and the VM) forever.
+    t = time.monotonic()
+    p, calls = fake(
+        *REQUIRED,
+        "--check",
+        "--watch",
+        "--delete_when_done",
+        env={"FAKE_HANG": hang, knob: "1"},
+    )
+    assert time.monotonic() - t < 30
+    assert p.returncode == 1, p.stderr
+    assert what in p.stderr and f"({knob}=SECONDS sets the limit)" in p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    assert verbs[-1] == "delete" and "start" not in verbs[verbs.index(hang) + 1 :]
+
+
+def test_a_stuck_study_is_caught_by_the_watchdog(fake):
+    # The run is alive, but its log has not changed for 7 s with a 5 s limit: stuck, so the watch
+    # fails and the VM is deleted. Before, --watch checked only that the pid lived.
+    p, calls = fake(
+        *REQUIRED,
+        "--watch",
+        "--delete_when_done",
+        checks=["running 1 idle 0", "running 1 idle 3", "running 1 idle 7"],
+        env={"WIDE_TF_STALL_S": "5"},
+    )
+    assert p.returncode == 1, p.stderr
+    assert "no progress on wide-v4: the run's log has not changed for 7s" in p.stderr
+    verbs = [v for v, _ in _verbs(calls)]
+    assert verbs[-2:] == ["tail", "delete"] and verbs.count("check") == 3
+
+
+def test_a_run_waiting_for_groups_held_elsewhere_is_not_stuck(fake):
+    p, calls = fake(
+        *REQUIRED,
+        "--watch",
+        checks=["running 1 idle 0", "running 1 idle 900 waiting", "exited 0"],
+        env={"WIDE_TF_STALL_S": "5"},
+    )
+    assert p.returncode == 0, p.stderr
+    assert "the study is done on wide-v4" in p.stderr
+
+
+def test_the_pid_check_reports_the_logs_idle_seconds(tmp_path):
+    """The remote check itself (run here by bash on a fake home): a live wide_tf.main process, its
+    log 40 s old, the last line 'No group free: waiting' -> 'running PID idle 40 waiting'."""
+    import re
+    import subprocess
+
+    from fake_gcloud import SCRIPT
+
+    text = SCRIPT.read_text()
+    check = re.search(r'readonly PID_CHECK="(.*)"\n', text).group(1)
+    check = check.replace('\\"', '"').replace("\\$", "$")
+    for var, name in (
+        ("R_PID", "wide_tf.pid"),
+        ("R_EXIT", "wide_tf.exit"),
+        ("R_LOGS", "wide_tf_logs"),
+    ):
+        check = check.replace(f"${var}", f"{tmp_path}/{name}")
+    logs = tmp_path / "wide_tf_logs"
+    logs.mkdir()
+    (logs / "run.log").write_text("x\nNo group free: waiting for 3 held by others.\n")
+    (logs / "latest.log").symlink_to(logs / "run.log")
+    old = time.time() - 40
+    os.utime(logs / "run.log", (old, old))
+    proc = subprocess.Popen(
+        ["bash", "-c", "exec -a wide_tf.main sleep 30"], stdout=subprocess.DEVNULL
+    )
+    try:
+        (tmp_path / "wide_tf.pid").write_text(str(proc.pid))
+        time.sleep(0.2)
+        out = subprocess.run(["bash", "-c", check], capture_output=True, text=True).stdout
+    finally:
+        proc.kill()
+        proc.wait()
+    m = re.fullmatch(rf"wide_tf: running {proc.pid} idle (\d+) waiting\n", out)
+    assert m and 39 <= int(m.group(1)) <= 45, out
+
+
+def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
+    # Issue 35: Google deletes a preempted spot node; `describe` then says NOT_FOUND and a manual
+    # relaunch without --spot created an on-demand VM, although docs/tpu.md said the choice is
+    # kept. Now this machine keeps the choice it made (or last saw) per project, zone and name.
+    p, calls = fake(*REQUIRED, "--spot")
+    assert p.returncode == 0 and calls[1][-1] == "--spot"
+    p, calls = fake(*REQUIRED)  # the node is gone: no such VM
+    assert p.returncode == 0, p.stderr
+    assert [v for v, _ in _verbs(calls)][:2] == ["describe", "create"] and calls[1][-1] == "--spot"
+    assert "wide-v4 was last a spot VM" in p.stderr and "--no_spot to change" in p.stderr
+    p, calls = fake(*REQUIRED, "--no_spot")  # says otherwise, and is remembered in turn
+    assert p.returncode == 0 and "--spot" not in calls[1]
+    assert (fake.tmp_path / "state" / "spot-default-us-central2-b-wide-v4").read_text() == "0\n"
+
+
+def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
+    """A step started in the background ignores SIGINT; Ctrl-C (SIGINT to the launcher's process
+    group) must still stop it, and --delete_when_done delete the VM."""
+    import signal
+    import subprocess
+
+    from fake_gcloud import SCRIPT
+
+    fake(*REQUIRED, "--dry_run")  # writes the fake's files; then run it by hand, to interrupt it
+    env = {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "FAKE_DIR": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
+        "PYTHON": sys.executable,
+        "WIDE_TF_POLL_S": "0",
+        "WIDE_TF_ALIVE_WAIT_S": "0",
+        "FAKE_HANG": "install",
+    }
+    (tmp_path / "calls.jsonl").write_text("")
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), *REQUIRED, "--watch", "--delete_when_done"],
+        env=env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while "pip install" not in (tmp_path / "calls.jsonl").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.2)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
+    calls = (tmp_path / "calls.jsonl").read_text().splitlines()
+    assert '"delete"' in calls[-1]
+    for _ in range(30):  # the limit's watcher notices within a second that its step is gone
+        alive = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
+        if not alive.stdout.strip():
+            break
+        time.sleep(0.2)
+    assert alive.stdout.strip() == "", alive.stdout

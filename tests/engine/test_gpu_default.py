@@ -2,6 +2,8 @@
 micro-batch on the GPU found by its CUDA name, only when the config sets none and the batch does
 not fit whole."""
 
+import pytest
+
 from wide_tf.config import loader
 from wide_tf.engine.strategy import Runtime, max_device_batch
 from wide_tf.spec import memory, rules
@@ -37,11 +39,75 @@ def test_a_gpu_gets_the_largest_micro_batch_that_fits():
     assert 0 < cap2 <= largest and (8192 // rules.micro_batches(8192, cap2)) % ghost == 0
 
 
-def test_no_default_off_gpus_when_set_when_it_fits_or_for_an_unknown_gpu():
+def test_no_default_off_gpus_when_set_or_when_it_fits():
     assert max_device_batch(_config(16384), _runtime("cpu"), A100) == 0
     assert max_device_batch(_config(16384), _runtime("tpu"), A100) == 0
     given = _config(16384)
     given.train.max_device_batch = 64
     assert max_device_batch(given, _runtime("gpu"), A100) == 64
     assert max_device_batch(_config(64), _runtime("gpu"), A100) == 0
-    assert max_device_batch(_config(16384), _runtime("gpu"), "Some Future GPU") == 0
+
+
+def test_an_unknown_gpu_is_capped_from_the_memory_its_driver_reports(monkeypatch):
+    """Issue 35: a GPU outside the table got no cap and ran out of memory at 16,384. Its total
+    memory is read (nvidia-smi, stubbed here as a 40 GiB device): the same cap as the table's A100
+    at about that size; unreadable, the run is refused with a line naming the field."""
+    from wide_tf.engine import strategy
+    from wide_tf.spec import hardware
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    smi = hardware.subprocess.CompletedProcess([], 0, f"{40 * 1024}\n", "")
+    monkeypatch.setattr(hardware.subprocess, "run", lambda cmd, **kw: smi)
+    cap = max_device_batch(_config(16384), _runtime("gpu"), "NVIDIA Future GPU 9000")
+    assert 0 < cap < 16384 and cap % _config(16384).model.ghost_batch_size == 0
+    dev = strategy.gpu_device("NVIDIA Future GPU 9000")
+    assert dev.memory == 40 * 2**30 and "nvidia-smi" in dev.source
+
+    def no_smi(cmd, **kw):
+        raise FileNotFoundError("nvidia-smi")
+
+    monkeypatch.setattr(hardware.subprocess, "run", no_smi)
+    with pytest.raises(strategy.StrategyError, match="train.max_device_batch") as e:
+        max_device_batch(_config(16384), _runtime("gpu"), "NVIDIA Future GPU 9000")
+    assert "not in the memory table" in str(e.value) and "\n" not in str(e.value)
+    # Given a cap, the GPU's memory is never asked for.
+    given = _config(16384)
+    given.train.max_device_batch = 64
+    assert max_device_batch(given, _runtime("gpu"), "NVIDIA Future GPU 9000") == 64
+
+
+def test_a_newly_tabled_gpu_gets_its_cap_by_name():
+    for name in ("NVIDIA L40S", "NVIDIA RTX A6000", "NVIDIA A10"):
+        assert 0 < max_device_batch(_config(16384), _runtime("gpu"), name) < 16384
+    # 16,384 x 8.2 MB fits a B200's 180 GB whole: no split
+    assert max_device_batch(_config(16384), _runtime("gpu"), "NVIDIA B200") == 0
+
+
+def test_float32_on_an_ampere_gpu_is_recorded_as_tf32(monkeypatch):
+    from wide_tf.engine import strategy
+
+    tf = strategy.tf
+    assert "TF32" in Runtime(None, "gpu", 1, True, "float32", tf32=True).describe()
+    assert "TF32" not in _runtime("gpu").describe()
+    gpu = tf.config.PhysicalDevice("/physical_device:GPU:0", "GPU")
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [gpu])
+    details = {"compute_capability": (8, 0)}
+    monkeypatch.setattr(tf.config.experimental, "get_device_details", lambda d: details)
+    assert strategy.tensor_float_32("gpu", "float32")
+    assert not strategy.tensor_float_32("gpu", "mixed_bfloat16")
+    assert not strategy.tensor_float_32("cpu", "float32")
+    details["compute_capability"] = (7, 0)  # a V100: no TF32
+    assert not strategy.tensor_float_32("gpu", "float32")
+
+
+def test_the_report_names_tf32_where_the_record_says_so():
+    from wide_tf.report import protocol
+
+    tf32 = {
+        "dtype_policy": "float32",
+        "runtime": "... policy=float32 (TF32 matmuls and convolutions)",
+    }
+    assert "TF32" in protocol._precision({}, tf32)
+    assert protocol._precision({}, {"dtype_policy": "float32", "runtime": "policy=float32"}) == (
+        "float32"
+    )

@@ -59,3 +59,46 @@ def test_cpu_cores_follow_the_affinity_mask(monkeypatch):
     monkeypatch.delattr(hardware.os, "sched_getaffinity")
     monkeypatch.setattr(hardware.os, "cpu_count", lambda: 2)
     assert hardware.cpu_cores() == [0, 1]
+
+
+def test_cuda_visible_devices_as_uuids_are_gpus_not_cpu_cores(machine, monkeypatch):
+    """Issue 35: UUIDs (GPU-..., MIG-...) were dropped, so a GPU machine fell back to one worker
+    per CPU core. CUDA stops at the first entry it cannot read, and so does gpu_ids."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, MIG-1b2c")
+    assert hardware.gpu_ids() == ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "MIG-1b2c"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,GPU-abc,-1,3")
+    assert hardware.gpu_ids() == [2, "GPU-abc"]
+    # The planner: one worker per GPU, each pinned to its UUID (not one per CPU core).
+    from wide_tf.config import loader
+    from wide_tf.study import workers
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-aaa,GPU-bbb")
+    config = loader.load_config("configs/mlp.py:smoke")
+    assert workers.default_workers(config) == 2
+    assert [s.gpu for s in workers.plan(2, "r", config)] == ["GPU-aaa", "GPU-bbb"]
+
+
+class _Smi:
+    """A stand-in for subprocess.run of nvidia-smi: records the command, answers `stdout`."""
+
+    def __init__(self, stdout="", returncode=0, error=None):
+        self.stdout, self.returncode, self.error, self.calls = stdout, returncode, error, []
+
+    def __call__(self, cmd, **kwargs):
+        self.calls.append(cmd)
+        if self.error:
+            raise self.error
+        return hardware.subprocess.CompletedProcess(cmd, self.returncode, self.stdout, "no GPU")
+
+
+def test_a_gpus_memory_is_read_from_nvidia_smi_for_the_visible_gpu(machine, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")
+    smi = _Smi("46068\n")
+    total, source = hardware.gpu_memory_bytes(run=smi)
+    assert total == 46068 * 2**20 and "nvidia-smi memory.total of GPU GPU-abc" == source
+    assert smi.calls[0][-1] == "-i=GPU-abc"  # nvidia-smi ignores CUDA_VISIBLE_DEVICES
+    assert hardware.gpu_memory_bytes(3, run=_Smi("", returncode=6))[0] is None
+    missing = hardware.gpu_memory_bytes(0, run=_Smi(error=FileNotFoundError("nvidia-smi")))
+    assert missing[0] is None and "FileNotFoundError" in missing[1]
+    mig = hardware.gpu_memory_bytes("MIG-1b2c", run=_Smi("81920\n"))
+    assert mig[0] is None and "whole GPU" in mig[1]

@@ -163,3 +163,31 @@ def test_the_counts_are_the_keras_models_layer_sizes():
     for per_replica, cap in [(4096, 3296), (98, 30), (100, 30), (64, 0)]:
         plan = BatchPlan.make(per_replica, 1, cap)
         assert plan.num_micro_batches == memory.micro_batches(per_replica, cap)
+
+
+@pytest.mark.parametrize(
+    "cuda_name,key,gb",
+    [
+        ("NVIDIA L40S", "l40s", 48),
+        ("NVIDIA L40", "l40", 48),
+        ("NVIDIA A40", "a40", 48),
+        ("NVIDIA A10", "a10", 24),
+        ("NVIDIA A10G", "a10g", 24),
+        ("NVIDIA RTX 6000 Ada Generation", "rtx-6000-ada", 48),
+        ("NVIDIA RTX A6000", "rtx-a6000", 48),
+        ("NVIDIA B200", "b200", 180),
+        ("NVIDIA GH200 480GB", "gh200", 96),
+        ("NVIDIA H200", "h200", 141),
+        ("NVIDIA A100-SXM4-40GB", "a100-40gb", 40),
+    ],
+)
+def test_the_gpus_issue_35_named_are_in_the_table(cuda_name, key, gb):
+    dev = memory.gpu_from_name(cuda_name)
+    assert dev is memory.DEVICES[key] and dev.memory == gb * memory.GB and dev.source
+
+
+def test_a_mig_slice_is_not_its_whole_gpu():
+    name = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    assert memory.gpu_from_name(name) is None  # before issue 35: the A100's 40 GB
+    assert memory.mig_device(name).memory == 5 * memory.GB
+    assert memory.gpu_from_name("Quadro RTX 6000") is None  # Turing, 24 GB: not the Ada card

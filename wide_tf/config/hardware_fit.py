@@ -84,6 +84,12 @@ def _batches(config) -> list[int]:
     return [int(config.train.global_batch)]
 
 
+def rows(config, replicas: int, policy: str, cap: int) -> list[Row]:
+    """Every (member, batch size) row of `config` at `replicas`, `policy` and micro-batch `cap`
+    (wide_tf/tools/check.py steps the worst one)."""
+    return _rows(config, replicas, policy, cap)
+
+
 def _rows(config, replicas: int, policy: str, cap: int) -> list[Row]:
     _, classes, shape, _ = validate.dataset_facts(config)
     rows = []
@@ -142,6 +148,11 @@ def table(config, devices=None) -> str:
             cells.append(f"{memory.largest_batch(el, mem.params, d, policy, _ghost(config)):,}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def apply_override(config, arg: str) -> None:
+    """--config.a.b=value applied to `config` (the tools' own argument parsing)."""
+    _override(config, arg)
 
 
 def _override(config, arg: str) -> None:

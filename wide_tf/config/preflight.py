@@ -238,7 +238,8 @@ def _check_same_study(config, workdir: str) -> None:
     if diff:
         raise UsageError(
             f"--workdir={workdir} holds a different study (config differs in: "
-            f"{identity.describe(diff)}); use a new --workdir, or the config that made it"
+            f"{identity.describe(diff, norm=config.model.norm)}); use a new --workdir, or the "
+            f"config that made it"
         )
 
 

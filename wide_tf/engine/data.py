@@ -167,9 +167,13 @@ def _normalize(image, spec):
 
 # Every data set is uint8 at the source (engine/sources.py; the embedded digits' 0..16 too), and
 # images travel host-to-device as those bytes, four pixels to an int32 (1 byte a value, a quarter
-# of float32's 4), to be unpacked and normalised inside the compiled step (device_inputs). Not as
-# uint8 tensors: TPUs take no uint8 (tensorflow/tensorflow#37426, tensorflow/datasets#832);
-# int32 shifts and masks run everywhere. Every shape has a multiple of 4 values (784, 3072, 64).
+# of float32's 4), to be unpacked and normalised inside the compiled step (device_inputs). uint8
+# tensors would carry the same bytes: the TPU runtime of TensorFlow 2.1 had no uint8 kernels
+# (tensorflow/tensorflow#37426, 2020), but current TensorFlow lists DT_UINT8 and DT_INT8 among the
+# TPU's types (kTpuAllTypes, tensorflow/core/tpu/tpu_defs.h), so that limit is gone. int32 stays
+# because it is one dtype XLA lays out the same on every platform and generation (8-bit arrays get
+# their own, wider tiles on TPU) and int32 shifts and masks run everywhere; no measurement says
+# uint8 would be faster. Every shape has a multiple of 4 values (784, 3072, 64).
 PACK = 4
 
 

@@ -28,6 +28,9 @@ class Runtime:
     num_replicas: int
     jit_compile: bool
     mixed_precision: str  # a keras dtype policy name
+    # float32 matmuls and convolutions run in TF32 (10-bit mantissa): Ampere and later GPUs, by
+    # TensorFlow's default (tensor_float_32)
+    tf32: bool = False
 
     def apply_policy(self) -> None:
         """Sets this runtime's Keras dtype policy. Called before every model is built: the policy
@@ -38,6 +41,7 @@ class Runtime:
         return (
             f"{type(self.strategy).__name__} on {self.platform}, {self.num_replicas} replica(s), "
             f"jit_compile={self.jit_compile}, policy={self.mixed_precision}"
+            + (" (TF32 matmuls and convolutions)" if self.tf32 else "")
         )
 
 
@@ -145,7 +149,8 @@ def setup_runtime(runtime_cfg) -> Runtime:
             f"graph'); use --config.runtime.jit_compile=auto (XLA off on several GPUs, on for one)"
         )
     policy = _default_policy(platform, runtime_cfg.mixed_precision)
-    runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy)
+    tf32 = tensor_float_32(platform, policy)
+    runtime = Runtime(strategy, platform, strategy.num_replicas_in_sync, jit, policy, tf32)
     runtime.apply_policy()
     logging.info(
         "Runtime: %s; devices: %s",
@@ -160,20 +165,60 @@ def _gpu_name() -> str:
     return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "") if gpus else ""
 
 
+def gpu_device(name: str, read_memory=hardware.gpu_memory_bytes) -> memory.Device:
+    """This process's GPU for the memory model: the table's entry for its CUDA name; a MIG
+    instance by the profile in its name; else the total memory its driver reports (nvidia-smi).
+    StrategyError naming train.max_device_batch when none of these says how much memory it has:
+    the paper's batches would otherwise run out of memory on it, uncapped."""
+    dev = memory.gpu_from_name(name) or memory.mig_device(name)
+    if dev is not None:
+        return dev
+    visible = hardware.gpu_ids()
+    mig = "MIG" in name.upper().split() or any(str(v).startswith("MIG-") for v in visible[:1])
+    total, source = (None, "a MIG instance without a profile in its name") if mig else read_memory()
+    if total:
+        dev = memory.gpu_from_memory(name, total, source)
+        logging.info(
+            "max_device_batch: GPU %r not in the memory table; %s: %s", name, source, dev.stated
+        )
+        return dev
+    raise StrategyError(
+        f"GPU {name!r} is not in the memory table (wide_tf/spec/memory.py) and its memory could "
+        f"not be read ({source}); set --config.train.max_device_batch to the examples one "
+        f"micro-batch may hold on it (python -m wide_tf.config.hardware_fit --table lists them "
+        f"per GPU of the table), or add the GPU to DEVICES"
+    )
+
+
+def tensor_float_32(platform: str, policy: str) -> bool:
+    """True when this run's float32 matmuls and convolutions run in TF32: a GPU of compute
+    capability 8.0 or later (Ampere, Ada, Hopper, Blackwell) with TensorFlow's TF32 switch on,
+    which is its default (tf.config.experimental.enable_tensor_float_32_execution)."""
+    if platform != "gpu" or policy != "float32":
+        return False
+    if not tf.config.experimental.tensor_float_32_execution_enabled():
+        return False
+    gpus = tf.config.list_physical_devices("GPU")
+    if not gpus:
+        return False
+    major = tf.config.experimental.get_device_details(gpus[0]).get("compute_capability", (0, 0))
+    return tuple(major)[0] >= 8
+
+
 def max_device_batch(config, runtime: Runtime, device_name: str | None = None) -> int:
     """train.max_device_batch as the config gives it; on a GPU with none (0), the memory model's
     largest micro-batch of this run's model on that GPU (wide_tf.spec.memory, the GPU found by
-    its CUDA name), logged in one line, when the replica's batch does not fit whole (0 when it
-    does, or the GPU is not in the table). One worker per GPU holds the whole batch otherwise,
-    which runs out of memory at the paper's batches."""
+    its CUDA name, else by the memory its driver reports: gpu_device), logged in one line, when
+    the replica's batch does not fit whole (0 when it does). One worker per GPU holds the whole
+    batch otherwise, which runs out of memory at the paper's batches."""
     cap = int(config.train.max_device_batch or 0)
     if cap or runtime.platform != "gpu":
         return cap
     name = _gpu_name() if device_name is None else device_name
-    dev = memory.gpu_from_name(name)
-    if dev is None:
-        logging.info("max_device_batch: GPU %r not in the memory table; no default", name)
+    if not name:  # no physical GPU (logical CPUs shown as GPUs, as the multi-GPU tests do)
+        logging.info("max_device_batch: TensorFlow lists no physical GPU; no default")
         return 0
+    dev = gpu_device(name)
     m, data = config.model, datasets.get(config.data.name)
     shape, classes = tuple(data.input_shape), data.num_classes
     elements = memory.activation_elements(m.arch, m.depth, m.width, classes, shape, m.norm)

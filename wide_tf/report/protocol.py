@@ -207,7 +207,10 @@ def _gradient_stats(p: dict, r: dict) -> str | None:
 
 
 def _precision(p: dict, r: dict) -> str | None:
-    return r.get("dtype_policy")  # the policy the model was built with
+    policy = r.get("dtype_policy")  # the policy the model was built with
+    if policy == "float32" and "TF32" in str(r.get("runtime", "")):
+        return "float32 with TF32 matmuls and convolutions (TensorFlow's default on this GPU)"
+    return policy
 
 
 # (label, the protocol keys it shows, its text); a protocol key no row shows gets a row of its own.

@@ -31,6 +31,25 @@ def _without(d: dict, parts: dict) -> dict:
     return d
 
 
+# train.max_device_batch splits each replica's batch into micro-batches whose gradients are summed
+# (engine/accumulate.py). That is exact where no layer looks across the examples of a micro-batch
+# except through virtual batches the split keeps whole: no normalisation ('none'), or ghost batch
+# norm, whose virtual batch divides every micro-batch (spec/rules.py, check_batch) and whose moving
+# statistics are stepped once per optimizer step (tests/engine/test_micro_batch.py: every variable
+# the same for 1, 2 and 4 micro-batches). There the cap is operational: a study started without one
+# resumes with one (after an out-of-memory failure, or on a slice that needs it). Under plain batch
+# norm each micro-batch is normalised with its own statistics, so the cap changes the gradients:
+# there it stays part of the study. An operational cap enters the identity as 0 (not dropped), so
+# the trial ids of studies without a cap are the ones they always were.
+CAP = ("train", "max_device_batch")
+EXACT_MICRO_BATCH_NORMS = ("none", "ghost")
+
+
+def cap_is_operational(norm) -> bool:
+    """True when micro-batching is exact for model.norm=`norm` (the cap then not in the study)."""
+    return norm in EXACT_MICRO_BATCH_NORMS
+
+
 def study_part(config) -> dict:
     """The part of a config (a ConfigDict, or its JSON as a dict) that defines the study's
     results, as a new dict of JSON values."""
@@ -38,7 +57,13 @@ def study_part(config) -> dict:
         d = json.loads(config.to_json_best_effort())
     else:
         d = json.loads(json.dumps(config))
-    return _without(d, OPERATIONAL)
+    d = _without(d, OPERATIONAL)
+    section, key = CAP
+    model = d.get("model")
+    norm = model.get("norm") if isinstance(model, dict) else None
+    if cap_is_operational(norm) and isinstance(d.get(section), dict) and key in d[section]:
+        d[section][key] = 0
+    return d
 
 
 def id_part(config) -> dict:
@@ -62,6 +87,14 @@ def differing_fields(theirs, mine) -> list[str]:
     return sorted(_diff_keys(study_part(theirs), study_part(mine)))
 
 
-def describe(fields: list[str], shown: int = 6) -> str:
-    """The first `shown` differing fields for a one-line message, '...' if there are more."""
-    return f"{', '.join(fields[:shown])}{' ...' if len(fields) > shown else ''}"
+def describe(fields: list[str], shown: int = 6, norm=None) -> str:
+    """The first `shown` differing fields for a one-line message, '...' if there are more; with
+    the config's model.norm, why a differing train.max_device_batch counts (plain batch norm)."""
+    text = f"{', '.join(fields[:shown])}{' ...' if len(fields) > shown else ''}"
+    if ".".join(CAP) in fields and not cap_is_operational(norm):
+        text += (
+            f"; train.max_device_batch stays part of the study under model.norm={norm!r}: each "
+            f"micro-batch is normalised with its own statistics, so the cap changes the gradients "
+            f"(with ghost batch norm or no norm the cap may change on resume)"
+        )
+    return text

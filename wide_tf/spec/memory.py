@@ -98,6 +98,62 @@ DEVICES: dict[str, Device] = {
         ),
         _gpu("h100-80gb", 80, "NVIDIA H100 data sheet (80 GB HBM3, SXM and PCIe)"),
         _gpu("h200", 141, "NVIDIA H200 data sheet (141 GB HBM3e)"),
+        # Issue 35: the GPUs rented most often beside those. The searches found NVIDIA's figures
+        # through resellers' and reviewers' copies of the data sheets, named here.
+        _gpu(
+            "l40s",
+            48,
+            "NVIDIA L40S data sheet (48 GB GDDR6 with ECC; copy: "
+            "https://www.itcreations.com/nvidia-gpu/nvidia-l40s-gpu-accelerator)",
+        ),
+        _gpu(
+            "l40",
+            48,
+            "NVIDIA L40/L40S data sheet (48 GB GDDR6 with ECC; copy: "
+            "https://www.mullet.se/product.html?product_id=355414)",
+        ),
+        _gpu(
+            "a40",
+            48,
+            "NVIDIA A40 product brief PB-09976-001_v04 (48 GB GDDR6 with ECC; copy: "
+            "https://readkong.com/page/nvidia-a40-gpu-accelerator-product-brief-7654466)",
+        ),
+        _gpu(
+            "a10",
+            24,
+            "NVIDIA A10 (24 GB GDDR6, as the A10G: "
+            "https://www.baseten.co/blog/nvidia-a10-vs-a10g-for-ml-model-inference/)",
+        ),
+        _gpu(
+            "rtx-6000-ada",
+            48,
+            "NVIDIA RTX 6000 Ada Generation (48 GB GDDR6 with ECC; "
+            "https://cputronic.com/de/gpu/nvidia-rtx-6000-ada-generation)",
+        ),
+        _gpu(
+            "rtx-a6000",
+            48,
+            "NVIDIA RTX A6000 (48 GB GDDR6 with ECC; "
+            "https://servethehome.com/nvidia-rtx-a6000-48gb-gpu-drops-quadro-designation)",
+        ),
+        # 180 GB per GPU in HGX/DGX B200 (DGX B200: 1,440 GB over 8 GPUs); some pages say 192 GB
+        # (the stacks' raw size) and nvidia-smi on an HGX B200 shows 179 GB
+        # (https://docs.vultr.com/inference-cookbook/cuda/getting-started/hardware-overview);
+        # 180 GB read as 10^9 bytes errs low.
+        _gpu(
+            "b200",
+            180,
+            "NVIDIA DGX/HGX B200 (180 GB HBM3e per GPU; "
+            "https://www.server-parts.eu/post/nvidia-b200-gb200-blackwell-gpu-server-comparison)",
+        ),
+        # The GH200 came with 96 GB of HBM3 and later 144 GB of HBM3e (its CPU's LPDDR5X is not
+        # the GPU's); both may carry the same CUDA name, so the table holds the smaller figure.
+        _gpu(
+            "gh200",
+            96,
+            "NVIDIA GH200 Grace Hopper (96 GB HBM3; the HBM3e version has 144 GB: "
+            "https://spheron.network/blog/nvidia-gh200-guide)",
+        ),
     )
 }
 # launch_tpu.sh's slice families -> the device of one replica.
@@ -123,28 +179,56 @@ def device(name: str) -> Device:
 
 
 # The names CUDA gives these GPUs (TensorFlow's get_device_details(...)["device_name"], e.g.
-# "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-16GB", "NVIDIA H100 80GB HBM3"), matched in this order.
+# "NVIDIA A100-SXM4-40GB", "Tesla V100-SXM2-16GB", "NVIDIA H100 80GB HBM3", "NVIDIA RTX 6000 Ada
+# Generation"), as words ('-' splits words), each entry's words all present; matched in this order.
 _GPU_NAMES = (
-    ("A100", "80GB", "a100-80gb"),
-    ("A100", "", "a100-40gb"),
-    ("H100", "", "h100-80gb"),
-    ("H200", "", "h200"),
-    ("V100", "32GB", "v100-32gb"),
-    ("V100", "", "v100-16gb"),
-    ("T4", "", "t4"),
-    ("L4", "", "l4"),
-    ("A10G", "", "a10g"),
+    (("A100", "80GB"), "a100-80gb"),
+    (("A100",), "a100-40gb"),
+    (("H100",), "h100-80gb"),
+    (("H200",), "h200"),  # a word: "GH200" is not "H200"
+    (("GH200",), "gh200"),
+    (("B200",), "b200"),
+    (("V100", "32GB"), "v100-32gb"),
+    (("V100",), "v100-16gb"),
+    (("T4",), "t4"),
+    (("L4",), "l4"),
+    (("L40S",), "l40s"),
+    (("L40",), "l40"),
+    (("A10G",), "a10g"),
+    (("A10",), "a10"),
+    (("A40",), "a40"),
+    (("RTX", "6000", "ADA"), "rtx-6000-ada"),  # not the Turing "Quadro RTX 6000" (24 GB)
+    (("A6000",), "rtx-a6000"),
 )
 
 
 def gpu_from_name(device_name: str) -> Device | None:
-    """The DEVICES entry of a GPU named as CUDA names it; None for one not in the table. So a GPU
-    run can get a default train.max_device_batch (hardware_fit.check with this device)."""
+    """The DEVICES entry of a GPU named as CUDA names it; None for one not in the table, and for
+    a MIG instance (the word MIG: a slice of the GPU has a fraction of its memory; mig_device). So
+    a GPU run can get a default train.max_device_batch (hardware_fit.check with this device)."""
     words = device_name.upper().replace("-", " ").split()
-    for model, size, key in _GPU_NAMES:
-        if model in words and (not size or size in words):
+    if "MIG" in words:
+        return None
+    for required, key in _GPU_NAMES:
+        if all(w in words for w in required):
             return DEVICES[key]
     return None
+
+
+def mig_device(device_name: str) -> Device | None:
+    """A MIG instance's memory from its profile in the name ('... MIG 3g.20gb': 20 GB), None when
+    the name holds no profile. (How CUDA names a MIG instance was not checked on one here.)"""
+    for word in device_name.lower().split():
+        head, _, size = word.partition(".")
+        if head[:-1].isdigit() and head.endswith("g") and size.endswith("gb"):
+            if size[:-2].isdigit():
+                return _gpu(f"mig {word}", int(size[:-2]), f"the MIG profile in {device_name!r}")
+    return None
+
+
+def gpu_from_memory(device_name: str, total_bytes: int, source: str) -> Device:
+    """A GPU outside the table, from the total memory its driver reports (spec/hardware.py)."""
+    return Device(device_name, "gpu", int(total_bytes), f"{total_bytes / GIB:.1f} GiB", source)
 
 
 def _wrn_elements(depth: int, width: float, num_classes: int, input_shape, norm: str) -> int:

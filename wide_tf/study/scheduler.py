@@ -50,7 +50,8 @@ def check_workdir(config, workdir: str) -> None:
         diff = identity.differing_fields(theirs, config)
         if diff:
             raise StudyError(
-                f"{workdir} holds a different study (config differs in: {identity.describe(diff)})"
+                f"{workdir} holds a different study (config differs in: "
+                f"{identity.describe(diff, norm=config.model.norm)})"
                 "; use a new --workdir, or the config that made it"
             )
         return

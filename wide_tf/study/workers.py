@@ -53,7 +53,7 @@ class WorkerSpec:
     count: int
     run_id: str
     cpus: tuple[int, ...]
-    gpu: int | None
+    gpu: int | str | None  # an index or a UUID, as CUDA_VISIBLE_DEVICES names it
 
     def to_env(self) -> str:
         return json.dumps(dataclasses.asdict(self))
