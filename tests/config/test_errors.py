@@ -389,6 +389,20 @@ CASES = [
         ["does not divide over 3 replicas (--replicas)"],
     ),
     ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
+    # Numbers that passed every check and then never ended or crashed after TensorFlow started
+    # (issue 38): each field's bound in spec/fields.py refuses them at --dry_run.
+    *[
+        (f"runaway_{flag.split('=')[0]}", [cfg, f"--config.{flag}", "--dry_run"], 2, words)
+        for cfg, flag, words in (
+            (SMOKE, "train.min_steps=" + "1" + "0" * 20, ["train.min_steps=", "<= 1000000000"]),
+            (SMOKE, "train.max_epochs=1e308", ["train.max_epochs=1e+308", "<= 1e+06"]),
+            (SINGLE, "train.seed=" + "1" + "0" * 20, ["train.seed=", "<= 2147483647"]),
+            (SMOKE, "train.steps_per_loop=" + "9" * 15, ["train.steps_per_loop="]),
+            (SMOKE, "train.eval_batch=" + "9" * 15, ["train.eval_batch=", "<= 16777216"]),
+            (SMOKE, "data.shuffle_buffer=" + "9" * 20, ["data.shuffle_buffer="]),
+            (SMOKE, "optim.warmup_epochs=1e300", ["optim.warmup_epochs="]),
+        )
+    ],
     (
         "replicas_without_dry_run",
         [SMOKE, "--replicas=4", "--workdir={wd}"],
@@ -870,3 +884,23 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
         validate.check_workdir(config, workdirs["empty_ckpt"])
     assert "restore the file, or move" in str(e.value) and "delete" not in str(e.value)
     assert all("delete" not in w for w in warnings)
+
+
+def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder(tmp_path, cli):
+    """Issue 38: a dangling symlink as --workdir was blamed on "something removed it" after
+    TensorFlow started, and an over-long --workdir passed the checks and failed after creating
+    folders."""
+    link = tmp_path / "link"
+    os.symlink(tmp_path / "gone", link)
+    too_long_name = tmp_path / "a" / ("x" * 300)
+    too_deep = tmp_path / "b" / "/".join(["y" * 200] * 20)
+    for workdir, words in (
+        (link, ["is a symbolic link to", "gone, which does not exist"]),
+        (too_long_name, ["a folder name of 300 bytes is longer than the 255"]),
+        (too_deep, ["leaves no room under this file system's 4096"]),
+    ):
+        code, out, err = cli([SMOKE, f"--workdir={workdir}"])
+        lines = err.strip().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
+        assert all(w in lines[0] for w in words), lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["link"]  # nothing created

@@ -501,11 +501,12 @@ def test_bad_workdir_errors(tmp_path):
         report.write_report(str(tmp_path / "nope"))
     with pytest.raises(report.ReportError):
         report.write_report(str(tmp_path))  # exists but holds no study
-    # No TF_CPP_MIN_LOG_LEVEL from the test: the command itself keeps TensorFlow's start-up lines
-    # out (wide_tf/tf_start.py), so its stderr is the one error line.
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    # An empty TF_CPP_MIN_LOG_LEVEL (issue 38: TensorFlow read it as 0) is no choice: the command
+    # itself keeps TensorFlow's start-up lines out (wide_tf/tf_start.py), so its stderr is the one
+    # error line. A folder that exists: the report imports TensorFlow to read it.
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="")
     p = subprocess.run(
-        [sys.executable, "-m", "wide_tf.report", f"--workdir={tmp_path / 'nope'}"],
+        [sys.executable, "-m", "wide_tf.report", f"--workdir={tmp_path}"],
         capture_output=True,
         text=True,
         env=env,
@@ -514,9 +515,9 @@ def test_bad_workdir_errors(tmp_path):
     assert p.returncode == 1 and p.stdout == ""
     assert "Traceback" not in p.stderr
     err = p.stderr.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: ") and "does not exist" in err[0], err
+    assert len(err) == 1 and err[0].startswith("error: ") and "not a study workdir" in err[0], err
     assert "; pass the workdir of a study" in err[0]
-    assert not os.path.exists(tmp_path / "nope")
+    assert os.listdir(tmp_path) == []
 
 
 def test_report_shows_the_verdict_at_every_target_and_s_min_against_the_ramp():

@@ -169,8 +169,11 @@ def test_a_live_holder_is_waited_for_then_named(tmp_path):
 
 # (flags after --workdir=WD, a piece of the one line)
 BAD_FLAGS = [
-    (["--eps=nan"], "--eps: 'nan' is out of range: use a finite number > 0"),
-    (["--eps=0"], "--eps: '0' is out of range: use a finite number > 0"),
+    (["--eps=nan"], "--eps: 'nan' is out of range: use a finite number >= 0.001 and <= 1000"),
+    (["--eps=0"], "--eps: '0' is out of range: use a finite number >= 0.001"),
+    # Issue 38: these wrote a report of censored bounds over the study's own.
+    (["--eps=1e26"], "--eps: '1e26' is out of range: use a finite number >= 0.001 and <= 1000"),
+    (["--eps=1e-320"], "--eps: '1e-320' is out of range"),
     (["--eps=-1"], "--eps: '-1' is out of range"),
     (["--eps=inf"], "--eps: 'inf' is out of range"),
     (["--eps=abc"], "--eps: expected a number, got 'abc'"),
@@ -208,7 +211,7 @@ def test_no_workdir_and_bad_eps_api(finished, capsys):
     assert e.value.code == 2
     assert capsys.readouterr().err.startswith("error: --workdir is required; pass the workdir")
     before = _snapshot(finished)
-    for eps in (float("nan"), 0.0, -1.0):
+    for eps in (float("nan"), 0.0, -1.0, 1e26, 1e-320):
         with pytest.raises(report.ReportError, match="out of range"):
             report.write_report(finished, eps=eps)
     assert _snapshot(finished) == before
@@ -244,10 +247,44 @@ def test_bad_eps_stops_before_tensorflow(finished):
     )
     assert p.returncode == 2 and p.stdout == ""
     assert p.stderr.strip().splitlines() == [
-        "error: argument --eps: 'nan' is out of range: use a finite number > 0, e.g. 0.25 or 1; "
-        "see python -m wide_tf.report --help"
+        "error: argument --eps: 'nan' is out of range: use a finite number >= 0.001 and <= 1000, "
+        "e.g. 0.25 or 1; see python -m wide_tf.report --help"
     ]
     assert _snapshot(finished) == before
+
+
+def test_a_missing_workdir_is_answered_before_tensorflow(tmp_path):
+    """Issue 38: `report` took 12-23 s (TensorFlow's import) to say a folder does not exist."""
+    code = (
+        "import sys\n"
+        "from wide_tf.report.__main__ import main\n"
+        "rc = main(sys.argv[1:])\n"
+        "assert 'tensorflow' not in sys.modules\n"
+        "sys.exit(rc)\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code, f"--workdir={tmp_path / 'nope'}"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 1 and len(lines) == 1, p.stderr[-2000:]
+    assert "does not exist or is not a directory; pass the workdir" in lines[0]
+
+
+def test_a_full_disk_is_not_blamed_on_the_workdir(finished, capsys, monkeypatch):
+    """Issue 38: a report that could not be written for lack of space suggested another workdir."""
+
+    def full(workdir, eps=None):
+        raise OSError(28, "No space left on device", os.path.join(workdir, "report"))
+
+    monkeypatch.setattr(writer, "write_report", full)
+    assert report_main([f"--workdir={finished}"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "No space left on device" in line and "free space on that disk" in line, line
+    assert "pass the workdir" not in line
 
 
 def test_agreement_command_line_errors(tmp_path, capsys):

@@ -42,6 +42,16 @@ SIMULATE_BAD = [
     (["--seed=1.5"], "--seed: expected an integer >= 0"),
     (["stray"], "unexpected argument 'stray'"),
     (["--alph=1"], "unknown flag --alph; did you mean --alpha?"),
+    # Issue 38: tracebacks (or unbounded runs) before.
+    (["--noise=1e308"], "--noise: '1e308' is out of range: use a finite number >= 0 and <= 5"),
+    (["--bootstrap=100000000000"], "each at most 100000"),
+    (["--studies=100000000000"], "each at most 100000"),
+    (["--batches=0"], "--batches: '0': use at least two distinct batch sizes"),
+    (["--batches=32"], "--batches: '32': use at least two distinct batch sizes"),
+    (["--batches=a,b"], "--batches: expected comma-separated integers"),
+    (["--extra_seeds=-1"], "--extra_seeds: '-1' is out of range: use an integer >= 0 and <= 1000"),
+    (["--extra_seeds=100000000"], "--extra_seeds: '100000000' is out of range"),
+    (["--replicates=100000000"], "--replicates: '100000000' is out of range"),
 ]
 
 

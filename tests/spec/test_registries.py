@@ -59,3 +59,24 @@ def test_choice_names_are_unique_and_the_defaults_are_among_them():
         (optimizers.NAMES, o.name),
     ]:
         assert len(set(names)) == len(names) and default in names
+
+
+def test_every_count_and_epoch_field_is_bounded_above():
+    """Issue 38: a count without an upper bound (steps, epochs, seeds, batch sizes, example
+    cadences) passed every check and then never ended or crashed after TensorFlow started."""
+    from wide_tf.spec import fields
+
+    def domain_num(f):
+        d = f.domain
+        return d.item if isinstance(d, fields.NumList) else d
+
+    unbounded = [
+        f.path
+        for f in fields.FIELDS.values()
+        if isinstance(domain_num(f), fields.Num)
+        and (domain_num(f).integer or "epochs" in f.path)
+        and domain_num(f).high is None
+    ]
+    assert unbounded == []
+    seed = fields.field("train.seed").domain
+    assert seed.fits(2**31 - 1) and not seed.fits(2**32) and not seed.fits(10**20)

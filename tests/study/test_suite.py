@@ -66,6 +66,47 @@ def test_a_suite_stopped_by_sigterm_resumes_then_writes_its_table(tmp_path):
     assert "on log depth" in text  # a depth family's slope is on log depth
 
 
+def _processes_naming(text: str) -> list[int]:
+    """The pids of this machine's processes whose command line names `text`."""
+    pids = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().decode(errors="replace")
+            with open(f"/proc/{pid}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if text in cmd and not zombie:
+            pids.append(int(pid))
+    return pids
+
+
+def test_a_suite_killed_by_sigkill_leaves_no_study_running(tmp_path):
+    """Issue 38: the suite started each study as `python -m wide_tf.main` without the death
+    signal, so a suite killed by SIGKILL left its study (and the study's workers) computing,
+    unsupervised. Now the study dies with the suite: no process is left 10 s later."""
+    spec = tmp_path / "two.py"
+    spec.write_text(TWO)
+    work = tmp_path / "suite"
+    proc = start_main(f"--suite={spec}", f"--workdir={work}", "--workers=1")
+    deadline = time.time() + 120
+    study = str(work / "budget_sgd")
+    while not _processes_naming(study):  # the study's own process has started
+        assert proc.poll() is None and time.time() < deadline, proc.stderr.read()[-3000:]
+        time.sleep(0.05)
+    time.sleep(1.0)  # well into its start (the death signal is set before any import)
+    os.kill(proc.pid, signal.SIGKILL)  # the suite's parent only
+    proc.wait()
+    deadline = time.time() + 10
+    while _processes_naming(study) and time.time() < deadline:
+        time.sleep(0.1)
+    left = _processes_naming(study)
+    for pid in left:  # the test's own clean-up: what main left behind must not outlive it
+        os.kill(pid, signal.SIGKILL)
+    assert left == [], f"{len(left)} processes of the study outlived the suite by 10 s"
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [

@@ -42,6 +42,7 @@ def _dead_pid() -> int:
 def _write_claim(folder, key, epoch, **body):
     os.makedirs(folder, exist_ok=True)
     base = {"owner": "someone", "run": "old", "host": socket.gethostname(), "pid": os.getpid()}
+    base.update(claims.machine_identity())  # written on this machine, in this PID namespace
     base.update(epoch=epoch, state="running", updated=time.time())
     base.update(body)
     with open(os.path.join(folder, f"{key}.{epoch}.json"), "w") as f:
@@ -92,8 +93,11 @@ def test_claim_staleness_and_takeover_rules(tmp_path):
     now = time.time()
     _write_claim(folder, "live", 0)  # this test's own pid, fresh heartbeat
     _write_claim(folder, "dead_pid", 0, pid=_dead_pid())
-    _write_claim(folder, "old_beat", 0, host="elsewhere", updated=now - 61)
-    _write_claim(folder, "fresh_remote", 0, host="elsewhere", updated=now - 5)
+    _write_claim(folder, "old_beat", 0, updated=now - 61)  # this machine's clock: 61 s old
+    # Another machine's heartbeat is never compared to this clock (it may run behind): however
+    # old its stamp looks, only the lease (its body unchanged for stale_s here) frees it.
+    _write_claim(folder, "old_remote", 0, host="elsewhere", boot="b2", updated=now - 3600)
+    _write_claim(folder, "fresh_remote", 0, host="elsewhere", boot="b2", updated=now - 5)
     _write_claim(folder, "failed_here", 0, state="failed", run="run-a")
     _write_claim(folder, "failed_before", 0, state="failed", run="run-0")
     _write_claim(folder, "stopped", 0, state="stopped")

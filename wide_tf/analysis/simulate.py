@@ -24,6 +24,7 @@ and the interpolated crossing lands between that evaluation and the one before.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import functools
 import math
@@ -36,6 +37,7 @@ from wide_tf.analysis import pooled, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats.generators import Truth
+from wide_tf.spec import fields
 from wide_tf.spec import plan as plan_lib
 from wide_tf.spec.cli import UsageParser, integer, number
 from wide_tf.study import lr_grid
@@ -400,10 +402,10 @@ def _setup(a) -> tuple[Design, list[str]] | str:
             + (f"unknown {', '.join(unknown)}" if unknown else "names no generator")
             + f"; use some of {', '.join(gen.GENERATORS)}, comma-separated"
         )
-    if a.studies < 1 or a.bootstrap < 20:
+    if not (1 <= a.studies <= MAX_COUNT and 20 <= a.bootstrap <= MAX_COUNT):
         return (
             f"error: --studies={a.studies} --bootstrap={a.bootstrap}: --studies must be >= 1 and "
-            f"--bootstrap >= 20; e.g. --studies=200 --bootstrap=200"
+            f"--bootstrap >= 20, each at most {MAX_COUNT}; e.g. --studies=200 --bootstrap=200"
         )
     try:
         design = with_overrides(design_from_config(a.config), a.extra_seeds, a.batches)
@@ -425,6 +427,34 @@ def _setup(a) -> tuple[Design, list[str]] | str:
 
 # numpy's generators take a seed that is an integer >= 0.
 _seed = integer(0)
+# Bounds on the flags that could run away (issue 38: --noise=1e308 overflowed, --bootstrap=1e11
+# asked for 745 GiB, --replicates and --extra_seeds were unbounded). MAX_COUNT studies or
+# replicates take hours already (200 x 200 take minutes); a seed-noise sigma of MAX_NOISE on log
+# steps-to-target is a 150-fold spread per seed, about 40x the generators' own (0.12,
+# analysis/stats/generators.py).
+MAX_COUNT = 100_000
+MAX_NOISE = 5.0
+MAX_EXTRA_SEEDS = 1_000
+MAX_REPLICATES = 1_000
+
+
+def _batches(text: str) -> str:
+    """An argparse type: --batches, comma-separated distinct integers in [1, 2^24], at least two
+    (B_x compares the two smallest)."""
+    try:
+        values = [int(b) for b in text.split(",") if b.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if text.strip() and (
+        len(set(values)) < 2 or any(not 1 <= b <= fields.MAX_BATCH for b in values)
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: use at least two distinct batch sizes, each an integer >= 1 and "
+            f"<= {fields.MAX_BATCH}, e.g. 32,64,128"
+        )
+    return text
 
 
 def _parser() -> UsageParser:
@@ -439,14 +469,21 @@ def _parser() -> UsageParser:
     p.add_argument("--alpha", type=number(), default=0.5, help="effect: B_crit ~ width^alpha")
     p.add_argument(
         "--noise",
-        type=number(0.0),
+        type=number(0.0, high=MAX_NOISE),
         default=None,
         help="the run's own seed-noise sigma, every generator (default: each generator's own)",
     )
     p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
     p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument("--extra_seeds", type=int, default=0, help="more confirmation seeds per cell")
-    p.add_argument("--batches", default="", help="other batch sizes, comma-separated")
+    p.add_argument(
+        "--extra_seeds",
+        type=integer(0, MAX_EXTRA_SEEDS),
+        default=0,
+        help="more confirmation seeds per cell",
+    )
+    p.add_argument(
+        "--batches", type=_batches, default="", help="other batch sizes, comma-separated"
+    )
     p.add_argument(
         "--power_for",
         default="",
@@ -454,7 +491,7 @@ def _parser() -> UsageParser:
     )
     p.add_argument(
         "--replicates",
-        type=integer(1),
+        type=integer(1, MAX_REPLICATES),
         default=1,
         help="run each study this many times on fresh noise and read them together (pooled)",
     )

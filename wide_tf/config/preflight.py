@@ -14,6 +14,7 @@ import tempfile
 from wide_tf.config.overrides import is_sweep
 from wide_tf.config.problems import RuntimeProblem, UsageError
 from wide_tf.spec import datasets, families, hardware, identity
+from wide_tf.store import workdir as wd
 
 
 def check_data_present(config, tfds_name) -> None:
@@ -243,11 +244,13 @@ def _check_same_study(config, workdir: str) -> None:
 
 
 def _results_warnings(workdir: str) -> list[str]:
-    """A warning for each line of results.jsonl that is not a whole result."""
+    """A warning for each line of results.jsonl that is not a whole result, and for each
+    results/<id>.json that is partial (the study sets it aside and runs its trial again: said
+    here, in the console, not only in a worker's log) or cannot be read."""
+    warnings = _result_files_warnings(workdir)
     results = os.path.join(workdir, "results.jsonl")
     if not os.path.exists(results):
-        return []
-    warnings = []
+        return warnings
     with open(results, "rb") as f:
         for i, raw in enumerate(f, 1):
             if not raw.strip():
@@ -262,6 +265,32 @@ def _results_warnings(workdir: str) -> list[str]:
                     f"{results} line {i} is not a whole result (corrupted or cut short); it is "
                     f"ignored and its trial is taken from trials/<id>/result.json or run again"
                 )
+    return warnings
+
+
+def _result_files_warnings(workdir: str) -> list[str]:
+    folder = os.path.join(workdir, wd.RESULTS_DIR)
+    names = (
+        sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+        if os.path.isdir(folder)
+        else []
+    )
+    warnings = []
+    for name in names:
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as f:
+                why = wd.record_problem(json.load(f))
+        except (ValueError, UnicodeDecodeError) as e:
+            why = f"not JSON ({type(e).__name__})"
+        except OSError as e:
+            warnings.append(f"{path} {wd.unreadable(e)}")
+            continue
+        if why:
+            warnings.append(
+                f"{path} is {why}: the study moves it aside (to {name}.partial-<time>) and runs "
+                "that trial again, resuming from its checkpoint"
+            )
     return warnings
 
 
@@ -304,6 +333,37 @@ def _check_run_files(workdir: str) -> list[str]:
     return warnings
 
 
+# The longest path a study writes below its workdir, beyond the trial id: a checkpoint's data
+# file with TensorFlow's temporary suffix (trials/<id>/checkpoints/ckpt-<step>.data-00000-of-00001
+# .tempstate<19 digits>), with room to spare.
+_DEEPEST_BELOW = 160
+
+
+def _check_path_length(workdir: str) -> None:
+    """Refuses a workdir whose paths the file system cannot hold, before any folder is made (a
+    name over NAME_MAX, or a path that leaves no room for the files below it under PATH_MAX)."""
+    path = os.path.abspath(workdir)
+    probe = path
+    while not os.path.exists(probe) and os.path.dirname(probe) != probe:
+        probe = os.path.dirname(probe)
+    try:
+        name_max, path_max = os.pathconf(probe, "PC_NAME_MAX"), os.pathconf(probe, "PC_PATH_MAX")
+    except (OSError, ValueError):
+        name_max, path_max = 255, 4096  # Linux's limits
+    longest = max(len(os.fsencode(part)) for part in path.split(os.sep))
+    if longest > name_max:
+        raise UsageError(
+            f"--workdir={workdir[:60]}...: a folder name of {longest} bytes is longer than the "
+            f"{name_max} this file system allows; choose a shorter --workdir"
+        )
+    if len(os.fsencode(path)) + _DEEPEST_BELOW > path_max:
+        raise UsageError(
+            f"--workdir={workdir[:60]}...: a path of {len(os.fsencode(path))} bytes leaves no "
+            f"room under this file system's {path_max} for the study's files (up to "
+            f"{_DEEPEST_BELOW} more); choose a shorter --workdir"
+        )
+
+
 def check_workdir(config, workdir: str) -> list[str]:
     """Checks a local workdir without changing any of its files; returns warning lines.
 
@@ -315,6 +375,12 @@ def check_workdir(config, workdir: str) -> list[str]:
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
+    if os.path.islink(workdir) and not os.path.exists(workdir):
+        raise UsageError(
+            f"--workdir={workdir} is a symbolic link to {os.readlink(workdir)}, which does not "
+            "exist; create that folder, or point --workdir at an existing folder or a new path"
+        )
+    _check_path_length(workdir)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise UsageError(f"--workdir={workdir} is a file, not a folder; choose another --workdir")
     _writable(workdir)

@@ -6,6 +6,8 @@ starts and before anything is written; exit 1 for a workdir that cannot be repor
 from __future__ import annotations
 
 import argparse
+import errno
+import os
 import sys
 
 from wide_tf import tf_start
@@ -28,13 +30,23 @@ def _eps(text: str) -> float:
     return value
 
 
+def _fix_for(e: Exception) -> str:
+    """The advice for an error whose message has none: another workdir only when the workdir is
+    what is wrong, not when the disk is full or the report cannot be written."""
+    if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT):
+        return "free space on that disk and run the same command again (the study is untouched)"
+    if isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return "make the workdir writable and run the same command again"
+    return FIX_WORKDIR
+
+
 def _parser() -> UsageParser:
     p = UsageParser(prog=PROG, description="Write a study's report into WORKDIR/report/.")
     p.add_argument("--workdir", help="the study's workdir (a local path or gs://...)")
     p.add_argument(
         "--eps",
         type=_eps,
-        help="eps of the model-free critical batch B_x(1+eps), a finite number > 0; default: "
+        help="eps of the model-free critical batch B_x(1+eps), in [0.001, 1000]; default: "
         "the config's, else 1.0",
     )
     return p
@@ -45,6 +57,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.workdir:
         parser.fail(f"--workdir is required; {FIX_WORKDIR}")
+    if "://" not in args.workdir and not os.path.isdir(args.workdir):  # before TensorFlow (~15 s)
+        print(
+            f"error: workdir {args.workdir!r} does not exist or is not a directory; {FIX_WORKDIR}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return 1
     tf_start.import_tensorflow(verbose=False)  # only now: its start-up lines, filtered
     import tensorflow as tf
 
@@ -54,7 +73,7 @@ def main(argv=None) -> int:
         path = writer.write_report(args.workdir, args.eps)
     except (ReportError, tf.errors.OpError, OSError) as e:
         line = " ".join(str(e).split()) or type(e).__name__
-        fix = "" if "; " in line else f"; {FIX_WORKDIR}"
+        fix = "" if "; " in line else f"; {_fix_for(e)}"
         print(f"error: {line}{fix}", file=sys.stderr, flush=True)
         return 1
     print(path)

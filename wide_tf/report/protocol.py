@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
+from wide_tf.spec import fields
 from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec.targets import comparison
@@ -42,13 +43,15 @@ class ReportError(RuntimeError):
 
 
 def eps_problem(eps) -> str | None:
-    """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (config/validate.py): a
-    finite number > 0; 0 puts the threshold on perfect scaling itself, nan made every table B_xnan
-    and a negative one raised in the analysis."""
+    """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (spec/fields.py): a
+    finite number in [MIN_EPS, MAX_EPS]; 0 puts the threshold on perfect scaling itself, nan made
+    every table B_xnan, a negative one raised in the analysis, and 1e26 or 1e-320 wrote a report
+    of nothing but censored bounds over the study's own (issue 38)."""
+    rng = f"use a finite number >= {fields.MIN_EPS:g} and <= {fields.MAX_EPS:g}, e.g. 0.25 or 1"
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
-        return f"eps={eps!r} is not a number; use a finite number > 0, e.g. 0.25 or 1"
-    if not (math.isfinite(eps) and eps > 0):
-        return f"eps={eps!r} is out of range: use a finite number > 0, e.g. 0.25 or 1"
+        return f"eps={eps!r} is not a number; {rng}"
+    if not (math.isfinite(eps) and fields.MIN_EPS <= eps <= fields.MAX_EPS):
+        return f"eps={eps!r} is out of range: {rng}"
     return None
 
 

@@ -64,18 +64,17 @@ def number(low: float | None = None, *, low_open: bool = False, high: float | No
     return parse
 
 
-def integer(low: int):
-    """An argparse type: an integer >= low."""
+def integer(low: int, high: int | None = None):
+    """An argparse type: an integer >= low (and <= high)."""
+    rng = f">= {low}" + ("" if high is None else f" and <= {high}")
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected an integer >= {low}, got {text!r}"
-            ) from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer >= {low}")
+            raise argparse.ArgumentTypeError(f"expected an integer {rng}, got {text!r}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range: use an integer {rng}")
         return value
 
     return parse

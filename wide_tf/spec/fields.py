@@ -47,8 +47,12 @@ class Num:
         `listed`: an entry of a list (changed in the config file, not on the command line)."""
         if self.fits(value):
             return None
-        lo = "" if self.low is None else ("> " if self.low_open else ">= ") + f"{self.low:g}"
-        hi = "" if self.high is None else ("< " if self.high_open else "<= ") + f"{self.high:g}"
+
+        def fmt(x):  # an integer bound in full (2147483647, not 2.14748e+09)
+            return f"{int(x)}" if self.integer and x == int(x) else f"{x:g}"
+
+        lo = "" if self.low is None else ("> " if self.low_open else ">= ") + fmt(self.low)
+        hi = "" if self.high is None else ("< " if self.high_open else "<= ") + fmt(self.high)
         rng = " and ".join(x for x in (lo, hi) if x)
         kind = "an integer" if self.integer else "a finite number"
         return (
@@ -115,6 +119,38 @@ def _int(low=0, **kw) -> Num:
     return Num(low=low, integer=True, **kw)
 
 
+# Upper bounds on every count that could run away (issue 38: train.min_steps=1e20 never ended,
+# train.max_epochs=1e308 overflowed after TensorFlow started, train.seed=1e20 broke the RNG). Each
+# lies far past any run this package plans and inside the arithmetic that consumes it.
+MAX_STEPS = 10**9  # optimizer steps: a local study's runs take 10^2-10^4, ImageNet-scale ~10^6
+MAX_EPOCHS = 10**6  # passes over the data (converted to steps: int64 stays exact)
+MAX_EXAMPLES = 10**12  # example counts and cadences: the largest data set here has 1.28e6
+MAX_BATCH = 2**24  # examples per batch: the largest in the large-batch literature is ~2^16-2^20
+MAX_SEED = 2**31 - 1  # keras.utils.set_random_seed passes it to np.random.seed (< 2^32)
+MAX_EXTENSIONS = 100  # learning-rate grid extensions, each one more trial per cell
+# B_x(1+eps): below MIN_EPS the (1+eps)-fold threshold lies deep inside a run's own seed noise
+# on steps-to-target (sigma 0.12 on its log, analysis/stats/generators.py); above MAX_EPS it asks
+# for more than the 2^10-fold batch range of any sweep here can show (epochs-to-target grow at
+# most as fast as the batch).
+MIN_EPS, MAX_EPS = 1e-3, 1e3
+
+
+def _steps(low=0, **kw) -> Num:
+    return _int(low, high=MAX_STEPS, **kw)
+
+
+def _examples(low=0, **kw) -> Num:
+    return _int(low, high=MAX_EXAMPLES, **kw)
+
+
+def _batch(low=1, **kw) -> Num:
+    return _int(low, high=MAX_BATCH, **kw)
+
+
+def _epochs(**kw) -> Num:
+    return Num(low=0, high=MAX_EPOCHS, **kw)
+
+
 def _empty(where: str) -> str:
     return f"{where} is empty; list at least one value in the config file"
 
@@ -128,6 +164,7 @@ def _budget_family(config) -> bool:
 
 
 _POSITIVE = Num(low=0, low_open=True)
+_SEED = _int(0, high=MAX_SEED)
 _FRACTION = Num(low=0, high=1, high_open=True)
 _FIX_LR = (
     "a learning rate of 0 does not train and a negative one ascends the loss; "
@@ -143,7 +180,7 @@ MODEL = (
     _F("model.width", 256.0, FREE, "units (MLP) or the width multiplier k (WRN)"),
     _F("model.norm", "none", Choice(architectures.NORMS), "'none' | 'batch' | 'ghost'"),
     # The virtual batch of ghost batch norm: its statistics do not depend on the batch.
-    _F("model.ghost_batch_size", 32, _int(1), "ghost batch norm's virtual batch", when=_ghost),
+    _F("model.ghost_batch_size", 32, _batch(), "ghost batch norm's virtual batch", when=_ghost),
 )
 DATA = (
     _F("data.name", "mnist_embedded", Choice(datasets.NAMES), "the data set (spec/datasets.py)"),
@@ -151,29 +188,34 @@ DATA = (
     _F("data.download", False, FREE, "never touch the network unless asked"),
     _F("data.augment", False, FREE, "pad-crop (and flip where label-preserving)"),
     # Fixed: a buffer that grew with the batch would change the data order.
-    _F("data.shuffle_buffer", 10_000, _int(1), "the bounded shuffle's reach, in examples"),
-    _F("data.num_train", 0, _int(0, fix="0 means all"), "a fixed training subset; 0: the whole"),
+    _F("data.shuffle_buffer", 10_000, _examples(1), "the bounded shuffle's reach, in examples"),
+    _F("data.num_train", 0, _examples(fix="0 means all"), "a fixed training subset; 0: the whole"),
 )
 OPTIM = (
     _F("optim.name", "sgd", Choice(optimizers.NAMES), "the optimizer (spec/optimizers.py)"),
     _F("optim.base_lr", 0.1, Num(low=0, low_open=True, fix=_FIX_LR), "the lr at reference_batch"),
-    _F("optim.reference_batch", 256, _int(1), "the batch at which base_lr applies"),
+    _F("optim.reference_batch", 256, _batch(), "the batch at which base_lr applies"),
     _F("optim.scaling", "sqrt", Choice(choices.SCALING_RULES), "base_lr's rule over batch"),
     _F("optim.lr_multiplier", 1.0, _POSITIVE, "the lr grid's factor on the rule's guess"),
     _F("optim.momentum", 0.9, _FRACTION, "momentum/nesterov/lars: the momentum"),
     # Momentum rises linearly from 0 to optim.momentum over this many steps (0: off), to check
     # that steps-to-target is not momentum's build-up.
-    _F("optim.momentum_warmup_steps", 0, _int(0), "steps of momentum's linear warm-up; 0: off"),
+    _F("optim.momentum_warmup_steps", 0, _steps(), "steps of momentum's linear warm-up; 0: off"),
     _F("optim.weight_decay", 0.0, Num(low=0), "weight decay (coupled for lars)"),
     _F("optim.lars_eta", 0.001, _POSITIVE, "LARS's trust coefficient"),
     _F("optim.lars_trust_ratio", "you", Choice(choices.TRUST_RATIO_FORMS), "LARS's ratio form"),
     _F("optim.lars_epsilon", 0.0, Num(low=0), "LARS's denominator epsilon"),
     _F("optim.lars_clip", False, FREE, "LARC: clip the local lr at the global one"),
     _F("optim.schedule", "constant", Choice(choices.SCHEDULES), "the decay after warm-up"),
-    _F("optim.warmup_epochs", 0.0, Num(low=0), "warm-up length in epochs"),
-    _F("optim.warmup_steps", 0, _int(0), "warm-up length in steps"),
+    _F("optim.warmup_epochs", 0.0, _epochs(), "warm-up length in epochs"),
+    _F("optim.warmup_steps", 0, _steps(), "warm-up length in steps"),
     _F("optim.warmup_fixed", "epochs", Choice(choices.WARMUP_FIXED), "which warm-up is fixed"),
-    _F("optim.decay_epochs", [], NumList(_POSITIVE, increasing=True), "multistep's epochs"),
+    _F(
+        "optim.decay_epochs",
+        [],
+        NumList(_epochs(low_open=True), increasing=True),
+        "multistep's epochs",
+    ),
     _F("optim.decay_factor", 0.1, Num(low=0, high=1, low_open=True), "multistep's factor"),
     _F("optim.poly_power", 2.0, _POSITIVE, "polynomial decay's power"),
     _F("optim.end_lr_fraction", 0.0, Num(low=0, high=1), "the final lr over the peak"),
@@ -183,22 +225,24 @@ TRAIN = (
     _F(
         "train.max_device_batch",
         0,
-        _int(0, fix="0 means no accumulation"),
+        _batch(0, fix="0 means no accumulation"),
         ">0: accumulate micro-batches of at most this many per replica",
     ),
-    _F("train.max_epochs", 50.0, Num(low=0), "the budget in epochs"),
-    _F("train.max_steps", 0, _int(0), "the budget in steps; 0: max_epochs"),
+    _F("train.max_epochs", 50.0, _epochs(), "the budget in epochs"),
+    _F("train.max_steps", 0, _steps(), "the budget in steps; 0: max_epochs"),
     # A floor of the budget in steps: large batches are not censored by max_epochs alone.
-    _F("train.min_steps", 0, _int(0), "a floor of the budget in steps"),
-    _F("train.steps_per_loop", 100, _int(1), "optimizer steps per tf.function call"),
+    _F("train.min_steps", 0, _steps(), "a floor of the budget in steps"),
+    _F("train.steps_per_loop", 100, _steps(1), "optimizer steps per tf.function call"),
     _F(
         "train.eval_every_examples",
         0,
-        _int(0, fix="0 means once an epoch"),
+        _examples(fix="0 means once an epoch"),
         "0: once per epoch; the same points of training for every batch",
     ),
-    _F("train.eval_batch", 1024, _int(1), "the evaluation batch"),
-    _F("train.eval_train_limit", 0, _int(0), "0: training accuracy over the whole training set"),
+    _F("train.eval_batch", 1024, _batch(), "the evaluation batch"),
+    _F(
+        "train.eval_train_limit", 0, _examples(), "0: training accuracy over the whole training set"
+    ),
     # The evaluation economy (engine/evaluation.py): a pass over the training set stops once no
     # unreached target can be met at this step, and the test set is evaluated only for the
     # curves; steps-to-target and every target's record stay exactly as with every pass whole.
@@ -206,7 +250,7 @@ TRAIN = (
     _F(
         "train.curve_every_examples",
         0,
-        _int(0, fix="0 means every 10 evaluations"),
+        _examples(fix="0 means every 10 evaluations"),
         "whole train and test evaluations for the curves; a multiple of eval_every_examples",
     ),
     _F("train.target_metric", "train_accuracy", Choice(targets.TARGET_METRICS), "the target"),
@@ -222,22 +266,22 @@ TRAIN = (
     # target_bn_examples training examples in batches of target_bn_batch; the training run's
     # moving averages are put back after it).
     _F("train.target_bn", "moving", Choice(choices.TARGET_BN_MODES), "the evaluations' BN stats"),
-    _F("train.target_bn_examples", 1024, _int(1), "recompute: the subset of the statistics"),
-    _F("train.target_bn_batch", 256, _int(1), "recompute: the batch of the statistics"),
-    _F("train.seed", 0, _int(0), "the run's seed (a sweep sets it)"),
+    _F("train.target_bn_examples", 1024, _examples(1), "recompute: the subset of the statistics"),
+    _F("train.target_bn_batch", 256, _batch(), "recompute: the batch of the statistics"),
+    _F("train.seed", 0, _SEED, "the run's seed (a sweep sets it)"),
     _F(
         "train.checkpoint_every_steps",
         0,
-        _int(0, fix="0 means ten checkpoints per run"),
+        _steps(fix="0 means ten checkpoints per run"),
         "0: ten checkpoints per run",
     ),
     _F("train.diverge_loss", 1e3, _POSITIVE, "a loss above this (or non-finite) ends the run"),
-    _F("train.gradient_every_examples", 0, _int(0), "the gradient probe's cadence; 0: off"),
+    _F("train.gradient_every_examples", 0, _examples(), "the gradient probe's cadence; 0: off"),
     _F("train.gradient_at_init", False, FREE, "also probe the gradients at initialisation"),
     # Examples of the gradient probe; 0: the whole training set (the batch bound n x diversity
     # saturates near the probe size n, so a small probe caps it).
-    _F("train.probe_size", 0, _int(0), "the gradient probe's examples; 0: the training set"),
-    _F("train.probe_chunk", 256, _int(1), "the gradient probe's chunk"),
+    _F("train.probe_size", 0, _examples(), "the gradient probe's examples; 0: the training set"),
+    _F("train.probe_chunk", 256, _batch(), "the gradient probe's chunk"),
     _F("train.noise_scale_ema", 0.95, _FRACTION, "the noise scale's moving-average decay"),
 )
 RUNTIME = (
@@ -253,7 +297,6 @@ RUNTIME = (
         "auto: bfloat16 on TPU, float32 elsewhere",
     ),
 )
-_INTS0 = _int(0)
 SWEEP = (
     # 'budget' (depths at a fixed budget), 'width' (fixed depth), 'depth' (fixed width)
     _F("sweep.family.kind", "budget", Choice(families.KINDS), "the family's kind"),
@@ -263,7 +306,9 @@ SWEEP = (
     _F("sweep.family.depth", 0, FREE, "kind='width': the fixed depth"),
     _F("sweep.family.width", 0.0, FREE, "kind='depth': the fixed width"),
     _F("sweep.family.tolerance", 0.05, FREE, "the budget's relative tolerance"),
-    _F("sweep.batch_sizes", [], NumList(_int(1), empty=_empty("sweep.batch_sizes")), "the batches"),
+    _F(
+        "sweep.batch_sizes", [], NumList(_batch(), empty=_empty("sweep.batch_sizes")), "the batches"
+    ),
     _F(
         "sweep.lr_multipliers",
         [1.0],
@@ -274,17 +319,17 @@ SWEEP = (
         "log grid around the scaling rule's guess, per batch size",
     ),
     _F("sweep.extend_lr_grid", True, FREE, "add one grid point past an edge that won"),
-    _F("sweep.max_lr_extensions", 2, _int(0), "at most this many extensions"),
+    _F("sweep.max_lr_extensions", 2, _int(0, high=MAX_EXTENSIONS), "at most this many extensions"),
     _F(
         "sweep.seeds",
         [0],
-        NumList(_INTS0, empty=_empty("sweep.seeds"), unique=True),
+        NumList(_SEED, empty=_empty("sweep.seeds"), unique=True),
         "tuning seeds: every learning rate of the grid runs on each",
     ),
-    _F("sweep.confirm_seeds", [], NumList(_INTS0), "the chosen rate is re-run on these seeds"),
+    _F("sweep.confirm_seeds", [], NumList(_SEED), "the chosen rate is re-run on these seeds"),
     # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the two
     # smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
-    _F("sweep.eps", 1.0, _POSITIVE, "B_x(1+eps)'s eps"),
+    _F("sweep.eps", 1.0, Num(low=MIN_EPS, high=MAX_EPS), "B_x(1+eps)'s eps"),
     # Which runs measure the gradient probe along training (train.gradient_every_examples): the
     # report reads it only at each member's smallest batch (the noise-scale prediction).
     _F(

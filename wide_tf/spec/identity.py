@@ -12,8 +12,25 @@ import json
 # section.
 OPERATIONAL = {
     "runtime": None,
-    "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch"),
+    "train": ("steps_per_loop", "checkpoint_every_steps"),
 }
+# Settings that change a study's results, so two configs that differ in them are two studies, but
+# that stay out of trial ids so that the ids of studies written before they were reclassified stay
+# valid. train.eval_batch was declared operational; issue 38 found that it changes the last bits of
+# the evaluations (their float sums run in another order): train_loss and test_loss, and so the
+# crossing of a loss target, can differ. Accuracies (exact counts) do not.
+UNHASHED = {"train": ("eval_batch",)}
+
+
+def _without(d: dict, parts: dict) -> dict:
+    for section, keys in parts.items():
+        if keys is None:
+            d.pop(section, None)
+        elif isinstance(d.get(section), dict):
+            d[section] = {k: v for k, v in d[section].items() if k not in keys}
+    return d
+
+
 # train.max_device_batch splits each replica's batch into micro-batches whose gradients are summed
 # (engine/accumulate.py). That is exact where no layer looks across the examples of a micro-batch
 # except through virtual batches the split keeps whole: no normalisation ('none'), or ghost batch
@@ -40,17 +57,18 @@ def study_part(config) -> dict:
         d = json.loads(config.to_json_best_effort())
     else:
         d = json.loads(json.dumps(config))
-    for section, keys in OPERATIONAL.items():
-        if keys is None:
-            d.pop(section, None)
-        elif isinstance(d.get(section), dict):
-            d[section] = {k: v for k, v in d[section].items() if k not in keys}
+    d = _without(d, OPERATIONAL)
     section, key = CAP
     model = d.get("model")
     norm = model.get("norm") if isinstance(model, dict) else None
     if cap_is_operational(norm) and isinstance(d.get(section), dict) and key in d[section]:
         d[section][key] = 0
     return d
+
+
+def id_part(config) -> dict:
+    """The part of a config that trial ids hash: the study part less UNHASHED."""
+    return _without(study_part(config), UNHASHED)
 
 
 _MISSING = object()  # a field one side lacks differs from one set to None (as `!=` of the dicts)

@@ -19,33 +19,45 @@ Create-if-absent per store, always with the whole body (a reader never sees a cl
     Without that library one process (`--workers=1`, `--trial`, a shard per machine) still
     takes claims, through tf.io.gfile: a temporary object renamed without overwrite after an
     existence check, the best gfile offers (two creators racing in the same instant could both
-    win, which is why several workers are refused there).
+    win, which is why several workers are refused there, and a process that finds another's
+    claims moving is refused too: `pip install 'wide_tf[gcs]'` installs the library).
   * any other scheme: refused (no atomic create is known for it).
 
 Every way of running a study takes its claims here (one process as well as each of N workers), so
 two commands on one workdir share its groups instead of each training all of them.
 
 A claim's body (JSON): owner (a unique id per worker process), run (the id of the parent that
-started the worker, so siblings recognise each other), host, pid, epoch, state ("running", "done",
-"stopped" (its owner left after SIGTERM: free at once) or "failed"), updated (time.time() of the
-last heartbeat). It is stale, and may be taken over, when its owner is on this host and its pid is
-gone, when its heartbeat is older than `stale_s`, or when the observer has seen its body unchanged
-for `stale_s` by its own clock (a lease: a heartbeat stamped in the future by a host whose clock
-runs ahead, or a garbled file, cannot hold a group for ever). A heartbeat more than MAX_SKEW_S in
-the future, and a claim file that is not a claim (not UTF-8, not a JSON object), are named in one
-line (`Claims.notes`) for the progress line. A garbled file counts as a broken claim: stale once
-its file is older than `stale_s` or it stayed unchanged that long. A "failed" claim (the owner's
-trial raised) is not retried by the owner's siblings, who would fail the same way; a later run
-(another run id) does.
+started the worker, so siblings recognise each other), host, pid, boot and pidns (this kernel's boot
+id and this PID namespace's inode: `machine_identity`), epoch, state ("running", "done", "stopped"
+(its owner left after SIGTERM: free at once) or "failed"), updated (time.time() of the last
+heartbeat, on the writer's clock).
+
+When a claim is stale, and may be taken over (docs/design.md, "Workers and claims"):
+  * always: when the observer has seen its body unchanged for `stale_s` on its own monotonic
+    clock (a lease: a heartbeat moves the body every HEARTBEAT_S). This holds across hosts in both
+    directions: a host whose clock runs behind (its heartbeat looks old) keeps its groups while
+    its heartbeat moves, and one whose clock runs ahead cannot hold a group for ever.
+  * only when the claim carries this boot's identity (the same kernel, so the same clock): when
+    `updated` is older than `stale_s` by this clock; and, with this PID namespace's identity too,
+    when its pid is gone. A remote `updated` is never compared to this host's clock, and a pid is
+    never tested across PID namespaces (containers sharing a hostname cannot see each other's pids).
+A heartbeat stamped more than MAX_SKEW_S away from its claim file's time (the store's clock: the
+file system's or GCS's) names the writer's clock skew once per host (`Claims.notes`); a claim file
+that is not a claim (not UTF-8, not a JSON object, unreadable) is named in one line too. A garbled
+file counts as a broken claim: stale once its file is older than `stale_s` or it stayed unchanged
+that long. A "failed" claim (the owner's trial raised) is not retried by the owner's siblings, who
+would fail the same way; a later run (another run id) does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -70,6 +82,29 @@ def group_key(group: tuple[str, int]) -> str:
     return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', member)}_b{int(batch)}"
 
 
+def _read_boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
+
+
+def _read_pid_namespace() -> int | None:
+    try:
+        return os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return None
+
+
+@functools.cache
+def machine_identity() -> dict:
+    """{"boot": this kernel's boot id, "pidns": this PID namespace's inode} (None where the system
+    does not tell them, e.g. not Linux): a claim carrying both was written where this process can
+    read its writer's clock and test its pid."""
+    return {"boot": _read_boot_id(), "pidns": _read_pid_namespace()}
+
+
 def pid_alive(pid: int) -> bool:
     """Whether a process of this machine holds `pid` (a claim's or the report lock's holder)."""
     try:
@@ -88,12 +123,18 @@ class Claim:
     body: dict
 
     def stale(self, now: float | None = None, stale_s: float = STALE_S) -> bool:
+        """Stale by what this process can judge without watching: a broken file, and for a claim
+        of this boot a heartbeat older than `stale_s` or (this PID namespace too) a dead pid. Any
+        other claim is judged by the lease alone (`Claims.available`)."""
         b = self.body
         if b.get("state") == DONE:
             return False
         if b.get("state") == "broken":  # a garbled file older than stale_s
             return True
-        if b.get("host") == socket.gethostname() and isinstance(b.get("pid"), int):
+        here = machine_identity()
+        if here["boot"] is None or b.get("boot") != here["boot"]:
+            return False  # another kernel, another clock: only the lease can tell
+        if b.get("pidns") == here["pidns"] is not None and isinstance(b.get("pid"), int):
             if not pid_alive(b["pid"]):
                 return True
         updated = b.get("updated")
@@ -104,6 +145,8 @@ class Claim:
 
 class _LocalStore:
     """Claims in a local folder."""
+
+    atomic_create = True  # os.link (or O_EXCL): of two creators exactly one wins
 
     def __init__(self, folder: str):
         self.folder = folder
@@ -152,10 +195,15 @@ class _LocalStore:
 
     def age(self, name: str) -> float:
         """Seconds since `name` was last written (0 when it cannot be told)."""
+        t = self.mtime(name)
+        return 0.0 if t is None else time.time() - t
+
+    def mtime(self, name: str) -> float | None:
+        """When `name` was last written, by the file system's clock (None: it cannot be told)."""
         try:
-            return time.time() - os.stat(os.path.join(self.folder, name)).st_mtime
+            return os.stat(os.path.join(self.folder, name)).st_mtime
         except OSError:
-            return 0.0
+            return None
 
     def where(self, name: str) -> str:
         return os.path.join(self.folder, name)
@@ -171,6 +219,8 @@ class _GcsStore:
     """Claims in a gs:// folder through google-cloud-storage (tf.io.gfile cannot create an object
     only if it is absent): creation uses the precondition if_generation_match=0."""
 
+    atomic_create = True
+
     def __init__(self, folder: str):
         try:
             from google.api_core import exceptions as gexc
@@ -179,8 +229,8 @@ class _GcsStore:
             raise ClaimError(
                 "several workers on a gs:// workdir need google-cloud-storage for atomic claims "
                 "(tf.io.gfile cannot create a file only if it is absent on GCS); "
-                "pip install google-cloud-storage, or use --workers=1 (with --shard=i/n per "
-                "machine)"
+                "pip install 'wide_tf[gcs]' (google-cloud-storage), or use --workers=1 (one "
+                "process per workdir)"
             ) from None
         bucket, _, prefix = folder[len("gs://") :].partition("/")
         self.bucket = storage.Client().bucket(bucket)
@@ -205,10 +255,13 @@ class _GcsStore:
             return None
 
     def age(self, name: str) -> float:
+        t = self.mtime(name)
+        return 0.0 if t is None else time.time() - t
+
+    def mtime(self, name: str) -> float | None:
+        """When `name` was last written, on GCS's clock."""
         blob = self.bucket.get_blob(self.prefix + name)
-        if blob is None or blob.updated is None:
-            return 0.0
-        return time.time() - blob.updated.timestamp()
+        return None if blob is None or blob.updated is None else blob.updated.timestamp()
 
     def where(self, name: str) -> str:
         return f"gs://{self.bucket.name}/{self.prefix}{name}"
@@ -221,6 +274,8 @@ class _GfileStore:
     """Claims in a gs:// folder through tf.io.gfile, for one process when google-cloud-storage is
     absent: an existence check, then a whole temporary object renamed without overwrite (not
     atomic against a creator racing in the same instant; see the module's docstring)."""
+
+    atomic_create = False
 
     def __init__(self, folder: str):
         import tensorflow as tf  # only here: the rest of this module is TensorFlow-free
@@ -257,10 +312,14 @@ class _GfileStore:
             return f.read()
 
     def age(self, name: str) -> float:
+        t = self.mtime(name)
+        return 0.0 if t is None else time.time() - t
+
+    def mtime(self, name: str) -> float | None:
         try:
-            return time.time() - self.gfile.stat(os.path.join(self.folder, name)).mtime_nsec / 1e9
+            return self.gfile.stat(os.path.join(self.folder, name)).mtime_nsec / 1e9
         except Exception:
-            return 0.0
+            return None
 
     def where(self, name: str) -> str:
         return os.path.join(self.folder, name)
@@ -329,6 +388,40 @@ class Claims:
         # (key, epoch) -> (the body's bytes, when this process first saw them): the lease.
         self._seen: dict[tuple[str, int], tuple[bytes, float]] = {}
         self._broken: dict[str, str] = {}  # key -> why its claim file is not a claim
+        self._skew: dict[str, float] = {}  # host -> its heartbeat minus its claim file's time
+        self._skew_named: set[str] = set()  # hosts whose skew notes() has already returned
+        if not getattr(self.store, "atomic_create", True):
+            self._refuse_a_second_process()
+
+    def _refuse_a_second_process(self, poll_s: float = 1.0) -> None:
+        """On a store without an atomic create (gs:// without google-cloud-storage): raises
+        ClaimError (one line) when another process holds a live claim, i.e. one whose body moves
+        while this process watches; returns once every running claim of another owner has stayed
+        unchanged for `stale_s` (its holder is gone, e.g. a preempted VM). Two processes starting
+        in the same instant can still both pass: the library closes that gap."""
+        first = {k: c.body for k, c in self.current().items() if c.body.get("state") == RUNNING}
+        if first:
+            print(
+                f"Claims of {len(first)} groups are held on a store without an atomic create: "
+                f"watching them for up to {self.stale_s:g}s for a live holder.",
+                file=sys.stderr,
+                flush=True,
+            )
+        while first:
+            time.sleep(poll_s)
+            current = self.current()
+            for key in list(first):
+                c = current.get(key)
+                if c is None or c.body.get("state") != RUNNING or self.available(c):
+                    first.pop(key)  # released, or its holder is gone
+                elif c.body != first[key]:
+                    raise ClaimError(
+                        f"another process ({c.body.get('host')}:{c.body.get('pid')}) is running "
+                        f"this study in {self.store.where('')} and this machine lacks "
+                        "google-cloud-storage, without which two processes can both win a group; "
+                        "pip install 'wide_tf[gcs]' (google-cloud-storage) on every machine, or "
+                        "run one process at a time"
+                    )
 
     def _body(self, key: str, epoch: int, state: str) -> dict:
         return {
@@ -337,6 +430,7 @@ class Claims:
             "run": self.run_id,
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            **machine_identity(),
             "epoch": epoch,
             "state": state,
             "updated": time.time(),
@@ -353,8 +447,13 @@ class Claims:
         out = {}
         for key, epoch in latest.items():
             name = f"{key}.{epoch}.json"
-            raw = self.store.read(name)
-            body, why = _parse(raw)
+            try:
+                raw = self.store.read(name)
+            except OSError as e:  # unreadable (no permission, a folder): one broken claim
+                raw, why = None, f"cannot be read ({e.strerror or e})"
+                body = {}
+            else:
+                body, why = _parse(raw)
             if why:
                 self._broken[key] = f"{self.store.where(name)} {why}"
                 # A broken claim written long ago has nobody behind it: stale at once.
@@ -362,14 +461,28 @@ class Claims:
                     body = {"state": "broken"}
             else:
                 self._broken.pop(key, None)
-            self._observe(key, epoch, raw or b"")
+            if self._observe(key, epoch, raw or b"") and not why:
+                self._measure_skew(name, body)
             out[key] = Claim(key, epoch, body)
         return out
 
-    def _observe(self, key: str, epoch: int, raw: bytes) -> None:
+    def _observe(self, key: str, epoch: int, raw: bytes) -> bool:
+        """Starts the lease of a body not seen before; True when it is new."""
         seen = self._seen.get((key, epoch))
         if seen is None or seen[0] != raw:
             self._seen[(key, epoch)] = (raw, time.monotonic())
+            return True
+        return False
+
+    def _measure_skew(self, name: str, body: dict) -> None:
+        """The writer's clock against the store's, from a new body: its `updated` minus its file's
+        time (both taken when it was written), once per host until it is far off."""
+        host, updated = str(body.get("host")), body.get("updated")
+        if host in self._skew or not isinstance(updated, int | float):
+            return
+        written = getattr(self.store, "mtime", lambda _: None)(name)
+        if written is not None and abs(updated - written) > MAX_SKEW_S:
+            self._skew[host] = updated - written
 
     def unchanged_for(self, claim: Claim) -> float:
         """Seconds (this process's clock) for which `claim`'s body has not changed."""
@@ -377,27 +490,28 @@ class Claims:
         return 0.0 if seen is None else time.monotonic() - seen[1]
 
     def notes(self, current: dict[str, Claim]) -> list[str]:
-        """One line per claim a reader should know about: a heartbeat far in the future (the
-        holder's clock runs ahead), a claim file that is not a claim."""
+        """One line per claim a reader should know about: a claim file that is not a claim (each
+        time), and a host whose clock is far off the store's (once: its heartbeats are judged by
+        how long they stay unchanged here, so the skew costs nothing but is worth knowing)."""
         out = []
-        now = time.time()
-        for key, c in sorted(current.items()):
+        for key in sorted(current):
             if key in self._broken:
                 out.append(
                     f"claim {self._broken[key]}: treated as a broken claim, taken over once "
                     f"{self.stale_s:g}s old or unchanged"
                 )
+        for host, skew in sorted(self._skew.items()):
+            if host in self._skew_named:
                 continue
-            updated = c.body.get("updated")
-            if c.body.get("state") == RUNNING and isinstance(updated, int | float):
-                ahead = updated - now
-                if ahead > MAX_SKEW_S:
-                    out.append(
-                        f"claim of {key} held by {c.body.get('host')}:{c.body.get('pid')} has its "
-                        f"heartbeat {ahead:.0f}s in the future (clocks differ by more than "
-                        f"{MAX_SKEW_S:g}s); taken over if it stays unchanged for "
-                        f"{self.stale_s:g}s"
-                    )
+            self._skew_named.add(host)
+            way = "ahead of" if skew > 0 else "behind"
+            mine = " (this host)" if host == socket.gethostname() else ""
+            out.append(
+                f"clock skew: host {host}{mine} stamps its claims' heartbeats {abs(skew):.0f}s "
+                f"{way} the workdir's clock (more than {MAX_SKEW_S:g}s; within about 1s); claims "
+                f"are judged by how long they stay unchanged on each observer's own clock (taken "
+                f"over after {self.stale_s:g}s unchanged), so no group is lost or held by it"
+            )
         return out
 
     def available(self, claim: Claim | None) -> bool:
@@ -472,3 +586,14 @@ class Claims:
 
         threading.Thread(target=beat, name="claims-heartbeat", daemon=True).start()
         return stop
+
+
+_OBSERVERS: dict[str, Claims] = {}
+
+
+def observer(workdir: str) -> Claims:
+    """A Claims of `workdir` that only reads, kept for this process (the parent's progress line):
+    its leases and its once-only notes last across calls."""
+    if workdir not in _OBSERVERS:
+        _OBSERVERS[workdir] = Claims(workdir, "observer")
+    return _OBSERVERS[workdir]

@@ -149,6 +149,16 @@ def _load(path: str):
         return json.loads(f.read())
 
 
+def unreadable(e: BaseException) -> str:
+    """The warning's tail for a results/ entry that cannot be read (issue 38: a folder named
+    <id>.json, or a file without read permission, stopped every worker)."""
+    why = getattr(e, "strerror", None) or getattr(e, "message", None) or type(e).__name__
+    return (
+        f"cannot be read ({why}): skipped, its trial counts as not recorded; move it aside or "
+        "fix its permissions"
+    )
+
+
 def set_aside_partial(workdir: str) -> list[str]:
     """Moves every results/<id>.json and trials/<id>/result.json that is not a whole record to
     `<name>.partial-<time>` (kept for a look, no longer read), so that its trial counts as not
@@ -166,6 +176,9 @@ def set_aside_partial(workdir: str) -> list[str]:
             why = f"not JSON ({type(e).__name__})"
         except _not_found():
             continue  # moved or replaced meanwhile
+        except _read_errors() as e:  # a folder, no permission: not a record, and not ours to move
+            lines.append(f"{path} {unreadable(e)}")
+            continue
         if why:
             aside = f"{path}.partial-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
             try:

@@ -11,7 +11,7 @@ from absl import logging
 
 from wide_tf.spec import families
 from wide_tf.study import lr_grid
-from wide_tf.study.trials import Trial, expand_group
+from wide_tf.study.trials import Trial, expand_group, in_shard
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,6 +91,14 @@ def log_plan(config, trials: list[Trial], shard_i: int, shard_n: int) -> None:
     )
     for line in families.format_table(members).splitlines():
         logging.info("  %s", line)
+    if shard_n > 1 and not in_shard(trials, f"{shard_i}/{shard_n}"):
+        logging.warning(
+            "Shard %d/%d holds none of this study's %d groups (a group's shard is a hash of its "
+            "member and batch size): this command runs nothing; the other shards run them.",
+            shard_i,
+            shard_n,
+            len({t.group for t in trials}),
+        )
 
 
 def log_trial_start(

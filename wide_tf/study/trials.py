@@ -66,9 +66,8 @@ def resolve_members(config, num_classes: int, input_shape) -> list[families.Memb
 def trial_id(member: families.Member, batch: int, lr_multiplier: float, seed: int, cfg) -> str:
     """Readable and stable: the settings in the name, plus a hash of the whole trial config, so two
     trials with the same name but another protocol never share a folder."""
-    digest = hashlib.sha1(
-        json.dumps(identity.study_part(cfg), sort_keys=True).encode()
-    ).hexdigest()[:8]
+    text = json.dumps(identity.id_part(cfg), sort_keys=True)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:8]
     return f"{member.name}_b{batch}_lr{lr_multiplier:g}_s{seed}_{digest}"
 
 

@@ -1,7 +1,7 @@
 """Owns a worker process's first instructions: it arranges to die with its parent before anything
 else is imported (Linux: PR_SET_PDEATHSIG, SIGTERM), leaves at once when the parent is already
 gone, and only then runs `wide_tf.main` as the worker. The parent of `--workers=N` starts each
-worker as `python -m wide_tf.study.worker_boot <its own flags>`.
+worker as `python -m wide_tf.study.worker_boot <its own flags>`; a `--suite` starts each study so.
 
 Nothing of wide_tf, absl or TensorFlow is imported before the death signal is set: a parent
 killed (even by SIGKILL) at any moment after a worker's start leaves no worker behind."""

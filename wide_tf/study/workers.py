@@ -43,6 +43,9 @@ LOGS = "logs"
 # How often the parent looks at the workers and the results, and the longest it stays silent.
 POLL_S = 1.0
 PROGRESS_EVERY_S = 60.0
+# How long the parent waits for its workers after SIGTERM before it kills them: a worker
+# checkpoints after its current host loop (seconds to a minute), so 5 minutes means it cannot.
+STOP_GRACE_S = 300.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,6 +154,23 @@ def _last_line(path: str) -> str:
         return ""
     errors = [ln for ln in lines if ln.startswith("error:")]
     return (errors or lines or [""])[-1][:300]
+
+
+def _no_output(path: str) -> str:
+    """What to say of a failed worker whose log is empty: the disk holding the log, when it is
+    full, is why (issue 38: a re-run on a still-full disk said only "(no output)")."""
+    folder = os.path.dirname(path)
+    try:
+        st = os.statvfs(folder)
+    except (OSError, AttributeError):
+        return "(no output)"
+    free = st.f_bavail * st.f_frsize
+    if free < 1 << 20:
+        return (
+            f"(no output: {folder} has {free} bytes free, so the worker could not write its log "
+            "or its files; the disk is full: free space and run the same command again)"
+        )
+    return "(no output)"
 
 
 class _Signals:
@@ -342,7 +362,7 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
                 if not signals.received:
                     log(
                         f"worker {k} exited with status {p.returncode}: "
-                        f"{_last_line(paths[k]) or '(no output)'}"
+                        f"{_last_line(paths[k]) or _no_output(paths[k])}"
                     )
         now = time.time()
         if now - last_print >= 5.0 or not running:
@@ -372,7 +392,7 @@ def _claim_notes(workdir: str) -> list[str]:
     from wide_tf.store import claims
 
     try:
-        c = claims.Claims(workdir, "parent")
+        c = claims.observer(workdir)  # kept: each skew is named once
         return c.notes(c.current())
     except OSError:
         return []
@@ -386,9 +406,28 @@ def _stop_all(started: Started) -> None:
                 p.send_signal(signal.SIGTERM)
             except ProcessLookupError:
                 pass
-    for p in started.procs:
-        p.wait()
+    _wait_or_kill(started.procs)
     started.signals.__exit__()
+
+
+def _wait_or_kill(procs: list[subprocess.Popen], grace_s: float | None = None) -> None:
+    """Waits for every worker; one that has not exited STOP_GRACE_S after the SIGTERM (it cannot
+    act on it: stopped, stuck in a call that never returns) is killed, and said so on stderr."""
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
+    deadline = time.monotonic() + grace_s
+    for k, p in enumerate(procs):
+        try:
+            p.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            print(
+                f"warning: worker {k} (pid {p.pid}) did not stop within {grace_s:g}s of "
+                "SIGTERM: killed (SIGKILL); its trial resumes from its last checkpoint on the "
+                "next run",
+                file=sys.stderr,
+                flush=True,
+            )
+            p.kill()
+            p.wait()
 
 
 def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Outcome:
@@ -404,9 +443,16 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
             tf.io.gfile.copy(path, os.path.join(workdir, LOGS, os.path.basename(path)), True)
     log(f"Workers done in {progress.fmt_time(time.time() - started.start)}.")
     if signals.received:
+        killed = [k for k, p in enumerate(started.procs) if p.returncode not in (0, 143)]
         log(
-            f"stopped by {signal.Signals(signals.received).name}; the workers checkpointed: run "
-            "the same command again to resume"
+            f"stopped by {signal.Signals(signals.received).name}; "
+            + (
+                f"workers {', '.join(map(str, killed))} were killed before they saved (a second "
+                "signal, or no exit in time): their trials resume from their last checkpoint"
+                if killed
+                else "the workers checkpointed"
+            )
+            + ": run the same command again to resume"
         )
         return Outcome(False, 128 + signals.received)
     p = _progress(config, workdir, initial)
@@ -424,8 +470,9 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
             p.complete,
             failure=WorkerFailed(
                 f"worker {k} exited with status {code}{more}: "
-                f"{_last_line(paths[k]) or '(no output)'}; see {paths[k]}; finished trials are "
-                f"kept{'' if p.complete else ' and the report is not written'}: fix the cause "
+                f"{_last_line(paths[k]) or _no_output(paths[k])}; see {paths[k]}; finished "
+                f"trials are kept{'' if p.complete else ' and the report is not written'}: fix "
+                "the cause "
                 "and run the same command again to resume"
             ),
         )
