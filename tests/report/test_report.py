@@ -13,7 +13,6 @@ import pytest
 from helpers import add_second_target
 
 from wide_tf import report
-from wide_tf.analysis import cells
 from wide_tf.analysis import verdict as analysis
 from wide_tf.engine import train
 from wide_tf.spec import defaults
@@ -332,19 +331,23 @@ def _events(dirpath):
     return out
 
 
-def test_report_tensorboard_hparams_and_images(full_report):
+def _plugin_values(events, plugin="hparams"):
+    return [
+        v for e in events for v in e.summary.value if v.metadata.plugin_data.plugin_name == plugin
+    ]
+
+
+def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
+    """One session per (member, batch) at its chosen rate (the median seed's trial), the HParams
+    on it, the experiment config at tb/'s root: 25 sessions + the plots, under the 500 runs
+    TensorBoard ticks on open (issue 37)."""
     pytest.importorskip("tensorboard")
+    import tensorflow as tf
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     wd, _ = full_report
-    hdir = os.path.join(wd, "report", "tb", "hparams")
-    # the experiment config at the root
-    root = [
-        v
-        for e in _events(hdir)
-        for v in e.summary.value
-        if v.metadata.plugin_data.plugin_name == "hparams"
-    ]
+    tb = os.path.join(wd, "report", "tb")
+    root = _plugin_values(_events(tb))
     assert root
     exp = plugin_data_pb2.HParamsPluginData.FromString(
         root[0].metadata.plugin_data.content
@@ -359,52 +362,77 @@ def test_report_tensorboard_hparams_and_images(full_report):
         "lr_multiplier",
         "optimizer",
         "seed",
+        "provenance/wide_tf",
+        "provenance/versions",
+        "provenance/machine",
     }
-    assert {m.name.tag for m in exp.metric_infos} >= {
-        "steps_to_target",
-        "epochs_to_target",
-        "status_code",
-        "final_train_accuracy",
-        "final_test_accuracy",
+    metrics = {(m.name.group, m.name.tag) for m in exp.metric_infos}
+    assert metrics >= {
+        ("", "outcome/median_steps_to_target"),
+        ("", "outcome/median_epochs_to_target"),
+        ("train_set", "accuracy"),
+        ("test", "accuracy"),
     }
-    runs = sorted(os.listdir(hdir))
-    runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
-    assert len(runs) == 125
-    tid = "mlp-d4-w181-b64-m1.0-s1"
-    events = _events(os.path.join(hdir, tid))
-    hp_vals = [
-        v
-        for e in events
-        for v in e.summary.value
-        if v.metadata.plugin_data.plugin_name == "hparams"
-    ]
+    sessions = sorted(
+        os.path.relpath(os.path.dirname(f), tb)
+        for f in glob.glob(os.path.join(tb, "*", "*", "events.out.tfevents.*"))
+    )
+    assert sessions == sorted(f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES)
+    runs = {
+        os.path.dirname(f) for f in glob.glob(os.path.join(tb, "**", "events.*"), recursive=True)
+    }
+    assert len(runs) == len(sessions) + 2 < 500  # the sessions, the root's config, the plots
+    events = _events(os.path.join(tb, "mlp-d4-w181", "b64"))
     start = plugin_data_pb2.HParamsPluginData.FromString(
-        hp_vals[0].metadata.plugin_data.content
+        _plugin_values(events)[0].metadata.plugin_data.content
     ).session_start_info
     assert start.hparams["batch_size"].number_value == 64
     assert start.hparams["member"].string_value == "mlp-d4-w181"
-    assert start.hparams["seed"].number_value == 1
-    import tensorflow as tf
-
+    assert start.hparams["lr_multiplier"].number_value == 1.0  # the chosen rate
+    assert start.hparams["seed"].number_value == 0  # seeds 0, 1, 2 took s, s + 10, s - 10
     scalars = {
         v.tag: float(tf.make_ndarray(v.tensor))
         for e in events
         for v in e.summary.value
-        if v.tag in cells.STATUS_CODE or v.tag in report.METRIC_DOCS
+        if v.tag in report.OUTCOME_DOCS
     }
     bc = {m[0]: m[3] for m in MEMBERS}["mlp-d4-w181"]
-    assert scalars["steps_to_target"] == round(400 * (1 + bc / 64)) + 10
-    assert scalars["status_code"] == 1.0
-    # a diverged trial: status -1 and no steps_to_target
-    events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s0"))
-    tags = {v.tag: v for e in events for v in e.summary.value}
-    assert (
-        "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
-    )
-    images = {
-        v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value
-    }
+    assert scalars["outcome/median_steps_to_target"] == round(400 * (1 + bc / 64))
+    assert scalars["outcome/seeds_reached"] == 3.0
+    images = {v.tag for e in _events(os.path.join(tb, "plots")) for v in e.summary.value}
     assert {"steps_vs_batch", "epochs_vs_batch", "batch_vs_width"} <= images
+
+
+def test_tensorboard_copies_curves_with_one_tag_set(tmp_path):
+    """A trial's curves, in today's layout and an older workdir's (train/batch_*, eval/train_*,
+    eval/test_*), land in the session's train/, train_set/ and test/ runs under the same tags,
+    so TensorBoard overlays training and evaluation."""
+    pytest.importorskip("tensorboard")
+    from wide_tf.engine.summaries import MetricsWriter
+    from wide_tf.report import tensorboard as tb
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    w = MetricsWriter(str(new), True, "t")
+    w.scalars("train", 5, {"batch_loss": 0.5, "batch_accuracy": 0.8, "learning_rate": 0.1})
+    w.scalars("eval", 5, {"train_loss": 0.4, "train_accuracy": 0.9, "test_accuracy": 0.85})
+    w.close()
+    assert sorted(os.listdir(new)) == ["test", "train", "train_set"]
+    import tensorflow as tf
+
+    for kind, tag, value in (("train", "batch_loss", 0.5), ("eval", "test_accuracy", 0.85)):
+        writer = tf.summary.create_file_writer(str(old / kind))  # a workdir before issue 37
+        with writer.as_default():
+            tf.summary.scalar(tag, value, step=5)
+        writer.close()
+    for trial, want in (
+        (new, {"train": {"loss", "accuracy", "learning_rate"}, "train_set": {"loss", "accuracy"}}),
+        (old, {"train": {"loss"}, "test": {"accuracy"}}),
+    ):
+        session = tmp_path / f"session_{trial.name}"
+        assert tb.copy_curves(str(trial), str(session)) > 0
+        for run, tags in want.items():
+            got = {v.tag for e in _events(str(session / run)) for v in e.summary.value}
+            assert got == tags, (trial.name, run, got)
 
 
 def test_report_rerun_replaces_tensorboard_entries(tmp_path):
@@ -415,7 +443,7 @@ def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     )
     report.write_report(wd)
     report.write_report(wd)
-    run = os.path.join(wd, "report", "tb", "hparams", f"{MEMBERS[0][0]}-b32-m1.0-s0")
+    run = os.path.join(wd, "report", "tb", MEMBERS[0][0], "b32")
     assert len(glob.glob(os.path.join(run, "events.out.tfevents.*"))) == 1
     md = open(os.path.join(wd, "report", "report.md")).read()
     assert "needs at least 3" in md and "INCONCLUSIVE" in md

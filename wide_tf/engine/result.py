@@ -6,6 +6,7 @@ from __future__ import annotations
 from wide_tf.engine import timing
 from wide_tf.engine.targets import extra_targets
 from wide_tf.spec import optimizers as optimizers_spec
+from wide_tf.spec import provenance
 from wide_tf.spec import result as schema
 from wide_tf.spec import targets as targets_lib
 
@@ -150,6 +151,7 @@ def build(run) -> dict:
         # The batch's layout really used: the micro-batch cap in force (protocol's
         # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
         "batch_plan": run.plan.describe(),
+        "provenance": provenance.collect(),
     }
     unknown = set(values) - set(schema.NAMES)
     assert not unknown, f"fields missing from wide_tf/spec/result.py: {sorted(unknown)}"

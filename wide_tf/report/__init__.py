@@ -35,7 +35,7 @@ _HOMES = {
     "best_rows": "tables",
     "member_rows": "tables",
     "trial_rows": "tables",
-    "METRIC_DOCS": "tensorboard",
+    "OUTCOME_DOCS": "tensorboard",
     "write_tensorboard": "tensorboard",
     "REPORT_DIR": "writer",
     "read_workdir": "writer",

@@ -93,7 +93,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     eps = eps_from_config(config) if eps is None else float(eps)
     tmpdir = publish.new_tmpdir(workdir)
     try:
-        _write_into(tmpdir, config, records, (n_bad, partial), eps)
+        _write_into(tmpdir, config, records, (n_bad, partial), eps, workdir)
         outdir = publish.publish(workdir, tmpdir)
     except BaseException:
         publish.discard(tmpdir)
@@ -101,9 +101,11 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     return os.path.join(outdir, "report.md")
 
 
-def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -> None:
+def _write_into(
+    outdir: str, config, records: list[dict], skipped, eps: float, workdir: str
+) -> None:
     """Every file of the report, into `outdir`; report.md last. `skipped`: (unreadable records,
-    partial ones)."""
+    partial ones); `workdir`: where the trials' curves are read for TensorBoard."""
     n_bad, partial = skipped
     result = analysis.analyze(records, eps)
     summaries = result["summaries"]
@@ -117,6 +119,7 @@ def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -
         pred_plot = prediction.plot_prediction(result["prediction"], outdir)
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
-    tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
+    tbdir = os.path.join(outdir, "tb")
+    tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
     wd.write_text_atomic(os.path.join(outdir, "report.md"), md)

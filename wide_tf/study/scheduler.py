@@ -9,6 +9,7 @@ the one call for a study; the report is main's to write."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 import uuid
 
@@ -18,7 +19,7 @@ from absl import logging
 from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
 from wide_tf.engine.strategy import setup_runtime
-from wide_tf.spec import identity
+from wide_tf.spec import identity, provenance
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress, workers
@@ -55,7 +56,9 @@ def check_workdir(config, workdir: str) -> None:
             )
         return
     tf.io.gfile.makedirs(workdir)
-    wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    saved = json.loads(config.to_json_best_effort())
+    saved["provenance"] = provenance.collect()  # who wrote it: code, command, versions, machine
+    wd.write_text_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")
 
 
 class WorkerStopped(preemption.Preempted):
