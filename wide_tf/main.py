@@ -6,8 +6,7 @@ makes one call: a study, a single run, the theory check, or a suite of studies (
 Bad input ends in one line on stderr (wide_tf/errors.py), with exit status 2 for a usage error and
 1 for a runtime error; `--verbose` shows the traceback instead. The config, the overrides and the
 workdir are checked (wide_tf/config/validate.py) before TensorFlow is imported, and TensorFlow's
-C++ start-up lines are kept out of the output (wide_tf/tf_start.py).
-"""
+C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
 
 from __future__ import annotations
 
@@ -186,6 +185,7 @@ def _finish(outcome) -> None:
         from wide_tf import report
 
         logging.info("Report: %s", report.write_report(_WORKDIR.value))
+        print(report.verdict_line(_WORKDIR.value), flush=True)  # the verdict in one sentence
     if outcome.failure is not None:
         raise outcome.failure
     if outcome.exit_code:

@@ -36,7 +36,7 @@ def test_a_bad_entry_in_a_tuple_is_one_error_line():
 
 def test_a_tiny_study_runs_with_tuple_overrides(tmp_path):
     workdir = tmp_path / "study"
-    run_main(
+    p = run_main(
         "--config=configs/mlp.py:smoke",
         f"--workdir={workdir}",
         "--workers=1",
@@ -48,3 +48,7 @@ def test_a_tiny_study_runs_with_tuple_overrides(tmp_path):
     assert saved["sweep"]["batch_sizes"] == [256]
     results = [json.loads(p.read_text()) for p in (workdir / "results").glob("*.json")]
     assert [r["batch_size"] for r in results] == [256]
+    # The study ends with the verdict in one sentence on the console (issue 37).
+    verdict = (workdir / "report" / "verdict.txt").read_text().strip()
+    assert p.stdout.strip().splitlines()[-1] == verdict
+    assert verdict.startswith("INCONCLUSIVE: ")  # one member: no slope to read

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import ml_collections
+import numpy as np
 import pytest
 from helpers import add_second_target
 
@@ -283,7 +284,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     v = analysis.analyze(make_records(), 0.25)["verdicts"]["mlp"]
     assert v.outcome == analysis.SUPPORTED
     assert v.decision.b_crit_slope.value == pytest.approx(1.5, rel=0.05)
-    assert v.text in md and "Verdict: SUPPORTED" in md
+    assert v.text in md and "\n\nSUPPORTED: B_x1.25 rises with width" in md
     for s in (
         "train_accuracy >= 0.99",
         "40.0 epochs",
@@ -310,7 +311,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "None: every chosen learning rate",
         "95% CI",
         "log B_crit (the fitted knee, over the",
-        "inside the batches tried: mlp-",
+        "inside the batches tried) changes at",
     ):
         assert s in md, s
     # the members table row of the widest member, and a cell with its seed range
@@ -498,7 +499,7 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     wd = make_workdir(tmp_path / "edge", recs)
     md = open(report.write_report(wd)).read()
     assert "- mlp-d8-w128, B=32: chosen multiplier x1 is at the edge" in md
-    assert "Verdict: INCONCLUSIVE" in md and "at the edge of the rates tried in" in md
+    assert "\n\nINCONCLUSIVE: " in md and "at the edge of the rates tried in" in md
     assert "mlp-d8-w128 (B = 32, 64, 128, 256, 512)" in md
 
 
@@ -586,3 +587,48 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
     assert "; stub-b64 (not a whole result (member: missing; " in md
     ids = [r["trial_id"] for r in read_csv(os.path.join(wd, "report", "all_trials.csv"))]
     assert sorted(ids) == sorted(r["trial_id"] for r in recs)
+
+
+def test_figures_are_fit_for_a_paper(tmp_path, monkeypatch):
+    """Issue 37: a PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
+    that never overlap; legends outside the data; test accuracy at the chosen rate with the
+    seeds' range as a band."""
+    from PIL import Image
+
+    from wide_tf.report import plots
+
+    recs = make_records()
+    result = analysis.analyze(recs, 0.25)
+    figures = {}
+    real_save = plots._save
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, *a: figures.setdefault(a[1], fig) and real_save(fig, *a)
+    )
+    made = plots.make_plots(
+        result["summaries"], recs, 0.25, "acc", str(tmp_path), result["verdicts"]
+    )
+    assert len(made) >= 5
+    for name, _, _ in made:
+        assert (tmp_path / name.replace(".png", ".pdf")).read_bytes().startswith(b"%PDF")
+        assert min(Image.open(tmp_path / name).info["dpi"]) >= 199.5
+    for name in ("steps_vs_batch.png", "epochs_vs_batch.png", "test_accuracy_vs_batch.png"):
+        ax = figures[name].axes[0]
+        assert sorted(ax.get_xticks()) == list(BATCHES), name  # every batch labelled
+        figures[name].canvas.draw()
+        legend = ax.get_legend().get_window_extent()
+        assert legend.x0 >= ax.get_window_extent().x1, name  # beside the axes, not on the data
+    acc = figures["test_accuracy_vs_batch.png"].axes[0]
+    assert len(acc.collections) >= len(MEMBERS)  # one seed band per member
+    for ax in figures["batch_vs_width.png"].axes:
+        ticks = np.log(sorted(t for t in ax.get_xticks() if t > 0))
+        span = ticks[-1] - ticks[0]
+        assert np.all(np.diff(ticks) >= plots.MIN_TICK_GAP * span - 1e-9)
+
+
+def test_spaced_ticks_keep_the_ends_and_thin_the_crowded_middle():
+    from wide_tf.report.plots import spaced_ticks
+
+    widths = [64, 70, 79, 92, 102, 117, 140, 189, 667]  # the local study's members
+    kept = spaced_ticks(widths)
+    assert kept[0] == 64 and kept[-1] == 667 and 70 not in kept and len(kept) < len(widths)
+    assert spaced_ticks([4, 8, 32, 64, 128, 176], 0.04) == [4, 8, 32, 64, 128, 176]

@@ -13,7 +13,7 @@ The package, one owner each:
     protocol     the protocol table, the settings the report takes from config.json, ReportError
     tables       the CSV tables
     plots        the PNG figures, one function each
-    tensorboard  HParams and the plots as images
+    tensorboard  a session per (member, batch): its curves and HParams; the plots as images
     markdown     report.md, one function per section
     prediction   the section and plot of the noise-scale prediction, and its log lines
     agreement    a finished study's entry of docs/local_agreement.md (its own command line)
@@ -40,6 +40,7 @@ _HOMES = {
     "REPORT_DIR": "writer",
     "read_workdir": "writer",
     "write_report": "writer",
+    "verdict_line": "writer",
     "ReportError": "protocol",
     "eps_from_config": "protocol",
     "protocol_rows": "protocol",

@@ -1,5 +1,7 @@
-"""Owns the report's figures: one function per PNG, each returning (file name, caption, PNG bytes),
-and the small axis helpers they share.
+"""Owns the report's figures: one function per figure, each writing a PNG (DPI dots per inch) and a
+vector PDF beside it and returning (file name, caption, PNG bytes), and the small axis helpers
+they share: every batch size tried labelled, width ticks thinned so that no two labels overlap,
+legends outside the data.
 
 Figures are drawn with matplotlib's object API (`Figure`, no pyplot), so importing the report
 neither picks a backend nor needs a display (absent on TPU VMs) nor keeps figures open."""
@@ -21,6 +23,9 @@ Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"
 WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
+DPI = 200  # the PNGs' resolution; the PDFs are vector
+# The smallest gap between two labelled width ticks, as a fraction of the log-width axis.
+MIN_TICK_GAP = 0.08
 
 
 # ----------------------------------------------------------------------------------------------
@@ -84,12 +89,51 @@ def _no_data(ax, what: str) -> None:
     )
 
 
+def spaced_ticks(values, min_gap: float = MIN_TICK_GAP) -> list[float]:
+    """The values to label on a log axis: the smallest and the largest, and in between each one at
+    least `min_gap` of the axis (in log units) from the last labelled, so labels never overlap."""
+    vs = sorted({float(v) for v in values if v and v > 0})
+    if len(vs) < 3:
+        return vs
+    span = np.log(vs[-1] / vs[0])
+    keep = [vs[0]]
+    for v in vs[1:-1]:
+        if np.log(v / keep[-1]) >= min_gap * span and np.log(vs[-1] / v) >= min_gap * span:
+            keep.append(v)
+    return keep + [vs[-1]]
+
+
 def _width_ticks(ax, summaries) -> None:
-    # Family widths are rarely powers of two: tick exactly the members' widths.
+    # Family widths are rarely powers of two: tick the members' widths, every one marked (minor
+    # ticks) and as many labelled as fit without overlapping.
     ws = sorted({float(s.info.width) for s in summaries if isinstance(s.info.width, (int, float))})
-    if 0 < len(ws) <= 12:
-        ax.set_xticks(ws)
-        ax.xaxis.set_minor_locator(ticker.NullLocator())
+    if 0 < len(ws) <= 24:
+        ax.set_xticks(spaced_ticks(ws))
+        ax.xaxis.set_minor_locator(ticker.FixedLocator(ws))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _batch_ticks(ax, batches) -> None:
+    """Every batch size tried labelled (thinned only where two would overlap)."""
+    bs = sorted({float(b) for b in batches or ()})
+    if bs:
+        ax.set_xticks(spaced_ticks(bs, MIN_TICK_GAP / 2))
+        ax.xaxis.set_minor_locator(ticker.FixedLocator(bs))
+        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
+
+
+def _batches(summaries) -> list[int]:
+    return sorted({c.batch_size for s in summaries for c in s.cells})
+
+
+def _legend_outside(ax, below: bool = False, fontsize: int = 8) -> None:
+    """The legend beside the axes (or below them), never over the data."""
+    if not ax.get_legend_handles_labels()[0]:
+        return
+    if below:
+        ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
+    else:
+        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
 
 
 def _figure(figsize=(7.5, 5)):
@@ -98,25 +142,34 @@ def _figure(figsize=(7.5, 5)):
 
 
 def _save(fig, outdir: str, filename: str, caption: str) -> Plot:
-    """Writes the figure to OUTDIR/FILENAME and returns its (file name, caption, PNG bytes)."""
+    """Writes the figure to OUTDIR/FILENAME (PNG at DPI) and the same name .pdf (vector) and
+    returns its (file name, caption, PNG bytes)."""
     for ax in fig.axes:
         if ax.get_yscale() == "log" and not isinstance(
             ax.yaxis.get_major_formatter(), ticker.FuncFormatter
         ):
             _plain_log_y(ax)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     data = buf.getvalue()
     with tf.io.gfile.GFile(os.path.join(outdir, filename), "wb") as f:
         f.write(data)
+    pdf = io.BytesIO()
+    fig.savefig(pdf, format="pdf", bbox_inches="tight")
+    with tf.io.gfile.GFile(os.path.join(outdir, os.path.splitext(filename)[0] + ".pdf"), "wb") as f:
+        f.write(pdf.getvalue())
     return filename, caption, data
 
 
-def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y):
-    """The common end of the plots against batch size: log2 batch axis (or a note saying why the
-    panel is empty), labels, grid, legend; saves the figure."""
+def _finish_batch_plot(
+    fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y, batches=()
+):
+    """The common end of the plots against batch size: log2 batch axis with every batch tried
+    labelled (or a note saying why the panel is empty), labels, grid, the legend outside the
+    data; saves the figure."""
     if nothing is None:
         _log2_axis(ax)
+        _batch_ticks(ax, batches)
         if log_y:
             ax.set_yscale("log")
     else:
@@ -125,8 +178,7 @@ def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, not
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    _legend_outside(ax)
     return _save(fig, outdir, filename, caption)
 
 
@@ -227,6 +279,7 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
         f"Steps to reach {target} vs batch size (best LR per batch)",
         nothing=nothing,
         log_y=True,
+        batches=_batches(summaries),
     )
 
 
@@ -282,6 +335,7 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
         "Epochs to target vs batch size (flat = perfect scaling)",
         nothing=nothing,
         log_y=True,
+        batches=_batches(summaries),
     )
 
 
@@ -300,7 +354,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             and s.curve is not None
             and getattr(s.curve, field) is not None
         ]
-        for s in mine:
+        for k, s in enumerate(mine):
             iv = getattr(s.curve, field)
             w, v = float(s.info.width), _clipped(iv)
             if iv.is_bound:
@@ -318,7 +372,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
                 (w, v),
                 fontsize=7,
                 textcoords="offset points",
-                xytext=(5, 4),
+                xytext=(5, 4) if k % 2 == 0 else (5, -10),  # alternate: neighbours do not collide
             )
             drawn = True
         sl = getattr(verdicts[arch].decision, slope_name) if verdicts.get(arch) else None
@@ -366,8 +420,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ax.grid(True, which="both", alpha=0.3)
         if bound:
             ax.plot([], [], "k^", label="beyond the batches tried (bound)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        _legend_outside(ax, below=True, fontsize=7)
     return _save(
         fig,
         outdir,
@@ -376,28 +429,53 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
     )
 
 
-def plot_test_accuracy(summaries, colors, outdir) -> Plot:
-    """Best test accuracy (over learning rates and seeds) vs batch."""
-    fig, ax = _figure()
-    for s, col in zip(summaries, colors):
-        pts = [
-            (c.batch_size, c.best_test_accuracy_any_lr)
-            for c in s.cells
-            if c.best_test_accuracy_any_lr is not None
+def _chosen_rate_accuracy(s, records) -> list[tuple[int, float, float, float]]:
+    """(batch, median, lowest, highest) over seeds of the final test accuracy at each cell's
+    chosen rate (the runs that observe the cell)."""
+    out = []
+    for c in s.cells:
+        if c.best_multiplier is None:
+            continue
+        accs = [
+            float(r["final"]["test_accuracy"])
+            for r in records
+            if r.get("member") == s.info.name
+            and int(r.get("batch_size", 0)) == c.batch_size
+            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == c.best_multiplier
+            and r.get("status") != "diverged"
+            and (r.get("final") or {}).get("test_accuracy") is not None
         ]
+        if accs:
+            out.append((c.batch_size, float(np.median(accs)), min(accs), max(accs)))
+    return out
+
+
+def plot_test_accuracy(summaries, records, colors, outdir) -> Plot:
+    """Test accuracy at the end of the chosen rate's runs vs batch: the median over seeds, the
+    seeds' range as a band (the spread one seed to the next, so that noise is not read as a
+    trend)."""
+    fig, ax = _figure()
+    drawn = False
+    for s, col in zip(summaries, colors):
+        pts = _chosen_rate_accuracy(s, records)
         if pts:
-            ax.plot(*zip(*pts), "o-", color=col, label=_label(s))
-    has_accuracy = any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells)
+            b, med, lo, hi = map(np.array, zip(*pts))
+            ax.plot(b, med, "o-", color=col, label=_label(s), markersize=4)
+            ax.fill_between(b, lo, hi, color=col, alpha=0.15, linewidth=0)
+            drawn = True
+    if drawn:
+        ax.fill_between([], [], [], color="0.5", alpha=0.3, label="range over seeds")
     return _finish_batch_plot(
         fig,
         ax,
         outdir,
         "test_accuracy_vs_batch.png",
-        "Best test accuracy vs batch size",
-        "best test accuracy (fraction, best LR of the grid)",
-        "Best test accuracy vs batch size (max over learning rates and seeds)",
-        nothing=None if has_accuracy else "no test accuracy recorded",
+        "Test accuracy at the chosen learning rate vs batch size (median and range over seeds)",
+        "final test accuracy (fraction; median over seeds, band: range)",
+        "Test accuracy at the chosen learning rate vs batch size",
+        nothing=None if drawn else "no test accuracy recorded at a chosen rate",
         log_y=False,
+        batches=_batches(summaries),
     )
 
 
@@ -436,6 +514,7 @@ def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
         "Learning rate that reaches the target in the fewest steps",
         nothing=nothing,
         log_y=True,
+        batches=_batches(summaries),
     )
 
 
@@ -465,7 +544,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
         "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend_outside(ax)
     return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
 
 
@@ -525,15 +604,15 @@ def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot |
     ax.set_ylabel("batch bound n x diversity (examples)")
     ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    _legend_outside(ax)
     return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
 
 
 def make_plots(
     summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
 ) -> list[Plot]:
-    """Writes the PNGs into `outdir`; returns (file name, caption, PNG bytes) for each."""
+    """Writes the PNGs (and PDFs) into `outdir`; returns (file name, caption, PNG bytes) for
+    each."""
     if not summaries:
         return []
     colors = _colors(len(summaries))
@@ -543,7 +622,7 @@ def make_plots(
         plot_steps(summaries, colors, outdir, target, nothing),
         plot_epochs(summaries, colors, outdir, eps, nothing),
         plot_batch_vs_width(summaries, outdir, eps, verdicts or {}),
-        plot_test_accuracy(summaries, colors, outdir),
+        plot_test_accuracy(summaries, records, colors, outdir),
         plot_learning_rate(summaries, colors, outdir, nothing),
     ]
     # Gradient statistics, when the trials measured them.

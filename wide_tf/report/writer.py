@@ -31,6 +31,7 @@ from wide_tf.report.tensorboard import write_tensorboard
 from wide_tf.store import workdir as wd
 
 REPORT_DIR = wd.REPORT  # the workdir layout has one owner: wide_tf/store/workdir.py
+VERDICT = "verdict.txt"  # the verdict's headline sentence, one line per architecture
 
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
@@ -122,4 +123,19 @@ def _write_into(
     tbdir = os.path.join(outdir, "tb")
     tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
+    heads = [
+        (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline
+        for a, v in result["verdicts"].items()
+    ]
+    wd.write_text_atomic(os.path.join(outdir, VERDICT), "".join(h + "\n" for h in heads))
     wd.write_text_atomic(os.path.join(outdir, "report.md"), md)
+
+
+def verdict_line(workdir: str) -> str:
+    """The verdict's headline sentence(s) of the workdir's report (report/verdict.txt), for the
+    console's last line after a study."""
+    path = wd.join(workdir, REPORT_DIR, VERDICT)
+    if not tf.io.gfile.exists(path):
+        return ""
+    with tf.io.gfile.GFile(path, "r") as f:
+        return f.read().strip()
