@@ -12,7 +12,8 @@ The package, one owner each:
     publish      one writer at a time: the report's own folder, swapped into place under a lock
     protocol     the protocol table, the settings the report takes from config.json, ReportError
     tables       the CSV tables
-    plots        the PNG figures, one function each
+    plots        the figures (PNG and PDF), one function each
+    axes         the figures' ticks (every batch labelled, widths that never overlap), legends
     tensorboard  a session per (member, batch): its curves and HParams; the plots as images
     markdown     report.md, one function per section
     prediction   the section and plot of the noise-scale prediction, and its log lines

@@ -17,6 +17,14 @@ import tensorflow as tf
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: read by tests)
+    MIN_TICK_GAP,
+    batch_ticks,
+    batches_of,
+    legend_outside,
+    spaced_ticks,
+    width_ticks,
+)
 from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
@@ -24,8 +32,6 @@ BATCH_LABEL = "batch size B (examples per step)"
 WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
 DPI = 200  # the PNGs' resolution; the PDFs are vector
-# The smallest gap between two labelled width ticks, as a fraction of the log-width axis.
-MIN_TICK_GAP = 0.08
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,53 +95,6 @@ def _no_data(ax, what: str) -> None:
     )
 
 
-def spaced_ticks(values, min_gap: float = MIN_TICK_GAP) -> list[float]:
-    """The values to label on a log axis: the smallest and the largest, and in between each one at
-    least `min_gap` of the axis (in log units) from the last labelled, so labels never overlap."""
-    vs = sorted({float(v) for v in values if v and v > 0})
-    if len(vs) < 3:
-        return vs
-    span = np.log(vs[-1] / vs[0])
-    keep = [vs[0]]
-    for v in vs[1:-1]:
-        if np.log(v / keep[-1]) >= min_gap * span and np.log(vs[-1] / v) >= min_gap * span:
-            keep.append(v)
-    return keep + [vs[-1]]
-
-
-def _width_ticks(ax, summaries) -> None:
-    # Family widths are rarely powers of two: tick the members' widths, every one marked (minor
-    # ticks) and as many labelled as fit without overlapping.
-    ws = sorted({float(s.info.width) for s in summaries if isinstance(s.info.width, (int, float))})
-    if 0 < len(ws) <= 24:
-        ax.set_xticks(spaced_ticks(ws))
-        ax.xaxis.set_minor_locator(ticker.FixedLocator(ws))
-        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _batch_ticks(ax, batches) -> None:
-    """Every batch size tried labelled (thinned only where two would overlap)."""
-    bs = sorted({float(b) for b in batches or ()})
-    if bs:
-        ax.set_xticks(spaced_ticks(bs, MIN_TICK_GAP / 2))
-        ax.xaxis.set_minor_locator(ticker.FixedLocator(bs))
-        ax.xaxis.set_minor_formatter(ticker.NullFormatter())
-
-
-def _batches(summaries) -> list[int]:
-    return sorted({c.batch_size for s in summaries for c in s.cells})
-
-
-def _legend_outside(ax, below: bool = False, fontsize: int = 8) -> None:
-    """The legend beside the axes (or below them), never over the data."""
-    if not ax.get_legend_handles_labels()[0]:
-        return
-    if below:
-        ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, -0.2), frameon=False)
-    else:
-        ax.legend(fontsize=fontsize, loc="upper left", bbox_to_anchor=(1.02, 1.0), frameon=False)
-
-
 def _figure(figsize=(7.5, 5)):
     fig = Figure(figsize=figsize)
     return fig, fig.subplots()
@@ -169,7 +128,7 @@ def _finish_batch_plot(
     data; saves the figure."""
     if nothing is None:
         _log2_axis(ax)
-        _batch_ticks(ax, batches)
+        batch_ticks(ax, batches)
         if log_y:
             ax.set_yscale("log")
     else:
@@ -178,7 +137,7 @@ def _finish_batch_plot(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    _legend_outside(ax)
+    legend_outside(ax)
     return _save(fig, outdir, filename, caption)
 
 
@@ -279,7 +238,7 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
         f"Steps to reach {target} vs batch size (best LR per batch)",
         nothing=nothing,
         log_y=True,
-        batches=_batches(summaries),
+        batches=batches_of(summaries),
     )
 
 
@@ -335,7 +294,7 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
         "Epochs to target vs batch size (flat = perfect scaling)",
         nothing=nothing,
         log_y=True,
-        batches=_batches(summaries),
+        batches=batches_of(summaries),
     )
 
 
@@ -411,7 +370,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         if drawn:
             _plain_log_axis(ax, "x")
             _plain_log_axis(ax, "y")
-            _width_ticks(ax, summaries)
+            width_ticks(ax, summaries)
         else:
             _no_data(ax, "undefined for every member (see the tables)")
         ax.set_xlabel(WIDTH_LABEL)
@@ -420,7 +379,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ax.grid(True, which="both", alpha=0.3)
         if bound:
             ax.plot([], [], "k^", label="beyond the batches tried (bound)")
-        _legend_outside(ax, below=True, fontsize=7)
+        legend_outside(ax, below=True, fontsize=7)
     return _save(
         fig,
         outdir,
@@ -475,7 +434,7 @@ def plot_test_accuracy(summaries, records, colors, outdir) -> Plot:
         "Test accuracy at the chosen learning rate vs batch size",
         nothing=None if drawn else "no test accuracy recorded at a chosen rate",
         log_y=False,
-        batches=_batches(summaries),
+        batches=batches_of(summaries),
     )
 
 
@@ -514,7 +473,7 @@ def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
         "Learning rate that reaches the target in the fewest steps",
         nothing=nothing,
         log_y=True,
-        batches=_batches(summaries),
+        batches=batches_of(summaries),
     )
 
 
@@ -536,7 +495,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
                 label=f"{arch} family" if arch else "family",
             )
     _log2_axis(ax, "x")
-    _width_ticks(ax, with_bb)
+    width_ticks(ax, with_bb)
     ax.set_yscale("log")
     ax.set_xlabel(WIDTH_LABEL)
     ax.set_ylabel("batch bound n x diversity at init (examples)")
@@ -544,7 +503,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
         "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
     )
     ax.grid(True, which="both", alpha=0.3)
-    _legend_outside(ax)
+    legend_outside(ax)
     return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
 
 
@@ -604,7 +563,7 @@ def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot |
     ax.set_ylabel("batch bound n x diversity (examples)")
     ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
     ax.grid(True, which="both", alpha=0.3)
-    _legend_outside(ax)
+    legend_outside(ax)
     return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
 
 
