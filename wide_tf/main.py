@@ -24,8 +24,8 @@ from wide_tf.study import workers
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
     None,
-    "Config file, with an optional variant after a colon: configs/mlp.py:local. "
-    "Override any field with --config.a.b=value.",
+    "Config file[:variant], e.g. configs/mlp.py:local; --config.a.b=value overrides a field (lists "
+    "as tuples: '(8,16)'); your own model: --config.model.arch=pkg.module (docs/options.md).",
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the study writes (local path or gs://).")
