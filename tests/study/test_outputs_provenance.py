@@ -98,3 +98,21 @@ def test_tensorboard_opens_on_sessions_with_curves_and_hparams(smoke_study):
             hp[0].metadata.plugin_data.content
         ).session_start_info
         assert "TensorFlow 2." in start.hparams["provenance/versions"].string_value
+
+
+def test_readme_offers_both_installs_and_says_where_its_numbers_come_from():
+    """The first command stays; the plain install is offered beside it; the quoted numbers name
+    the recorded run they come from; TensorBoard is opened on the curated folder."""
+    import pathlib
+
+    readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
+    first = readme.split("```bash\n", 1)[1].splitlines()[0]
+    assert first == (
+        "pip install -e '.[test]' && python -m wide_tf.main --config=configs/mlp.py:local "
+        "--workdir=runs/mlp_local"
+    )
+    assert "`pip install -e .` installs the" in readme
+    where = readme.split("**Where they come from**", 1)[1][:900]
+    for fact in ("59a862c", "TensorFlow 2.21.0", "Keras 3.15.1", "NumPy 2.4.6", "AVX-512"):
+        assert fact in where, fact
+    assert "tensorboard --logdir runs/mlp_local/report/tb" in readme
