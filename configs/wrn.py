@@ -84,7 +84,7 @@ def _common():
 def _paper(config):
     s = config.sweep
     s.family.budget = 1.5e6
-    s.family.depths = [10, 16, 22, 28, 40]
+    s.family.depths = (10, 16, 22, 28, 40)
     # One config for every slice in docs/tpu.md, up to 16 replicas (v4-32; v2-8, v3-8,
     # v4-16, v5litepod-8, v6e-8 and 8-GPU boxes have 8): the smallest batch, 256, leaves 16
     # examples per replica there, one virtual batch of 16. With 32 and batch 128 (before) it
@@ -92,9 +92,9 @@ def _paper(config):
     # of the slice. `python -m wide_tf.main --config=configs/wrn.py --dry_run --replicas=N`
     # checks another N.
     config.model.ghost_batch_size = 16
-    s.batch_sizes = [256, 512, 2048, 4096, 8192, 16384]
-    s.lr_multipliers = [0.5, 1.0, 2.0]
-    s.confirm_seeds = [1, 2]
+    s.batch_sizes = (256, 512, 2048, 4096, 8192, 16384)
+    s.lr_multipliers = (0.5, 1.0, 2.0)
+    s.confirm_seeds = (1, 2)
     config.train.max_epochs = 100.0
     config.train.min_steps = 1000  # 100 epochs at B = 16,384 are only 306 steps
     config.train.eval_every_examples = 25_000
@@ -122,14 +122,14 @@ def _local(config, variant):
     s.family.budget = 5.0e4
     # At a fixed budget a WRN's width falls like 1/sqrt(blocks): WRN-10 to WRN-52 give k =
     # 0.79 to 0.25, a 3.2x range.
-    s.family.depths = [10, 16, 22, 28, 40, 52]
-    s.batch_sizes = [8, 16, 32, 64, 128, 176]  # at most n / 8 of the training digits
-    s.lr_multipliers = [0.5, 1.0, 2.0]
+    s.family.depths = (10, 16, 22, 28, 40, 52)
+    s.batch_sizes = (8, 16, 32, 64, 128, 176)  # at most n / 8 of the training digits
+    s.lr_multipliers = (0.5, 1.0, 2.0)
     s.max_lr_extensions = 4
-    s.seeds = [0, 1]
-    s.confirm_seeds = [2, 3]
+    s.seeds = (0, 1)
+    s.confirm_seeds = (2, 3)
     config.train.target_value = 0.97
-    config.train.extra_targets = ["train_accuracy:0.95", "train_accuracy:0.99"]
+    config.train.extra_targets = ("train_accuracy:0.95", "train_accuracy:0.99")
     # Batch-norm statistics recomputed on training data before each evaluation: moving
     # averages of momentum 0.9 lag the weights by ~10 steps, which would enter every
     # steps-to-target as a fixed overhead.
@@ -139,23 +139,23 @@ def _local(config, variant):
     config.train.gradient_at_init = True
     config.train.eval_batch = 256  # 6 batches a pass: a pass can stop early (docs/evaluation.md)
     if variant == "local4":
-        s.family.depths = [10, 16, 28, 52]  # every other member, both ends kept
-        s.batch_sizes = [8, 16, 32, 64, 176]
+        s.family.depths = (10, 16, 28, 52)  # every other member, both ends kept
+        s.batch_sizes = (8, 16, 32, 64, 176)
     if variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 16, 0.53
         config.train.global_batch = 64
     elif variant in ("smoke", "check"):
         s.family.budget = 1.0e4
-        s.family.depths = [10, 16]
-        s.batch_sizes = [32, 128]
-        s.lr_multipliers = [1.0]
+        s.family.depths = (10, 16)
+        s.batch_sizes = (32, 128)
+        s.lr_multipliers = (1.0,)
         s.extend_lr_grid = False
         config.train.max_epochs = 2.0
         config.train.target_value = 0.5
         if variant == "check":
             # Multiples of 32 replicas x ghost batch 8 (smoke's 32 and 128 leave 4 or 2
             # examples per replica on 8 or 16 replicas, less than one virtual batch).
-            s.batch_sizes = [256, 512]
+            s.batch_sizes = (256, 512)
             # One seed, no confirmation runs: 4 trials, a check of the machinery, not a study.
-            s.seeds, s.confirm_seeds = [0], []
+            s.seeds, s.confirm_seeds = (0,), ()

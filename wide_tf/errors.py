@@ -87,8 +87,8 @@ def flag_error_line(e, config) -> str:
         field = re.search(r"field config\.(\S+) is", message)
         name = field.group(1) if field else "that field"
         message = (
-            f"--config.{name}: a list cannot be set on the command line; change it in the "
-            f"config file (or add a variant)"
+            f"--config.{name}: this field cannot be set on the command line; change it in the "
+            f"config file (or add a variant); lists are tuples, e.g. --config.sweep.seeds='(0,1)'"
         )
     return _type_hint(message.replace("FATAL Flags parsing error: ", ""), config)
 

@@ -6,8 +6,7 @@ makes one call: a study, a single run, the theory check, or a suite of studies (
 Bad input ends in one line on stderr (wide_tf/errors.py), with exit status 2 for a usage error and
 1 for a runtime error; `--verbose` shows the traceback instead. The config, the overrides and the
 workdir are checked (wide_tf/config/validate.py) before TensorFlow is imported, and TensorFlow's
-C++ start-up lines are kept out of the output (wide_tf/tf_start.py).
-"""
+C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ from wide_tf.study import workers
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
     None,
-    "Config file, with an optional variant after a colon: configs/mlp.py:local. "
-    "Override any field with --config.a.b=value.",
+    "Config file[:variant], e.g. configs/mlp.py:local; --config.a.b=value overrides a field (lists "
+    "as tuples: '(8,16)'); your own model: --config.model.arch=pkg.module (docs/options.md).",
     lock_config=True,
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the study writes (local path or gs://).")
@@ -186,6 +185,7 @@ def _finish(outcome) -> None:
         from wide_tf import report
 
         logging.info("Report: %s", report.write_report(_WORKDIR.value))
+        print(report.verdict_line(_WORKDIR.value), flush=True)  # the verdict in one sentence
     if outcome.failure is not None:
         raise outcome.failure
     if outcome.exit_code:

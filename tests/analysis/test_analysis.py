@@ -348,17 +348,37 @@ def test_slope_of_exact_power_law_members():
     assert d.model_free_slope.value == pytest.approx(math.log(246 / 145) / math.log(4), abs=0.01)
 
 
+def _assert_verdict_shape(v):
+    """Issue 37: the verdict is read in ten seconds. One sentence first (the outcome, the slope
+    and its interval, what it means, the main caveat; under 60 words), then a short list (power,
+    sensitivity, the member it rests on), without the members' numbers (their table has them)."""
+    head, _, rest = v.text.partition("\n\n")
+    assert head == v.headline and head.startswith(v.outcome.upper() + ": ")
+    assert len(head.split()) <= 60 and head.endswith(".") and "\n" not in head
+    sl = v.decision.model_free_slope
+    assert f"{sl.value:+.2f} (95% CI {sl.low:+.2f} to {sl.high:+.2f})" in head
+    items = rest.splitlines()
+    assert all(line.startswith("- ") for line in items) and 4 <= len(items) <= 9
+    assert any(i.startswith("- Power:") for i in items)
+    assert any(i.startswith("- The member it rests on:") for i in items)
+    assert "B_x2 " not in rest.replace("B_x2 and B_crit", "")  # no per-member numbers
+    assert len(v.text.split()) < 300
+
+
 def test_verdicts_supported_contradicted_and_no_effect():
     rng = np.random.default_rng(0)
     v = A.analyze(family(1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.SUPPORTED, v.text
-    assert "random-effects interval" in v.text and "Leaving one member out" in v.text
+    assert "random-effects interval" in v.text and "leaving one member out" in v.text
     assert "95% CI" in v.text and "or more 80% of the time" in v.text
-    assert "Sensitivity: adding" in v.text and "highest-leverage member" in v.text
+    assert "Sensitivity: adding" in v.text and "without it (" in v.text
+    _assert_verdict_shape(v)
     v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.CONTRADICTED, v.text
+    _assert_verdict_shape(v)
     v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.NO_EFFECT, v.text
+    _assert_verdict_shape(v)
     assert v.decision.model_free_slope.low < 0 < v.decision.model_free_slope.high
 
 
@@ -403,9 +423,9 @@ def test_a_depth_family_regresses_on_log_depth_and_lists_members_shallowest_firs
     d = v.decision
     assert d.axis == A.DEPTH and d.model_free_slope.value < -0.3
     assert d.outcome == A.CONTRADICTED, v.text
-    assert "changes with log depth" in v.text and "shallowest to deepest" in v.text
-    assert v.text.index("d1 (width 128") < v.text.index("d16 (width 128")
-    assert "deeper members tolerate smaller batches" in v.text
+    assert "falls with depth" in v.headline and "on log depth" in v.text
+    assert "shallowest to deepest" in v.text
+    assert "deeper members tolerate smaller batches" in v.headline
 
 
 def test_a_slope_that_rests_on_one_member_is_inconclusive():

@@ -194,7 +194,7 @@ def test_as_predict_config_follows_the_local_config():
     from configs import mlp
 
     local, pred = mlp.get_config("local"), mlp.get_config("predict")
-    assert pred.sweep.batch_sizes == [min(local.sweep.batch_sizes)]
+    assert pred.sweep.batch_sizes == (min(local.sweep.batch_sizes),)
     assert pred.sweep.family.to_dict() == local.sweep.family.to_dict()
     assert (pred.train.target_metric, pred.train.target_value) == (
         local.train.target_metric,
@@ -213,7 +213,7 @@ def test_as_predict_config_measures_once_an_epoch_and_caps_the_probe():
     pred = ps.as_predict_config(cfg, batch=128, seeds=2)
     assert pred.train.gradient_every_examples == 60000
     assert pred.train.probe_size == ps.PROBE_CAP
-    assert pred.sweep.batch_sizes == [128] and len(pred.sweep.confirm_seeds) == 1
+    assert pred.sweep.batch_sizes == (128,) and len(pred.sweep.confirm_seeds) == 1
     with pytest.raises(ValueError):
         ps.as_predict_config(mlp.get_config("single"))  # no sweep
 
@@ -296,7 +296,7 @@ def test_predict_configs_pass_validation(tmp_path):
     config.data.data_dir = str(tmp_path)
     validate.check_config(config)
     paper = loader.load_config("configs/wrn.py")
-    assert config.sweep.batch_sizes == [min(paper.sweep.batch_sizes)]
+    assert config.sweep.batch_sizes == (min(paper.sweep.batch_sizes),)
     assert config.train.probe_size == paper.train.probe_size
 
 

@@ -88,10 +88,10 @@ CASES = [
         ["takes True or False"],
     ),
     (
-        "list_on_command_line",
-        [SMOKE, "--config.sweep.batch_sizes=[16]", "--workdir={wd}"],
+        "list_entry_out_of_range",
+        [SMOKE, "--config.sweep.batch_sizes=(16,0)", "--workdir={wd}"],
         2,
-        ["sweep.batch_sizes", "config file"],
+        ["sweep.batch_sizes=0 is out of range", "(a,b,...)"],
     ),
     ("unknown_flag", [SMOKE, "--workdri=x"], 2, ["workdri", "workdir"]),
     ("positional_argument", [SMOKE, "--workdir={wd}", "extra"], 2, ["unexpected arguments"]),

@@ -530,3 +530,31 @@ def test_describe_exclusions_by_rank():
     d = optim.describe_exclusions(model.trainable_variables)
     assert len(d["adapted"]) == 1 and d["adapted"][0].endswith("kernel")
     assert len(d["excluded"]) == 3
+
+
+def test_weight_decay_exclusion_uses_keras_public_api_only():
+    """The exclusions go through Keras's public `exclude_from_weight_decay`: no private Keras
+    attribute or method of the weight-decay machinery is read or written (issue 37)."""
+    import inspect
+
+    source = inspect.getsource(optim)
+    for private in ("_exclude_from_weight_decay", "_var_key", "_use_weight_decay"):
+        assert private not in source, private
+
+
+@pytest.mark.parametrize("name", ["momentum", "adamw", "lars"])
+def test_a_callers_exclusions_are_kept_beside_the_rank_rule(name):
+    """A caller's `exclude_from_weight_decay(var_names=...)` before build still holds after the
+    low-rank variables are added at build (and LARS applies it to its adaptation too)."""
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3, bias_initializer="ones")])
+    opt = optim.build_optimizer(_cfg(name=name, base_lr=0.5, weight_decay=0.1), 256, 10, 100)
+    opt.exclude_from_weight_decay(var_names=["kernel"])
+    opt.build(model.trainable_variables)
+    if name == "lars":
+        assert [opt.is_adapted(v) for v in model.trainable_variables] == [False, False]
+        return
+    before = [v.numpy().copy() for v in model.trainable_variables]
+    opt.apply([tf.zeros_like(v) for v in model.trainable_variables], model.trainable_variables)
+    for b, v in zip(before, model.trainable_variables):  # kernel (by name) and bias (by rank)
+        np.testing.assert_array_equal(v.numpy(), b)

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 import ml_collections
+import numpy as np
 import pytest
 from helpers import add_second_target
 
 from wide_tf import report
-from wide_tf.analysis import cells, verdict
+from wide_tf.analysis import verdict
 from wide_tf.engine.result import describe_protocol
 from wide_tf.spec import defaults
 
@@ -283,7 +284,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
     v = verdict.analyze(make_records(), 0.25)["verdicts"]["mlp"]
     assert v.outcome == verdict.SUPPORTED
     assert v.decision.b_crit_slope.value == pytest.approx(1.5, rel=0.05)
-    assert v.text in md and "Verdict: SUPPORTED" in md
+    assert v.text in md and "\n\nSUPPORTED: B_x1.25 rises with width" in md
     for s in (
         "train_accuracy >= 0.99",
         "40.0 epochs",
@@ -310,7 +311,7 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "None: every chosen learning rate",
         "95% CI",
         "log B_crit (the fitted knee, over the",
-        "inside the batches tried: mlp-",
+        "inside the batches tried) changes at",
     ):
         assert s in md, s
     # the members table row of the widest member, and a cell with its seed range
@@ -331,19 +332,23 @@ def _events(dirpath):
     return out
 
 
-def test_report_tensorboard_hparams_and_images(full_report):
+def _plugin_values(events, plugin="hparams"):
+    return [
+        v for e in events for v in e.summary.value if v.metadata.plugin_data.plugin_name == plugin
+    ]
+
+
+def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
+    """One session per (member, batch) at its chosen rate (the median seed's trial), the HParams
+    on it, the experiment config at tb/'s root: 25 sessions + the plots, under the 500 runs
+    TensorBoard ticks on open (issue 37)."""
     pytest.importorskip("tensorboard")
+    import tensorflow as tf
     from tensorboard.plugins.hparams import plugin_data_pb2
 
     wd, _ = full_report
-    hdir = os.path.join(wd, "report", "tb", "hparams")
-    # the experiment config at the root
-    root = [
-        v
-        for e in _events(hdir)
-        for v in e.summary.value
-        if v.metadata.plugin_data.plugin_name == "hparams"
-    ]
+    tb = os.path.join(wd, "report", "tb")
+    root = _plugin_values(_events(tb))
     assert root
     exp = plugin_data_pb2.HParamsPluginData.FromString(
         root[0].metadata.plugin_data.content
@@ -358,52 +363,77 @@ def test_report_tensorboard_hparams_and_images(full_report):
         "lr_multiplier",
         "optimizer",
         "seed",
+        "provenance/wide_tf",
+        "provenance/versions",
+        "provenance/machine",
     }
-    assert {m.name.tag for m in exp.metric_infos} >= {
-        "steps_to_target",
-        "epochs_to_target",
-        "status_code",
-        "final_train_accuracy",
-        "final_test_accuracy",
+    metrics = {(m.name.group, m.name.tag) for m in exp.metric_infos}
+    assert metrics >= {
+        ("", "outcome/median_steps_to_target"),
+        ("", "outcome/median_epochs_to_target"),
+        ("train_set", "accuracy"),
+        ("test", "accuracy"),
     }
-    runs = sorted(os.listdir(hdir))
-    runs = [r for r in runs if os.path.isdir(os.path.join(hdir, r))]
-    assert len(runs) == 125
-    tid = "mlp-d4-w181-b64-m1.0-s1"
-    events = _events(os.path.join(hdir, tid))
-    hp_vals = [
-        v
-        for e in events
-        for v in e.summary.value
-        if v.metadata.plugin_data.plugin_name == "hparams"
-    ]
+    sessions = sorted(
+        os.path.relpath(os.path.dirname(f), tb)
+        for f in glob.glob(os.path.join(tb, "*", "*", "events.out.tfevents.*"))
+    )
+    assert sessions == sorted(f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES)
+    runs = {
+        os.path.dirname(f) for f in glob.glob(os.path.join(tb, "**", "events.*"), recursive=True)
+    }
+    assert len(runs) == len(sessions) + 2 < 500  # the sessions, the root's config, the plots
+    events = _events(os.path.join(tb, "mlp-d4-w181", "b64"))
     start = plugin_data_pb2.HParamsPluginData.FromString(
-        hp_vals[0].metadata.plugin_data.content
+        _plugin_values(events)[0].metadata.plugin_data.content
     ).session_start_info
     assert start.hparams["batch_size"].number_value == 64
     assert start.hparams["member"].string_value == "mlp-d4-w181"
-    assert start.hparams["seed"].number_value == 1
-    import tensorflow as tf
-
+    assert start.hparams["lr_multiplier"].number_value == 1.0  # the chosen rate
+    assert start.hparams["seed"].number_value == 0  # seeds 0, 1, 2 took s, s + 10, s - 10
     scalars = {
         v.tag: float(tf.make_ndarray(v.tensor))
         for e in events
         for v in e.summary.value
-        if v.tag in cells.STATUS_CODE or v.tag in report.METRIC_DOCS
+        if v.tag in report.OUTCOME_DOCS
     }
     bc = {m[0]: m[3] for m in MEMBERS}["mlp-d4-w181"]
-    assert scalars["steps_to_target"] == round(400 * (1 + bc / 64)) + 10
-    assert scalars["status_code"] == 1.0
-    # a diverged trial: status -1 and no steps_to_target
-    events = _events(os.path.join(hdir, "mlp-d4-w181-b64-m2.0-s0"))
-    tags = {v.tag: v for e in events for v in e.summary.value}
-    assert (
-        "steps_to_target" not in tags and float(tf.make_ndarray(tags["status_code"].tensor)) == -1.0
-    )
-    images = {
-        v.tag for e in _events(os.path.join(wd, "report", "tb", "plots")) for v in e.summary.value
-    }
+    assert scalars["outcome/median_steps_to_target"] == round(400 * (1 + bc / 64))
+    assert scalars["outcome/seeds_reached"] == 3.0
+    images = {v.tag for e in _events(os.path.join(tb, "plots")) for v in e.summary.value}
     assert {"steps_vs_batch", "epochs_vs_batch", "batch_vs_width"} <= images
+
+
+def test_tensorboard_copies_curves_with_one_tag_set(tmp_path):
+    """A trial's curves, in today's layout and an older workdir's (train/batch_*, eval/train_*,
+    eval/test_*), land in the session's train/, train_set/ and test/ runs under the same tags,
+    so TensorBoard overlays training and evaluation."""
+    pytest.importorskip("tensorboard")
+    from wide_tf.engine.summaries import MetricsWriter
+    from wide_tf.report import tensorboard as tb
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    w = MetricsWriter(str(new), True, "t")
+    w.scalars("train", 5, {"batch_loss": 0.5, "batch_accuracy": 0.8, "learning_rate": 0.1})
+    w.scalars("eval", 5, {"train_loss": 0.4, "train_accuracy": 0.9, "test_accuracy": 0.85})
+    w.close()
+    assert sorted(os.listdir(new)) == ["test", "train", "train_set"]
+    import tensorflow as tf
+
+    for kind, tag, value in (("train", "batch_loss", 0.5), ("eval", "test_accuracy", 0.85)):
+        writer = tf.summary.create_file_writer(str(old / kind))  # a workdir before issue 37
+        with writer.as_default():
+            tf.summary.scalar(tag, value, step=5)
+        writer.close()
+    for trial, want in (
+        (new, {"train": {"loss", "accuracy", "learning_rate"}, "train_set": {"loss", "accuracy"}}),
+        (old, {"train": {"loss"}, "test": {"accuracy"}}),
+    ):
+        session = tmp_path / f"session_{trial.name}"
+        assert tb.copy_curves(str(trial), str(session)) > 0
+        for run, tags in want.items():
+            got = {v.tag for e in _events(str(session / run)) for v in e.summary.value}
+            assert got == tags, (trial.name, run, got)
 
 
 def test_report_rerun_replaces_tensorboard_entries(tmp_path):
@@ -414,7 +444,7 @@ def test_report_rerun_replaces_tensorboard_entries(tmp_path):
     )
     report.write_report(wd)
     report.write_report(wd)
-    run = os.path.join(wd, "report", "tb", "hparams", f"{MEMBERS[0][0]}-b32-m1.0-s0")
+    run = os.path.join(wd, "report", "tb", MEMBERS[0][0], "b32")
     assert len(glob.glob(os.path.join(run, "events.out.tfevents.*"))) == 1
     md = open(os.path.join(wd, "report", "report.md")).read()
     assert "needs at least 3" in md and "INCONCLUSIVE" in md
@@ -469,7 +499,7 @@ def test_report_only_failed_trials_and_grid_edges(tmp_path):
     wd = make_workdir(tmp_path / "edge", recs)
     md = open(report.write_report(wd)).read()
     assert "- mlp-d8-w128, B=32: chosen multiplier x1 is at the edge" in md
-    assert "Verdict: INCONCLUSIVE" in md and "at the edge of the rates tried in" in md
+    assert "\n\nINCONCLUSIVE: " in md and "at the edge of the rates tried in" in md
     assert "mlp-d8-w128 (B = 32, 64, 128, 256, 512)" in md
 
 
@@ -558,3 +588,48 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
     assert "; stub-b64 (not a whole result (member: missing; " in md
     ids = [r["trial_id"] for r in read_csv(os.path.join(wd, "report", "all_trials.csv"))]
     assert sorted(ids) == sorted(r["trial_id"] for r in recs)
+
+
+def test_figures_are_fit_for_a_paper(tmp_path, monkeypatch):
+    """Issue 37: a PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
+    that never overlap; legends outside the data; test accuracy at the chosen rate with the
+    seeds' range as a band."""
+    from PIL import Image
+
+    from wide_tf.report import plots
+
+    recs = make_records()
+    result = verdict.analyze(recs, 0.25)
+    figures = {}
+    real_save = plots._save
+    monkeypatch.setattr(
+        plots, "_save", lambda fig, *a: figures.setdefault(a[1], fig) and real_save(fig, *a)
+    )
+    made = plots.make_plots(
+        result["summaries"], recs, 0.25, "acc", str(tmp_path), result["verdicts"]
+    )
+    assert len(made) >= 5
+    for name, _, _ in made:
+        assert (tmp_path / name.replace(".png", ".pdf")).read_bytes().startswith(b"%PDF")
+        assert min(Image.open(tmp_path / name).info["dpi"]) >= 199.5
+    for name in ("steps_vs_batch.png", "epochs_vs_batch.png", "test_accuracy_vs_batch.png"):
+        ax = figures[name].axes[0]
+        assert sorted(ax.get_xticks()) == list(BATCHES), name  # every batch labelled
+        figures[name].canvas.draw()
+        legend = ax.get_legend().get_window_extent()
+        assert legend.x0 >= ax.get_window_extent().x1, name  # beside the axes, not on the data
+    acc = figures["test_accuracy_vs_batch.png"].axes[0]
+    assert len(acc.collections) >= len(MEMBERS)  # one seed band per member
+    for ax in figures["batch_vs_width.png"].axes:
+        ticks = np.log(sorted(t for t in ax.get_xticks() if t > 0))
+        span = ticks[-1] - ticks[0]
+        assert np.all(np.diff(ticks) >= plots.MIN_TICK_GAP * span - 1e-9)
+
+
+def test_spaced_ticks_keep_the_ends_and_thin_the_crowded_middle():
+    from wide_tf.report.plots import spaced_ticks
+
+    widths = [64, 70, 79, 92, 102, 117, 140, 189, 667]  # the local study's members
+    kept = spaced_ticks(widths)
+    assert kept[0] == 64 and kept[-1] == 667 and 70 not in kept and len(kept) < len(widths)
+    assert spaced_ticks([4, 8, 32, 64, 128, 176], 0.04) == [4, 8, 32, 64, 128, 176]

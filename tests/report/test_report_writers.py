@@ -61,10 +61,9 @@ def _assert_one_whole_report(wd, records):
     out = os.path.join(wd, "report")
     assert REPORT_FILES <= set(os.listdir(out))
     assert open(os.path.join(out, "report.md")).read().startswith("# ")
-    hdir = os.path.join(out, "tb", "hparams")
-    runs = sorted(d for d in os.listdir(hdir) if os.path.isdir(os.path.join(hdir, d)))
-    assert runs == sorted(r["trial_id"] for r in records)
-    # each HParams entry once: one event file per trial's run, one experiment config at the root
+    hdir = os.path.join(out, "tb")
+    runs = sorted({f"{r['member']}/b{r['batch_size']}" for r in records})
+    # each HParams session once: one event file per (member, batch), one experiment config
     for run in runs:
         assert len(glob.glob(os.path.join(hdir, run, "events.out.tfevents.*"))) == 1, run
     assert len(glob.glob(os.path.join(hdir, "events.out.tfevents.*"))) == 1

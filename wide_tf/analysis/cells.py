@@ -26,8 +26,6 @@ from wide_tf.spec.targets import comparison
 from wide_tf.study import lr_grid
 
 STATUSES = ("reached", "not_reached", "diverged")
-# Numeric status code for TensorBoard HParams (which only takes numbers as metrics).
-STATUS_CODE = {"reached": 1.0, "not_reached": 0.0, "diverged": -1.0}
 
 
 # ----------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Owns the verdict paragraph on the paper's claim: `describe` (the numbers of a decision by
+"""Owns the verdict on the paper's claim: `headline` (one sentence: outcome, slope, meaning, the
+main caveat) and `describe` (it, then a short list: the numbers of a decision by
 `wide_tf.analysis.decision`, its power and sensitivity lines from `wide_tf.analysis.robustness`)
 and `analyze`, which runs records -> cells (`wide_tf.analysis.cells`) -> member curves
 (`wide_tf.analysis.members`) -> the verdict at every target the runs recorded.
@@ -38,7 +39,6 @@ from wide_tf.analysis.members import (
     DEFAULT_BOOTSTRAP,
     DEFAULT_EPS,
     MemberSummary,
-    fmt_interval,
     summarize_members,
 )
 from wide_tf.analysis.stats import meta
@@ -84,92 +84,140 @@ def _theory_sentence(ms: Sequence[MemberSummary]) -> str | None:
 
 _MEANING = {
     WIDTH: {
-        SUPPORTED: "Wider members tolerate larger batches, as the paper claims.",
-        CONTRADICTED: "Wider members tolerate smaller batches, against the paper's claim.",
-        NO_EFFECT: "The interval holds 0: this study cannot tell wider from deeper members.",
+        SUPPORTED: "so wider members tolerate larger batches, as the paper claims",
+        CONTRADICTED: "so wider members tolerate smaller batches, against the paper's claim",
+        NO_EFFECT: "so this study cannot tell wider from deeper members",
     },
     DEPTH: {
-        SUPPORTED: "At one width, deeper members tolerate larger batches (depth alone).",
-        CONTRADICTED: "At one width, deeper members tolerate smaller batches (depth alone).",
-        NO_EFFECT: "The interval holds 0: at one width, depth alone has no detectable effect.",
+        SUPPORTED: "so at one width deeper members tolerate larger batches (depth alone)",
+        CONTRADICTED: "so at one width deeper members tolerate smaller batches (depth alone)",
+        NO_EFFECT: "so at one width depth alone has no detectable effect",
     },
 }
+HEADLINE_WORDS = 60  # the first sentence is read in ten seconds: at most this many words
 
 
-def _slope_sentences(d: Decision, eps: float) -> list[str]:
-    sl, axis = d.model_free_slope, d.axis
-    vals = [axis_value(s, axis) for s in d.members]
-    vals = [v for v in vals if v]
-    span = max(vals) / min(vals) if vals else float("nan")
-    sentence = (
-        f"Across {sl.n_members} members whose {axis}s span {span:.1f}x, log B_x{1 + eps:g} (the "
-        f"model-free critical batch) changes with log {axis} at slope {_fmt_slope(sl)}, a "
-        f"random-effects interval (members scatter about the line by tau = "
-        f"{math.sqrt(sl.tau2):.2f} in log units)"
+def _clip(text: str, words: int) -> str:
+    w = text.split()
+    return text if len(w) <= words else " ".join(w[:words]) + " ... (below)"
+
+
+def _main_caveat(d: Decision, sens: robustness.Sensitivity | None) -> str | None:
+    """The one caveat the headline carries: why it is inconclusive; else the member it rests on
+    (when leaving it out changes the verdict); else the few steps that erase it; else the rule's
+    first caveat; else, for no effect, the slope the design would have found."""
+    sl = d.model_free_slope
+    if d.outcome == INCONCLUSIVE and d.reasons:
+        return "but the rule cannot decide: " + d.reasons[0]
+    if sens is not None and sens.without_heaviest is not None:
+        if sens.without_heaviest.outcome != d.outcome and sl is not None:
+            return (
+                f"but it rests mostly on {sens.heaviest} ({sl.max_leverage:.0%} of the weight), "
+                f"without which it is {sens.without_heaviest.outcome}"
+            )
+    if sens is not None and sens.overhead:
+        n = sens.overhead
+        return f"but {n} extra step{'s per run erase' if n > 1 else ' per run erases'} it"
+    if d.caveats:
+        return "caveat: " + d.caveats[0]
+    if d.outcome == NO_EFFECT and sens is not None and sens.min_detectable is not None:
+        return f"the design finds slopes of {sens.min_detectable:.2f} or more 80% of the time"
+    return None
+
+
+def headline(d: Decision, eps: float, sens: robustness.Sensitivity | None = None) -> str:
+    """The verdict in one sentence: the outcome, the slope and its interval, what it means, the
+    main caveat (at most HEADLINE_WORDS words)."""
+    out = d.outcome.upper()
+    if not d.members:
+        return f"{out}: no trial has finished yet, so there is nothing to compare."
+    sl = d.model_free_slope
+    if sl is None:
+        return _clip(f"{out}: " + ("; ".join(d.reasons) or "no slope could be fitted"), 50) + "."
+    text = (
+        f"{out}: B_x{1 + eps:g} {'rises' if sl.value > 0 else 'falls'} with {d.axis} at a log-log "
+        f"slope of {sl.value:+.2f} (95% CI {sl.low:+.2f} to {sl.high:+.2f}) over "
+        f"{sl.n_members} members"
     )
-    if d.b_crit_slope is not None:
-        sentence += (
-            f"; log B_crit (the fitted knee, over the {d.b_crit_slope.n_members} members whose "
-            f"B_crit lies inside the batches tried: {', '.join(d.b_crit_members)}) at "
-            f"{_fmt_slope(d.b_crit_slope)}"
-        )
-    parts = [sentence + "."]
-    loo = [v for v in sl.loo if v is not None]
-    if loo:
-        parts.append(
-            f"Leaving one member out gives slopes from {min(loo):+.2f} to {max(loo):+.2f}; "
-            f"the most influential member carries {sl.max_leverage:.0%} of the weight."
-        )
-    meaning = _MEANING[axis].get(d.outcome)
+    meaning = _MEANING[d.axis].get(d.outcome)
     if meaning:
-        parts.append(meaning)
-    return parts
+        text += ", " + meaning
+    caveat = _main_caveat(d, sens)
+    if caveat:
+        text += "; " + caveat
+    return _clip(text, HEADLINE_WORDS) + "."
 
 
-def _member_list(d: Decision, eps: float) -> str:
-    order = "shallowest to deepest" if d.axis == DEPTH else "narrowest to widest"
-    return (
-        f"Members from {order}: "
-        + "; ".join(
-            f"{s.info.name} (width {s.info.width:g}"
-            + (f", depth {s.info.depth}" if s.info.depth else "")
-            + f"): B_x{1 + eps:g} {fmt_interval(s.b_model_free)}, B_crit "
-            f"{fmt_interval(s.curve.b_crit if s.curve else None)}"
-            + ("" if s.lof_p is None else f", lack-of-fit p = {s.lof_p:.3f}")
-            for s in d.members
-        )
-        + "."
+def _rests_on(d: Decision, sens: robustness.Sensitivity | None) -> str | None:
+    sl = d.model_free_slope
+    loo = [v for v in sl.loo if v is not None]
+    if not loo:
+        return None
+    line = (
+        f"The member it rests on: leaving one member out gives slopes from {min(loo):+.2f} to "
+        f"{max(loo):+.2f}; the most influential member carries {sl.max_leverage:.0%} of the weight"
     )
+    if sens is not None and sens.without_heaviest is not None:
+        w = sens.without_heaviest.model_free_slope
+        num = "" if w is None else f", slope {w.value:+.2f} ({w.low:+.2f} to {w.high:+.2f})"
+        line += (
+            f"; without it ({sens.heaviest}) the verdict is "
+            f"{sens.without_heaviest.outcome.upper()}{num}"
+        )
+    return line + "."
+
+
+def _details(d: Decision, eps: float, sens: robustness.Sensitivity | None) -> list[str]:
+    """The short list below the headline: power, sensitivity, the member it rests on, the
+    interval's kind, B_crit, the theory's measure, the reasons and caveats (each member's numbers
+    are in the members table, not here)."""
+    sl, items = d.model_free_slope, []
+    if sl is not None:
+        if sens is not None:
+            power = [x for x in sens.sentences(d.axis) if x.startswith(("Power", "Sensitivity"))]
+            items += power
+        items.append(_rests_on(d, sens))
+        items.append(
+            f"The interval: {_fmt_slope(sl)}, a random-effects interval (members scatter about "
+            f"the line by tau = {math.sqrt(sl.tau2):.2f} in log units) of log B_x{1 + eps:g}, the "
+            f"model-free critical batch, on log {d.axis}."
+        )
+        if d.b_crit_slope is not None:
+            items.append(
+                f"B_crit: log B_crit (the fitted knee, over the {d.b_crit_slope.n_members} "
+                f"members whose B_crit lies inside the batches tried) changes at "
+                f"{_fmt_slope(d.b_crit_slope)}."
+            )
+    theory = _theory_sentence(d.members) if d.axis != DEPTH else None
+    items.append(theory)
+    if d.reasons:
+        items.append("Inconclusive because: " + "; ".join(d.reasons) + ".")
+    if d.caveats:
+        items.append("Caveats: " + "; ".join(d.caveats) + ".")
+    order = "shallowest to deepest" if d.axis == DEPTH else "narrowest to widest"
+    items.append(f"Each member's B_x{1 + eps:g} and B_crit: the members table ({order}).")
+    return [x for x in items if x]
 
 
 def describe(d: Decision, eps: float, sens: robustness.Sensitivity | None = None) -> str:
-    """The verdict paragraph: outcome, slopes, power and sensitivity, members, reasons."""
-    ms = d.members
-    head = f"Verdict: {d.outcome.upper()}."
-    if not ms:
-        return head + " No trial has finished yet, so there is nothing to compare."
-    parts = [head]
-    if d.model_free_slope is not None:
-        parts += _slope_sentences(d, eps)
-        if sens is not None:
-            parts += sens.sentences(d.axis)
-    parts.append(_member_list(d, eps))
-    theory = _theory_sentence(ms) if d.axis != DEPTH else None
-    if theory:
-        parts.append(theory)
-    if d.reasons:
-        parts.append("Inconclusive because: " + "; ".join(d.reasons) + ".")
-    if d.caveats:
-        parts.append("Caveats: " + "; ".join(d.caveats) + ".")
-    return " ".join(parts)
+    """The verdict as markdown: the headline sentence, then a short list (`_details`)."""
+    head = headline(d, eps, sens)
+    if not d.members:
+        return head
+    return head + "\n\n" + "\n".join(f"- {x}" for x in _details(d, eps, sens))
 
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
     outcome: str
     decision: Decision
-    text: str  # one paragraph with the numbers
+    text: str  # markdown: the headline sentence, then a short list
     sensitivity: robustness.Sensitivity | None = None
+
+    @property
+    def headline(self) -> str:
+        """The verdict in one sentence (the console's last line after a study)."""
+        return self.text.split("\n", 1)[0]
 
     @property
     def reasons(self) -> tuple:

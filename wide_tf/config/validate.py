@@ -33,7 +33,7 @@ from wide_tf.config.preflight import (
     parse_workers,
 )
 from wide_tf.config.problems import Problem, RuntimeProblem, UsageError, suggest
-from wide_tf.spec import choices, datasets, fields, identity, rules
+from wide_tf.spec import architectures, choices, datasets, fields, identity, rules
 
 __all__ = [
     "Problem",
@@ -150,6 +150,10 @@ def check_config(config, overrides=()) -> None:
         fields_check.check_theory(config)
         return
     fields_check.check_sections(config)
+    try:  # a model from outside the package (model.arch=pkg.module) registers itself first
+        architectures.ensure(config.model.arch)
+    except ValueError as e:
+        raise UsageError(str(e)) from None
     num_train, _, _, tfds_name = dataset_facts(config)
     fields_check.check_values(config)
     replicas, source = _replicas(config)

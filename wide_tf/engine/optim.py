@@ -4,6 +4,7 @@ name (OPTIMIZERS, build_optimizer). The learning rates they are given: engine/sc
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Callable, Iterable, Sequence
 
 import keras
@@ -26,6 +27,24 @@ def _rank(variable) -> int:
 
 def _is_low_rank(variable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> bool:
     return exclude_rank >= 0 and _rank(variable) <= exclude_rank
+
+
+class _CallerExclusions:
+    """Mixin: remembers what a caller passed to Keras's public `exclude_from_weight_decay` (the ids
+    of `var_list`, the `var_names` pattern) so that build can add the low-rank variables to it
+    through the same public call, and LARS can apply it itself. Only ids and one string are kept:
+    variables in an attribute would be tracked into the optimizer's checkpoints."""
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        self._caller_excluded_ids = frozenset(id(v) for v in var_list or ())
+        self._caller_excluded_names = "|".join(sorted(set(var_names or ()))) or None
+        super().exclude_from_weight_decay(var_list=var_list, var_names=var_names)
+
+    def _excluded_by_caller(self, variable) -> bool:
+        if id(variable) in getattr(self, "_caller_excluded_ids", ()):
+            return True
+        names = getattr(self, "_caller_excluded_names", None)
+        return bool(names) and re.search(names, variable.name) is not None
 
 
 def describe_exclusions(variables: Iterable, exclude_rank: int = DEFAULT_EXCLUDE_RANK) -> dict:
@@ -96,7 +115,7 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
-class LARS(keras.optimizers.Optimizer):
+class LARS(_CallerExclusions, keras.optimizers.Optimizer):
     """Layer-wise Adaptive Rate Scaling (You et al. 2017) with heavy-ball or Nesterov momentum,
     for Keras 3.
 
@@ -169,7 +188,9 @@ class LARS(keras.optimizers.Optimizer):
     def is_adapted(self, variable) -> bool:
         """True if the variable gets the trust ratio and weight decay; False for the excluded
         (plain momentum)."""
-        return not _is_low_rank(variable, self.exclude_rank) and self._use_weight_decay(variable)
+        return not _is_low_rank(variable, self.exclude_rank) and not self._excluded_by_caller(
+            variable
+        )
 
     def build(self, variables):
         if self.built:
@@ -264,9 +285,10 @@ def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> 
 # --------------------------------------------------------------------------------------------------
 
 
-class _ExcludeLowRankFromDecay:
+class _ExcludeLowRankFromDecay(_CallerExclusions):
     """Mixin: at build, adds every variable of rank <= exclude_rank to Keras' weight-decay
-    exclusion set.
+    exclusions through its public `exclude_from_weight_decay` (what a caller excluded before is
+    kept).
 
     Doing it at build (not only in the factory) means the biases and BN parameters are excluded
     however the optimizer is built. Keras 3's weight decay is decoupled: before each update,
@@ -281,13 +303,12 @@ class _ExcludeLowRankFromDecay:
     def build(self, variables):
         if self.built:
             return
-        low = [v for v in variables if _is_low_rank(v, self.exclude_rank)]
-        # Union with whatever exclude_from_weight_decay() registered before (Keras keeps the keys in
-        # a set).
-        self._exclude_from_weight_decay = set(
-            getattr(self, "_exclude_from_weight_decay", set())
-        ) | {self._var_key(v) for v in low}
-        self._exclude_from_weight_decay_cache = dict()
+        ids = getattr(self, "_caller_excluded_ids", frozenset())
+        excluded = [v for v in variables if _is_low_rank(v, self.exclude_rank) or id(v) in ids]
+        names = getattr(self, "_caller_excluded_names", None)
+        super().exclude_from_weight_decay(
+            var_list=excluded, var_names=names.split("|") if names else None
+        )
         if self.weight_decay:
             _log_exclusions(
                 f"{type(self).__name__} {self.name}", variables, self.exclude_rank, "weight decay"

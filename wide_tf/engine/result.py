@@ -8,6 +8,7 @@ from wide_tf.engine import timing
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
 from wide_tf.spec import optimizers as optimizers_spec
+from wide_tf.spec import provenance
 from wide_tf.spec import result as schema
 from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec import targets as targets_lib
@@ -135,6 +136,7 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         # The batch's layout really used: the micro-batch cap in force (protocol's
         # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
         "batch_plan": facts["batch_plan"],
+        "provenance": provenance.collect(),
     }
     unknown = set(values) - set(schema.NAMES)
     assert not unknown, f"fields missing from wide_tf/spec/result.py: {sorted(unknown)}"

@@ -1,5 +1,5 @@
-"""Owns where a run's numbers go: TensorBoard scalars (train/ and eval/ events), metrics.jsonl and
-the run's log lines (MetricsWriter)."""
+"""Owns where a run's numbers go: TensorBoard scalars (train/, train_set/ and test/ events, one
+tag set: spec/events.py), metrics.jsonl and the run's log lines (MetricsWriter)."""
 
 from __future__ import annotations
 
@@ -13,14 +13,17 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
+from wide_tf.spec import events
 from wide_tf.store import workdir as wd
 
 
 class MetricsWriter:
-    """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (the run's
-    train/ or eval/ events; non-finite values are skipped), `history` rewrites metrics.jsonl (one
-    line per evaluation, atomically) and `log` writes the log line. Only the chief writes files;
-    every worker logs. Adding a logged scalar is one key in a dict passed to `scalars`.
+    """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (a 'train' or
+    'eval' dict, each value to the run folder and tag spec/events.py gives it: accuracy and loss
+    overlay across train/, train_set/ and test/; non-finite values are skipped), `history`
+    rewrites metrics.jsonl (one line per evaluation, atomically) and `log` writes the log line.
+    Only the chief writes files; every worker logs. Adding a logged scalar is one key in a dict
+    passed to `scalars`.
 
     Events are written by TensorBoard's own event-file writer (a background thread; tf.gfile
     paths, so gs:// works) in the format of tf.summary.scalar (a float32 tensor with the scalars
@@ -41,18 +44,22 @@ class MetricsWriter:
     def scalars(self, kind: str, step: int, values: dict) -> None:
         if not self.chief:
             return
-        if kind not in self._writers:
-            # (Its file name holds the time, host, pid and a counter: a resumed run adds a file.)
-            self._writers[kind] = EventFileWriter(wd.join(self.workdir, kind))
-        value = [
-            summary_pb2.Summary.Value(
-                tag=k, tensor=tensor_util.make_tensor_proto(np.float32(v)), metadata=self._SCALAR
-            )
-            for k, v in values.items()
-            if v is not None and math.isfinite(v)
-        ]
-        if value:
-            self._writers[kind].add_event(
+        by_run: dict[str, list] = {}
+        for k, v in values.items():
+            if v is not None and math.isfinite(v):
+                run, tag = events.place(kind, k)
+                by_run.setdefault(run, []).append(
+                    summary_pb2.Summary.Value(
+                        tag=tag,
+                        tensor=tensor_util.make_tensor_proto(np.float32(v)),
+                        metadata=self._SCALAR,
+                    )
+                )
+        for run, value in by_run.items():
+            if run not in self._writers:
+                # (Its file name holds the time, host, pid and a counter: a resumed run adds one.)
+                self._writers[run] = EventFileWriter(wd.join(self.workdir, run))
+            self._writers[run].add_event(
                 event_pb2.Event(
                     wall_time=time.time(), step=int(step), summary=summary_pb2.Summary(value=value)
                 )

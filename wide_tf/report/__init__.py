@@ -12,8 +12,9 @@ The package, one owner each:
     publish      one writer at a time: the report's own folder, swapped into place under a lock
     protocol     the protocol table, the settings the report takes from config.json, ReportError
     tables       the CSV tables
-    plots        the PNG figures, one function each
-    tensorboard  HParams and the plots as images
+    plots        the figures (PNG and PDF), one function each
+    axes         the figures' ticks (every batch labelled, widths that never overlap), legends
+    tensorboard  a session per (member, batch): its curves and HParams; the plots as images
     markdown     report.md, one function per section
     prediction   the section and plot of the noise-scale prediction, and its log lines
     agreement    a finished study's entry of docs/local_agreement.md (its own command line)
@@ -35,11 +36,11 @@ _HOMES = {
     "best_rows": "tables",
     "member_rows": "tables",
     "trial_rows": "tables",
-    "METRIC_DOCS": "tensorboard",
+    "OUTCOME_DOCS": "tensorboard",
     "write_tensorboard": "tensorboard",
-    "REPORT_DIR": "writer",
     "read_workdir": "writer",
     "write_report": "writer",
+    "verdict_line": "writer",
     "ReportError": "protocol",
     "eps_from_config": "protocol",
     "protocol_rows": "protocol",

@@ -304,7 +304,13 @@ def md_protocol(config, records, eps: float) -> list[str]:
 def md_plots(plots) -> list[str]:
     lines = ["## Plots", ""]
     for fname, caption, _ in plots:
-        lines += [f"- [{caption}]({fname})", "", f"![{caption}]({fname})", ""]
+        pdf = fname.rsplit(".", 1)[0] + ".pdf"
+        lines += [
+            f"- [{caption}]({fname}) (vector: [{pdf}]({pdf}))",
+            "",
+            f"![{caption}]({fname})",
+            "",
+        ]
     return lines
 
 
@@ -321,8 +327,10 @@ def md_tables(tb_written: bool) -> list[str]:
     ]
     if tb_written:
         lines.append(
-            "- TensorBoard: `tensorboard --logdir=report/tb` (HParams tab: one row per trial; "
-            "Images tab: these plots)"
+            "- TensorBoard: `tensorboard --logdir=report/tb` (Time Series: one session per "
+            "(member, batch) at its chosen rate, accuracy and loss of train, train_set and test "
+            "overlaid; HParams tab: one row per session, Show Metrics reaches its curves; Images "
+            "tab: these plots; every trial's curves: `tensorboard --logdir=trials`)"
         )
     else:
         lines.append(

@@ -1,5 +1,7 @@
-"""Owns the report's figures: one function per PNG, each returning (file name, caption, PNG bytes),
-and the small axis helpers they share.
+"""Owns the report's figures: one function per figure, each writing a PNG (DPI dots per inch) and a
+vector PDF beside it and returning (file name, caption, PNG bytes), and the small axis helpers
+they share: every batch size tried labelled, width ticks thinned so that no two labels overlap,
+legends outside the data.
 
 Figures are drawn with matplotlib's object API (`Figure`, no pyplot), so importing the report
 neither picks a backend nor needs a display (absent on TPU VMs) nor keeps figures open."""
@@ -15,12 +17,21 @@ import tensorflow as tf
 from matplotlib import ticker
 from matplotlib.figure import Figure
 
+from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: read by tests)
+    MIN_TICK_GAP,
+    batch_ticks,
+    batches_of,
+    legend_outside,
+    spaced_ticks,
+    width_ticks,
+)
 from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"
 WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
+DPI = 200  # the PNGs' resolution; the PDFs are vector
 
 
 # ----------------------------------------------------------------------------------------------
@@ -84,39 +95,40 @@ def _no_data(ax, what: str) -> None:
     )
 
 
-def _width_ticks(ax, summaries) -> None:
-    # Family widths are rarely powers of two: tick exactly the members' widths.
-    ws = sorted({float(s.info.width) for s in summaries if isinstance(s.info.width, (int, float))})
-    if 0 < len(ws) <= 12:
-        ax.set_xticks(ws)
-        ax.xaxis.set_minor_locator(ticker.NullLocator())
-
-
 def _figure(figsize=(7.5, 5)):
     fig = Figure(figsize=figsize)
     return fig, fig.subplots()
 
 
 def _save(fig, outdir: str, filename: str, caption: str) -> Plot:
-    """Writes the figure to OUTDIR/FILENAME and returns its (file name, caption, PNG bytes)."""
+    """Writes the figure to OUTDIR/FILENAME (PNG at DPI) and the same name .pdf (vector) and
+    returns its (file name, caption, PNG bytes)."""
     for ax in fig.axes:
         if ax.get_yscale() == "log" and not isinstance(
             ax.yaxis.get_major_formatter(), ticker.FuncFormatter
         ):
             _plain_log_y(ax)
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120, bbox_inches="tight")
+    fig.savefig(buf, format="png", dpi=DPI, bbox_inches="tight")
     data = buf.getvalue()
     with tf.io.gfile.GFile(os.path.join(outdir, filename), "wb") as f:
         f.write(data)
+    pdf = io.BytesIO()
+    fig.savefig(pdf, format="pdf", bbox_inches="tight")
+    with tf.io.gfile.GFile(os.path.join(outdir, os.path.splitext(filename)[0] + ".pdf"), "wb") as f:
+        f.write(pdf.getvalue())
     return filename, caption, data
 
 
-def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y):
-    """The common end of the plots against batch size: log2 batch axis (or a note saying why the
-    panel is empty), labels, grid, legend; saves the figure."""
+def _finish_batch_plot(
+    fig, ax, outdir, filename, caption, ylabel, title, *, nothing, log_y, batches=()
+):
+    """The common end of the plots against batch size: log2 batch axis with every batch tried
+    labelled (or a note saying why the panel is empty), labels, grid, the legend outside the
+    data; saves the figure."""
     if nothing is None:
         _log2_axis(ax)
+        batch_ticks(ax, batches)
         if log_y:
             ax.set_yscale("log")
     else:
@@ -125,8 +137,7 @@ def _finish_batch_plot(fig, ax, outdir, filename, caption, ylabel, title, *, not
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    legend_outside(ax)
     return _save(fig, outdir, filename, caption)
 
 
@@ -227,6 +238,7 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
         f"Steps to reach {target} vs batch size (best LR per batch)",
         nothing=nothing,
         log_y=True,
+        batches=batches_of(summaries),
     )
 
 
@@ -282,6 +294,7 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
         "Epochs to target vs batch size (flat = perfect scaling)",
         nothing=nothing,
         log_y=True,
+        batches=batches_of(summaries),
     )
 
 
@@ -300,7 +313,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             and s.curve is not None
             and getattr(s.curve, field) is not None
         ]
-        for s in mine:
+        for k, s in enumerate(mine):
             iv = getattr(s.curve, field)
             w, v = float(s.info.width), _clipped(iv)
             if iv.is_bound:
@@ -318,7 +331,7 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
                 (w, v),
                 fontsize=7,
                 textcoords="offset points",
-                xytext=(5, 4),
+                xytext=(5, 4) if k % 2 == 0 else (5, -10),  # alternate: neighbours do not collide
             )
             drawn = True
         sl = getattr(verdicts[arch].decision, slope_name) if verdicts.get(arch) else None
@@ -357,7 +370,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         if drawn:
             _plain_log_axis(ax, "x")
             _plain_log_axis(ax, "y")
-            _width_ticks(ax, summaries)
+            width_ticks(ax, summaries)
         else:
             _no_data(ax, "undefined for every member (see the tables)")
         ax.set_xlabel(WIDTH_LABEL)
@@ -366,8 +379,7 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
         ax.grid(True, which="both", alpha=0.3)
         if bound:
             ax.plot([], [], "k^", label="beyond the batches tried (bound)")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+        legend_outside(ax, below=True, fontsize=7)
     return _save(
         fig,
         outdir,
@@ -376,28 +388,53 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
     )
 
 
-def plot_test_accuracy(summaries, colors, outdir) -> Plot:
-    """Best test accuracy (over learning rates and seeds) vs batch."""
-    fig, ax = _figure()
-    for s, col in zip(summaries, colors):
-        pts = [
-            (c.batch_size, c.best_test_accuracy_any_lr)
-            for c in s.cells
-            if c.best_test_accuracy_any_lr is not None
+def _chosen_rate_accuracy(s, records) -> list[tuple[int, float, float, float]]:
+    """(batch, median, lowest, highest) over seeds of the final test accuracy at each cell's
+    chosen rate (the runs that observe the cell)."""
+    out = []
+    for c in s.cells:
+        if c.best_multiplier is None:
+            continue
+        accs = [
+            float(r["final"]["test_accuracy"])
+            for r in records
+            if r.get("member") == s.info.name
+            and int(r.get("batch_size", 0)) == c.batch_size
+            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == c.best_multiplier
+            and r.get("status") != "diverged"
+            and (r.get("final") or {}).get("test_accuracy") is not None
         ]
+        if accs:
+            out.append((c.batch_size, float(np.median(accs)), min(accs), max(accs)))
+    return out
+
+
+def plot_test_accuracy(summaries, records, colors, outdir) -> Plot:
+    """Test accuracy at the end of the chosen rate's runs vs batch: the median over seeds, the
+    seeds' range as a band (the spread one seed to the next, so that noise is not read as a
+    trend)."""
+    fig, ax = _figure()
+    drawn = False
+    for s, col in zip(summaries, colors):
+        pts = _chosen_rate_accuracy(s, records)
         if pts:
-            ax.plot(*zip(*pts), "o-", color=col, label=_label(s))
-    has_accuracy = any(c.best_test_accuracy_any_lr is not None for s in summaries for c in s.cells)
+            b, med, lo, hi = map(np.array, zip(*pts))
+            ax.plot(b, med, "o-", color=col, label=_label(s), markersize=4)
+            ax.fill_between(b, lo, hi, color=col, alpha=0.15, linewidth=0)
+            drawn = True
+    if drawn:
+        ax.fill_between([], [], [], color="0.5", alpha=0.3, label="range over seeds")
     return _finish_batch_plot(
         fig,
         ax,
         outdir,
         "test_accuracy_vs_batch.png",
-        "Best test accuracy vs batch size",
-        "best test accuracy (fraction, best LR of the grid)",
-        "Best test accuracy vs batch size (max over learning rates and seeds)",
-        nothing=None if has_accuracy else "no test accuracy recorded",
+        "Test accuracy at the chosen learning rate vs batch size (median and range over seeds)",
+        "final test accuracy (fraction; median over seeds, band: range)",
+        "Test accuracy at the chosen learning rate vs batch size",
+        nothing=None if drawn else "no test accuracy recorded at a chosen rate",
         log_y=False,
+        batches=batches_of(summaries),
     )
 
 
@@ -436,6 +473,7 @@ def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
         "Learning rate that reaches the target in the fewest steps",
         nothing=nothing,
         log_y=True,
+        batches=batches_of(summaries),
     )
 
 
@@ -457,7 +495,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
                 label=f"{arch} family" if arch else "family",
             )
     _log2_axis(ax, "x")
-    _width_ticks(ax, with_bb)
+    width_ticks(ax, with_bb)
     ax.set_yscale("log")
     ax.set_xlabel(WIDTH_LABEL)
     ax.set_ylabel("batch bound n x diversity at init (examples)")
@@ -465,7 +503,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
         "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
     )
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
+    legend_outside(ax)
     return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
 
 
@@ -525,15 +563,15 @@ def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot |
     ax.set_ylabel("batch bound n x diversity (examples)")
     ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
     ax.grid(True, which="both", alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8)
+    legend_outside(ax)
     return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
 
 
 def make_plots(
     summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
 ) -> list[Plot]:
-    """Writes the PNGs into `outdir`; returns (file name, caption, PNG bytes) for each."""
+    """Writes the PNGs (and PDFs) into `outdir`; returns (file name, caption, PNG bytes) for
+    each."""
     if not summaries:
         return []
     colors = _colors(len(summaries))
@@ -543,7 +581,7 @@ def make_plots(
         plot_steps(summaries, colors, outdir, target, nothing),
         plot_epochs(summaries, colors, outdir, eps, nothing),
         plot_batch_vs_width(summaries, outdir, eps, verdicts or {}),
-        plot_test_accuracy(summaries, colors, outdir),
+        plot_test_accuracy(summaries, records, colors, outdir),
         plot_learning_rate(summaries, colors, outdir, nothing),
     ]
     # Gradient statistics, when the trials measured them.

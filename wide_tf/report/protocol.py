@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
-from wide_tf.spec import fields
+from wide_tf.spec import fields, provenance
 from wide_tf.spec import optimizers as optimizers_spec
 from wide_tf.spec import schedules as schedules_spec
 from wide_tf.spec.targets import comparison
@@ -294,6 +294,34 @@ def study_design_rows(config: dict) -> list[tuple[str, str]]:
     return rows
 
 
+PROVENANCE_LABELS = (
+    ("wide_tf", "Code (wide_tf)"),
+    ("command", "Command"),
+    ("versions", "Versions"),
+    ("machine", "Machine"),
+    ("env", "Environment"),
+)
+
+
+def provenance_rows(config: dict | None, records: list[dict]) -> list[tuple[str, str]]:
+    """Where the numbers came from (spec/provenance.py): from the trials' records (where they
+    differ, how), else from config.json (the process that started the study)."""
+    recorded = [r["provenance"] for r in records if isinstance(r.get("provenance"), dict)]
+    source = ""
+    if not recorded and isinstance((config or {}).get("provenance"), dict):
+        recorded, source = [config["provenance"]], " (config.json)"
+    if not recorded:
+        return [("Provenance", "not recorded (the records predate it)")]
+    texts = [provenance.summary(p) for p in recorded]
+    rows = [
+        (label, f"{_agreed([t[key] for t in texts])}{source}") for key, label in PROVENANCE_LABELS
+    ]
+    missing = len(records) - len(recorded) if not source else 0
+    if missing > 0:
+        rows.append(("Trials without provenance", f"{missing} (older result files)"))
+    return rows
+
+
 def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[tuple[str, str]]:
     """The protocol table as (setting, value) rows: how the trials ran (from their records), the
     study's design (from config.json), and the eps of B_x(1+eps)."""
@@ -324,4 +352,5 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
     else:
         rows += study_design_rows(config)
     rows.append(("eps (max_batch)", f"{eps:g}"))
+    rows += provenance_rows(config, records)
     return rows

@@ -1,5 +1,12 @@
-"""Owns the report's TensorBoard entries: HParams (one run per trial, its settings and outcome) and
-the report's plots as images, under WORKDIR/report/tb/."""
+"""Owns the report's TensorBoard folder, WORKDIR/report/tb/, made to be usable on open: one
+session per (member, batch size) at its chosen learning rate (the seed whose steps to target are
+the median), whose training curves are copied from that trial with one tag set (accuracy and
+loss in train/, train_set/ and test/ overlay: spec/events.py) and which carries the HParams
+(member, batch, rate, provenance) and their metrics, so "Show Metrics" reaches the curves; and
+the report's plots as images. A study of 9 members x 6 batches is 4 x 54 + 1 runs, under
+TensorBoard's default limit of 500 runs (above it every run is unticked and the charts open
+empty). Every trial's own events stay in WORKDIR/trials/ (`tensorboard --logdir` on it shows
+them all)."""
 
 from __future__ import annotations
 
@@ -9,17 +16,25 @@ import os
 import tensorflow as tf
 
 from wide_tf.analysis import cells
+from wide_tf.spec import events, provenance
+from wide_tf.store import workdir as wd
+from wide_tf.study import lr_grid
 
-# The metrics of the HParams table, with the description TensorBoard shows.
-METRIC_DOCS = {
-    "steps_to_target": "optimizer steps until the target was first reached (absent: not reached)",
-    "epochs_to_target": "steps_to_target x batch / n_train",
-    "final_train_accuracy": "training accuracy at the end of the run",
-    "final_test_accuracy": "test accuracy at the end of the run",
-    "best_test_accuracy": "best test accuracy over the run's evaluations",
-    "status_code": "1 reached, 0 not reached, -1 diverged",
+# The outcome of a (member, batch) cell, scalars at step 0 of its session run (the HParams
+# table's columns beside the curves' last values), with the description TensorBoard shows.
+OUTCOME_DOCS = {
+    "outcome/median_steps_to_target": "the median over seeds of the steps to the target at the "
+    "chosen rate (absent: the median seed did not reach it)",
+    "outcome/median_epochs_to_target": "median steps x batch / n_train",
+    "outcome/seeds_reached": "seeds at the chosen rate that reached the target",
+    "outcome/steps_to_target": "this session's trial (the median seed): its steps to the target",
 }
-# The numeric hyperparameters of a trial and their types.
+# The curves' last values in the HParams table: (tag, run within the session, description).
+CURVE_METRICS = (
+    ("accuracy", "train_set", "training-set accuracy at the last evaluation (the target's metric)"),
+    ("loss", "train_set", "training-set loss at the last evaluation"),
+    ("accuracy", "test", "test accuracy at the last evaluation"),
+)
 NUMERIC_HPARAMS = (
     ("depth", int),
     ("width", float),
@@ -29,6 +44,43 @@ NUMERIC_HPARAMS = (
     ("lr_multiplier", float),
     ("seed", int),
 )
+# The provenance shown as HParams (text columns: the table filters on them).
+PROVENANCE_HPARAMS = ("wide_tf", "versions", "machine")
+
+
+def session_name(member: str, batch: int) -> str:
+    return f"{member}/b{int(batch)}"
+
+
+def _median_trial(rs: list[dict], cell) -> dict:
+    """The trial a cell's session shows: at the chosen rate, the seed whose steps to target are
+    the median (a censored cell: the median of its longest non-diverged runs)."""
+    chosen = [
+        r
+        for r in rs
+        if cell.best_multiplier is not None
+        and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == cell.best_multiplier
+    ]
+    pool = chosen or [r for r in rs if r.get("status") != "diverged"] or list(rs)
+
+    def key(r):
+        s = lr_grid.run_steps(r)
+        return (math.inf if s is None else s, -(r.get("steps") or 0), int(r.get("seed", 0)))
+
+    pool.sort(key=key)
+    return pool[(len(pool) - 1) // 2]
+
+
+def sessions(records: list[dict]) -> list[tuple[str, object, dict]]:
+    """(session name, cell, the trial it shows) per (member, batch), in member, batch order."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in records:
+        groups.setdefault((r["member"], int(r["batch_size"])), []).append(r)
+    out = []
+    for (member, batch), rs in sorted(groups.items()):
+        cell = cells.make_cell(member, batch, rs)
+        out.append((session_name(member, batch), cell, _median_trial(rs, cell)))
+    return out
 
 
 def _hparams_of(rec: dict) -> dict:
@@ -36,44 +88,100 @@ def _hparams_of(rec: dict) -> dict:
     for k, cast in NUMERIC_HPARAMS:
         if rec.get(k) is not None:
             hp[k] = cast(rec[k])
+    if isinstance(rec.get("provenance"), dict):
+        text = provenance.summary(rec["provenance"])
+        hp.update({f"provenance/{k}": text[k] for k in PROVENANCE_HPARAMS})
     return {k: v for k, v in hp.items() if v is not None}
 
 
-def _metrics_of(rec: dict) -> dict:
-    final = rec.get("final") or {}
+def _outcome_of(cell, rec: dict) -> dict:
+    med = cell.median_steps
     m = {
-        "steps_to_target": rec.get("steps_to_target"),
-        "epochs_to_target": rec.get("epochs_to_target"),
-        "final_train_accuracy": final.get("train_accuracy"),
-        "final_test_accuracy": final.get("test_accuracy"),
-        "best_test_accuracy": rec.get("best_test_accuracy"),
-        "status_code": cells.STATUS_CODE.get(rec.get("status")),
+        "outcome/median_steps_to_target": med,
+        "outcome/median_epochs_to_target": cell.epochs(med) if med is not None else None,
+        "outcome/seeds_reached": float(len(cell.seed_steps)),
+        "outcome/steps_to_target": rec.get("steps_to_target"),
     }
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 
 
-def _write_hparams(hp_api, records: list[dict], hdir: str) -> None:
-    optimizers = sorted({str(r.get("optimizer")) for r in records if r.get("optimizer")})
+def _scalar_value(tag: str, v, metadata):
+    """A copy of a scalar summary value under `tag` (tensor or legacy simple_value)."""
+    from tensorboard.compat.proto import summary_pb2
+    from tensorboard.util import tensor_util
+
+    if v.HasField("tensor"):
+        number = float(tensor_util.make_ndarray(v.tensor))
+    else:
+        number = float(v.simple_value)
+    return summary_pb2.Summary.Value(
+        tag=tag, tensor=tensor_util.make_tensor_proto(number, dtype="float32"), metadata=metadata
+    )
+
+
+def copy_curves(trial_dir: str, session_dir: str) -> int:
+    """Copies a trial's scalars into session_dir/<run>/ in today's layout (spec/events.py; older
+    workdirs' eval/ and batch_* tags mapped); returns the number of values copied."""
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.plugins.scalar import metadata as scalar_metadata
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
+    by_run: dict[str, list] = {}
+    for folder in events.FOLDERS:
+        for f in sorted(tf.io.gfile.glob(wd.join(trial_dir, folder, "events.out.tfevents.*"))):
+            for raw in tf.data.TFRecordDataset(f):
+                ev = event_pb2.Event.FromString(raw.numpy())
+                for v in ev.summary.value:
+                    if not (v.HasField("tensor") or v.HasField("simple_value")):
+                        continue
+                    run, tag = events.place(folder, v.tag)
+                    by_run.setdefault(run, []).append(
+                        (ev.step, ev.wall_time, _scalar_value(tag, v, meta))
+                    )
+    n = 0
+    for run, values in by_run.items():
+        writer = EventFileWriter(os.path.join(session_dir, run))
+        for step, wall, value in sorted(values, key=lambda x: (x[0], x[1])):
+            writer.add_event(
+                event_pb2.Event(
+                    wall_time=wall, step=int(step), summary=summary_pb2.Summary(value=[value])
+                )
+            )
+            n += 1
+        writer.close()
+    return n
+
+
+def _write_sessions(hp_api, workdir: str, records: list[dict], tbdir: str) -> int:
+    found = sessions(records)
     hparams = [
         hp_api.HParam("member", hp_api.Discrete(sorted({str(r["member"]) for r in records}))),
-        hp_api.HParam("optimizer", hp_api.Discrete(optimizers or ["unknown"])),
+        hp_api.HParam("optimizer"),
     ]
     hparams += [hp_api.HParam(k) for k, _ in NUMERIC_HPARAMS]
-    metrics = [hp_api.Metric(k, display_name=k, description=d) for k, d in METRIC_DOCS.items()]
+    hparams += [hp_api.HParam(f"provenance/{k}") for k in PROVENANCE_HPARAMS]
+    metrics = [hp_api.Metric(k, display_name=k, description=d) for k, d in OUTCOME_DOCS.items()]
+    metrics += [
+        hp_api.Metric(tag, group=run, display_name=f"{run}/{tag}", description=d)
+        for tag, run, d in CURVE_METRICS
+    ]
     # Every writer is closed before the report folder is renamed into place (on GCS an event file
     # is uploaded when its writer closes).
-    writer = tf.summary.create_file_writer(hdir)
+    writer = tf.summary.create_file_writer(tbdir)
     with writer.as_default():
         hp_api.hparams_config(hparams=hparams, metrics=metrics)
     writer.close()
-    for i, rec in enumerate(records):
-        tid = str(rec.get("trial_id") or f"trial{i}")
-        writer = tf.summary.create_file_writer(os.path.join(hdir, tid))
+    for name, cell, rec in found:
+        session_dir = os.path.join(tbdir, *name.split("/"))
+        writer = tf.summary.create_file_writer(session_dir)
         with writer.as_default():
-            hp_api.hparams(_hparams_of(rec), trial_id=tid)
-            for k, v in _metrics_of(rec).items():
+            hp_api.hparams(_hparams_of(rec), trial_id=name)
+            for k, v in _outcome_of(cell, rec).items():
                 tf.summary.scalar(k, v, step=0)
         writer.close()
+        copy_curves(wd.trial_dir(workdir, str(rec["trial_id"])), session_dir)
+    return len(found)
 
 
 def _write_images(plots, pdir: str) -> None:
@@ -85,16 +193,17 @@ def _write_images(plots, pdir: str) -> None:
     writer.close()
 
 
-def write_tensorboard(records: list[dict], plots, tbdir: str) -> bool:
-    """HParams (one run per trial) and the plots as images, into `tbdir` (a fresh folder: each
-    report is written whole into its own, publish.py); False when tensorboard is not installed."""
+def write_tensorboard(workdir: str, records: list[dict], plots, tbdir: str) -> bool:
+    """The curated TensorBoard folder (a session per (member, batch) with its curves and HParams,
+    the plots as images) into `tbdir` (a fresh folder: each report is written whole into its own,
+    publish.py); False when tensorboard is not installed."""
     try:
         # Lazy and optional: the HParams plugin comes with the `tensorboard` package, which a
         # report does not need (without it the report says so and writes everything else).
         from tensorboard.plugins.hparams import api as hp_api
     except ImportError:
         return False
-    _write_hparams(hp_api, records, os.path.join(tbdir, "hparams"))
+    _write_sessions(hp_api, workdir, records, tbdir)
     if plots:
         _write_images(plots, os.path.join(tbdir, "plots"))
     return True

@@ -30,6 +30,8 @@ from wide_tf.report.tables import (
 from wide_tf.report.tensorboard import write_tensorboard
 from wide_tf.store import workdir as wd
 
+VERDICT = "verdict.txt"  # the verdict's headline sentence, one line per architecture
+
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, whole records, number of unreadable result records). A record that
@@ -91,7 +93,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     eps = eps_from_config(config) if eps is None else float(eps)
     tmpdir = publish.new_tmpdir(workdir)
     try:
-        _write_into(tmpdir, config, records, (n_bad, partial), eps)
+        _write_into(tmpdir, config, records, (n_bad, partial), eps, workdir)
         outdir = publish.publish(workdir, tmpdir)
     except BaseException:
         publish.discard(tmpdir)
@@ -99,9 +101,11 @@ def write_report(workdir: str, eps: float | None = None) -> str:
     return os.path.join(outdir, "report.md")
 
 
-def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -> None:
+def _write_into(
+    outdir: str, config, records: list[dict], skipped, eps: float, workdir: str
+) -> None:
     """Every file of the report, into `outdir`; report.md last. `skipped`: (unreadable records,
-    partial ones)."""
+    partial ones); `workdir`: where the trials' curves are read for TensorBoard."""
     n_bad, partial = skipped
     result = verdict.analyze(records, eps)
     summaries = result["summaries"]
@@ -115,6 +119,22 @@ def _write_into(outdir: str, config, records: list[dict], skipped, eps: float) -
         pred_plot = prediction.plot_prediction(result["prediction"], outdir)
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
-    tb_written = write_tensorboard(records, plots, os.path.join(outdir, "tb")) if records else False
+    tbdir = os.path.join(outdir, "tb")
+    tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
+    heads = [
+        (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline
+        for a, v in result["verdicts"].items()
+    ]
+    wd.write_text_atomic(os.path.join(outdir, VERDICT), "".join(h + "\n" for h in heads))
     wd.write_text_atomic(os.path.join(outdir, "report.md"), md)
+
+
+def verdict_line(workdir: str) -> str:
+    """The verdict's headline sentence(s) of the workdir's report (report/verdict.txt), for the
+    console's last line after a study."""
+    path = wd.join(workdir, wd.REPORT, VERDICT)
+    if not tf.io.gfile.exists(path):
+        return ""
+    with tf.io.gfile.GFile(path, "r") as f:
+        return f.read().strip()

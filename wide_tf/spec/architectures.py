@@ -11,12 +11,18 @@ that both registries name the same architectures).
 
 Config files and validation import this module, so it must stay importable without TensorFlow.
 
-To add an architecture: a subclass of `Architecture` here, passed to `register`, and its builder
-in `wide_tf/engine/models/`, entered in `wide_tf.engine.models.BUILDERS`.
+To add an architecture inside the package: a subclass of `Architecture` here, passed to
+`register`, and its builder in `wide_tf/engine/models/`, entered in
+`wide_tf.engine.models.BUILDERS`. From outside the package, without editing it (as big_vision's
+`model_name` names a module): `--config.model.arch=my_pkg.my_arch` names an importable module
+that defines `SPEC` (an `Architecture`) and `build_model(depth, width, num_classes, input_shape,
+norm, ghost_batch_size, name)`; `ensure` imports and registers it under that name before the
+config checks (examples/residual_mlp.py, docs/options.md#your-own-model).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Sequence
 
@@ -229,4 +235,41 @@ def get(arch: str) -> Architecture:
     try:
         return ARCHITECTURES[arch]
     except (KeyError, TypeError):
-        raise ValueError(f"arch must be one of {names()}, got {arch!r}") from None
+        raise ValueError(
+            f"arch must be one of {names()} or an importable module that defines SPEC and "
+            f"build_model (pkg.module; docs/options.md#your-own-model), got {arch!r}"
+        ) from None
+
+
+# Architectures registered from outside the package: model.arch -> the module's build_model.
+EXTERNAL: dict = {}
+EXTERNAL_HELP = "docs/options.md#your-own-model"
+
+
+def ensure(arch) -> Architecture:
+    """The spec of `arch`; a dotted name that is not registered is a module to import, whose
+    `SPEC` is registered under that name (its builder in EXTERNAL). ValueError naming the fix when
+    it cannot be imported or lacks SPEC or build_model."""
+    if isinstance(arch, str) and arch in ARCHITECTURES:
+        return ARCHITECTURES[arch]
+    if not isinstance(arch, str) or "." not in arch:
+        return get(arch)
+    try:
+        module = importlib.import_module(arch)
+    except ImportError as e:
+        raise ValueError(
+            f"model.arch={arch!r} is no registered architecture ({', '.join(names())}) and its "
+            f"module cannot be imported ({e}); put the module on PYTHONPATH or run from the "
+            f"folder that holds it ({EXTERNAL_HELP})"
+        ) from None
+    spec, build = getattr(module, "SPEC", None), getattr(module, "build_model", None)
+    if not isinstance(spec, Architecture) or not callable(build):
+        raise ValueError(
+            f"model.arch={arch!r}: the module must define SPEC (a wide_tf.spec.architectures."
+            f"Architecture) and build_model(depth, width, num_classes, input_shape, norm, "
+            f"ghost_batch_size, name) ({EXTERNAL_HELP})"
+        )
+    spec.name = arch  # records and the study's identity name the module
+    register(spec)
+    EXTERNAL[arch] = build
+    return spec

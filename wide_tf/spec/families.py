@@ -42,7 +42,7 @@ def param_count(
 ) -> int:
     """Exact trainable-parameter count of `wide_tf.engine.models.build_model(arch, depth, width,
     ...)`."""
-    spec = architectures.get(arch)
+    spec = architectures.ensure(arch)
     if isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1:
         raise ValueError(f"num_classes must be a positive integer, got {num_classes!r}")
     return spec.param_count(depth, width, num_classes, _input_shape(spec, input_shape), norm)
@@ -62,12 +62,12 @@ class Member:
     @property
     def name(self) -> str:
         """'mlp-d2-w189', 'wrn-16-0.53': the architecture's own naming."""
-        return architectures.get(self.arch).member_name(self.depth, self.width)
+        return architectures.ensure(self.arch).member_name(self.depth, self.width)
 
     @property
     def channels(self) -> tuple[int, ...] | None:
         """Channels per stage (WRN groups); None for an architecture without channels (MLP)."""
-        return architectures.get(self.arch).channels(self.width)
+        return architectures.ensure(self.arch).channels(self.width)
 
     def to_dict(self) -> dict:
         d = dataclasses.asdict(self)
@@ -142,7 +142,7 @@ def family(
     depth too large for the budget, or an MLP of depth 0 (its count does not depend on width).
     """
     try:
-        spec = architectures.get(arch)
+        spec = architectures.ensure(arch)
     except ValueError as e:
         raise FamilyError(str(e)) from None
     _check_budget(budget)
@@ -184,7 +184,7 @@ def width_sweep(
     norm: str = "batch",
 ) -> list[Member]:
     """Members at a fixed depth and the given widths (no budget)."""
-    spec = architectures.get(arch)
+    spec = architectures.ensure(arch)
     widthless = spec.widthless(depth)
     if widthless:
         raise FamilyError(f"{arch} depth {depth}: {widthless} has no width to sweep; use another")
@@ -204,7 +204,7 @@ def depth_sweep(
     norm: str = "batch",
 ) -> list[Member]:
     """Members at a fixed width and the given depths (no budget)."""
-    spec = architectures.get(arch)
+    spec = architectures.ensure(arch)
     return [
         _member(spec, d, width, param_count(arch, d, width, num_classes, input_shape, norm))
         for d in depths
@@ -237,7 +237,7 @@ def format_table(members: Sequence[Member]) -> str:
     header += ["params", "rel_error"]
     rows = []
     for m in members:
-        row = [m.name, str(m.depth), architectures.get(m.arch).format_width(m.width)]
+        row = [m.name, str(m.depth), architectures.ensure(m.arch).format_width(m.width)]
         if with_channels:
             row.append("/".join(map(str, m.channels)) if m.channels else "-")
         row += [f"{m.params:,}", "-" if m.rel_error is None else f"{m.rel_error:+.2%}"]

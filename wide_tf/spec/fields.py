@@ -44,7 +44,7 @@ class Num:
 
     def error(self, where: str, value, *, listed: bool = False) -> str | None:
         """The one-line message for `where`=value out of this domain, or None when it fits;
-        `listed`: an entry of a list (changed in the config file, not on the command line)."""
+        `listed`: an entry of a list (a tuple: --config.<where>='(a,b)' sets the whole list)."""
         if self.fits(value):
             return None
 
@@ -58,7 +58,7 @@ class Num:
         return (
             f"{where}={value!r} is out of range: use {kind}{' ' + rng if rng else ''}"
             f"{'; ' + self.fix if self.fix else ''} "
-            + ("(a list: change it in the config file)" if listed else f"(--config.{where}=...)")
+            + (f"(a list: --config.{where}='(a,b,...)')" if listed else f"(--config.{where}=...)")
         )
 
 
@@ -152,7 +152,7 @@ def _epochs(**kw) -> Num:
 
 
 def _empty(where: str) -> str:
-    return f"{where} is empty; list at least one value in the config file"
+    return f"{where} is empty; list at least one value, e.g. --config.{where}='(8,16)'"
 
 
 def _ghost(config) -> bool:
@@ -212,7 +212,7 @@ OPTIM = (
     _F("optim.warmup_fixed", "epochs", Choice(choices.WARMUP_FIXED), "which warm-up is fixed"),
     _F(
         "optim.decay_epochs",
-        [],
+        (),
         NumList(_epochs(low_open=True), increasing=True),
         "multistep's epochs",
     ),
@@ -259,7 +259,7 @@ TRAIN = (
     _F("train.stop_at_target", True, FREE, "stop once every target is met"),
     # More targets judged on the same evaluations, each "metric:value" with a metric of
     # target_metric's choices, e.g. ["train_loss:0.1", "test_accuracy:0.9"].
-    _F("train.extra_targets", [], TARGET_LIST, 'more targets, each "metric:value"'),
+    _F("train.extra_targets", (), TARGET_LIST, 'more targets, each "metric:value"'),
     # The batch-norm statistics of the evaluations (every one, so also those that judge the
     # targets): 'moving' (the training run's moving averages, which lag the weights by
     # ~1/(1 - 0.9) steps) or 'recompute' (recomputed before each evaluation from the first
@@ -288,7 +288,7 @@ RUNTIME = (
     _F("runtime.strategy", "auto", Choice(choices.STRATEGIES), "auto | tpu | gpu | cpu | ..."),
     _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
     # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
-    _F("runtime.devices", [], FREE, "the cpu strategy's devices"),
+    _F("runtime.devices", (), FREE, "the cpu strategy's devices"),
     _F("runtime.jit_compile", "auto", JIT, "auto: XLA on TPU and GPU, off on CPU"),
     _F(
         "runtime.mixed_precision",
@@ -301,20 +301,23 @@ SWEEP = (
     # 'budget' (depths at a fixed budget), 'width' (fixed depth), 'depth' (fixed width)
     _F("sweep.family.kind", "budget", Choice(families.KINDS), "the family's kind"),
     _F("sweep.family.budget", 0.0, _POSITIVE, "the parameter budget", when=_budget_family),
-    _F("sweep.family.depths", [], FREE, "the depths (checked by the family)"),
-    _F("sweep.family.widths", [], FREE, "the widths (checked by the family)"),
+    _F("sweep.family.depths", (), FREE, "the depths (checked by the family)"),
+    _F("sweep.family.widths", (), FREE, "the widths (checked by the family)"),
     _F("sweep.family.depth", 0, FREE, "kind='width': the fixed depth"),
     _F("sweep.family.width", 0.0, FREE, "kind='depth': the fixed width"),
     _F("sweep.family.tolerance", 0.05, FREE, "the budget's relative tolerance"),
     _F(
-        "sweep.batch_sizes", [], NumList(_batch(), empty=_empty("sweep.batch_sizes")), "the batches"
+        "sweep.batch_sizes", (), NumList(_batch(), empty=_empty("sweep.batch_sizes")), "the batches"
     ),
     _F(
         "sweep.lr_multipliers",
-        [1.0],
+        (1.0,),
         NumList(
             Num(low=0, low_open=True, fix=_FIX_MULT),
-            empty="sweep.lr_multipliers is empty; list at least one in the config file, e.g. [1.0]",
+            empty=(
+                "sweep.lr_multipliers is empty; list at least one, e.g. "
+                "--config.sweep.lr_multipliers='(1.0,)'"
+            ),
         ),
         "log grid around the scaling rule's guess, per batch size",
     ),
@@ -322,11 +325,11 @@ SWEEP = (
     _F("sweep.max_lr_extensions", 2, _int(0, high=MAX_EXTENSIONS), "at most this many extensions"),
     _F(
         "sweep.seeds",
-        [0],
+        (0,),
         NumList(_SEED, empty=_empty("sweep.seeds"), unique=True),
         "tuning seeds: every learning rate of the grid runs on each",
     ),
-    _F("sweep.confirm_seeds", [], NumList(_SEED), "the chosen rate is re-run on these seeds"),
+    _F("sweep.confirm_seeds", (), NumList(_SEED), "the chosen rate is re-run on these seeds"),
     # B_x(1+eps), the model-free critical batch: epochs-to-target (1 + eps)-fold over the two
     # smallest batches' (1.0: doubled, McCandlish's B_crit; Zhang et al. use 0.2).
     _F("sweep.eps", 1.0, Num(low=MIN_EPS, high=MAX_EPS), "B_x(1+eps)'s eps"),

@@ -12,6 +12,8 @@ import json
 # section.
 OPERATIONAL = {
     "runtime": None,
+    # config.json's record of the machine and code that wrote it (spec/provenance.py)
+    "provenance": None,
     "train": ("steps_per_loop", "checkpoint_every_steps"),
 }
 # Settings that change a study's results, so two configs that differ in them are two studies, but

@@ -100,6 +100,8 @@ FIELDS = (
     Field("protocol", "dict", required=False, doc="engine.result.describe_protocol"),
     # (records written before it lack it: not required)
     Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.steps.BatchPlan"),
+    # Where the record came from: code, command, versions, machine (records before it lack it).
+    Field("provenance", "dict", required=False, doc="spec.provenance.collect"),
 )
 
 NAMES = tuple(f.name for f in FIELDS)

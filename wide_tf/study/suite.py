@@ -26,6 +26,7 @@ import time
 
 from wide_tf.config import loader, validate
 from wide_tf.config.problems import UsageError
+from wide_tf.spec import provenance
 from wide_tf.store import workdir as wd
 from wide_tf.store.suite import (  # noqa: F401 (Entry and the record: a suite file imports them here)
     SUITE_FILE,
@@ -81,7 +82,7 @@ def _run_study(entry: Entry, workdir: str, workers: str | None) -> int:
     """One study in a child process; its exit status. SIGTERM (a preemption, a scheduler's stop)
     goes on to the study, which checkpoints and exits 143 (Ctrl-C reaches it already: it is in
     the terminal's process group)."""
-    env = dict(os.environ, **{worker_boot.PARENT_ENV: str(os.getpid())})
+    env = {**os.environ, **provenance.child_env(), worker_boot.PARENT_ENV: str(os.getpid())}
     proc = subprocess.Popen(_command(entry, workdir, workers), env=env)
     before = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
     try:

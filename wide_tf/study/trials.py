@@ -11,7 +11,7 @@ import json
 
 import ml_collections
 
-from wide_tf.spec import datasets, families, identity
+from wide_tf.spec import datasets, families, identity, provenance
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
@@ -240,4 +240,6 @@ def check_workdir(config, workdir: str) -> None:
             )
         return
     wd.makedirs(workdir)
-    wd.write_text_atomic(path, config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
+    saved = json.loads(config.to_json_best_effort())
+    saved["provenance"] = provenance.collect()  # who wrote it: code, command, versions, machine
+    wd.write_text_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")

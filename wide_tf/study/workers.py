@@ -34,7 +34,7 @@ import time
 import uuid
 
 from wide_tf.config import validate
-from wide_tf.spec import hardware
+from wide_tf.spec import hardware, provenance
 from wide_tf.study import trials as trials_lib
 from wide_tf.study import worker_boot
 
@@ -269,6 +269,7 @@ def start(workdir: str, n: int, argv: list[str], config) -> Started:
         path = os.path.join(logs, f"worker-{s.index}.{run_id}.log")
         paths.append(path)
         env = dict(os.environ, **{ENV: s.to_env(), worker_boot.PARENT_ENV: str(os.getpid())})
+        env.update(provenance.child_env())  # its records name the user's command
         try:
             with open(path, "w") as f:
                 # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on

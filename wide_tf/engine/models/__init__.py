@@ -44,6 +44,7 @@ def build_model(
     """A functional Keras model with float32 logits, e.g. arch 'mlp' (width = units) or 'wrn'
     (width = widening factor k); `wide_tf.spec.families.param_count` is its exact trainable
     count."""
-    spec = architectures.get(arch)
+    spec = architectures.ensure(arch)  # a model from outside the package: its module's builder
     width = spec.canonical_width(width)
-    return BUILDERS[arch](depth, width, num_classes, input_shape, norm, ghost_batch_size, name)
+    build = BUILDERS.get(arch) or architectures.EXTERNAL[arch]
+    return build(depth, width, num_classes, input_shape, norm, ghost_batch_size, name)
