@@ -15,6 +15,13 @@ OPERATIONAL = {
     "train": ("steps_per_loop", "checkpoint_every_steps", "eval_batch"),
 }
 
+# Fields added after studies had run, at the value that reproduces what those studies computed:
+# a config at that value is the same study as one written before the field existed (its trial ids
+# and its workdir check are unchanged), so they are left out of the study part at that value.
+NEUTRAL = {
+    "data": {"pool": 1, "subset_seed": 20180601},
+}
+
 
 def study_part(config) -> dict:
     """The part of a config (a ConfigDict, or its JSON as a dict) that defines the study's
@@ -28,6 +35,12 @@ def study_part(config) -> dict:
             d.pop(section, None)
         elif isinstance(d.get(section), dict):
             d[section] = {k: v for k, v in d[section].items() if k not in keys}
+    for section, values in NEUTRAL.items():
+        part = d.get(section)
+        if isinstance(part, dict):
+            for k, v in values.items():
+                if k in part and part[k] == v:
+                    del part[k]
     return d
 
 
