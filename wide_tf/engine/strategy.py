@@ -219,7 +219,7 @@ def max_device_batch(config, runtime: Runtime, device_name: str | None = None) -
         logging.info("max_device_batch: TensorFlow lists no physical GPU; no default")
         return 0
     dev = gpu_device(name)
-    m, data = config.model, datasets.get(config.data.name)
+    m, data = config.model, datasets.of(config.data)
     shape, classes = tuple(data.input_shape), data.num_classes
     elements = memory.activation_elements(m.arch, m.depth, m.width, classes, shape, m.norm)
     params = families.param_count(m.arch, m.depth, m.width, classes, shape, norm=m.norm)

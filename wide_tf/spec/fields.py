@@ -190,6 +190,9 @@ DATA = (
     # Fixed: a buffer that grew with the batch would change the data order.
     _F("data.shuffle_buffer", 10_000, _examples(1), "the bounded shuffle's reach, in examples"),
     _F("data.num_train", 0, _examples(fix="0 means all"), "a fixed training subset; 0: the whole"),
+    # The subset's permutation seed: the same for every run of a study (never the run's seed).
+    _F("data.subset_seed", 20180601, _SEED, "the seed that picks data.num_train's subset"),
+    _F("data.pool", 1, Choice(datasets.POOLS), "average pooling of pool x pool blocks (1: none)"),
 )
 OPTIM = (
     _F("optim.name", "sgd", Choice(optimizers.NAMES), "the optimizer (spec/optimizers.py)"),

@@ -52,6 +52,14 @@ def cap_is_operational(norm) -> bool:
     return norm in EXACT_MICRO_BATCH_NORMS
 
 
+# Fields added after studies had run, at the value that reproduces what those studies computed:
+# a config at that value is the same study as one written before the field existed (its trial ids
+# and its workdir check are unchanged), so they are left out of the study part at that value.
+NEUTRAL = {
+    "data": {"pool": 1, "subset_seed": 20180601},
+}
+
+
 def study_part(config) -> dict:
     """The part of a config (a ConfigDict, or its JSON as a dict) that defines the study's
     results, as a new dict of JSON values."""
@@ -65,6 +73,12 @@ def study_part(config) -> dict:
     norm = model.get("norm") if isinstance(model, dict) else None
     if cap_is_operational(norm) and isinstance(d.get(section), dict) and key in d[section]:
         d[section][key] = 0
+    for section, values in NEUTRAL.items():
+        part = d.get(section)
+        if isinstance(part, dict):
+            for k, v in values.items():
+                if k in part and part[k] == v:
+                    del part[k]
     return d
 
 

@@ -199,7 +199,7 @@ def _size_problem(where: str, depth, params) -> None:
 def _model_rules(config) -> None:
     """One model (no sweep): its depth and width must make a model of its architecture, of a size
     this package can build."""
-    m, d = config.model, datasets.DATASETS[config.data.name]
+    m, d = config.model, datasets.of(config.data)
     try:
         n = families.param_count(
             m.arch, m.depth, m.width, d.num_classes, d.input_shape, norm=m.norm
@@ -214,7 +214,7 @@ def _model_rules(config) -> None:
 
 def _sweep_rules(config) -> None:
     f, m = config.sweep.family, config.model
-    d = datasets.DATASETS[config.data.name]
+    d = datasets.of(config.data)
     where = f"sweep.family (kind={f.kind!r}, arch={m.arch!r})"
     budget = f.get("budget") if f.kind == "budget" else None
     _size_problem(f"{where}: budget {budget!r}", None, budget)

@@ -215,7 +215,7 @@ def expand_group(
 def list_trials(config) -> list[Trial]:
     """Every trial of the study, from the config alone (the data set's classes and input shape
     come from its spec, so the parent of --workers=N lists them without TensorFlow)."""
-    info = datasets.get(config.data.name)
+    info = datasets.of(config.data)
     return expand(config, info.num_classes, info.input_shape)
 
 
