@@ -250,7 +250,12 @@ def test_a_slow_clock_host_sharing_the_workdir_trains_every_trial_once(tmp_path)
     expected = {t.trial_id for t in trials_lib.list_trials(load_config("configs/mlp.py:smoke"))}
     assert set(starts) == expected and set(starts.values()) == {1}, starts
     for err in errs:
-        assert err.count("clock skew: host") == 1 and "180s behind" in err, err[-3000:]
+        # Named once, never every heartbeat. A process that found every trial done before it
+        # looked at a claim (on a loaded machine the other may finish the smoke study first) has
+        # no skew to name; one that trained shared the claims with the slow host and names it.
+        assert err.count("clock skew: host") <= 1, err[-3000:]
+        if _trial_starts(err):
+            assert err.count("clock skew: host") == 1 and "180s behind" in err, err[-3000:]
     c = claims.Claims(str(tmp_path), "x").current()
     assert len(c) == 4 and all(v.body["state"] == "done" for v in c.values())
     assert {v.body["host"] for v in c.values()} == {socket.gethostname()}

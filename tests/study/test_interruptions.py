@@ -8,7 +8,9 @@ import sys
 
 from helpers import REPO, env, run_main
 
-TIMINGS = ("wall_time_s", "examples_per_s", "time_s")
+# Not results: the seconds, and the record of who ran it (spec/provenance.py: the command line
+# differs between the reference, the killed runs and the rerun).
+TIMINGS = ("wall_time_s", "examples_per_s", "time_s", "provenance")
 # --workers=1: the kill hooks are planted in this process (the worker processes of the default
 # --workers are covered by tests/study/test_workers.py).
 SMOKE = ["--config=configs/mlp.py:smoke", "--config.train.checkpoint_every_steps=2", "--workers=1"]
@@ -16,7 +18,7 @@ POINTS = ["trial:2", "checkpoint:1", "record:1", "between:2", "report:2"]
 
 
 def _exact(result):
-    """Everything of a result but its timings."""
+    """Everything of a result but its timings and provenance."""
     if isinstance(result, dict):
         return {k: _exact(v) for k, v in result.items() if k not in TIMINGS}
     if isinstance(result, list):
