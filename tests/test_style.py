@@ -1,5 +1,5 @@
 """The code style is checked, not hoped for: `ruff check` (lint) and `ruff format --check` over the
-package, its tests and configs, with the configuration in pyproject.toml. CI runs the same two
+package, its tests, configs and examples, with the configuration in pyproject.toml. CI runs the same two
 commands before the tests (.ci/run)."""
 
 import shutil
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["wide_tf", "tests", "configs"]
+TARGETS = ["wide_tf", "tests", "configs", "examples"]
 
 
 def _ruff() -> list[str]:
