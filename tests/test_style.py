@@ -1,6 +1,6 @@
 """The code style is checked, not hoped for: `ruff check` (lint) and `ruff format --check` over the
-package, its tests, configs and examples, with the configuration in pyproject.toml. CI runs the same two
-commands before the tests (.ci/run)."""
+package, its tests, configs and examples, with the configuration in pyproject.toml. CI runs the
+same two commands before the tests (.ci/run)."""
 
 import shutil
 import subprocess
