@@ -393,17 +393,7 @@ def with_overrides(design: Design, extra_seeds: int = 0, batches: str = "") -> D
 
 def _summaries_of(workdir: str):
     """The member summaries of a finished study's results (plain JSON files, no TensorFlow)."""
-    import glob
-    import json
-    import os
-
-    recs = []
-    for path in sorted(glob.glob(os.path.join(workdir, "results", "*.json"))):
-        with open(path) as f:
-            recs.append(json.load(f))
-    if not recs:
-        raise OSError(f"no results/*.json in {workdir}")
-    return summarize_members(recs, n_boot=20)
+    return summarize_members(study_noise.read_records(workdir), n_boot=20)
 
 
 def _scale(a) -> scale_lib.Scale | str:
