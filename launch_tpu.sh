@@ -630,7 +630,7 @@ fi
 
 # ---- 0. the config, checked here for the slice's replica count -------------------------------
 # No TensorFlow and no VM: `wide_tf.main --dry_run --replicas=N` runs the package's own checks
-# (wide_tf/config/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
+# (wide_tf/checks/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
 # does not split into whole ghost batches per replica, ...) is refused before anything is billed.
 OUT="" CODE=0
 here() {  # MODULE ARGS...: a wide_tf module run on this machine (this checkout); sets OUT and CODE
@@ -653,7 +653,7 @@ validate_here() {
       "pip install -e . here (TensorFlow is not needed for the check), point PYTHON= at a" \
       "Python that has them, or skip the check with --no_validate"
   fi
-  # With --accelerator the same call runs the memory model (wide_tf/spec/memory.py): every member
+  # With --accelerator the same call runs the memory model (wide_tf/schema/memory.py): every member
   # at every batch on one replica's HBM; exit 3 when it does not fit (refused as 2).
   here wide_tf.main "${VM_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
   refuse_here "$CONFIG"
@@ -1054,7 +1054,7 @@ print('wide_tf check: runtime %s; tensorflow %s, libtpu %s; loaded %s; the launc
 try:
     devs = tf.config.list_logical_devices('TPU')
     info = tf.config.experimental.get_memory_info(devs[0].name)
-    print('wide_tf check: %s memory in use %d bytes, peak %d (the HBM per replica is in wide_tf/spec/memory.py)' % (devs[0].name, info['current'], info['peak']))
+    print('wide_tf check: %s memory in use %d bytes, peak %d (the HBM per replica is in wide_tf/schema/memory.py)' % (devs[0].name, info['current'], info['peak']))
 except Exception as e:
     print('wide_tf check: device memory not reported (%s: %s)' % (type(e).__name__, e))
 print('wide_tf check: the TPU system has %d replicas (expected %s)' % (n, sys.argv[2]))

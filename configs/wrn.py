@@ -34,7 +34,7 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 
 def get_config(arg=None):

@@ -36,6 +36,6 @@ for acc in a100-40gb a100-80gb h100-80gb h200 v100-16gb t4 l4; do
 done
 echo "## 4. The memory model's table: the largest per-replica batch of every member on every accelerator"
 echo
-run python -m wide_tf.config.hardware_fit --config=configs/wrn.py --table
-run python -m wide_tf.config.hardware_fit --config=configs/wrn.py:check --table
+run python -m wide_tf.checks.hardware_fit --config=configs/wrn.py --table
+run python -m wide_tf.checks.hardware_fit --config=configs/wrn.py:check --table
 } > $out

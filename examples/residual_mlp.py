@@ -7,9 +7,9 @@ is the plain MLP's, and the budget solver finds the same widths.
 
 `model.arch` names this module (importable: run from the repository root, or put it on
 PYTHONPATH); wide_tf imports it before the config checks and registers `SPEC` under that name
-(wide_tf/spec/architectures.py, `ensure`). The module defines two things:
+(wide_tf/schema/architectures.py, `ensure`). The module defines two things:
 
-  SPEC         an Architecture (wide_tf.spec.architectures): the depths that exist, the exact
+  SPEC         an Architecture (wide_tf.schema.architectures): the depths that exist, the exact
                parameter count, the solver's width grid, member names. No TensorFlow here: the
                checks before a run import it.
   build_model  (depth, width, num_classes, input_shape, norm, ghost_batch_size, name) -> a
@@ -19,7 +19,7 @@ PYTHONPATH); wide_tf imports it before the config checks and registers `SPEC` un
 
 from __future__ import annotations
 
-from wide_tf.spec import architectures
+from wide_tf.schema import architectures
 
 
 class ResidualMLP(architectures.MLP):

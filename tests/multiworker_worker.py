@@ -22,7 +22,7 @@ def main(strategy_name: str, out_path: str) -> dict:
     import ml_collections
 
     from wide_tf.engine.strategy import setup_runtime
-    from wide_tf.spec import defaults
+    from wide_tf.schema import defaults
 
     # First TensorFlow work of the program: MultiWorkerMirroredStrategy must be created before any
     # other op runs, or its collective runtime cannot be configured.

@@ -16,7 +16,7 @@ import pytest
 from wide_tf.engine import actions, interface, loop
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import Targets
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 ENGINE = pathlib.Path(__file__).resolve().parents[1] / "wide_tf" / "engine"
 SHARED = ("loop", "actions", "evaluation", "result", "targets", "state", "interface")

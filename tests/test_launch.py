@@ -293,7 +293,7 @@ def test_the_check_configs_fit_every_slice_of_the_launcher(config):
 
 def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake):
     # WRN-40-1.64 at batch 16,384 on a v5litepod-4: 4,096 examples per chip need 16.9 GB of
-    # activations in bfloat16 (wide_tf/spec/memory.py), more than 85% of its 16 GB.
+    # activations in bfloat16 (wide_tf/schema/memory.py), more than 85% of its 16 GB.
     where = ["--accelerator=v5litepod-4", "--zone=us-west4-a"]
     p, calls = fake(*REQUIRED, *where)
     assert p.returncode == 2 and calls == []

@@ -18,25 +18,25 @@ PACKAGE = ROOT / "wide_tf"
 # upward. `study.lr_grid` is the one module above analysis's floor that analysis and report read:
 # it is the learning-rate protocol, TensorFlow-free, shared by the trainer's planner and the cells.
 ALLOWED = {
-    "spec": set(),
-    "store": {"spec"},
-    "config": {"spec", "store"},
-    "engine": {"spec", "store"},
-    "study": {"spec", "store", "config", "engine"},
-    "analysis": {"spec", "store", "config", "study.lr_grid"},
-    "report": {"spec", "store", "config", "study.lr_grid", "analysis", "tf_start"},
-    "theory": {"spec", "store", "engine"},
-    "tools": {"spec", "store", "config", "engine", "study", "analysis", "report", "theory"},
+    "schema": set(),
+    "store": {"schema"},
+    "checks": {"schema", "store"},
+    "engine": {"schema", "store"},
+    "study": {"schema", "store", "checks", "engine"},
+    "analysis": {"schema", "store", "checks", "study.lr_grid"},
+    "report": {"schema", "store", "checks", "study.lr_grid", "analysis", "tf_start"},
+    "theory": {"schema", "store", "engine"},
+    "tools": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
     # errors.py turns any exception into one line, so it names every layer's error classes; like
     # main it sits on top, and nothing but main imports it.
-    "errors": {"spec", "store", "config", "engine", "study", "analysis", "report", "theory"},
-    "tf_start": {"spec"},  # TensorFlow's quiet import reads the GPU probe
+    "errors": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
+    "tf_start": {"schema"},  # TensorFlow's quiet import reads the GPU probe
 }
 # Layers that must run without TensorFlow: the checks before a run, the planner, the analysis,
 # and what the parent of --workers=N supervises with (the workdir, the trials, the progress).
 TF_FREE = (
-    "spec",
-    "config",
+    "schema",
+    "checks",
     "analysis",
     "study.lr_grid",
     "store",
@@ -112,17 +112,17 @@ def test_a_planted_upward_import_is_caught(tmp_path):
     # A copy of two modules, one of which reaches up a layer: the rule must see it.
     pkg = tmp_path / "wide_tf"
     (pkg / "engine").mkdir(parents=True)
-    (pkg / "spec").mkdir()
-    for p in (pkg, pkg / "engine", pkg / "spec"):
+    (pkg / "schema").mkdir()
+    for p in (pkg, pkg / "engine", pkg / "schema"):
         (p / "__init__.py").write_text("")
-    (pkg / "spec" / "plan.py").write_text("from wide_tf.engine import train\n")
+    (pkg / "schema" / "plan.py").write_text("from wide_tf.engine import train\n")
     (pkg / "engine" / "train.py").write_text("from wide_tf.study import scheduler\n")
     (pkg / "study").mkdir()
     (pkg / "study" / "__init__.py").write_text("")
-    (pkg / "study" / "scheduler.py").write_text("from wide_tf.spec import plan\n")
+    (pkg / "study" / "scheduler.py").write_text("from wide_tf.schema import plan\n")
     assert violations(pkg) == [
         "wide_tf.engine.train imports wide_tf.study.scheduler",
-        "wide_tf.spec.plan imports wide_tf.engine.train",
+        "wide_tf.schema.plan imports wide_tf.engine.train",
     ]
 
 

@@ -23,11 +23,11 @@ UNUSED_BY_DESIGN = {
     "wide_tf/analysis/stats/meta.py:tau2_dl",
     # The averaged two-batch estimate with its standard error, documented in docs/prediction.md.
     "wide_tf/engine/measure/noise_scale.py:averaged_estimate",
-    # The schema's required fields (a fact of spec/result.py that its tests read).
-    "wide_tf/spec/result.py:REQUIRED",
-    # spec/datasets.py's loaders are being made to drive engine/sources.py (a data set's entry
+    # The schema's required fields (a fact of schema/result.py that its tests read).
+    "wide_tf/schema/result.py:REQUIRED",
+    # schema/datasets.py's loaders are being made to drive engine/sources.py (a data set's entry
     # names its loader: issue 33 item 3, another change).
-    "wide_tf/spec/datasets.py:LOADERS",
+    "wide_tf/schema/datasets.py:LOADERS",
 }
 # Paths named on purpose although they do not exist (an example of a typo and its message).
 NAMED_BUT_ABSENT = {"docs/troubleshooting.md: configs/mpl.py"}

@@ -13,8 +13,8 @@ import os
 import re
 import sys
 
-from wide_tf.config import loader, validate
-from wide_tf.spec import families
+from wide_tf.checks import loader, validate
+from wide_tf.schema import families
 
 
 def one_line(text) -> str:

@@ -5,7 +5,7 @@ makes one call: a study, a single run, the theory check, or a suite of studies (
 
 Bad input ends in one line on stderr (wide_tf/errors.py), with exit status 2 for a usage error and
 1 for a runtime error; `--verbose` shows the traceback instead. The config, the overrides and the
-workdir are checked (wide_tf/config/validate.py) before TensorFlow is imported, and TensorFlow's
+workdir are checked (wide_tf/checks/validate.py) before TensorFlow is imported, and TensorFlow's
 C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
-from wide_tf.config import dry_run, validate
+from wide_tf.checks import dry_run, validate
 from wide_tf.engine import preemption
 from wide_tf.study import workers
 

@@ -48,7 +48,7 @@ def import_tensorflow(verbose: bool) -> None:
 
         return
     if _USER_TF_LOG_LEVEL is None:
-        from wide_tf.spec import hardware
+        from wide_tf.schema import hardware
 
         os.environ["TF_CPP_MIN_LOG_LEVEL"] = "2" if hardware.gpu_devices_present() else "3"
     try:

@@ -284,7 +284,7 @@ def test_report_without_history_says_what_to_set(tmp_path):
 
 
 def test_predict_configs_pass_validation(tmp_path):
-    from wide_tf.config import loader, validate
+    from wide_tf.checks import loader, validate
 
     for spec in ("configs/mlp.py:predict", "configs/wrn.py:predict_local"):
         validate.check_config(loader.load_config(spec))

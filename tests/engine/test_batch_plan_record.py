@@ -7,8 +7,8 @@ import json
 from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine import train
 from wide_tf.engine.steps import BatchPlan
-from wide_tf.spec import defaults
-from wide_tf.spec import result as result_schema
+from wide_tf.schema import defaults
+from wide_tf.schema import result as result_schema
 
 
 def test_the_plan_describes_itself_against_the_schema():

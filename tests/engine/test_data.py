@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 
 from wide_tf.engine import data, sources
 from wide_tf.engine.stream import InMemoryTrainStream
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 
 @pytest.fixture(autouse=True)
@@ -92,7 +92,7 @@ def test_unknown_name_lists_choices():
 
 
 def test_the_spec_registry_declares_the_embedded_sets_as_they_load():
-    """spec/datasets.py states the sizes and shapes that the config checks use before any data is
+    """schema/datasets.py states the sizes and shapes that the config checks use before any data is
     read: they must be what the embedded sets give."""
     for name in ("mnist_embedded", "digits_embedded"):
         info = data.dataset_info(defaults.data_config(name))

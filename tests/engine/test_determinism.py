@@ -7,7 +7,7 @@ import keras
 import pytest
 
 from wide_tf.engine import train
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 TIMINGS = ("wall_time_s", "examples_per_s", "time_s")
 

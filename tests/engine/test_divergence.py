@@ -7,7 +7,7 @@ import math
 import re
 
 from wide_tf import report as report_lib
-from wide_tf.config import loader
+from wide_tf.checks import loader
 from wide_tf.study import scheduler
 
 

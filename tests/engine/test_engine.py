@@ -234,7 +234,7 @@ def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     x, y = _data()
-    from wide_tf.spec import defaults
+    from wide_tf.schema import defaults
 
     cfg = defaults.optim_config("momentum", base_lr=0.1)
     keras.utils.set_random_seed(0)

@@ -9,14 +9,14 @@ import math
 import numpy as np
 import pytest
 
-from wide_tf.config import loader
+from wide_tf.checks import loader
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import evaluation, snapshot, steps, train
 from wide_tf.engine.steps import WHOLE_PASS
 from wide_tf.engine.strategy import setup_runtime
-from wide_tf.spec import defaults
-from wide_tf.spec import result as result_schema
-from wide_tf.spec import targets as targets_lib
+from wide_tf.schema import defaults
+from wide_tf.schema import result as result_schema
+from wide_tf.schema import targets as targets_lib
 from wide_tf.study import trials as trials_lib
 
 

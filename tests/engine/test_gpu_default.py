@@ -4,9 +4,9 @@ not fit whole."""
 
 import pytest
 
-from wide_tf.config import loader
+from wide_tf.checks import loader
 from wide_tf.engine.strategy import Runtime, max_device_batch
-from wide_tf.spec import memory, rules
+from wide_tf.schema import memory, rules
 
 A100 = "NVIDIA A100-SXM4-40GB"
 
@@ -53,7 +53,7 @@ def test_an_unknown_gpu_is_capped_from_the_memory_its_driver_reports(monkeypatch
     memory is read (nvidia-smi, stubbed here as a 40 GiB device): the same cap as the table's A100
     at about that size; unreadable, the run is refused with a line naming the field."""
     from wide_tf.engine import strategy
-    from wide_tf.spec import hardware
+    from wide_tf.schema import hardware
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     smi = hardware.subprocess.CompletedProcess([], 0, f"{40 * 1024}\n", "")

@@ -11,7 +11,7 @@ import tensorflow_datasets as tfds
 from wide_tf.engine import data
 from wide_tf.engine.models import build_model
 from wide_tf.engine.steps import BatchPlan, Stepper
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 
 def _cfg(name="digits_embedded", **kw):

@@ -4,7 +4,7 @@ the batch's shapes (engine/reuse.py), and records exactly what a fresh build rec
 
 from wide_tf.engine import reuse, timing, train
 from wide_tf.engine.strategy import setup_runtime
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 
 def _config(batch: int):

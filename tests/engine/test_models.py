@@ -14,7 +14,7 @@ from wide_tf.engine.models import (
     build_wrn,
     make_norm_layer,
 )
-from wide_tf.spec import architectures, families
+from wide_tf.schema import architectures, families
 
 ALLOWED_LAYERS = {
     "InputLayer",

@@ -174,7 +174,7 @@ def test_main_runs_under_multi_worker(tmp_path):
     )
     got = json.loads((tmp_path / "mw" / "result.json").read_text())
 
-    from wide_tf.config.loader import load_config
+    from wide_tf.checks.loader import load_config
     from wide_tf.engine import train
 
     config = load_config("configs/mlp.py:single")

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine import optim, schedules
-from wide_tf.spec import defaults
-from wide_tf.spec import optimizers as optimizers_spec
+from wide_tf.schema import defaults
+from wide_tf.schema import optimizers as optimizers_spec
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference

@@ -6,7 +6,7 @@ import pytest
 
 from wide_tf.engine.result import describe_protocol
 from wide_tf.report import protocol
-from wide_tf.spec import defaults, fields, optimizers, schedules
+from wide_tf.schema import defaults, fields, optimizers, schedules
 
 
 def _config(opt: str, sched: str):

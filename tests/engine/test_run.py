@@ -14,8 +14,8 @@ from wide_tf.engine.result import describe_protocol
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.steps import Stepper
 from wide_tf.engine.summaries import MetricsWriter
-from wide_tf.spec import defaults, plan
-from wide_tf.spec import result as result_schema
+from wide_tf.schema import defaults, plan
+from wide_tf.schema import result as result_schema
 
 
 def _single(data="mnist_embedded", **train_overrides):
@@ -48,7 +48,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
         for ev in tf.compat.v1.train.summary_iterator(f):
             tags |= {v.tag for v in ev.summary.value}
     assert {
-        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (spec/events.py)
+        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (schema/events.py)
         "accuracy",
         "learning_rate",
         "grad_norm",

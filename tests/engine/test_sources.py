@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.config import preflight
-from wide_tf.config.problems import RuntimeProblem
+from wide_tf.checks import preflight
+from wide_tf.checks.problems import RuntimeProblem
 from wide_tf.engine import data, sources
-from wide_tf.spec import datasets, defaults, identity
+from wide_tf.schema import datasets, defaults, identity
 
 
 def write_idx(path, array):

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine.strategy import StrategyError, setup_runtime
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 
 @pytest.fixture(autouse=True)

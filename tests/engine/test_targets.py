@@ -15,7 +15,7 @@ from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.state import RunState
 from wide_tf.engine.strategy import setup_runtime
 from wide_tf.engine.targets import interpolated_crossing
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 TARGET_KEYS = {
     "metric",

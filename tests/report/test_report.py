@@ -16,7 +16,7 @@ from helpers import add_second_target
 from wide_tf import report
 from wide_tf.analysis import verdict
 from wide_tf.engine.result import describe_protocol
-from wide_tf.spec import defaults
+from wide_tf.schema import defaults
 
 N_TRAIN = 4096
 BATCHES = (32, 64, 128, 256, 512)
@@ -44,7 +44,7 @@ def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> floa
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
     """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds. Whole
-    records (spec/result.py's schema): the report leaves out any other."""
+    records (schema/result.py's schema): the report leaves out any other."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:

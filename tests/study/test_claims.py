@@ -16,7 +16,7 @@ import time
 import pytest
 from helpers import REPO, env, start_main
 
-from wide_tf.config.loader import load_config
+from wide_tf.checks.loader import load_config
 from wide_tf.store import claims
 from wide_tf.study import trials as trials_lib
 

@@ -86,8 +86,8 @@ def test_a_results_entry_that_cannot_be_read_is_skipped_with_a_named_warning(tmp
 def test_a_partial_record_is_named_in_the_console_before_the_study_starts(tmp_path):
     """A partial record set aside was said only in a worker's log; the checks before a run (whose
     warnings main prints) name it, and an unreadable entry too."""
-    from wide_tf.config import preflight
-    from wide_tf.config.loader import load_config
+    from wide_tf.checks import preflight
+    from wide_tf.checks.loader import load_config
 
     (tmp_path / "results").mkdir()
     (tmp_path / "results" / "t1.json").write_text('{"trial_id": "t1"}')
@@ -100,8 +100,8 @@ def test_a_partial_record_is_named_in_the_console_before_the_study_starts(tmp_pa
 def test_eval_batch_is_part_of_the_study_but_not_of_trial_ids():
     """train.eval_batch was declared operational yet changes the last bits of the evaluations'
     losses: a workdir refuses another eval_batch; trial ids stay as before (existing studies)."""
-    from wide_tf.config.loader import load_config
-    from wide_tf.spec import identity
+    from wide_tf.checks.loader import load_config
+    from wide_tf.schema import identity
     from wide_tf.study import trials as trials_lib
 
     a, b = load_config("configs/mlp.py:smoke"), load_config("configs/mlp.py:smoke")
@@ -118,7 +118,7 @@ def test_an_empty_shard_says_that_it_runs_nothing(caplog):
     saying so."""
     import logging
 
-    from wide_tf.config.loader import load_config
+    from wide_tf.checks.loader import load_config
     from wide_tf.study import progress
     from wide_tf.study import trials as trials_lib
 

@@ -8,7 +8,7 @@ import sys
 
 from helpers import REPO, env, run_main
 
-# Not results: the seconds, and the record of who ran it (spec/provenance.py: the command line
+# Not results: the seconds, and the record of who ran it (schema/provenance.py: the command line
 # differs between the reference, the killed runs and the rerun).
 TIMINGS = ("wall_time_s", "examples_per_s", "time_s", "provenance")
 # --workers=1: the kill hooks are planted in this process (the worker processes of the default

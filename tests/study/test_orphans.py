@@ -11,8 +11,8 @@ import time
 import pytest
 from helpers import run_main, start_main
 
-from wide_tf.config import validate
-from wide_tf.config.loader import load_config
+from wide_tf.checks import validate
+from wide_tf.checks.loader import load_config
 from wide_tf.study import workers
 
 SMOKE = ["--config=configs/mlp.py:smoke"]

@@ -6,7 +6,7 @@ import glob
 import json
 import os
 
-from wide_tf.spec import provenance
+from wide_tf.schema import provenance
 
 FIELDS = ("wide_tf", "command", "python", "tensorflow", "keras", "numpy", "machine", "env")
 

@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 
-from wide_tf.config import validate
-from wide_tf.config.loader import load_config
+from wide_tf.checks import validate
+from wide_tf.checks.loader import load_config
 from wide_tf.study import scheduler, workers
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

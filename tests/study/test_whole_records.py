@@ -1,4 +1,4 @@
-"""Whole records only (issue 25): a result file that is not a whole record against spec/result.py
+"""Whole records only (issue 25): a result file that is not a whole record against schema/result.py
 does not count as done; the scheduler moves it aside (one line naming it) and runs its trial
 again, and the progress counts it as not done."""
 
@@ -6,7 +6,7 @@ import json
 
 from absl import logging
 
-from wide_tf.config.loader import load_config
+from wide_tf.checks.loader import load_config
 from wide_tf.store import workdir as wd
 from wide_tf.study import scheduler as study
 

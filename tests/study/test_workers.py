@@ -14,8 +14,8 @@ import time
 import pytest
 from helpers import REPO, comparable, env, run_main, start_main
 
-from wide_tf.config import validate
-from wide_tf.config.loader import load_config
+from wide_tf.checks import validate
+from wide_tf.checks.loader import load_config
 from wide_tf.store import claims
 from wide_tf.store import workdir as wd
 from wide_tf.study import scheduler as study

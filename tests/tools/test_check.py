@@ -5,7 +5,7 @@ written to the workdir and read back; the TPU runtime as the environment and the
 
 import pytest
 
-from wide_tf.config import loader
+from wide_tf.checks import loader
 from wide_tf.tools import check
 
 

@@ -1,9 +1,9 @@
 """docs/options.md's table of every field is the field registry's (issue 33): a field added to
-spec/fields.py without regenerating the doc fails here."""
+schema/fields.py without regenerating the doc fails here."""
 
 import dataclasses
 
-from wide_tf.spec import fields
+from wide_tf.schema import fields
 from wide_tf.tools import options_table
 
 

@@ -21,8 +21,8 @@ import math
 from collections.abc import Iterable, Sequence
 
 from wide_tf.analysis import critical_batch as cb
-from wide_tf.spec import plan as plan_lib
-from wide_tf.spec.targets import comparison
+from wide_tf.schema import plan as plan_lib
+from wide_tf.schema.targets import comparison
 from wide_tf.study import lr_grid
 
 STATUSES = ("reached", "not_reached", "diverged")
@@ -128,7 +128,7 @@ def _finite(v) -> float | None:
 
 def budget_steps(rec: dict) -> float | None:
     """The steps a run was given: recorded by simulated runs (`budget_steps`), else recomputed from
-    its protocol by the trainer's rule (`wide_tf.spec.plan.budget_steps`), else the
+    its protocol by the trainer's rule (`wide_tf.schema.plan.budget_steps`), else the
     steps it ran."""
     if rec.get("budget_steps"):
         return float(rec["budget_steps"])

@@ -22,7 +22,7 @@ import numpy as np
 
 from wide_tf.analysis.study_noise import NoiseSummary, summarize
 from wide_tf.analysis.study_noise import read_records as _records
-from wide_tf.spec.cli import UsageParser, integer
+from wide_tf.schema.cli import UsageParser, integer
 
 __all__ = ["NoiseSummary", "summarize", "simulated", "main"]
 

@@ -3,7 +3,7 @@ per member, B_simple measured at every evaluation), and its cost against the ful
 from the configs alone (docs/prediction.md, "The predict study").
 
 Configs import this module before TensorFlow starts, so it imports nothing heavy: the spec's budget
-rule, and `wide_tf.config.validate` (TensorFlow-free) only inside the functions that need a data
+rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a data
 set's size.
 
     python -m wide_tf.analysis.predict_study --config=configs/mlp.py:local   # what its predict
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from wide_tf.spec import plan as plan_lib
+from wide_tf.schema import plan as plan_lib
 
 # ----------------------------------------------------------------------------------------------
 # The predict study: any study config, one small batch per member
@@ -70,7 +70,7 @@ def as_predict_config(
 
 
 def _num_train(config) -> int | None:
-    from wide_tf.config import validate  # TensorFlow-free: the sizes of the known data sets
+    from wide_tf.checks import validate  # TensorFlow-free: the sizes of the known data sets
 
     try:
         return validate.dataset_facts(config)[0]
@@ -157,7 +157,7 @@ def cost_lines(config, spec: str = "the study") -> list[str]:
     to its budget: an upper bound) and, for a WRN, v4 chip-hours on docs/tpu.md's cost model."""
     import copy
 
-    from wide_tf.config import validate
+    from wide_tf.checks import validate
 
     n_train = validate.dataset_facts(config)[0]
     full = plan(config, n_train)
@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--config", required=True, help="a study config (configs/wrn.py)")
     args = ap.parse_args(argv)
-    from wide_tf.config import loader, validate
+    from wide_tf.checks import loader, validate
 
     try:
         config = loader.load_config(args.config)

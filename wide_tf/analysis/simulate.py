@@ -47,9 +47,9 @@ from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
 from wide_tf.analysis.stats.generators import Truth
-from wide_tf.spec import fields
-from wide_tf.spec import plan as plan_lib
-from wide_tf.spec.cli import UsageParser, integer, number
+from wide_tf.schema import fields
+from wide_tf.schema import plan as plan_lib
+from wide_tf.schema.cli import UsageParser, integer, number
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -75,8 +75,8 @@ class Design:
 
 def design_from_config(spec: str = DEFAULT_CONFIG) -> Design:
     """The design of a study config (members resolved as the study resolves them; no TensorFlow)."""
-    from wide_tf.config import loader, validate
-    from wide_tf.spec import families
+    from wide_tf.checks import loader, validate
+    from wide_tf.schema import families
 
     config = loader.load_config(spec)
     num_train, classes, shape, _ = validate.dataset_facts(config)

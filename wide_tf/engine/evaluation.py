@@ -25,7 +25,7 @@ import numpy as np
 
 from wide_tf.engine.interface import Evaluator
 from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.spec import targets as targets_lib
+from wide_tf.schema import targets as targets_lib
 
 # Metrics of the training set: a bounded pass over it can rule them out (their best reachable
 # value); the economy is off when a target is measured on another set.

@@ -12,7 +12,7 @@ from wide_tf.engine import result as result_lib
 from wide_tf.engine.evaluation import Economy
 from wide_tf.engine.interface import Checkpointer, Evaluator, Trainer
 from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.spec.targets import EVAL_METRICS
+from wide_tf.schema.targets import EVAL_METRICS
 from wide_tf.store import workdir as wd
 
 

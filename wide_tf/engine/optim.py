@@ -12,8 +12,8 @@ import tensorflow as tf
 from absl import logging
 
 from wide_tf.engine.schedules import build_schedule
-from wide_tf.spec import optimizers as optimizers_spec
-from wide_tf.spec.choices import TRUST_RATIO_FORMS
+from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema.choices import TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
 # from weight decay. By rank rather than by name: layer names change with the architecture, ranks
@@ -462,7 +462,7 @@ def _lamb(o, learning_rate, variables):
     return _decay_excluded(opt, variables)
 
 
-# How to build each optimizer of the spec (spec/optimizers.py: its name, fields and momentum),
+# How to build each optimizer of the spec (schema/optimizers.py: its name, fields and momentum),
 # keyed in the spec's order; tests/engine/test_optim.py checks that every spec optimizer has a
 # builder.
 _BUILDERS = {

@@ -1,5 +1,5 @@
 """Owns the result record of a run (result.json), built against the one schema in
-wide_tf/spec/result.py from plain data (the config, the plan, the state, the backend's facts),
+wide_tf/schema/result.py from plain data (the config, the plan, the state, the backend's facts),
 and the protocol every record carries (describe_protocol)."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ from __future__ import annotations
 from wide_tf.engine import timing
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
-from wide_tf.spec import optimizers as optimizers_spec
-from wide_tf.spec import provenance
-from wide_tf.spec import result as schema
-from wide_tf.spec import schedules as schedules_spec
-from wide_tf.spec import targets as targets_lib
+from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema import provenance
+from wide_tf.schema import result as schema
+from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import targets as targets_lib
 
 _comparison = targets_lib.comparison
 
@@ -62,7 +62,7 @@ def describe_protocol(config) -> dict:
         # The gradient statistics: how often, and on how many examples (n of the batch bound).
         "gradient_every_examples": t.gradient_every_examples,
         "probe_size": t.probe_size,
-        # The optimizer's hyper-parameters as its registry entry declares them (spec/optimizers).
+        # The optimizer's hyper-parameters as its registry entry declares them (schema/optimizers).
         **optimizers_spec.protocol_block(o),
     }
 
@@ -139,7 +139,7 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "provenance": provenance.collect(),
     }
     unknown = set(values) - set(schema.NAMES)
-    assert not unknown, f"fields missing from wide_tf/spec/result.py: {sorted(unknown)}"
+    assert not unknown, f"fields missing from wide_tf/schema/result.py: {sorted(unknown)}"
     record = dict(trial)
     record.update({name: values[name] for name in schema.NAMES if name in values})
     record.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")

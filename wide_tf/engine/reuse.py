@@ -21,7 +21,7 @@ from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.snapshot import Snapshot
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
-from wide_tf.spec import datasets as datasets_spec
+from wide_tf.schema import datasets as datasets_spec
 
 # The config fields that do NOT change the traced program, so runs that differ only in them share
 # one: every other field, a new one included, is in the key and gets a new build. Each entry says

@@ -8,8 +8,8 @@ import math
 import keras
 import tensorflow as tf
 
-from wide_tf.spec.choices import SCALING_RULES
-from wide_tf.spec.choices import SCHEDULES as SCHEDULE_NAMES
+from wide_tf.schema.choices import SCALING_RULES
+from wide_tf.schema.choices import SCHEDULES as SCHEDULE_NAMES
 
 
 def scaled_learning_rate(

@@ -1,6 +1,6 @@
 """Where the examples come from: a prepared TFDS copy (checked before anything could download), the
 real data sets that Python packages ship, or idx files installed on this machine (both offline).
-One reader per loader of spec/datasets.py (`READERS`). Arrays only; engine/data.py makes the
+One reader per loader of schema/datasets.py (`READERS`). Arrays only; engine/data.py makes the
 pipelines."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import numpy as np
 import tensorflow as tf
 from absl import logging
 
-from wide_tf.spec import datasets as datasets_spec
+from wide_tf.schema import datasets as datasets_spec
 
 _spec = datasets_spec.get
 _SPLIT_SEED = 1806  # the embedded sets' fixed 80/20 stratified split

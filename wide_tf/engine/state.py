@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from wide_tf.spec import plan as plan_lib
+from wide_tf.schema import plan as plan_lib
 
 # With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
 DEFAULT_CHECKPOINT_MIN_S = 10.0

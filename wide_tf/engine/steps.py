@@ -17,7 +17,7 @@ from wide_tf.engine import data as data_lib
 from wide_tf.engine.accumulate import sq_norm
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
-from wide_tf.spec import rules
+from wide_tf.schema import rules
 
 # Scalars the training loop accumulates on the device between two host reads.
 TRAIN_SCALARS = (
@@ -67,7 +67,7 @@ class BatchPlan:
         return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
 
     def describe(self) -> dict:
-        """The plan as result.json records it (spec/result.py, BATCH_PLAN)."""
+        """The plan as result.json records it (schema/result.py, BATCH_PLAN)."""
         return {
             "max_device_batch": self.max_device_batch,
             "replicas": self.num_replicas,
@@ -162,7 +162,7 @@ class Stepper:
         input_spec=None,
     ):
         self.model = model
-        # The data set's spec (spec/datasets.Dataset): packed images (data.pack_images) are
+        # The data set's spec (schema/datasets.Dataset): packed images (data.pack_images) are
         # unpacked and normalised inside the step with its constants. None: float inputs only.
         self.input_spec = input_spec
         self.optimizer = optimizer

@@ -11,8 +11,8 @@ import keras
 import tensorflow as tf
 from absl import logging
 
-from wide_tf.spec import datasets, families, hardware, memory
-from wide_tf.spec.choices import PRECISIONS, STRATEGIES
+from wide_tf.schema import datasets, families, hardware, memory
+from wide_tf.schema.choices import PRECISIONS, STRATEGIES
 
 
 class StrategyError(RuntimeError):
@@ -183,9 +183,9 @@ def gpu_device(name: str, read_memory=hardware.gpu_memory_bytes) -> memory.Devic
         )
         return dev
     raise StrategyError(
-        f"GPU {name!r} is not in the memory table (wide_tf/spec/memory.py) and its memory could "
+        f"GPU {name!r} is not in the memory table (wide_tf/schema/memory.py) and its memory could "
         f"not be read ({source}); set --config.train.max_device_batch to the examples one "
-        f"micro-batch may hold on it (python -m wide_tf.config.hardware_fit --table lists them "
+        f"micro-batch may hold on it (python -m wide_tf.checks.hardware_fit --table lists them "
         f"per GPU of the table), or add the GPU to DEVICES"
     )
 
@@ -207,7 +207,7 @@ def tensor_float_32(platform: str, policy: str) -> bool:
 
 def max_device_batch(config, runtime: Runtime, device_name: str | None = None) -> int:
     """train.max_device_batch as the config gives it; on a GPU with none (0), the memory model's
-    largest micro-batch of this run's model on that GPU (wide_tf.spec.memory, the GPU found by
+    largest micro-batch of this run's model on that GPU (wide_tf.schema.memory, the GPU found by
     its CUDA name, else by the memory its driver reports: gpu_device), logged in one line, when
     the replica's batch does not fit whole (0 when it does). One worker per GPU holds the whole
     batch otherwise, which runs out of memory at the paper's batches."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from wide_tf.engine import data
-from wide_tf.spec import datasets as datasets_spec
+from wide_tf.schema import datasets as datasets_spec
 
 
 class InMemoryTrainStream:

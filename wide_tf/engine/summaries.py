@@ -1,5 +1,5 @@
 """Owns where a run's numbers go: TensorBoard scalars (train/, train_set/ and test/ events, one
-tag set: spec/events.py), metrics.jsonl and the run's log lines (MetricsWriter)."""
+tag set: schema/events.py), metrics.jsonl and the run's log lines (MetricsWriter)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from wide_tf.spec import events
+from wide_tf.schema import events
 from wide_tf.store import workdir as wd
 
 
 class MetricsWriter:
     """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (a 'train' or
-    'eval' dict, each value to the run folder and tag spec/events.py gives it: accuracy and loss
+    'eval' dict, each value to the run folder and tag schema/events.py gives it: accuracy and loss
     overlay across train/, train_set/ and test/; non-finite values are skipped), `history`
     rewrites metrics.jsonl (one line per evaluation, atomically) and `log` writes the log line.
     Only the chief writes files; every worker logs. Adding a logged scalar is one key in a dict

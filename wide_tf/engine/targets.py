@@ -4,8 +4,8 @@ evaluations around it), and result.json's "targets" entries."""
 
 from __future__ import annotations
 
-from wide_tf.spec import targets as targets_lib
-from wide_tf.spec.rules import parse_target
+from wide_tf.schema import targets as targets_lib
+from wide_tf.schema.rules import parse_target
 
 _comparison = targets_lib.comparison
 

@@ -9,7 +9,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
-from wide_tf.spec import result as result_schema
+from wide_tf.schema import result as result_schema
 
 # What is timed, as the `kind` of an event: a run's start and end ("trial", "trial_end": zero
 # seconds, to mark the run's span), a host call of the training loop ("train", count: the steps it

@@ -19,7 +19,7 @@ from wide_tf.engine.steps import BatchPlan
 from wide_tf.engine.strategy import Runtime, setup_runtime
 from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.targets import Targets
-from wide_tf.spec import rules
+from wide_tf.schema import rules
 from wide_tf.store import workdir as wd
 
 __all__ = ["ConfigError", "clear_cache", "setup", "train_and_evaluate"]
@@ -86,7 +86,7 @@ def new_model(config, info):
 def _log(message: str, *args, warning: bool = False) -> None:
     """Writes one of the run's log lines (all of them, the loop's too, through MetricsWriter.log):
     from here, so that absl's prefix names train.py, as it did before the run was split into
-    modules (tests/config/test_errors.py looks for it in a run's output)."""
+    modules (tests/checks/test_errors.py looks for it in a run's output)."""
     (logging.warning if warning else logging.info)(message, *args)
 
 

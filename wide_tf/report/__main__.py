@@ -12,7 +12,7 @@ import sys
 
 from wide_tf import tf_start
 from wide_tf.report.protocol import ReportError, eps_problem
-from wide_tf.spec.cli import UsageParser
+from wide_tf.schema.cli import UsageParser
 
 PROG = "python -m wide_tf.report"
 FIX_WORKDIR = "pass the workdir of a study, e.g. --workdir=runs/mlp_local"

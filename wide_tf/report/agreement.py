@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     """`--workdir=DIR`: the prediction section of a finished study; with `--source=TEXT` (and
     `--study=NAME`), also its entry for docs/local_agreement.md. Bad flags: one line, exit 2; a
     workdir that is not a finished study: one line, exit 1."""
-    from wide_tf.spec.cli import UsageParser  # bad flags: one line, exit 2
+    from wide_tf.schema.cli import UsageParser  # bad flags: one line, exit 2
 
     ap = UsageParser(prog="python -m wide_tf.report.agreement", description=main.__doc__)
     ap.add_argument("--workdir", required=True, help="a finished study's workdir")

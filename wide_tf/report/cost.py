@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wide_tf.spec import result as result_schema
+from wide_tf.schema import result as result_schema
 
 _WHAT = {
     "setup": "models, optimizers and evaluation sets built or reset",

@@ -255,7 +255,7 @@ def md_edges(summaries) -> list[str]:
 
 
 def _partial_note(partial) -> str:
-    """The records that are not whole (spec/result.py): left out; a re-run runs their trials."""
+    """The records that are not whole (schema/result.py): left out; a re-run runs their trials."""
     if not partial:
         return ""
     more = f" and {len(partial) - 5} more" if len(partial) > 5 else ""

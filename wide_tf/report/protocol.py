@@ -10,10 +10,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
-from wide_tf.spec import fields, provenance
-from wide_tf.spec import optimizers as optimizers_spec
-from wide_tf.spec import schedules as schedules_spec
-from wide_tf.spec.targets import comparison
+from wide_tf.schema import fields, provenance
+from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
 _SWEEP_ROWS = (
@@ -43,7 +43,7 @@ class ReportError(RuntimeError):
 
 
 def eps_problem(eps) -> str | None:
-    """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (spec/fields.py): a
+    """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (schema/fields.py): a
     finite number in [MIN_EPS, MAX_EPS]; 0 puts the threshold on perfect scaling itself, nan made
     every table B_xnan, a negative one raised in the analysis, and 1e26 or 1e-320 wrote a report
     of nothing but censored bounds over the study's own (issue 38)."""
@@ -304,7 +304,7 @@ PROVENANCE_LABELS = (
 
 
 def provenance_rows(config: dict | None, records: list[dict]) -> list[tuple[str, str]]:
-    """Where the numbers came from (spec/provenance.py): from the trials' records (where they
+    """Where the numbers came from (schema/provenance.py): from the trials' records (where they
     differ, how), else from config.json (the process that started the study)."""
     recorded = [r["provenance"] for r in records if isinstance(r.get("provenance"), dict)]
     source = ""

@@ -7,7 +7,7 @@ import csv
 import io
 import math
 
-from wide_tf.spec.targets import EVAL_METRICS
+from wide_tf.schema.targets import EVAL_METRICS
 from wide_tf.store import workdir as wd
 
 TRIAL_COLUMNS = [

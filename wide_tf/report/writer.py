@@ -35,7 +35,7 @@ VERDICT = "verdict.txt"  # the verdict's headline sentence, one line per archite
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, whole records, number of unreadable result records). A record that
-    is not whole against spec/result.py's schema (a stub, one missing its numbers) is no finished
+    is not whole against schema/result.py's schema (a stub, one missing its numbers) is no finished
     trial: it is left out (see `read_workdir_partial`)."""
     config, records, bad, _ = read_workdir_partial(workdir)
     return config, records, bad

@@ -1,4 +1,5 @@
 """The workdir on disk or GCS: its layout, atomic writes, result records and group claims.
 
-Every layer above spec may read and write the workdir through this package; it imports only spec.
+Every layer above schema may read and write the workdir through this package; it imports only
+schema.
 """

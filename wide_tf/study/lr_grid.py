@@ -26,7 +26,7 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from wide_tf.spec.targets import lower_is_better
+from wide_tf.schema.targets import lower_is_better
 
 TUNE = "tune"
 CONFIRM = "confirm"

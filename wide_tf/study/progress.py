@@ -9,7 +9,7 @@ import statistics
 
 from absl import logging
 
-from wide_tf.spec import families
+from wide_tf.schema import families
 from wide_tf.study import lr_grid
 from wide_tf.study.trials import Trial, expand_group, in_shard
 

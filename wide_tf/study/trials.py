@@ -11,7 +11,7 @@ import json
 
 import ml_collections
 
-from wide_tf.spec import datasets, families, identity, provenance
+from wide_tf.schema import datasets, families, identity, provenance
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 

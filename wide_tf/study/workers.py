@@ -33,8 +33,8 @@ import tempfile
 import time
 import uuid
 
-from wide_tf.config import validate
-from wide_tf.spec import hardware, provenance
+from wide_tf.checks import validate
+from wide_tf.schema import hardware, provenance
 from wide_tf.study import trials as trials_lib
 from wide_tf.study import worker_boot
 

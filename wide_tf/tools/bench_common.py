@@ -15,7 +15,7 @@ import tensorflow as tf  # noqa: E402
 
 from wide_tf.engine import optim as optim_lib  # noqa: E402
 from wide_tf.engine.models import build_model  # noqa: E402
-from wide_tf.spec import defaults  # noqa: E402
+from wide_tf.schema import defaults  # noqa: E402
 
 # The repository (configs/, the package's parent): wide_tf/tools/bench_common.py is 3 levels down.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

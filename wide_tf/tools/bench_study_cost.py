@@ -15,8 +15,8 @@ import os
 import tempfile
 import time
 
-from wide_tf.config import loader
-from wide_tf.spec import result as result_schema
+from wide_tf.checks import loader
+from wide_tf.schema import result as result_schema
 from wide_tf.study import trials as trials_lib
 from wide_tf.tools.bench_common import REPO
 from wide_tf.tools.compare_records import record_key

@@ -20,8 +20,8 @@ import os
 import sys
 import time
 
-from wide_tf.config import hardware_fit, loader
-from wide_tf.spec import datasets, memory
+from wide_tf.checks import hardware_fit, loader
+from wide_tf.schema import datasets, memory
 
 STEPS_FIRST = 3  # the compiled program's first call: trace, compile, 3 steps
 STEPS_TIMED = 20

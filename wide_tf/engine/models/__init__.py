@@ -1,4 +1,4 @@
-"""Model builders of the width study, one per architecture of `wide_tf.spec.architectures`.
+"""Model builders of the width study, one per architecture of `wide_tf.schema.architectures`.
 
 `BUILDERS` maps an architecture's name to its Keras builder; the spec of the same name holds
 everything that needs no TensorFlow (depth rules, exact parameter count, naming), and a test
@@ -12,7 +12,7 @@ import keras
 from wide_tf.engine.models.mlp import build_mlp
 from wide_tf.engine.models.norm import GhostBatchNormalization, make_norm_layer
 from wide_tf.engine.models.resnet import build_wrn
-from wide_tf.spec import architectures
+from wide_tf.schema import architectures
 
 __all__ = [
     "BUILDERS",
@@ -42,7 +42,7 @@ def build_model(
     name: str | None = None,
 ) -> keras.Model:
     """A functional Keras model with float32 logits, e.g. arch 'mlp' (width = units) or 'wrn'
-    (width = widening factor k); `wide_tf.spec.families.param_count` is its exact trainable
+    (width = widening factor k); `wide_tf.schema.families.param_count` is its exact trainable
     count."""
     spec = architectures.ensure(arch)  # a model from outside the package: its module's builder
     width = spec.canonical_width(width)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from wide_tf.engine.models.norm import make_norm_layer
-from wide_tf.spec.architectures import MLP_SPEC as MLP
+from wide_tf.schema.architectures import MLP_SPEC as MLP
 
 
 def build_mlp(
@@ -21,7 +21,7 @@ def build_mlp(
 
     With a normalisation layer the hidden Dense layers have no bias: the norm subtracts the mean,
     which cancels a bias, and its beta plays that role (so no dead parameters are counted).
-    `MLP.param_count` in wide_tf.spec.architectures is the closed form of the trainable count.
+    `MLP.param_count` in wide_tf.schema.architectures is the closed form of the trainable count.
     """
     MLP.check_depth(depth)
     width = MLP.canonical_width(width) if depth else int(width)  # depth 0: width plays no part

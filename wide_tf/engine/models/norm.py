@@ -9,7 +9,7 @@ import threading
 import keras
 import tensorflow as tf
 
-from wide_tf.spec.architectures import check_norm
+from wide_tf.schema.architectures import check_norm
 
 # Moving-average momentum and epsilon shared by batch norm and ghost batch norm, so that switching
 # between them changes only how training-mode statistics are grouped. Momentum 0.9 (not Keras's

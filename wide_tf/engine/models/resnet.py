@@ -5,12 +5,12 @@ from __future__ import annotations
 import keras
 
 from wide_tf.engine.models.norm import make_norm_layer
-from wide_tf.spec.architectures import WRN_SPEC as WRN
+from wide_tf.schema.architectures import WRN_SPEC as WRN
 
 
 def _conv(filters, kernel, stride, name):
     # No bias: every conv feeds a normalisation layer (or, with norm='none', the count must match
-    # the closed form in wide_tf.spec.architectures, which has none either).
+    # the closed form in wide_tf.schema.architectures, which has none either).
     return keras.layers.Conv2D(
         filters,
         kernel,
@@ -56,7 +56,7 @@ def build_wrn(
     round(32k), round(64k) channels (strides 1, 2, 2), final BN-ReLU, global average pool, logits.
 
     `width` is the multiplier k and may be fractional (see `WideResNet.channels` in
-    wide_tf.spec.architectures, whose `param_count` is the closed form of the trainable count).
+    wide_tf.schema.architectures, whose `param_count` is the closed form of the trainable count).
     """
     n = WRN.blocks_per_group(depth)
     channels = WRN.channels(width)

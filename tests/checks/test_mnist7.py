@@ -1,0 +1,31 @@
+"""configs/mlp.py:mnist7, the confirmatory study frozen before its first run: the design the
+design simulation was run on (docs/results.md) must be the design the study runs."""
+
+from wide_tf.analysis import simulate
+from wide_tf.checks import loader, validate
+
+
+def test_the_frozen_design_is_the_simulated_one():
+    config = loader.load_config("configs/mlp.py:mnist7")
+    validate.check_config(config)
+    assert (config.data.name, config.data.pool) == ("mnist_embedded", 4)
+    assert validate.dataset_facts(config)[:3] == (4000, 10, (7, 7, 1))
+    d = simulate.design_from_config("configs/mlp.py:mnist7")
+    assert d.widths == (80.0, 86.0, 94.0, 104.0, 119.0, 143.0, 195.0, 833.0)
+    assert d.depths == (8, 7, 6, 5, 4, 3, 2, 1)
+    assert d.batch_sizes == (8, 16, 32, 64, 128, 256, 500) and max(d.batch_sizes) == 4000 // 8
+    assert (d.tuning_seeds, d.confirm_seeds, d.lr_multipliers) == ((0, 1), (2, 3, 4), (0.5, 1, 2))
+    assert (d.max_lr_extensions, d.max_epochs, d.min_steps, d.eval_every_examples) == (
+        4,
+        30.0,
+        600,
+        400,
+    )
+    t = config.train
+    assert (t.target_metric, t.target_value, list(t.extra_targets), t.stop_at_target) == (
+        "train_accuracy",
+        0.95,
+        [],
+        True,
+    )
+    assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)

@@ -1,1 +1,0 @@
-"""Config files, command-line overrides and the checks made before TensorFlow starts."""
