@@ -16,7 +16,7 @@ import tensorflow as tf
 from wide_tf.engine import reuse, schedules, timing
 from wide_tf.engine.measure import TwoBatchNoiseScale
 from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.engine.steps import BatchPlan
+from wide_tf.engine.state import BatchPlan
 from wide_tf.store import workdir as wd
 
 
