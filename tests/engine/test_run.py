@@ -459,7 +459,7 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
 
 def test_compiled_probe_matches_the_host_measurement():
     from wide_tf.engine import data as data_lib
-    from wide_tf.engine import measure
+    from wide_tf.engine.measure import diversity
     from wide_tf.engine.models import build_model
 
     config = _single("digits_embedded", probe_size=300, probe_chunk=128)
@@ -468,7 +468,7 @@ def test_compiled_probe_matches_the_host_measurement():
         model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
     probe = GradientProbe(config, model, strategy)
     x, y = data_lib.load_arrays(config.data, "train", limit=300)
-    ref = measure.gradient_stats(model, x, y, chunk_size=128)
+    ref = diversity.gradient_stats(model, x, y, chunk_size=128)
     got = probe(model)
     for k in ("diversity", "batch_bound", "noise_scale"):
         assert got[k] == pytest.approx(float(ref[k]), rel=1e-4)

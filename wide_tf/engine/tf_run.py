@@ -14,9 +14,8 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine import reuse, schedules, timing
-from wide_tf.engine.measure import TwoBatchNoiseScale
-from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.engine.state import BatchPlan
+from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
+from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.store import workdir as wd
 
 

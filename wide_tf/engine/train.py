@@ -14,8 +14,7 @@ from wide_tf.engine import loop, tf_run, timing
 from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine.models import build_model
 from wide_tf.engine.reuse import clear_cache
-from wide_tf.engine.state import RunPlan
-from wide_tf.engine.state import BatchPlan
+from wide_tf.engine.state import BatchPlan, RunPlan
 from wide_tf.engine.strategy import Runtime, setup_runtime
 from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.targets import Targets
