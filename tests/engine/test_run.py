@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf.engine import reuse, timing, train
+from wide_tf.engine import compile_key, reuse, timing, train
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.result import describe_protocol
 from wide_tf.engine.state import RunPlan, RunState
@@ -286,7 +286,7 @@ def _changed(value):
 
 
 def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
-    """A config field not in reuse.KEY_EXCLUDED (a new one included) gets a new build; an excluded
+    """A config field not in compile_key.KEY_EXCLUDED (a new one included) gets a new build; an excluded
     one shares the kept build (that such a run equals a fresh one is the test above)."""
     from types import SimpleNamespace
 
@@ -302,7 +302,7 @@ def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
     base = _single("digits_embedded")
     checked = 0
     for section in ("model", "data", "optim", "train", "runtime"):
-        excluded = reuse.KEY_EXCLUDED.get(section, ())
+        excluded = compile_key.KEY_EXCLUDED.get(section, ())
         for name, value in base[section].items():
             if name == "decay_epochs":
                 continue  # below: its values are excluded, its length is not

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from wide_tf.schema.choices import SCALING_RULES
 from wide_tf.schema.choices import SCHEDULES as SCHEDULE_NAMES
@@ -93,7 +93,9 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_init_fraction = float(warmup_init_fraction)
         self.name = name
         self._vars = None
-        if variables:
+        if variables:  # the TensorFlow path's reuse (engine/reuse.py): TensorFlow variables
+            import tensorflow as tf
+
             only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
             self._vars = {
                 k: tf.Variable(
@@ -127,38 +129,49 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.boundaries = list(other.boundaries)
         self._vars["boundaries"].assign([float(b) for b in other.boundaries])
 
+    def numbers(self) -> dict:
+        """The schedule's numbers (float32 scalars; `boundaries` a vector), as `at` reads them."""
+        out = {k: float(getattr(self, k)) for k in self._NUMBERS}
+        out["boundaries"] = [float(b) for b in self.boundaries]
+        return out
+
     def _value(self, k):
         if self._vars is None:
-            return tf.constant(
-                getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32
+            return ops.convert_to_tensor(
+                getattr(self, k) if k != "boundaries" else self.boundaries, "float32"
             )
-        return tf.cast(self._vars[k], tf.float32)
+        return ops.cast(self._vars[k], "float32")
 
     def __call__(self, step):
-        with tf.name_scope(self.name):
-            s = tf.cast(step, tf.float32)
-            peak = self._value("peak_lr")
-            end = peak * self._value("end_lr_fraction")
-            w = self._value("warmup_steps")
-            t = tf.clip_by_value(
-                (s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0
-            )
-            if self.decay == "constant":
-                decayed = peak
-            elif self.decay == "cosine":
-                decayed = end + (peak - end) * 0.5 * (1.0 + tf.cos(math.pi * t))
-            elif self.decay == "polynomial":
-                decayed = end + (peak - end) * tf.pow(1.0 - t, self._value("power"))
-            else:  # multistep
-                if self.boundaries:
-                    n = tf.reduce_sum(tf.cast(s >= self._value("boundaries"), tf.float32))
-                else:
-                    n = tf.constant(0.0)
-                decayed = peak * tf.pow(self._value("decay_factor"), n)
-            # Warm-up while s < w (never when w = 0).
-            f0 = self._value("warmup_init_fraction")
-            warm = peak * (f0 + (1.0 - f0) * s / tf.maximum(w, 1.0))
-            return tf.where(s < w, warm, decayed)
+        return self.at(step, {k: self._value(k) for k in self._NUMBERS + ("boundaries",)})
+
+    def at(self, step, numbers: dict):
+        """The learning rate at optimizer step `step` with the schedule's numbers taken from
+        `numbers` (backend tensors or floats, keyed as `numbers()`): the JAX backend passes them
+        into its compiled step as arguments, so that one compilation serves every run of a
+        learning-rate grid, as the TensorFlow path's variables do."""
+        s = ops.cast(step, "float32")
+        peak = ops.cast(numbers["peak_lr"], "float32")
+        end = peak * numbers["end_lr_fraction"]
+        w = ops.cast(numbers["warmup_steps"], "float32")
+        t = ops.clip((s - w) / ops.maximum(numbers["total_steps"] - w, 1.0), 0.0, 1.0)
+        if self.decay == "constant":
+            decayed = peak
+        elif self.decay == "cosine":
+            decayed = end + (peak - end) * 0.5 * (1.0 + ops.cos(math.pi * t))
+        elif self.decay == "polynomial":
+            decayed = end + (peak - end) * ops.power(1.0 - t, numbers["power"])
+        else:  # multistep
+            if self.boundaries:
+                bounds = ops.cast(numbers["boundaries"], "float32")
+                n = ops.sum(ops.cast(s >= bounds, "float32"))
+            else:
+                n = ops.convert_to_tensor(0.0, "float32")
+            decayed = peak * ops.power(ops.cast(numbers["decay_factor"], "float32"), n)
+        # Warm-up while s < w (never when w = 0).
+        f0 = numbers["warmup_init_fraction"]
+        warm = peak * (f0 + (1.0 - f0) * s / ops.maximum(w, 1.0))
+        return ops.where(s < w, warm, decayed)
 
     def get_config(self):
         return dict(
