@@ -286,8 +286,8 @@ def _changed(value):
 
 
 def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
-    """A config field not in compile_key.KEY_EXCLUDED (a new one included) gets a new build; an excluded
-    one shares the kept build (that such a run equals a fresh one is the test above)."""
+    """A config field not in compile_key.KEY_EXCLUDED (a new one included) gets a new build; an
+    excluded one shares the kept build (that such a run equals a fresh one is the test above)."""
     from types import SimpleNamespace
 
     from wide_tf.engine.steps import BatchPlan

@@ -256,6 +256,8 @@ class Trainer:
         model = self.build.model
         noise = None if self.noise is None else self.noise.value
         layer = next((c for c in model.layers if c.weights), model)
+        peak = schedules.peak_learning_rate(self.config.optim, self.plan.batch)
+        probe = self.build.probe_chunks(self.config)[1] if self.plan.probe else None
         return {
             "model": model.name,
             "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),

@@ -10,7 +10,8 @@ import keras
 import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
-from wide_tf.engine.measure import diversity, per_example
+from wide_tf.engine.measure import diversity
+from wide_tf.engine.measure import per_example as per_example_lib
 from wide_tf.tools.bench_common import Case, _arrays, _median
 
 # The target for the fast path: one exact measurement costs at most this many train steps.
@@ -49,7 +50,7 @@ def _naive_seconds(model, x, y, subset: int, rounds: int) -> dict:
     for _ in range(rounds):
         for out, k in ((small, _NAIVE_BASE), (big, subset)):
             start = time.perf_counter()
-            per_example.per_example_grad_sq_norms_naive(model, x[:k], y[:k])
+            per_example_lib.per_example_grad_sq_norms_naive(model, x[:k], y[:k])
             out.append(time.perf_counter() - start)
     per_example = (min(big) - min(small)) / (subset - _NAIVE_BASE)
     if (
