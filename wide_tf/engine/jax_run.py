@@ -261,12 +261,8 @@ class Trainer:
         return {
             "model": model.name,
             "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-            "learning_rate": float(
-                schedules.peak_learning_rate(self.config.optim, self.plan.batch)
-            ),
-            "probe_examples": None
-            if not self.plan.probe
-            else self.build.probe_chunks(self.config)[1],
+            "learning_rate": float(peak),
+            "probe_examples": probe,
             "runtime": self.runtime.describe(),
             "dtype_policy": layer.dtype_policy.name,
             "batch_plan": self.batch_plan.describe(),
