@@ -1,5 +1,8 @@
 """Learning rates: the batch-size scaling rules, the peak rate of a run, and the warm-up/decay
-schedule (WarmupDecaySchedule) that every optimizer is given."""
+schedule (WarmupDecaySchedule) that every optimizer is given.
+
+The schedule is written in keras.ops and its numbers live in keras.Variables, so it runs under the
+TensorFlow and the JAX Keras backends; this module never imports TensorFlow."""
 
 from __future__ import annotations
 
@@ -54,8 +57,11 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     The cosine and polynomial decays reach `end` at total_steps and stay there.
     """
 
-    # The numbers of a schedule; with variables=True they live in tf.Variables that __call__ reads,
-    # so a traced training step serves every run of a learning-rate grid (assign_from).
+    # The numbers of a schedule; with variables=True they live in variables that __call__ reads,
+    # so a traced training step serves every run of a learning-rate grid (assign_from). Under
+    # TensorFlow a keras.Variable is a tf.Variable inside (created in the strategy's scope, with
+    # ONLY_FIRST_REPLICA aggregation as before); under JAX a jitted step reads them as constants
+    # unless it passes `variables` in as state (a keras.StatelessScope).
     _NUMBERS = (
         "peak_lr",
         "total_steps",
@@ -93,27 +99,23 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_init_fraction = float(warmup_init_fraction)
         self.name = name
         self._vars = None
-        if variables:  # the TensorFlow path's reuse (engine/reuse.py): TensorFlow variables
-            import tensorflow as tf
-
-            only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+        if variables:
+            held = dict(trainable=False, dtype="float32", aggregation="only_first_replica")
             self._vars = {
-                k: tf.Variable(
-                    float(getattr(self, k)),
-                    trainable=False,
-                    aggregation=only_first,
-                    name=f"{name}_{k}",
-                )
+                k: keras.Variable(float(getattr(self, k)), name=f"{name}_{k}", **held)
                 for k in self._NUMBERS
             }
-            self._vars["boundaries"] = tf.Variable(
-                [float(b) for b in self.boundaries],
-                dtype=tf.float32,
-                shape=[len(self.boundaries)],
-                trainable=False,
-                aggregation=only_first,
+            self._vars["boundaries"] = keras.Variable(
+                ops.convert_to_tensor([float(b) for b in self.boundaries], "float32"),
                 name=f"{name}_boundaries",
+                **held,
             )
+
+    @property
+    def variables(self) -> list:
+        """The variables holding the numbers (empty without variables=True): the state a JAX
+        step passes in to read new numbers without a retrace."""
+        return list(self._vars.values()) if self._vars else []
 
     def structure(self) -> tuple:
         """What a traced graph depends on besides the numbers held in variables."""
@@ -143,7 +145,8 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         return ops.cast(self._vars[k], "float32")
 
     def __call__(self, step):
-        return self.at(step, {k: self._value(k) for k in self._NUMBERS + ("boundaries",)})
+        with keras.name_scope(self.name):
+            return self.at(step, {k: self._value(k) for k in self._NUMBERS + ("boundaries",)})
 
     def at(self, step, numbers: dict):
         """The learning rate at optimizer step `step` with the schedule's numbers taken from
