@@ -11,7 +11,9 @@ import dataclasses
 import io
 import json
 import re
+import sys
 import time
+import types
 
 import jax
 import jax.numpy as jnp
@@ -27,6 +29,20 @@ from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.schema import datasets as datasets_spec
 from wide_tf.store import workdir as wd
+
+
+def _tensorboard_without_tensorflow() -> None:
+    """TensorBoard's event writer (engine/summaries.py) reaches files through
+    `tensorboard.compat.tf`, which imports TensorFlow whenever it is installed; the module
+    `tensorboard.compat.notf`, when importable, makes it use TensorBoard's own stub instead
+    (tensorboard/compat/__init__.py). Set here, for the JAX backend's processes only, and only
+    when TensorFlow is not loaded already. The stub's files are local ones (and S3): a gs://
+    workdir's event files need TensorFlow installed and a process that imported it."""
+    if "tensorflow" not in sys.modules and "tensorboard.compat.notf" not in sys.modules:
+        sys.modules["tensorboard.compat.notf"] = types.ModuleType("tensorboard.compat.notf")
+
+
+_tensorboard_without_tensorflow()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +82,21 @@ def setup_runtime(runtime_cfg) -> JaxRuntime:
     return runtime
 
 
+def set_random_seed(seed: int) -> None:
+    """keras.utils.set_random_seed (Python's, NumPy's and Keras's seeds) without TensorFlow's:
+    Keras seeds TensorFlow too whenever it is installed, importing it (keras/src/utils/
+    rng_utils.py, `if tf.available`), which a JAX run never needs. Keras then records TensorFlow
+    as unavailable for this process, which only its tf.data adapters read."""
+    blocked = "tensorflow" not in sys.modules
+    if blocked:
+        sys.modules["tensorflow"] = None  # an import of it raises ImportError meanwhile
+    try:
+        keras.utils.set_random_seed(int(seed))
+    finally:
+        if blocked:
+            del sys.modules["tensorflow"]
+
+
 def _numbers(schedule) -> dict:
     return {k: jnp.asarray(v, jnp.float32) for k, v in schedule.numbers().items()}
 
@@ -76,7 +107,7 @@ class _Build:
     def __init__(self, key, config, runtime, info, batch_plan, plan, new_model):
         self.key = key
         t = config.train
-        keras.utils.set_random_seed(t.seed)
+        set_random_seed(t.seed)
         self.model = new_model(config, info)
         self.schedule = schedules.build_schedule(
             config.optim, plan.batch, plan.steps_per_epoch, plan.total_steps
@@ -111,7 +142,7 @@ class _Build:
 
     def weights_for(self, seed: int, config, info, new_model) -> list:
         if seed not in self.init_weights:
-            keras.utils.set_random_seed(seed)
+            set_random_seed(seed)
             self.init_weights[seed] = [np.asarray(w.value) for w in new_model(config, info).weights]
         return self.init_weights[seed]
 
@@ -416,7 +447,7 @@ def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log
     holder = _Holder()
     weights = build.weights_for(config.train.seed, config, info, new_model)
     holder.state = build.stepper.initial_state(weights, build.optimizer_init)
-    keras.utils.set_random_seed(config.train.seed)
+    set_random_seed(config.train.seed)
     trainer = Trainer(config, runtime, batch_plan, plan, build, holder)
     checkpointer = Checkpointer(build, holder, workdir, chief, log)
     return Backend(trainer, Evaluator(config, build, holder), checkpointer, build)
