@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-OUT = sys.argv[1]
+OUT = ""  # the folder the checks write into: the command line's argument
 
 
 def tiny_config(**train):
@@ -157,6 +157,7 @@ def probe(out):
 
 
 if __name__ == "__main__":
+    OUT = sys.argv[1]
     found: dict = {}
     for check in (run_and_import_check, resume, parallel, probe):
         check(found)
