@@ -69,8 +69,10 @@ def resume(out):
     out["resume_equal"] = {k: resumed[k] == full[k] for k in keys}
 
 
-def parallel(out):
-    """The same three updates on 1 device, on 8 (shard_map) and on 8 with 2 micro-batches each."""
+def parallel(out, norm="none"):
+    """The same three updates on 1 device, on 8 (shard_map) and on 8 with 2 micro-batches each;
+    with ghost batch norm (virtual batches of 4, inside every micro-batch) the moving statistics
+    too."""
     import jax
 
     from wide_tf.engine import arrays, jax_data, jax_step, schedules, train
@@ -79,6 +81,7 @@ def parallel(out):
     from wide_tf.schema import datasets
 
     config = tiny_config()
+    config.model.norm, config.model.ghost_batch_size = norm, 4
     info = arrays.dataset_info(config.data)
     images, labels = arrays.train_arrays(config.data)
     spec = datasets.of(config.data)
@@ -116,15 +119,18 @@ def parallel(out):
         }
         data = jax.device_put((images, labels), stepper.replicated)
         state, scalars = stepper.train(state, data, block, 3, hyper)
-        results[name] = ([np.asarray(x) for x in state["trainable"]], scalars)
+        weights = [np.asarray(x) for x in state["trainable"] + state["non_trainable"]]
+        results[name] = (weights, scalars)
         results[name + "_plan"] = plan.describe()
     ref = results["one"][0]
+    tag = "" if norm == "none" else f"_{norm}"
     for name in ("eight", "eight_micro"):
         diff = max(float(np.max(np.abs(a - b))) for a, b in zip(ref, results[name][0]))
-        out[f"max_diff_{name}"] = diff
-        out[f"loss_{name}"] = results[name][1]["loss_sum"]
-        out[f"plan_{name}"] = results[name + "_plan"]
-    out["loss_one"] = results["one"][1]["loss_sum"]
+        out[f"max_diff_{name}{tag}"] = diff
+        out[f"loss_{name}{tag}"] = results[name][1]["loss_sum"]
+        out[f"plan_{name}{tag}"] = results[name + "_plan"]
+    out[f"loss_one{tag}"] = results["one"][1]["loss_sum"]
+    out[f"weights{tag}"] = len(ref)
     out["devices"] = len(jax.devices())
 
 
@@ -161,4 +167,5 @@ if __name__ == "__main__":
     found: dict = {}
     for check in (run_and_import_check, resume, parallel, probe):
         check(found)
+    parallel(found, norm="ghost")
     print("JSON " + json.dumps(found, default=str))

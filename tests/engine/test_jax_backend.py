@@ -62,6 +62,15 @@ def test_eight_devices_and_micro_batches_give_the_one_device_update(checks):
     assert found["loss_eight"] == pytest.approx(found["loss_one"], rel=1e-5)
 
 
+def test_ghost_batch_norm_is_exact_over_devices_and_micro_batches(checks):
+    """Virtual batches of 4 lie inside every replica's micro-batch: the weights and the moving
+    statistics (stepped once per update from the merged statistics) are the one-device ones."""
+    found, _ = checks
+    assert found["weights_ghost"] > found["weights"]  # the moving statistics are compared too
+    assert found["max_diff_eight_ghost"] < 1e-5
+    assert found["max_diff_eight_micro_ghost"] < 1e-5
+
+
 def test_the_jax_probe_agrees_with_tensorflows_on_the_same_weights(checks):
     found, out = checks
     import keras

@@ -9,6 +9,7 @@ threshold and the seed are arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import jax
@@ -40,6 +41,11 @@ _KEPT = ("grad_norm_sq", "update_norm_sq", "param_norm_sq")  # the last live ste
 def _sq(tree) -> jax.Array:
     leaves = jax.tree.leaves(tree)
     return sum(jnp.sum(jnp.square(x.astype(jnp.float32))) for x in leaves) if leaves else 0.0
+
+
+@contextlib.contextmanager
+def _nothing():
+    yield None
 
 
 def _index(variables, variable) -> int:
@@ -102,29 +108,36 @@ class JaxStepper:
         """One replica's (loss sum, hits, gradients of loss sum / global batch, |micro-batch
         gradient|^2 summed over micro-batches, new non-trainable values)."""
         plan = self.plan
+        deferred = plan.num_micro_batches > 1
+        layers: list = []  # the norm layers in call order, as the trace records them
 
         def loss_fn(tv, xb, yb):
-            logits, new_nt = self.model.stateless_call(tv, non_trainable, xb, training=True)
+            # Micro-batches: the norm layers record their statistics instead of stepping the
+            # moving averages; they are returned as outputs (a value computed under
+            # value_and_grad must leave it as one, never through a side channel).
+            with norm.deferred_statistics() if deferred else _nothing() as recorded:
+                logits, new_nt = self.model.stateless_call(tv, non_trainable, xb, training=True)
+            stats = []
+            if deferred:
+                layers[:] = [layer for layer, _, _ in recorded]
+                stats = [(mean, var) for _, mean, var in recorded]
             losses = per_example_loss(yb, logits)
             total = jnp.sum(losses)
-            return total / plan.global_batch, (total, jnp.sum(hits(yb, logits)), new_nt)
+            aux = (total, jnp.sum(hits(yb, logits)), new_nt, stats)
+            return total / plan.global_batch, aux
 
         grad_fn = jax.value_and_grad(loss_fn, has_aux=True)
         scale = (plan.global_batch / plan.micro_batch) ** 2
-        if plan.num_micro_batches == 1:
-            (_, (loss_sum, correct, new_nt)), grads = grad_fn(trainable, x, y)
+        if not deferred:
+            (_, (loss_sum, correct, new_nt, _)), grads = grad_fn(trainable, x, y)
             small = _sq(grads) * scale if self._two_batch else jnp.float32(0.0)
             return loss_sum, correct, grads, small, new_nt
         m = plan.num_micro_batches
         xs = x.reshape((m, plan.micro_batch) + x.shape[1:])
         ys = y.reshape((m, plan.micro_batch))
-        layers: list = []  # the norm layers in call order, as the trace records them
 
         def micro(carry, xy):
-            with norm.deferred_statistics() as recorded:
-                (_, (loss_i, correct_i, _)), g = grad_fn(trainable, *xy)
-            layers[:] = [layer for layer, _, _ in recorded]
-            stats = [(mean, var) for _, mean, var in recorded]
+            (_, (loss_i, correct_i, _, stats)), g = grad_fn(trainable, *xy)
             loss_sum, correct, grads, small = carry
             grads = jax.tree.map(jnp.add, grads, g)
             small = small + (_sq(g) * scale if self._two_batch else 0.0)
