@@ -158,7 +158,7 @@ def probe(out):
         weights, backend.build.optimizer_init
     )
     chunks, n = backend.build.probe_chunks(config)
-    s1, q, loss = backend.build.stepper.probe(backend.trainer.holder.state, chunks)
+    s1, q, loss = backend.build.probe.probe(backend.trainer.holder.state, chunks)
     out["probe"] = {"s1": s1, "q": q, "loss": loss, "n": n}
 
 

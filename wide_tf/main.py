@@ -67,9 +67,7 @@ _SUITE = flags.DEFINE_string(
     "suite", None, "A suite of studies instead of --config (configs/answer.py): WORKDIR/<study>/."
 )
 _VERBOSE = flags.DEFINE_bool(
-    "verbose",
-    False,
-    "On an error, show the Python traceback; also show TensorFlow's start-up lines.",
+    "verbose", False, "On an error, show the Python traceback; also TensorFlow's start-up lines."
 )
 
 
@@ -178,14 +176,12 @@ def _run(config, worker) -> None:
 
 
 def _finish(outcome) -> None:
-    """A study's end: its report when the study says it is due (the parent of --workers=N imports
-    TensorFlow here, for the report alone), then its failure or exit status."""
+    """A study's end: its report when due (TensorFlow imported here, for it alone; without
+    TensorFlow, the verdict only), then its failure or exit status."""
     if outcome.report_due and not _NO_REPORT.value:
-        tf_start.import_tensorflow(_VERBOSE.value)
-        from wide_tf import report
+        from wide_tf.report import headline
 
-        logging.info("Report: %s", report.write_report(_WORKDIR.value))
-        print(report.verdict_line(_WORKDIR.value), flush=True)  # the verdict in one sentence
+        headline.conclude(_WORKDIR.value, _VERBOSE.value)
     if outcome.failure is not None:
         raise outcome.failure
     if outcome.exit_code:

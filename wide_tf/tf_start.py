@@ -36,6 +36,13 @@ def tf_noise(line: str, level: int) -> bool:
     return line.startswith("To enable the following instructions:") and level >= 1
 
 
+def installed() -> bool:
+    """Whether TensorFlow can be imported here (the JAX backend's machines may lack it)."""
+    import importlib.util
+
+    return "tensorflow" in sys.modules or importlib.util.find_spec("tensorflow") is not None
+
+
 def import_tensorflow(verbose: bool) -> None:
     """Imports TensorFlow once, keeping its C++ start-up lines out of the output.
 

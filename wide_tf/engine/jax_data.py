@@ -37,7 +37,7 @@ class TrainOrder:
     def __init__(self, n: int, batch: int, seed: int, shuffle_buffer: int):
         if not 0 < batch:
             raise ValueError(f"need a positive global batch, got {batch}")
-        self.n, self.batch, self.seed, self.shuffle_buffer = int(n), int(batch), int(seed), 0
+        self.n, self.batch, self.seed = int(n), int(batch), int(seed)
         self.shuffle_buffer = int(shuffle_buffer)
         self._orders: dict[int, np.ndarray] = {}
 
@@ -59,11 +59,6 @@ class TrainOrder:
             index[mask] = self._order(int(e))[positions[mask] - int(e) * self.n]
         shape = (int(k), self.batch)
         return index.reshape(shape), epochs.astype(np.int32).reshape(shape)
-
-
-def train_set(data_cfg):
-    """(uint8 images [N, H, W, C], int32 labels [N]) of the training subset trained on."""
-    return arrays.train_arrays(data_cfg)
 
 
 def normalize(images, spec):

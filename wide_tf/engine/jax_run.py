@@ -128,6 +128,8 @@ class _Build:
             augment=config.data.augment,
             diagnostics=spec.diagnostics,
         )
+        self.evaluation = jax_step.JaxEvaluation(self.stepper)
+        self.probe = jax_step.JaxProbe(self.stepper)
         self.optimizer_init = [np.asarray(v.value) for v in self.optimizer.variables]
         self.init_weights = {t.seed: [np.asarray(w.value) for w in self.model.weights]}
         self.at_init: dict = {}
@@ -275,7 +277,7 @@ class Trainer:
             chunks, n = self.build.probe_chunks(self.config)
 
             def compute():
-                s1, q, _ = self.build.stepper.probe(self.holder.state, chunks)
+                s1, q, _ = self.build.probe.probe(self.holder.state, chunks)
                 stats = diversity.stats_from_norms([s1], q, n=n)
                 return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
@@ -327,7 +329,7 @@ class Evaluator:
         out = {}
         for k in names:
             with timing.timed("eval", self.holder.time_s) as timed:
-                got = self.build.stepper.evaluate(
+                got = self.build.evaluation.evaluate(
                     state, self.build.eval_sets[k], bound if k == "train" else None
                 )
                 timed["count"] = 0 if got is None else int(got["examples"])
