@@ -337,8 +337,12 @@ check_workdir() {
 }
 
 # The files on each worker, in the ssh user's home folder: the '~' is for the remote shell to expand.
+# One venv per backend: the install keeps a venv between launches, and tensorflow-cpu over a
+# tensorflow-tpu (both install the `tensorflow` package) would leave two TensorFlows in one folder.
 # shellcheck disable=SC2088
-readonly R_CHECKOUT="~/wide_tf" R_VENV="~/wide_tf_venv" R_ENV="~/wide_tf_env.sh" \
+if [[ "$BACKEND" == jax ]]; then R_VENV="~/wide_tf_venv_jax"; else R_VENV="~/wide_tf_venv"; fi
+# shellcheck disable=SC2088
+readonly R_CHECKOUT="~/wide_tf" R_VENV R_ENV="~/wide_tf_env.sh" \
   R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid" R_EXIT="~/wide_tf.exit"
 # Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process, else
 # "wide_tf: exited CODE" when the last run left its exit status, else "wide_tf: no run active".

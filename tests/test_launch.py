@@ -676,13 +676,15 @@ def _jax_install_is_clean(inst):
     """jax[tpu] pinned (its tpu extra brings libtpu), the package's requirements with TensorFlow's
     CPU wheel for gs:// files; no TPU build of TensorFlow, no libtpu index, no PJRT variables."""
     (pip,) = [step for step in inst.split("; ") if 'pip install -q "' in step]
-    assert pip.startswith(f"~/wide_tf_venv/bin/python -m pip install -q {JAX_PIN} ")
+    # its own venv: a VM reused from a TensorFlow launch keeps ~/wide_tf_venv's tensorflow-tpu
+    assert "uv venv --seed --python 3.11 ~/wide_tf_venv_jax;" in inst
+    assert pip.startswith(f"~/wide_tf_venv_jax/bin/python -m pip install -q {JAX_PIN} ")
     assert '"tensorflow-cpu==2.21.*"' in pip and "libtpu" not in pip and " -f " not in pip
     assert "tensorflow-tpu" not in inst and '"tensorflow==' not in inst
     assert "cloud-tpu-client" not in inst
     assert "PJRT_DEVICE" not in inst and "TF_XLA_FLAGS" not in inst and "TPU_NAME" not in inst
     assert inst.index(JAX_PIN) < inst.index('"keras==3.15.*"') < inst.index("--no-deps -e .")
-    assert "KERAS_BACKEND=jax ~/wide_tf_venv/bin/python -c 'import sys" in inst
+    assert "KERAS_BACKEND=jax ~/wide_tf_venv_jax/bin/python -c 'import sys" in inst
 
 
 @pytest.mark.parametrize(
