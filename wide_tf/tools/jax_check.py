@@ -64,6 +64,7 @@ def report(expected: int, strategy: str = "auto") -> int:
         f"{_memory(jax.local_devices()[0])}; policy {runtime.mixed_precision}",
         flush=True,
     )
+    print(f"wide_tf check: jax.devices() = {list(jax.devices())}", flush=True)
     mesh = Mesh(np.asarray(devices), ("data",))
     ones = jax.device_put(np.ones(len(devices), np.float32), NamedSharding(mesh, P("data")))
     total = jax.jit(
