@@ -680,6 +680,16 @@ def _jax_install_is_clean(inst):
     assert "uv venv --seed --python 3.11 ~/wide_tf_venv_jax;" in inst
     assert pip.startswith(f"~/wide_tf_venv_jax/bin/python -m pip install -q {JAX_PIN} ")
     assert '"tensorflow-cpu==2.21.*"' in pip and "libtpu" not in pip and " -f " not in pip
+    # setup.cfg's install_requires (read from it), TensorFlow as its CPU wheel at the same pin
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines()
+    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in wanted]
+    got = pip.split(f"{JAX_PIN} ", 1)[1].split()
+    assert got[: len(wanted)] == [f'"{r}"' for r in wanted]
     assert "tensorflow-tpu" not in inst and '"tensorflow==' not in inst
     assert "cloud-tpu-client" not in inst
     assert "PJRT_DEVICE" not in inst and "TF_XLA_FLAGS" not in inst and "TPU_NAME" not in inst
