@@ -47,6 +47,15 @@
 #     TensorFlow X.Y (Google: "use the TPU software version that matches the version of
 #     TensorFlow"), so one is derived from the other and a mismatch is refused.
 #
+# --backend=jax (docs/tpu.md, "JAX on Cloud TPU"): the run on Keras 3's JAX backend, the path
+#   Keras's own TPU CI tests. Google's JAX images on every host (tpu-ubuntu2204-base for v4 and
+#   older, v2-alpha-tpuv5-lite for v5e, v2-alpha-tpuv5 for v5p, v2-alpha-tpuv6e for v6e:
+#   cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX"); jax[tpu] pinned, whose tpu extra pins
+#   the libtpu it was built against; no tensorflow-tpu, no PJRT variables. A multi-host slice runs
+#   the same command on every worker with WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize()
+#   in engine/jax_run.py): one run over the slice; a study (a sweep) is refused there (each host
+#   would claim its own group), N x single host with --shards=N runs it.
+#
 # Tested without gcloud or a TPU (tests/test_launch.py: a fake gcloud records the calls); never
 # run against Cloud TPU by its authors.
 
@@ -59,11 +68,22 @@ readonly SELF REPO_DIR
 # The package's requirements on the VM: setup.cfg's install_requires (read from it, one home),
 # less tensorflow (the TPU build replaces it) and less the tensorboard pin (tensorflow-tpu pins its
 # own TensorBoard minor). A hand-kept copy here once lacked scipy.
-non_tf_deps() {
+requirements() {
   awk '/^install_requires[ \t]*=/ { on = 1; next }
        on && /^[^ \t#]/ { on = 0 }
-       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg" \
-    | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
+       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg"
+}
+non_tf_deps() {
+  requirements | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
+}
+# --backend=jax: the same requirements with TensorFlow's CPU-only wheel at the same pin
+# (tensorflow==2.21.* -> tensorflow-cpu==2.21.*, no CUDA libraries, never the TPU build). It is
+# not the JAX run's engine: a gs:// workdir is read and written through tf.io.gfile
+# (wide_tf/store/workdir.py), TensorBoard's event files on gs:// need it (engine/jax_run.py), the
+# report (wide_tf/report) and TFDS data sets (tensorflow-datasets, configs/wrn.py's CIFAR-10) use
+# it. It gets no PJRT variables, so it never opens the TPU, which JAX's libtpu holds.
+jax_deps() {
+  requirements | sed -E 's/^tensorflow([=<>~!; ]|$)/tensorflow-cpu\1/'
 }
 # google-cloud-storage on every VM (issue 38): with it, claims on gs:// are created atomically
 # (if_generation_match=0, wide_tf/store/claims.py); without it, two VMs sharing a bucket can both win
@@ -98,6 +118,13 @@ readonly EXIT_PREEMPTED=143  # wide_tf.main after SIGTERM (wide_tf/engine/preemp
 # tpu-vm-tf-2.20* image. Its '~=0.0.14' lets pip take any 0.0.x (0.0.52 in Dec 2026), so the
 # launcher pins the one it names. docs/tpu.md, "Matched TPU software", has the sources.
 readonly DEFAULT_TF_TPU=2.19.1
+# --backend=jax: jax[tpu] at the JAX this package's JAX path is tested with (0.10.2, its CPU suite;
+# the GPU image has 0.11). Its wheel's tpu extra pins the libtpu it goes with (Requires-Dist of
+# jax 0.10.2, read with `pip install --dry-run --no-deps --report - "jax[tpu]==0.10.2"`:
+# 'jaxlib<=0.10.2,>=0.10.2; extra == "tpu"', 'libtpu==0.0.42.*; extra == "tpu"'); libtpu 0.0.x
+# is on PyPI, no -f index (JAX's install guide: `pip install "jax[tpu]"`). Resolved here together
+# with keras 3.15.1, tensorflow-cpu 2.21.0 and numpy 2.4 (`pip install --dry-run`, Dec 2026).
+readonly JAX_TPU=0.10.2 JAX_LIBTPU="0.0.42.*"
 readonly RECIPE_XLA_FLAGS="--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true --tf_mlir_enable_merge_control_flow_pass=true"
 tf_tpu_for_minor() {
   case "$1" in
@@ -134,6 +161,17 @@ sizes_of() {
     v5p) echo "8 16 32 64 128 256 512 1024 2048 4096 8192 12288" ;;
   esac
 }
+# Google's framework-neutral image per family, the one for JAX (and PyTorch) and for TensorFlow
+# from pip on a single host (cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX": Trillium (v6e)
+# v2-alpha-tpuv6e, v5p v2-alpha-tpuv5, v5e v2-alpha-tpuv5-lite, v4 and older tpu-ubuntu2204-base).
+base_image() {
+  case "$1" in
+    v5litepod) echo v2-alpha-tpuv5-lite ;;
+    v5p) echo v2-alpha-tpuv5 ;;
+    v6e) echo v2-alpha-tpuv6e ;;
+    *) echo tpu-ubuntu2204-base ;;
+  esac
+}
 hosts_of() {  # SIZE: v2-v4 and v5p count TensorCores, v5e and v6e chips; either way 8 a host
   echo $((($1 + 7) / 8))
 }
@@ -160,6 +198,7 @@ usage() {
   cat <<USAGE
 usage: $PROG --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs://BUCKET/PATH
          [--accelerator=v4-8] [--zone=ZONE (default us-central2-b for v4; required otherwise)]
+         [--backend=tensorflow|jax]
          [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
          [--keep_on_failure] [--stall_minutes=30]
          [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION] [--python=3.11|3.12]
@@ -190,13 +229,14 @@ refuse() {  # the arguments are fine but the VM is not in a state to launch onto
 note() { echo "$PROG: $*" >&2; }
 
 ORIG_ARGS=("$@")
-NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" TF_VERSION="" PYTHON_VERSION="3.11"
+BACKEND=tensorflow NAME="" CONFIG="" WORKDIR="" ZONE="" ACCELERATOR="v4-8" VERSION="" TF_TPU="" TF_VERSION="" PYTHON_VERSION="3.11"
 LIBTPU="" PJRT="auto" PROJECT="" DRY_RUN=0 SPOT="" QUEUED=0 WATCH=0 DELETE_WHEN_DONE=0 CHECK=0
 SHARDS="" VALIDATE=1 ACTION="launch" LINES=100 FOLLOW=0 KEEP_ON_FAILURE=0 STALL_MINUTES=30
 EXTRA=()
 while (($#)); do
   case "$1" in
     --name=*) NAME="${1#*=}" ;;
+    --backend=*) BACKEND="${1#*=}" ;;
     --config=*) CONFIG="${1#*=}" ;;
     --workdir=*) WORKDIR="${1#*=}" ;;
     --zone=*) ZONE="${1#*=}" ;;
@@ -297,8 +337,12 @@ check_workdir() {
 }
 
 # The files on each worker, in the ssh user's home folder: the '~' is for the remote shell to expand.
+# One venv per backend: the install keeps a venv between launches, and tensorflow-cpu over a
+# tensorflow-tpu (both install the `tensorflow` package) would leave two TensorFlows in one folder.
 # shellcheck disable=SC2088
-readonly R_CHECKOUT="~/wide_tf" R_VENV="~/wide_tf_venv" R_ENV="~/wide_tf_env.sh" \
+if [[ "$BACKEND" == jax ]]; then R_VENV="~/wide_tf_venv_jax"; else R_VENV="~/wide_tf_venv"; fi
+# shellcheck disable=SC2088
+readonly R_CHECKOUT="~/wide_tf" R_VENV R_ENV="~/wide_tf_env.sh" \
   R_LOGS="~/wide_tf_logs" R_PID="~/wide_tf.pid" R_EXIT="~/wide_tf.exit"
 # Prints "wide_tf: running PID" when the pid file names a live wide_tf.main process, else
 # "wide_tf: exited CODE" when the last run left its exit status, else "wide_tf: no run active".
@@ -475,6 +519,9 @@ CONFIG_FILE="${CONFIG%%:*}"
   || die "--python=$PYTHON_VERSION: setup.cfg allows Python 3.11 and 3.12 (Keras 3.15 needs 3.11); use --python=3.11"
 [[ -z "$LIBTPU" || "$LIBTPU" =~ ^[0-9][0-9.a-z]*$ ]] || die "--libtpu=$LIBTPU: give a libtpu version (e.g. 0.0.14)"
 [[ "$PJRT" =~ ^(auto|on|off)$ ]] || die "--pjrt=$PJRT: choose auto, on or off"
+[[ "$BACKEND" =~ ^(tensorflow|jax)$ ]] || die "--backend=$BACKEND: choose tensorflow (the default) or jax"
+JAX=0
+[[ "$BACKEND" == jax ]] && JAX=1
 [[ "$ACCELERATOR" =~ ^(v2|v3|v4|v5litepod|v5p|v6e)-([0-9]+)$ ]] \
   || die "--accelerator=$ACCELERATOR: expected TYPE-SIZE with TYPE one of v2, v3, v4, v5litepod, v5p, v6e (e.g. v4-8)"
 FAMILY="${BASH_REMATCH[1]}"
@@ -512,13 +559,19 @@ for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
 done
 HOSTS="$(hosts_of "$SIZE")"
 MULTI_HOST=$((HOSTS > 1 ? 1 : 0))
-if ((MULTI_HOST)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
+# A TensorFlow pod: gRPC TPU servers on every worker, one client on worker 0. (JAX on a
+# multi-host slice: the same program on every worker, each its own host's TPU client.)
+TF_POD=$((MULTI_HOST && !JAX))
+if ((TF_POD)); then TPU_ARG="$NAME"; else TPU_ARG=local; fi
 # The flags of wide_tf.main on the VM, one list: the workstation's check runs with exactly these
 # (plus --dry_run, --replicas and --accelerator), so a flag only the VM would refuse (--workers=2
 # under runtime.strategy=tpu) is refused here, before any gcloud call.
-VM_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.strategy=tpu
-  "--config.runtime.tpu=$TPU_ARG" "${EXTRA[@]+"${EXTRA[@]}"}")
-CHECK_FLAGS=("--config=$CONFIG_FILE:check" --workdir=/tmp/wide_tf_check --config.runtime.strategy=tpu
+BACKEND_FLAGS=()
+((JAX)) && BACKEND_FLAGS=(--config.runtime.backend=jax)
+VM_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" "${BACKEND_FLAGS[@]+"${BACKEND_FLAGS[@]}"}"
+  --config.runtime.strategy=tpu "--config.runtime.tpu=$TPU_ARG" "${EXTRA[@]+"${EXTRA[@]}"}")
+CHECK_FLAGS=("--config=$CONFIG_FILE:check" --workdir=/tmp/wide_tf_check
+  "${BACKEND_FLAGS[@]+"${BACKEND_FLAGS[@]}"}" --config.runtime.strategy=tpu
   "--config.runtime.tpu=$TPU_ARG" --no_report)
 # The study stage of --check (wide_tf/tools/check.py): the study's own worst row (largest member at
 # the largest batch per replica) stepped, its peak memory beside the memory model's, 20 steps timed,
@@ -529,7 +582,31 @@ STUDY_CHECK_FLAGS=("--config=$CONFIG" "--workdir=$WORKDIR" --config.runtime.stra
 for a in "${EXTRA[@]+"${EXTRA[@]}"}"; do
   [[ "$a" == --config.* ]] && STUDY_CHECK_FLAGS+=("$a")
 done
-if ((MULTI_HOST)); then
+# --backend=jax: Google's image for JAX per family (cloud.google.com/tpu/docs/runtimes, "PyTorch
+# and JAX": v6e v2-alpha-tpuv6e, v5p v2-alpha-tpuv5, v5e v2-alpha-tpuv5-lite, v4 and older
+# tpu-ubuntu2204-base), on a single host and on every worker of a multi-host slice alike (JAX needs
+# no TPU server); the TensorFlow flags do not apply.
+jax_software() {
+  local a
+  for a in "${ORIG_ARGS[@]}"; do
+    [[ "$a" == -- ]] && break
+    case "$a" in
+      --tf_tpu=* | --tf_version=* | --libtpu=* | --pjrt=*)
+        die "${a%%=*} is for --backend=tensorflow; --backend=jax installs jax[tpu]==$JAX_TPU with the" \
+          "libtpu its tpu extra pins (libtpu==$JAX_LIBTPU) and no PJRT variables: drop ${a%%=*}" ;;
+    esac
+  done
+  [[ -z "$VERSION" || "$VERSION" == "$(base_image "$FAMILY")" ]] || die "--version=$VERSION:" \
+    "--backend=jax on $FAMILY takes Google's JAX image $(base_image "$FAMILY") (cloud.google.com/tpu/docs/runtimes);" \
+    "drop --version"
+  VERSION="$(base_image "$FAMILY")"
+  RUNTIME=jax
+  TF_TPU="" LIBTPU="$JAX_LIBTPU"
+}
+
+# The TensorFlow path's software: tensorflow-tpu and its libtpu, the image, PJRT or the pod's servers.
+tf_software() {
+if ((TF_POD)); then
   # The pod image runs TensorFlow's TPU server, the client on worker 0 is tensorflow-tpu: the two
   # must be one TensorFlow X.Y. One is derived from the other; both given and different: refused.
   if [[ -n "$VERSION" ]]; then
@@ -567,7 +644,7 @@ case "$TF_MINOR" in
   *) note "note: tensorflow-tpu $TF_TPU: the package's CPU suite was not run on TensorFlow" \
     "$TF_MINOR (docs/tpu.md); the default is $DEFAULT_TF_TPU" ;;
 esac
-if ((MULTI_HOST)); then
+if ((TF_POD)); then
   # Google documents TensorFlow pod images (tpu-vm-tf-X.Y.Z-pod-pjrt) for v2-v4, v5e and v5p;
   # TensorFlow is not in its v6e support list (docs/tpu.md): no default image there.
   [[ "$FAMILY" == v6e && -z "$VERSION" ]] && die "--accelerator=$ACCELERATOR: Google documents no" \
@@ -575,12 +652,8 @@ if ((MULTI_HOST)); then
     "--version=tpu-vm-tf-X.Y.Z-pod-pjrt if 'gcloud compute tpus tpu-vm versions list' shows one"
   VERSION="${VERSION:-tpu-vm-tf-$TF_TPU-pod-pjrt}"
 else
-  case "$FAMILY" in
-    v5litepod) base="v2-alpha-tpuv5-lite" ;;
-    v5p) base="v2-alpha-tpuv5" ;;
-    v6e) base="v2-alpha-tpuv6e" ;;
-    *) base="tpu-ubuntu2204-base" ;;
-  esac
+  local base
+  base="$(base_image "$FAMILY")"
   # A single host takes the family's framework-neutral image (Google's runtimes page) or a
   # TensorFlow image tpu-vm-tf-X.Y.Z[-pjrt][-...] (the venv's TensorFlow is used either way).
   [[ -z "$VERSION" || "$VERSION" == "$base" || "$VERSION" =~ ^tpu-vm-tf-[0-9]+\.[0-9]+\.[0-9]+(-[a-z0-9]+)*$ ]] \
@@ -592,9 +665,9 @@ fi
 # PJRT on every single host (v2 to v6e): the recipe's runtime. A pod's client talks to the image's
 # TPU servers over gRPC, where the PJRT variables do not apply.
 if [[ "$PJRT" == auto ]]; then
-  if ((MULTI_HOST)); then PJRT=off; else PJRT=on; fi
+  if ((TF_POD)); then PJRT=off; else PJRT=on; fi
 fi
-if ((MULTI_HOST)); then RUNTIME=grpc_tpu_server; elif [[ "$PJRT" == on ]]; then RUNTIME=pjrt; else RUNTIME=stream_executor; fi
+if ((TF_POD)); then RUNTIME=grpc_tpu_server; elif [[ "$PJRT" == on ]]; then RUNTIME=pjrt; else RUNTIME=stream_executor; fi
 # Experimental for TensorFlow (docs/tpu.md, "Which path upstream supports"): v6e (TensorFlow is not
 # in Google's v6e framework list; Keras's TPU CI runs JAX there) and every pod slice (one client
 # feeding gRPC TPU servers; public reports of TF 2.17/2.18 pod images that hang or crash:
@@ -603,6 +676,8 @@ if ((MULTI_HOST)) || [[ "$FAMILY" == v6e ]]; then
   note "note: $ACCELERATOR is experimental for TensorFlow ($( ((MULTI_HOST)) && echo "a pod slice" \
     || echo "v6e")); the recommended paid path is N x v4-8 (--shards=N) or v5litepod-8 (docs/tpu.md)"
 fi
+}
+if ((JAX)); then jax_software; else tf_software; fi
 
 # TFDS data (configs/wrn.py: CIFAR-10) must be prepared once into the bucket (docs/tpu.md): a
 # fresh VM has none, and a preempted one loses its disk.
@@ -633,9 +708,13 @@ fi
 # (wide_tf/checks/validate.py) with N replicas, so a study that cannot run on the slice (a batch that
 # does not split into whole ghost batches per replica, ...) is refused before anything is billed.
 OUT="" CODE=0
+# The VM's environment for the checks here: JAX on a multi-host slice runs as one of several
+# processes (WIDE_TF_JAX_DISTRIBUTED=1), under which the package refuses a study (checks/preflight.py).
+HERE_ENV=()
+((JAX && MULTI_HOST)) && HERE_ENV=(WIDE_TF_JAX_DISTRIBUTED=1)
 here() {  # MODULE ARGS...: a wide_tf module run on this machine (this checkout); sets OUT and CODE
   CODE=0
-  OUT="$(cd "$REPO_DIR" && PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" \
+  OUT="$(cd "$REPO_DIR" && env "${HERE_ENV[@]+"${HERE_ENV[@]}"}" PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}" "${PYTHON:-python3}" \
     -m "$@" 2>&1)" || CODE=$?
 }
 refuse_here() {  # WHAT: a failed check as one line; exit 2 for a config that cannot run (its
@@ -658,7 +737,7 @@ validate_here() {
   here wide_tf.main "${VM_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
   refuse_here "$CONFIG"
   note_checked "checked here"
-  if ((CHECK)); then  # the config --check runs on the VM, at the same replica count
+  if ((CHECK)) && ! ((JAX && MULTI_HOST)); then  # the config --check runs on the VM, at the same replica count
     here wide_tf.main "${CHECK_FLAGS[@]}" --dry_run "--replicas=$REPLICAS" "--accelerator=$FAMILY"
     refuse_here "$CONFIG_FILE:check (--check)"
     note_checked "checked here for --check"
@@ -739,8 +818,13 @@ need_gcloud  # after every usage check: a typo is reported before a missing tool
 if ((MULTI_HOST)); then
   # gcloud's --worker=all opens one ssh per worker; with a passphrase on the key it asks once per
   # worker unless the key is in an agent (Google's pod guide: ssh-add first).
-  note "note: multi-host slice ($HOSTS workers): run 'ssh-add ~/.ssh/google_compute_engine' first," \
-    "and give the VM's service account roles/tpu.viewer if the client cannot resolve the TPU (docs/tpu.md)"
+  if ((JAX)); then
+    note "note: multi-host slice ($HOSTS workers): run 'ssh-add ~/.ssh/google_compute_engine' first;" \
+      "the run starts on every worker (JAX: one program on every host), worker 0 writes the workdir"
+  else
+    note "note: multi-host slice ($HOSTS workers): run 'ssh-add ~/.ssh/google_compute_engine' first," \
+      "and give the VM's service account roles/tpu.viewer if the client cannot resolve the TPU (docs/tpu.md)"
+  fi
 fi
 
 # A queued request outlives its node: after a spot preemption the node is deleted and the request
@@ -832,7 +916,7 @@ wait_for_queue() {
 
 # A pod image must exist in the zone (`versions list` is the source of truth, Google's pages lag).
 check_image_offered() {
-  ((MULTI_HOST)) || return 0
+  ((TF_POD)) || return 0
   local listed
   if ((DRY_RUN)); then
     echo "# the pod image must be offered here: $(show "${GCLOUD[@]}" versions list "${WHERE[@]}" "--format=value(version)")"
@@ -977,13 +1061,13 @@ make_archive() {
 # 3. Install on every worker. uv provides Python $PYTHON_VERSION (it downloads a standalone CPython
 # build); the venv is kept between launches, its packages are brought to the pinned versions.
 PIP="$R_VENV/bin/python -m pip install -q"
-mapfile -t NON_TF_DEPS < <(non_tf_deps)
+if ((JAX)); then mapfile -t NON_TF_DEPS < <(jax_deps); else mapfile -t NON_TF_DEPS < <(non_tf_deps); fi
 mapfile -t GCS_DEPS < <(gcs_deps)
 NON_TF_DEPS+=("${GCS_DEPS[@]}")
 ((${#NON_TF_DEPS[@]})) || fail "could not read install_requires from $REPO_DIR/setup.cfg"
 DEPS=""  # double quotes: the remote shell must not glob or redirect on '*' and '>'
 for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
-((MULTI_HOST)) && DEPS+="\"cloud-tpu-client>=0.10\" "
+((TF_POD)) && DEPS+="\"cloud-tpu-client>=0.10\" "
 # '; ' between the steps, not '&&': under 'set -e' a failure inside an '&&' list does not stop the shell.
 INSTALL="set -e; rm -rf $R_CHECKOUT; mkdir -p $R_CHECKOUT; tar -xzf /tmp/wide_tf.tar.gz -C $R_CHECKOUT"
 INSTALL+="; if [ ! -x $R_VENV/bin/python ]; then python3 -m pip install -q --user uv"
@@ -991,7 +1075,11 @@ INSTALL+="; ~/.local/bin/uv venv --seed --python $PYTHON_VERSION $R_VENV; fi"
 # One pip call for TensorFlow's TPU build, its libtpu and everything else: in two calls, the
 # second one could move a package under the first (cloud-tpu-client's newest google-api-core 1.x
 # wants protobuf < 4, which breaks TensorFlow; resolved together, pip keeps protobuf).
-INSTALL+="; $PIP \"tensorflow-tpu==$TF_TPU\" \"libtpu==$LIBTPU\" ${DEPS% } -f $LIBTPU_INDEX"
+if ((JAX)); then  # jax[tpu] brings the libtpu its extra pins; no -f index (libtpu 0.0.x is on PyPI)
+  INSTALL+="; $PIP \"jax[tpu]==$JAX_TPU\" ${DEPS% }"
+else
+  INSTALL+="; $PIP \"tensorflow-tpu==$TF_TPU\" \"libtpu==$LIBTPU\" ${DEPS% } -f $LIBTPU_INDEX"
+fi
 INSTALL+="; cd $R_CHECKOUT; $PIP --no-deps -e ."
 INSTALL+="; echo '# written by launch_tpu.sh' > $R_ENV"
 if [[ "$PJRT" == on ]]; then
@@ -1001,16 +1089,23 @@ fi
 # The recipe's MLIR-bridge flags wherever TensorFlow builds the TPU program with the recipe's
 # runtime: the single host's process under PJRT, a pod's client (the bridge runs where the graph
 # is built). Not under --pjrt=off, the fallback to the old path.
-if [[ "$PJRT" == on ]] || ((MULTI_HOST)); then
+if ((!JAX)) && { [[ "$PJRT" == on ]] || ((TF_POD)); }; then
   INSTALL+="; echo \"export TF_XLA_FLAGS='$RECIPE_XLA_FLAGS'\" >> $R_ENV"
 fi
-if ((MULTI_HOST)); then
+if ((TF_POD)); then
   INSTALL+="; echo 'export TPU_NAME=$NAME TPU_LOAD_LIBRARY=0' >> $R_ENV"
 fi
+# JAX on a multi-host slice: every worker's process calls jax.distributed.initialize() (engine/jax_run.py).
+((JAX && MULTI_HOST)) && INSTALL+="; echo 'export WIDE_TF_JAX_DISTRIBUTED=1' >> $R_ENV"
 # For the Python side (its logs and --check): the runtime the launcher set up and the pinned pair.
-INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='tensorflow-tpu==$TF_TPU libtpu==$LIBTPU'\" >> $R_ENV"
-INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras, google.cloud.storage as gcs; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__, \"google-cloud-storage\", gcs.__version__)'"
-if ((MULTI_HOST)); then
+if ((JAX)); then
+  INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='jax[tpu]==$JAX_TPU libtpu==$JAX_LIBTPU'\" >> $R_ENV"
+  INSTALL+="; KERAS_BACKEND=jax $R_VENV/bin/python -c 'import sys, importlib.metadata as md, jax, keras, google.cloud.storage as gcs; print(\"wide_tf install:\", sys.version.split()[0], \"JAX\", jax.__version__, \"libtpu\", md.version(\"libtpu\"), \"Keras\", keras.__version__, \"tensorflow-cpu\", md.version(\"tensorflow-cpu\"), \"google-cloud-storage\", gcs.__version__)'"
+else
+  INSTALL+="; echo \"export WIDE_TF_TPU_RUNTIME=$RUNTIME WIDE_TF_TPU_STACK='tensorflow-tpu==$TF_TPU libtpu==$LIBTPU'\" >> $R_ENV"
+  INSTALL+="; $R_VENV/bin/python -c 'import sys, tensorflow as tf, keras, google.cloud.storage as gcs; print(\"wide_tf install:\", sys.version.split()[0], \"TensorFlow\", tf.__version__, \"Keras\", keras.__version__, \"google-cloud-storage\", gcs.__version__)'"
+fi
+if ((TF_POD)); then
   INSTALL+="; systemctl is-active --quiet tpu-runtime || echo \"warning: the tpu-runtime service (TensorFlow's TPU server, port 8470) is not active on \$(hostname)\""
 fi
 
@@ -1063,6 +1158,20 @@ PY
 TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -c $(printf '%q' "$CHECK_PY") $TPU_ARG $REPLICAS"
 TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main $(quoted "${CHECK_FLAGS[@]}") && echo 'wide_tf check: the :check run passed'"
 TPU_CHECK+=" && $R_VENV/bin/python -m wide_tf.tools.check $(quoted "${STUDY_CHECK_FLAGS[@]}") && echo 'wide_tf check: the study stage passed'"
+# --backend=jax: JAX's devices as the run takes them, their kinds, the process count and a psum over
+# all of them (wide_tf/tools/jax_check.py, no TensorFlow), then the :check study on the JAX
+# backend. A multi-host slice runs the device stage on every worker (JAX programs are the same on
+# every host) and no :check study (a sweep, refused over several processes: checks/preflight.py).
+# The study stage (wide_tf/tools/check.py) is TensorFlow's (TPUStrategy) and not run here.
+CHECK_WORKER=0 RUN_WORKERS=0
+if ((JAX)); then
+  TPU_CHECK="cd $R_CHECKOUT && . $R_ENV && $R_VENV/bin/python -m wide_tf.tools.jax_check --replicas=$REPLICAS"
+  if ((MULTI_HOST)); then
+    CHECK_WORKER=all RUN_WORKERS=all
+  else
+    TPU_CHECK+=" && rm -rf /tmp/wide_tf_check && $R_VENV/bin/python -m wide_tf.main $(quoted "${CHECK_FLAGS[@]}") && echo 'wide_tf check: the :check run passed'"
+  fi
+fi
 
 # 4. The run on worker 0: it outlives the ssh session; one log per launch; its pid on file. A
 # small bash wrapper (argv: log, gs:// folder, command) runs it, copies the log to the workdir
@@ -1076,6 +1185,9 @@ start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose
   local stamp log
   stamp="$(date -u +%Y%m%d-%H%M%S)"
   log="$R_LOGS/$stamp.log"
+  # JAX on a multi-host slice: every worker logs; the worker's name in each log's (the copies
+  # share WORKDIR/logs/NAME/), expanded by the worker's shell.
+  ((JAX && MULTI_HOST)) && log="$R_LOGS/$stamp-\$(hostname).log"
   LOG="$log"
   local main
   main="$R_VENV/bin/python -m wide_tf.main $(quoted "${VM_FLAGS[@]}")"
@@ -1085,8 +1197,24 @@ start_command() {  # sets LOG and START (a global, not echoed: $(...) would lose
   START="$start"
 }
 
+check_words() {  # what --check runs, for the dry run
+  if ((JAX && MULTI_HOST)); then
+    echo "JAX's devices, process count and a psum on every worker (no :check study: a sweep is refused over several processes)"
+  elif ((JAX)); then
+    echo "JAX's devices and a psum, then a :check run on the JAX backend, on worker 0 (no study stage: wide_tf/tools/check.py is TensorFlow's)"
+  else
+    echo "the TPU system and a :check run on worker 0"
+  fi
+}
+
 runtime_line() {  # the TPU software the VM gets, as one line (the dry run prints it first)
   local how
+  if ((JAX)); then
+    how="JAX through PJRT (libtpu), no TensorFlow TPU build"
+    ((MULTI_HOST)) && how+="; jax.distributed.initialize() on each of $HOSTS workers (WIDE_TF_JAX_DISTRIBUTED=1)"
+    echo "# TPU software: jax[tpu]==$JAX_TPU (libtpu==$JAX_LIBTPU, its tpu extra's pin), tensorflow-cpu for gs:// files only, image $VERSION, runtime $how"
+    return 0
+  fi
   case "$RUNTIME" in
     pjrt) how="PJRT (PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=libtpu's .so; TF_XLA_FLAGS=$RECIPE_XLA_FLAGS)" ;;
     stream_executor) how="stream executor (--pjrt=off: no PJRT variables, no TF_XLA_FLAGS)" ;;
@@ -1109,13 +1237,13 @@ launch_once() {
     "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=all "--command=$INSTALL" \
     || fail "the install failed on $NAME; its output is above"
   if ((CHECK)); then
-    ((DRY_RUN)) && echo "# --check: the TPU system and a :check run on worker 0, before the study"
+    ((DRY_RUN)) && echo "# --check: $(check_words), before the study"
     local out="" code=0
     if ((DRY_RUN)); then
-      run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK"
+      run "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" "--worker=$CHECK_WORKER" "--command=$TPU_CHECK"
     else
-      echo "+ $(show "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$TPU_CHECK")" >&2
-      out="$(with_timeout "$CHECK_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 \
+      echo "+ $(show "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" "--worker=$CHECK_WORKER" "--command=$TPU_CHECK")" >&2
+      out="$(with_timeout "$CHECK_TIMEOUT_S" "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" "--worker=$CHECK_WORKER" \
         "--command=$TPU_CHECK")" || code=$?
       echo "$out"
       ((code == 124)) && fail "--check on $NAME did not finish in ${CHECK_TIMEOUT_S}s and was stopped" \
@@ -1127,8 +1255,9 @@ launch_once() {
     fi
   fi
   start_command
+  ((DRY_RUN && JAX && MULTI_HOST)) && echo "# the same run on every worker (JAX: one program on every host, jax.distributed); worker 0 writes the workdir and is the one watched"
   limited "$SSH_TIMEOUT_S" WIDE_TF_SSH_TIMEOUT_S "the start" \
-    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" --worker=0 "--command=$START" \
+    "${GCLOUD[@]}" ssh "$NAME" "${WHERE[@]}" "--worker=$RUN_WORKERS" "--command=$START" \
     || fail "starting the run on $NAME failed; the output is above"
   # The process checked alive: a run that dies at once (a missing data set, a bad flag that only
   # the VM sees) is reported now with its last log lines, not found hours later.
@@ -1261,10 +1390,12 @@ launch_once
 ((WATCH)) && watch_loop
 
 ((DRY_RUN)) && STARTED="Would start" || STARTED="Started"
+if ((JAX)); then STACK="jax[tpu] $JAX_TPU with libtpu $JAX_LIBTPU"; else STACK="tensorflow-tpu $TF_TPU with libtpu $LIBTPU"; fi
+if ((JAX && MULTI_HOST)); then WHO="the run on every worker, worker 0 writing"; else WHO="the run on worker 0"; fi
 OPTS="--name=$NAME --zone=$ZONE"
 [[ -n "$PROJECT" ]] && OPTS+=" --project=$PROJECT"
 cat <<EOT
-# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, tensorflow-tpu $TF_TPU with libtpu $LIBTPU, runtime $RUNTIME, $HOSTS host(s); the run on worker 0), log ${LOG:-(on the VM)}.
+# $STARTED on $NAME ($ACCELERATOR, $REPLICAS replicas, image $VERSION, $STACK, runtime $RUNTIME, $HOSTS host(s); $WHO), log ${LOG:-(on the VM)}.
 #   $PROG $OPTS --status          # VM state, run active or not, last log lines
 #   $PROG $OPTS --logs --follow   # the log (Ctrl-C stops following, not the run)
 #   tensorboard --logdir=$WORKDIR # from any machine with access to the bucket

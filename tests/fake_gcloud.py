@@ -98,7 +98,8 @@ elif verb == "scp":  # keep what would be copied, for the test to open
     shutil.copy(args[args.index("scp") + 1], os.path.join(d, "copied.tar.gz"))
 elif verb == "ssh":
     cmd = next(a for a in args if a.startswith("--command="))
-    step = ("install" if "pip install" in cmd else "tpucheck" if "initialize_tpu_system" in cmd
+    tpucheck = "initialize_tpu_system" in cmd or "wide_tf.tools.jax_check" in cmd
+    step = ("install" if "pip install" in cmd else "tpucheck" if tpucheck
             else "start" if "nohup" in cmd else "check" if "wide_tf.pid 2>/dev/null" in cmd else "")
     if step and step in os.environ.get("FAKE_HANG", "").split(","):
         import time
@@ -108,6 +109,11 @@ elif verb == "ssh":
         if answer is None:
             answer = "running 4242" if vm.get("started") else "no run active"
         print("wide_tf: " + answer)
+    elif "wide_tf.tools.jax_check" in cmd:  # --backend=jax: wide_tf/tools/jax_check.py's lines
+        expected = cmd.split("--replicas=")[1].split()[0]
+        print("wide_tf check: runtime JAX 0.10.2 on tpu (PJRT), libtpu 0.0.42.1; process 0 of 1")
+        print(f"wide_tf check: JAX sees {{expected}} replica(s) (expected {{expected}})")
+        sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
     elif "initialize_tpu_system" in cmd:
         expected = cmd.split(" && rm -rf /tmp/wide_tf_check")[0].split()[-1]
         print("wide_tf check: runtime PJRT (pluggable device /v/libtpu.so); tensorflow 2.19.1")
@@ -212,7 +218,7 @@ def _verbs(calls):
                 verb = "check"
             elif "pip install" in cmd:
                 verb = "install"
-            elif "initialize_tpu_system" in cmd:
+            elif "initialize_tpu_system" in cmd or "wide_tf.tools.jax_check" in cmd:
                 verb = "tpucheck"
             elif "nohup" in cmd:
                 verb = "start"

@@ -666,3 +666,127 @@ def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
     )  # and on pods, beside cloud-tpu-client
     (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
     assert "google-cloud-storage" in install and "cloud-tpu-client" in install
+
+
+# ---- --backend=jax (issue 34 item 6) ---------------------------------------------------------
+JAX_PIN = '"jax[tpu]==0.10.2"'
+
+
+def _jax_install_is_clean(inst):
+    """jax[tpu] pinned (its tpu extra brings libtpu), the package's requirements with TensorFlow's
+    CPU wheel for gs:// files; no TPU build of TensorFlow, no libtpu index, no PJRT variables."""
+    (pip,) = [step for step in inst.split("; ") if 'pip install -q "' in step]
+    # its own venv: a VM reused from a TensorFlow launch keeps ~/wide_tf_venv's tensorflow-tpu
+    assert "uv venv --seed --python 3.11 ~/wide_tf_venv_jax;" in inst
+    assert pip.startswith(f"~/wide_tf_venv_jax/bin/python -m pip install -q {JAX_PIN} ")
+    assert '"tensorflow-cpu==2.21.*"' in pip and "libtpu" not in pip and " -f " not in pip
+    # setup.cfg's install_requires (read from it), TensorFlow as its CPU wheel at the same pin
+    import configparser
+
+    cfg = configparser.ConfigParser()
+    cfg.read(REPO / "setup.cfg")
+    lines = cfg["options"]["install_requires"].splitlines()
+    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
+    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in wanted]
+    got = pip.split(f"{JAX_PIN} ", 1)[1].split()
+    assert got[: len(wanted)] == [f'"{r}"' for r in wanted]
+    assert "tensorflow-tpu" not in inst and '"tensorflow==' not in inst
+    assert "cloud-tpu-client" not in inst
+    assert "PJRT_DEVICE" not in inst and "TF_XLA_FLAGS" not in inst and "TPU_NAME" not in inst
+    assert inst.index(JAX_PIN) < inst.index('"keras==3.15.*"') < inst.index("--no-deps -e .")
+    assert "KERAS_BACKEND=jax ~/wide_tf_venv_jax/bin/python -c 'import sys" in inst
+
+
+@pytest.mark.parametrize(
+    "accelerator, zone, image, replicas",
+    [
+        ("v4-8", [], "tpu-ubuntu2204-base", 4),
+        ("v5litepod-8", ["--zone=us-west4-a"], "v2-alpha-tpuv5-lite", 8),
+        ("v6e-8", ["--zone=us-east5-b"], "v2-alpha-tpuv6e", 8),
+    ],
+)
+def test_jax_single_hosts_get_googles_jax_image_jax_tpu_and_the_jax_run(
+    fake, accelerator, zone, image, replicas
+):
+    check = ["--check"] if accelerator == "v4-8" else []
+    p, calls = fake(*REQUIRED, "--backend=jax", f"--accelerator={accelerator}", *zone, *check)
+    assert p.returncode == 0, p.stderr
+    verbs = [v for v, _ in FRESH_LAUNCH]
+    assert [v for v, _ in _verbs(calls)] == (
+        verbs[:4] + ["tpucheck"] + verbs[4:] if check else verbs
+    )
+    assert calls[1][-1] == f"--version={image}"  # Google's JAX image, not a TensorFlow one
+    _jax_install_is_clean(_command(calls[3]))
+    assert "WIDE_TF_JAX_DISTRIBUTED" not in _command(calls[3])  # one host: one process
+    start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))
+    assert (
+        "-m wide_tf.main --config=configs/wrn.py --workdir=gs://bucket/wrn "
+        "--config.runtime.backend=jax --config.runtime.strategy=tpu --config.runtime.tpu=local"
+    ) in start
+    assert all(w == "--worker=0" for v, w in _verbs(calls) if v in ("start", "check", "tpucheck"))
+    assert f"{replicas} replicas, image {image}, jax[tpu] 0.10.2 with libtpu 0.0.42.*" in p.stdout
+    assert "experimental for TensorFlow" not in p.stderr
+    if check:  # the devices (no TensorFlow), then the :check study on the JAX backend
+        tc = _command(calls[4])
+        assert f"-m wide_tf.tools.jax_check --replicas={replicas} && " in tc
+        check_run = "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check"
+        assert f"{check_run} --config.runtime.backend=jax" in tc
+        assert "initialize_tpu_system" not in tc and "wide_tf.tools.check" not in tc
+        assert "the TPU came up through: JAX 0.10.2 on tpu (PJRT)" in p.stderr
+
+
+def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
+    single = ["--name=wide-v4", "--config=configs/mlp.py:single", "--workdir=gs://bucket/one"]
+    p, calls = fake(*single, "--backend=jax", "--accelerator=v4-32", "--check")
+    assert p.returncode == 0, p.stderr
+    # No TensorFlow pod image (no versions list): the JAX image on all 4 hosts.
+    assert [v for v, _ in _verbs(calls)] == [
+        "describe",
+        "create",
+        "scp",
+        "install",
+        "tpucheck",
+        "start",
+        "check",
+    ]
+    assert calls[1][-1] == "--version=tpu-ubuntu2204-base"
+    inst = _command(calls[3])
+    _jax_install_is_clean(inst)
+    assert "echo 'export WIDE_TF_JAX_DISTRIBUTED=1' >> ~/wide_tf_env.sh" in inst
+    workers = dict(_verbs(calls))
+    assert workers["install"] == workers["tpucheck"] == workers["start"] == "--worker=all"
+    assert workers["check"] == "--worker=0"  # worker 0 writes the workdir and is watched
+    tc = _command(calls[4])  # the devices of all 4 hosts; no :check study (a sweep)
+    assert "-m wide_tf.tools.jax_check --replicas=16" in tc and "wide_tf.main" not in tc
+    st = _command(calls[5])
+    assert (
+        "--config.runtime.backend=jax --config.runtime.strategy=tpu --config.runtime.tpu=local"
+        in st
+    )
+    assert "~/wide_tf_logs/" in st and "-$(hostname).log" in st  # one log per worker
+    assert "16 replicas" in p.stdout and "the run on every worker, worker 0 writing" in p.stdout
+    assert "the config fits 16 replica(s)" in p.stderr and "ssh-add" in p.stderr
+    # A study over 4 processes is refused here, before any call: each would claim its own group.
+    p, calls = fake(*REQUIRED, "--backend=jax", "--accelerator=v4-32")
+    assert p.returncode == 2 and calls == []
+    (line,) = [x for x in p.stderr.splitlines() if "error:" in x]
+    assert "configs/wrn.py on v4-32 (16 replicas): a study (a sweep) cannot run" in line
+    assert "--accelerator=v4-8 --shards=N" in line
+
+
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--backend=torch"], "--backend=torch: choose tensorflow (the default) or jax"),
+        (["--backend=jax", "--tf_tpu=2.19.1"], "--tf_tpu is for --backend=tensorflow"),
+        (["--backend=jax", "--pjrt=off"], "--pjrt is for --backend=tensorflow"),
+        (
+            ["--backend=jax", "--version=tpu-vm-tf-2.19.1-pjrt"],
+            "--backend=jax on v4 takes Google's JAX image tpu-ubuntu2204-base",
+        ),
+    ],
+)
+def test_jax_refuses_the_tensorflow_flags(args, needle):
+    p = _launch(*REQUIRED, *args, "--dry_run")
+    assert p.returncode == 2 and needle in p.stderr.splitlines()[0], p.stderr
+    assert p.stdout == ""

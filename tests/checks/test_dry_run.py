@@ -50,3 +50,23 @@ def test_main_dry_run_with_an_accelerator():
     assert p.returncode == EXIT_DOES_NOT_FIT and "does not fit 1 x t4" in p.stdout
     p = run_main("--config=configs/wrn.py", "--accelerator=t4", "--workdir=/tmp/x", check=False)
     assert p.returncode == 2 and "--accelerator is for --dry_run" in p.stderr
+
+
+def test_several_jax_processes_run_one_run_never_a_study():
+    """WIDE_TF_JAX_DISTRIBUTED=1 (launch_tpu.sh --backend=jax on a multi-host slice): every host
+    runs the same program, so a sweep, whose hosts would each claim their own group, is refused;
+    one run passes; the flag without the JAX backend is refused too (issue 34, item 6)."""
+    from wide_tf.checks import preflight
+
+    on = {"WIDE_TF_JAX_DISTRIBUTED": "1"}
+    study = loader.load_config("configs/mlp.py:check")
+    study.runtime.backend = "jax"
+    with pytest.raises(problems.UsageError, match="a study .a sweep. cannot run as one JAX"):
+        preflight.check_processes(study, on)
+    preflight.check_processes(study, {})  # one process: fine
+    one = loader.load_config("configs/mlp.py:single")
+    one.runtime.backend = "jax"
+    preflight.check_processes(one, on)
+    one.runtime.backend = "tensorflow"
+    with pytest.raises(problems.UsageError, match="is for runtime.backend=jax"):
+        preflight.check_processes(one, on)

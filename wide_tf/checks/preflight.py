@@ -82,6 +82,32 @@ def check_hardware(config) -> None:
             ) from None
 
 
+# engine/jax_run.DISTRIBUTED_ENV: this JAX process is one of several (launch_tpu.sh --backend=jax
+# sets it on every worker of a multi-host slice). Read here without importing JAX.
+JAX_DISTRIBUTED_ENV = "WIDE_TF_JAX_DISTRIBUTED"
+
+
+def check_processes(config, environ=os.environ) -> None:
+    """JAX on several processes runs one program on every host (SPMD): one run spans the slice.
+    A study cannot: each process claims its own next group from the workdir (study/scheduler.py,
+    store/claims.py), so the hosts would start different runs whose collectives never meet (a
+    hang, billed). Refused until the scheduler lets process 0 choose for all of them."""
+    if environ.get(JAX_DISTRIBUTED_ENV, "") != "1":
+        return
+    if str(config.get("runtime", {}).get("backend", "tensorflow")) != "jax":
+        raise UsageError(
+            f"{JAX_DISTRIBUTED_ENV}=1 is for runtime.backend=jax (one JAX program over several "
+            f"hosts); add --config.runtime.backend=jax or unset {JAX_DISTRIBUTED_ENV}"
+        )
+    if is_sweep(config):
+        raise UsageError(
+            "a study (a sweep) cannot run as one JAX program over several hosts yet: each host "
+            "would claim a different group and the hosts' collectives would never meet; run the "
+            "study on single hosts (launch_tpu.sh --accelerator=v4-8 --shards=N, one claim pool), "
+            "or one run (a :single variant) on the multi-host slice"
+        )
+
+
 def check_shard(text) -> None:
     if not text:
         return

@@ -160,6 +160,7 @@ def check_config(config, overrides=()) -> None:
         raise UsageError(str(e)) from None
     num_train, _, _, tfds_name = dataset_facts(config)
     fields_check.check_values(config)
+    preflight.check_processes(config)  # also in a workstation's --dry_run for the VM
     replicas, source = _replicas(config)
     try:
         rules.check(config, num_train, replicas=replicas, source=source)

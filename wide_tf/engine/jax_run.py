@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
 import re
 import sys
 import time
@@ -67,10 +68,36 @@ class JaxRuntime:
         )
 
 
+# The environment flag that makes a JAX run one process of several (launch_tpu.sh --backend=jax
+# sets it on every worker of a multi-host slice): setup_runtime then calls
+# jax.distributed.initialize() before it touches a device, and the run's mesh spans every
+# process's devices. JAX's multi-host programming model: every host runs the same program, and
+# jax.distributed.initialize() must come before any other JAX call; on Cloud TPU it takes no
+# arguments (the coordinator, process count and index come from the TPU metadata)
+# (https://docs.jax.dev/en/latest/multi_process.html). Elsewhere (a CPU test, a GPU cluster
+# without a scheduler JAX detects) JAX_COORDINATOR_ADDRESS (read by JAX itself), JAX_NUM_PROCESSES
+# and JAX_PROCESS_ID (read here) give them.
+DISTRIBUTED_ENV = "WIDE_TF_JAX_DISTRIBUTED"
+
+
+def distributed() -> bool:
+    """Whether this process is one of several (WIDE_TF_JAX_DISTRIBUTED=1)."""
+    return os.environ.get(DISTRIBUTED_ENV, "") == "1"
+
+
 def setup_runtime(runtime_cfg) -> JaxRuntime:
     """Every local device (runtime.strategy='cpu': the CPU devices only); the dtype policy as on
-    TensorFlow ('auto': mixed_bfloat16 on TPU, float32 elsewhere)."""
-    devices = jax.local_devices(backend="cpu" if runtime_cfg.strategy == "cpu" else None)
+    TensorFlow ('auto': mixed_bfloat16 on TPU, float32 elsewhere). Under WIDE_TF_JAX_DISTRIBUTED=1:
+    jax.distributed.initialize() first, then every process's devices (jax.devices()) as the
+    replicas, and only process 0 writes (chief)."""
+    if distributed():
+        if not jax.distributed.is_initialized():
+            named = (("num_processes", "JAX_NUM_PROCESSES"), ("process_id", "JAX_PROCESS_ID"))
+            given = {k: int(os.environ[v]) for k, v in named if os.environ.get(v)}
+            jax.distributed.initialize(**given)
+        devices = jax.devices("cpu") if runtime_cfg.strategy == "cpu" else jax.devices()
+    else:
+        devices = jax.local_devices(backend="cpu" if runtime_cfg.strategy == "cpu" else None)
     platform = devices[0].platform
     policy = runtime_cfg.mixed_precision
     if policy == "auto":
