@@ -162,10 +162,47 @@ def probe(out):
     out["probe"] = {"s1": s1, "q": q, "loss": loss, "n": n}
 
 
+def recompute(out):
+    """train.target_bn='recompute': the first norm layer's statistics against NumPy's, from the
+    first dense layer's outputs over the subset (the mean and the average per-batch variance)."""
+    import keras
+
+    from wide_tf.engine import arrays, jax_run, train
+    from wide_tf.engine.models.norm import batch_norm_layers
+    from wide_tf.engine.state import BatchPlan, RunPlan
+    from wide_tf.schema import datasets
+
+    config = tiny_config(target_bn="recompute", target_bn_examples=128, target_bn_batch=64)
+    config.model.norm = "batch"
+    info = arrays.dataset_info(config.data)
+    runtime = jax_run.setup_runtime(config.runtime)
+    bp = BatchPlan.make(64, runtime.num_replicas)
+    plan = RunPlan.make(config, "bn", info.num_train, 64)
+    run = jax_run.make(config, OUT, runtime, info, bp, plan, train.new_model, True, print)
+    state = run.trainer.holder.state
+    recomputed = run.build.recompute(state)
+    model = run.build.model
+    layer = batch_norm_layers(model)[0]
+    index = {id(v): i for i, v in enumerate(model.non_trainable_variables)}
+    mean = np.asarray(recomputed["non_trainable"][index[id(layer.moving_mean)]])
+    var = np.asarray(recomputed["non_trainable"][index[id(layer.moving_variance)]])
+    kernel = model.get_layer("dense_1").kernel
+    w = np.asarray(state["trainable"][[id(v) for v in model.trainable_variables].index(id(kernel))])
+    x, _ = arrays.train_arrays(config.data)
+    a = arrays.normalize(x[:128], datasets.of(config.data)).reshape(128, -1) @ w
+    batches = a.reshape(2, 64, -1)
+    out["recompute_mean_diff"] = float(np.max(np.abs(mean - batches.mean(axis=(0, 1)))))
+    out["recompute_var_diff"] = float(np.max(np.abs(var - batches.var(axis=1).mean(axis=0))))
+    before = np.asarray(state["non_trainable"][index[id(layer.moving_mean)]])
+    out["recompute_left_training_alone"] = bool(np.all(before == 0.0))
+    keras.backend.clear_session()
+
+
 if __name__ == "__main__":
     OUT = sys.argv[1]
     found: dict = {}
     for check in (run_and_import_check, resume, parallel, probe):
         check(found)
     parallel(found, norm="ghost")
+    recompute(found)
     print("JSON " + json.dumps(found, default=str))

@@ -71,6 +71,15 @@ def test_ghost_batch_norm_is_exact_over_devices_and_micro_batches(checks):
     assert found["max_diff_eight_micro_ghost"] < 1e-5
 
 
+def test_the_batch_norm_recompute_on_jax_matches_numpy(checks):
+    """The evaluations' statistics from the training subset (average of per-batch statistics),
+    and the training run's own moving statistics untouched (still their initial zeros)."""
+    found, _ = checks
+    assert found["recompute_mean_diff"] < 1e-4
+    assert found["recompute_var_diff"] < 1e-3
+    assert found["recompute_left_training_alone"]
+
+
 def test_the_jax_probe_agrees_with_tensorflows_on_the_same_weights(checks):
     found, out = checks
     import keras

@@ -10,7 +10,7 @@ import pytest
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import preemption, reuse, train
-from wide_tf.engine.bn_stats import batch_norm_layers
+from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.state import RunState
 from wide_tf.engine.strategy import setup_runtime

@@ -3,21 +3,12 @@ set from a fixed training subset before the evaluations that judge the targets, 
 
 from __future__ import annotations
 
-import keras
 import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
 from wide_tf.engine import timing
-
-
-def batch_norm_layers(model) -> list:
-    """Every batch-norm layer of `model` (ghost batch norm included), nested ones too."""
-    return [
-        layer
-        for layer in model._flatten_layers(include_self=False, recursive=True)
-        if isinstance(layer, keras.layers.BatchNormalization)
-    ]
+from wide_tf.engine.models.norm import batch_norm_layers
 
 
 def layer_stats(layer) -> tuple:

@@ -27,6 +27,7 @@ from wide_tf.engine import arrays, compile_key, host_scalars, jax_data, jax_step
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.measure import diversity
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
+from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.schema import datasets as datasets_spec
 from wide_tf.store import workdir as wd
@@ -156,6 +157,14 @@ class _Build:
             diagnostics=spec.diagnostics,
         )
         self.evaluation = jax_step.JaxEvaluation(self.stepper)
+        self.recompute = None
+        if t.target_bn == "recompute" and batch_norm_layers(self.model):
+            x, _ = arrays.train_arrays(config.data)
+            batch = int(t.target_bn_batch)
+            k = min(int(t.target_bn_examples), len(x)) // batch
+            x = arrays.normalize(x[: k * batch], self.spec).reshape((k, batch) + x.shape[1:])
+            batches = jax.device_put(x, self.stepper.replicated)
+            self.recompute = jax_step.JaxRecompute(self.stepper, batches)
         self.probe = jax_step.JaxProbe(self.stepper)
         self.optimizer_init = [np.asarray(v.value) for v in self.optimizer.variables]
         self.init_weights = {t.seed: [np.asarray(w.value) for w in self.model.weights]}
@@ -353,6 +362,9 @@ class Evaluator:
         return _at_init(self.build, self.seed, step, key, compute)
 
     def _passes(self, state, names, bound) -> dict | None:
+        if self.build.recompute is not None:  # train.target_bn='recompute'
+            with timing.timed("eval", self.holder.time_s):
+                state = self.build.recompute(state)
         out = {}
         for k in names:
             with timing.timed("eval", self.holder.time_s) as timed:

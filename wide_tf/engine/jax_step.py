@@ -365,6 +365,40 @@ class JaxEvaluation:
         return {"loss": loss / count, "accuracy": hit / count, "examples": count}
 
 
+class JaxRecompute:
+    """train.target_bn='recompute' on JAX: the batch-norm statistics the evaluations use, set from
+    a fixed training subset (engine/bn_stats.BatchNormRecompute's rule: each layer's moving mean
+    and variance become the plain average of its per-batch training-mode statistics, of its ghost
+    groups' for ghost batch norm). The training run's own statistics are untouched: JAX's state is
+    never written in place, so the evaluation simply reads a recomputed copy."""
+
+    def __init__(self, stepper: JaxStepper, batches):
+        self.model, self.nt_index = stepper.model, stepper._nt_index
+        self.batches = batches  # [k, batch, ...] float32 inputs on the devices
+        self._fn = jax.jit(self._recompute)
+
+    def _recompute(self, trainable, non_trainable):
+        timing.note_trace()
+        sums: dict = {}
+        for i in range(self.batches.shape[0]):  # a handful of batches (target_bn_examples)
+            with norm.deferred_statistics() as recorded:
+                self.model.stateless_call(trainable, non_trainable, self.batches[i], training=True)
+            for layer, mean, var in recorded:
+                total = sums.setdefault(id(layer), [layer, 0.0, 0.0])
+                total[1], total[2] = total[1] + mean, total[2] + var
+        out = list(non_trainable)
+        k = self.batches.shape[0]
+        for layer, mean, var in sums.values():
+            for moving, value in ((layer.moving_mean, mean / k), (layer.moving_variance, var / k)):
+                i = self.nt_index[id(moving)]
+                out[i] = value.astype(out[i].dtype)
+        return out
+
+    def __call__(self, state) -> dict:
+        """`state` with the recomputed statistics in place of its moving ones."""
+        return dict(state, non_trainable=self._fn(state["trainable"], state["non_trainable"]))
+
+
 class JaxProbe:
     """The exact gradient probe of a stepper's model: per-example gradients by vmap of grad."""
 

@@ -17,8 +17,9 @@ from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import schedules
 from wide_tf.engine import stream as stream_lib
-from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
+from wide_tf.engine.bn_stats import BatchNormRecompute
 from wide_tf.engine.compile_key import config_key
+from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.snapshot import Snapshot
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper

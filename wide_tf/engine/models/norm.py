@@ -257,3 +257,12 @@ def make_norm_layer(norm: str, ghost_batch_size: int = 32, name: str | None = No
     return GhostBatchNormalization(  # norm == "ghost"
         ghost_batch_size=ghost_batch_size, momentum=BN_MOMENTUM, epsilon=BN_EPSILON, name=name
     )
+
+
+def batch_norm_layers(model) -> list:
+    """Every batch-norm layer of `model` (ghost batch norm included), nested ones too."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False, recursive=True)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
