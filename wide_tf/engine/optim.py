@@ -96,9 +96,11 @@ def ramped_momentum(momentum, iterations, warmup_steps: int, dtype):
 
 
 def _norm(x):
-    """The Euclidean norm of every entry of `x` (any rank): tf.norm's ops, sqrt(sum(x * x)) over
-    all axes (keras.ops.norm takes at most two axes, a convolution kernel has four)."""
-    return ops.sqrt(ops.sum(x * x))
+    """The Euclidean norm of every entry of `x` (any rank; keras.ops.norm takes at most two axes,
+    a convolution kernel has four): tf.norm's ops under its name scope, so that the TensorFlow
+    graph stays the one tf.norm built (Grappler's rewrites see op names: models/norm.py)."""
+    with keras.name_scope("norm"):
+        return ops.squeeze(ops.sqrt(ops.sum(x * x, keepdims=True)))
 
 
 def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):

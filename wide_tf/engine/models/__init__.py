@@ -2,7 +2,9 @@
 
 `BUILDERS` maps an architecture's name to its Keras builder; the spec of the same name holds
 everything that needs no TensorFlow (depth rules, exact parameter count, naming), and a test
-checks that the two registries name the same architectures and that the counts agree.
+checks that the two registries name the same architectures and that the counts agree. The builders
+use Keras layers and keras.ops only: the same models build under the TensorFlow and the JAX Keras
+backends (tests/engine/test_keras_ops_backends.py).
 """
 
 from __future__ import annotations

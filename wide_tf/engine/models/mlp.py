@@ -1,4 +1,5 @@
-"""The fully-connected network of the width study: `depth` hidden ReLU layers of `width` units."""
+"""The fully-connected network of the width study: `depth` hidden ReLU layers of `width` units
+(Keras layers only: any Keras backend)."""
 
 from __future__ import annotations
 

@@ -102,13 +102,18 @@ def _is_ghost(layer) -> bool:
 
 
 def _normalize(x, mean, variance, offset, scale, epsilon):
-    """tf.nn.batch_normalization's formula, its ops in its order (so the TensorFlow graph is the
-    same), for statistics that broadcast against `x`: ghost batch norm's keep a group axis, which
-    ops.batch_normalization's JAX form (statistics reshaped onto one axis) does not take."""
-    inv = ops.rsqrt(variance + epsilon)
-    if scale is not None:
-        inv = inv * scale
-    return x * inv + (offset - mean * inv if offset is not None else -mean * inv)
+    """tf.nn.batch_normalization's formula, its ops in its order and under its name scope, for
+    statistics that broadcast against `x`: ghost batch norm's keep a group axis, which
+    ops.batch_normalization's JAX form (statistics reshaped onto one axis) does not take. The
+    scope is not cosmetic: inside a tf.function the same ops without it gave a gradient 1 ulp
+    apart (Grappler, TensorFlow's graph optimiser, sees op names: with it switched off, no
+    difference); with it, the graph and its numbers are tf.nn.batch_normalization's, bit for
+    bit."""
+    with keras.name_scope("batchnorm"):
+        inv = ops.rsqrt(variance + epsilon)
+        if scale is not None:
+            inv = inv * scale
+        return x * inv + (offset - mean * inv if offset is not None else -mean * inv)
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")

@@ -1,4 +1,5 @@
-"""Wide residual networks, CIFAR style (Zagoruyko & Komodakis 2016): WRN-depth-k, pre-activation."""
+"""Wide residual networks, CIFAR style (Zagoruyko & Komodakis 2016): WRN-depth-k, pre-activation
+(Keras layers only: any Keras backend)."""
 
 from __future__ import annotations
 
