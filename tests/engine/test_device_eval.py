@@ -86,3 +86,17 @@ def test_mirrored_strategy_refuses_the_one_program_pass():
     held = DeviceEvalSet(x[:64], y[:64], 32, two, model, in_replica=True)
     with pytest.raises(RuntimeError, match="merge_call"):
         held.sums()
+
+
+def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
+    two = _two()
+    cfg = _cfg()
+    model, first = _model_and_stepper(two)
+    streamed = data.make_eval_dataset(cfg, "test", 64, two)
+    with two.scope():  # the next batch size: a new Stepper on the same model (engine/reuse.py)
+        second = Stepper(
+            model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets_spec.of(cfg)
+        )
+    assert first.evaluate(streamed) == second.evaluate(streamed)
+    assert second.eval_fn(streamed) is first.eval_fn(streamed)
+    assert first.eval_fn(streamed).experimental_get_tracing_count() == 1

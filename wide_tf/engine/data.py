@@ -503,6 +503,7 @@ class EvalDataset:
         self.dataset = dataset
         self.num_batches = int(num_batches)
         self.num_examples = int(num_examples)  # without the padding
+        self.compiled = None  # (its key, the compiled pass): steps.Stepper.eval_fn
 
     def __iter__(self):
         return iter(self.dataset)

@@ -203,7 +203,6 @@ class Stepper:
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )
         self._train_fn = None
-        self._eval_fn = None
 
     # ---- training -------------------------------------------------------------------------------
 
@@ -341,6 +340,17 @@ class Stepper:
 
     # ---- evaluation -----------------------------------------------------------------------------
 
+    def eval_fn(self, dataset):
+        """The compiled pass over a streamed set (data.EvalDataset), kept with the set: its trace
+        depends on the model, strategy, XLA setting and the set's batches, not on the training
+        batch, so a member's next batch size (a new Stepper, engine/reuse.py) reuses it."""
+        key = (self.model, self.strategy, self.jit_compile, self.input_spec)
+        kept = dataset.compiled
+        if kept is None or any(a is not b for a, b in zip(kept[0], key)):
+            fn = _build_eval_fn(self.model, self.strategy, self.jit_compile, self.input_spec)
+            dataset.compiled = kept = (key, fn)
+        return kept[1]
+
     def evaluate(self, dataset, bound=None) -> dict | None:
         """Loss and accuracy over an evaluation set: a data.EvalDataset whose elements are
         (x, y, weight), or a `DeviceEvalSet`. `bound` (engine/evaluation.py; None: the whole
@@ -349,12 +359,8 @@ class Stepper:
         if isinstance(dataset, DeviceEvalSet):
             sums = dataset.sums(b)
         else:
-            if self._eval_fn is None:
-                self._eval_fn = _build_eval_fn(
-                    self.model, self.strategy, self.jit_compile, self.input_spec
-                )
             batches = tf.constant(dataset.num_batches, tf.int32)
-            sums = self._eval_fn(iter(dataset.dataset), batches, b)
+            sums = self.eval_fn(dataset)(iter(dataset.dataset), batches, b)
         loss, hits, count = (float(v) for v in sums.numpy())
         if count < dataset.num_examples:
             return None  # stopped early: no target can be met at this step
