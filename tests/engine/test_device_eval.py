@@ -100,3 +100,34 @@ def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
     assert first.evaluate(streamed) == second.evaluate(streamed)
     assert second.eval_fn(streamed) is first.eval_fn(streamed)
     assert first.eval_fn(streamed).experimental_get_tracing_count() == 1
+
+
+@pytest.mark.parametrize("devices", [[], ["/cpu:0", "/cpu:1"]])
+def test_a_run_holds_both_sets_and_evaluates_them_as_streamed(tmp_path, devices):
+    from wide_tf.engine import train
+    from wide_tf.engine.strategy import setup_runtime
+
+    if devices:
+        _two()
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width, config.model.norm = 1, 16, "none"
+    config.runtime.strategy, config.runtime.devices = "cpu", devices
+    config.train.global_batch, config.train.eval_batch, config.train.eval_train_limit = 32, 96, 500
+    train.clear_cache()
+    try:
+        _, backend = train.setup(config, str(tmp_path), setup_runtime(config.runtime))
+        built = backend.built
+        assert all(isinstance(s, DeviceEvalSet) for s in built.eval_sets.values())
+        judged = backend.evaluator.evaluate(1)
+        strategy = built.stepper.strategy
+        for split, limit in (("train", 500), ("test", None)):
+            streamed = data.make_eval_dataset(config.data, split, 96, strategy, limit=limit)
+            expected = built.stepper.evaluate(streamed)
+            if devices:  # the same per-replica batches: bit for bit
+                assert judged[split] == expected, split
+            else:  # host-normalised floats (as before) against the device's normalisation
+                assert judged[split]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
+                assert judged[split]["examples"] == expected["examples"]
+    finally:
+        train.clear_cache()
