@@ -388,9 +388,13 @@ class DeviceEvalSet:
     Elsewhere the loop runs around `strategy.run` in one graph, as the streaming pass did:
     MirroredStrategy refuses a replica-context all-reduce inside a loop ("merge_call called while
     defining a new graph", tests/engine/test_device_eval.py), and without XLA a loop's condition
-    is read by TensorFlow's executor on the host anyway. Creating an iterator per pass, which
-    cost ~40 ms here (several times a small model's forward pass over 5,000 examples), is gone
-    on every platform."""
+    is read by TensorFlow's executor on the host anyway. That refusal lives in MirroredStrategy's
+    replica threads (tensorflow/python/distribute/mirrored_run.py); under TPUStrategy a replica's
+    all-reduce is `tpu_ops.cross_replica_sum` inside the compiled program (tpu_strategy.py,
+    `_reduce_to`). The TPU pass was never run (no TPU here); on CPUs it runs on one replica.
+
+    No iterator is created per pass, on every platform: on two CPU replicas that, not the forward
+    passes, was most of a pass's time (docs/evaluation.md, `python -m wide_tf.tools.bench_eval`)."""
 
     # Above this many bytes per replica the set stays a tf.data pipeline (data.make_eval_dataset).
     MAX_BYTES = 64 << 20
