@@ -231,6 +231,117 @@ def bench_eval(quick: bool, rounds: int) -> list[dict]:
     return rows + [row]
 
 
+def _run_config(quick: bool):
+    """A run that evaluates every 1.5 steps at a large batch, as the paper configs do at 16,384:
+    the embedded digits on 2 CPU replicas, batch 512, an evaluation every 768 examples (the
+    economy on, three accuracy targets that the run does not all reach)."""
+    from wide_tf.schema import defaults
+
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width, config.model.norm = 2, 64, "none"
+    config.optim.name, config.optim.base_lr = "momentum", 0.05
+    config.runtime.strategy, config.runtime.devices = "cpu", ["/cpu:0", "/cpu:1"]
+    t = config.train
+    t.global_batch, t.eval_batch, t.eval_every_examples = 512, 256, 768
+    t.max_steps = t.min_steps = 12 if quick else 60
+    t.steps_per_loop = 10
+    t.target_value, t.extra_targets = 0.95, ("train_accuracy:0.97", "train_accuracy:0.999")
+    t.checkpoint_every_steps = 10**6
+    return config
+
+
+def _streamed_sets():
+    """The code before, in this process: sets streamed through tf.data, the streamed pass
+    compiled once per Stepper. Returns the undo."""
+    from wide_tf.engine import data, reuse, steps
+
+    saved = (reuse._eval_set, steps.Stepper.eval_fn)
+
+    def eval_set(config, runtime, model, info, split, limit):
+        batch = config.train.eval_batch // runtime.num_replicas * runtime.num_replicas
+        return data.make_eval_dataset(config.data, split, batch, runtime.strategy, limit=limit)
+
+    def eval_fn(stepper, dataset):
+        if getattr(stepper, "_bench_old_fn", None) is None:
+            stepper._bench_old_fn = steps._build_eval_fn(
+                stepper.model, stepper.strategy, stepper.jit_compile, stepper.input_spec
+            )
+        return stepper._bench_old_fn
+
+    reuse._eval_set, steps.Stepper.eval_fn = eval_set, eval_fn
+
+    def undo():
+        reuse._eval_set, steps.Stepper.eval_fn = saved
+
+    return undo
+
+
+def _one_run(config, runtime, streamed: bool) -> tuple[dict, dict]:
+    """One fresh run (the code before when `streamed`): its counts, and what its record says."""
+    import tempfile
+
+    from wide_tf.engine import timing, train
+    from wide_tf.tools.bench_host import _Counters
+
+    undo = _streamed_sets() if streamed else (lambda: None)
+    events = []
+    train.clear_cache()
+    traces0 = timing._traces
+    try:
+        with (
+            tempfile.TemporaryDirectory() as tmp,
+            _Counters() as counters,
+            timing.listening(lambda kind, start, sec, n: events.append(kind)),
+        ):
+            r = train.train_and_evaluate(config, tmp, runtime)
+    finally:
+        undo()
+        train.clear_cache()
+    counts = {
+        "eval_s": r["time_s"]["eval"],
+        "eval_passes": events.count("eval"),
+        "reads": counters.reads,
+        "traces": timing._traces - traces0,
+        "wall_s": r["wall_time_s"],
+    }
+    record = [(t["status"], t["steps_to_target_interp"]) for t in r["targets"]]
+    return counts, record + [r["steps"], r["final"]["train_loss"], r["final"]["test_loss"]]
+
+
+def bench_run(quick: bool, rounds: int) -> list[dict]:
+    """Whole runs, before and after interleaved: evaluation passes, their seconds, reads, traces,
+    and whether the records agree."""
+    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.tools.bench_common import _median
+
+    config = _run_config(quick)
+    runtime = setup_runtime(config.runtime)
+    per = {"before": {}, "after": {}}
+    records = {}
+    for _ in range(rounds):
+        for name in per:
+            counts, records[name] = _one_run(config, runtime, streamed=name == "before")
+            for k, v in counts.items():
+                per[name].setdefault(k, []).append(v)
+    row = {
+        "kind": "eval_run",
+        "name": "eval/run",
+        "what": (
+            f"a run of {config.train.max_steps} steps at batch 512 on 2 CPU replicas evaluating "
+            f"every 1.5 steps (the economy on); median of {rounds} interleaved rounds"
+        ),
+        "same_records": records["before"] == records["after"],
+    }
+    for name, r in per.items():
+        for k, v in r.items():
+            row[f"{name}_{k}"] = _median(v)
+        row[f"{name}_s_per_pass"] = row[f"{name}_eval_s"] / max(row[f"{name}_eval_passes"], 1)
+    ratios = [b / a for b, a in zip(per["before"]["eval_s"], per["after"]["eval_s"])]
+    row["speedup_eval_s"] = _median(ratios)
+    return [row]
+
+
 def _table(rows: list[dict]) -> str:
     lines = []
     for r in rows:
@@ -264,6 +375,7 @@ def main(argv=None) -> int:
         }
     ]
     rows += bench_eval(args.quick, rounds)
+    rows += bench_run(args.quick, 1 if args.quick else 2)
     rows[0]["load_average_1m_end"] = os.getloadavg()[0]
     if args.json:
         for r in rows:
