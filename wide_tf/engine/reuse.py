@@ -282,7 +282,9 @@ def _eval_set(config, runtime, model, info, split: str, limit: int | None):
     n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
     padded = n + data_lib.eval_padding(n, batch)
     spec = datasets_spec.of(config.data)
-    if replicas == 1 and DeviceEvalSet.fits(padded * int(np.prod(info.input_shape)) * 4, 1):
+    # One replica: the bound of before (the float32 copy without its padding), so that no set
+    # moves between the held float values and the streamed packed ones.
+    if replicas == 1 and DeviceEvalSet.fits(n * int(np.prod(info.input_shape)) * 4, 1):
         x, y = data_lib.load_arrays(config.data, split, limit=limit)
         return DeviceEvalSet(x, y, batch, strategy, model, spec)
     if replicas > 1 and DeviceEvalSet.fits(padded * data_lib.packed_size(spec), replicas):
