@@ -18,7 +18,7 @@ from ml_collections import config_flags
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
 from wide_tf.checks import dry_run, validate
-from wide_tf.engine import preemption
+from wide_tf.engine import backend, preemption
 from wide_tf.study import workers
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -101,21 +101,21 @@ def main(argv) -> None:
     # A worker takes its cores, GPU and thread counts before TensorFlow starts (fixed after).
     if worker is not None:
         workers.pin_before_tensorflow(worker)
-    # The parent of --workers=N starts its workers first, then only watches them, without
-    # TensorFlow: it imports it for the report alone, once every group is done (`ready`).
+    # The parent of --workers=N starts its workers, then watches them without TensorFlow.
     one = _TRIAL.value is not None or _LIST.value or config.get("kind", "study") == "theory"
     one = one or not validate.is_sweep(config)
     n = 1 if worker is not None else workers.count_for(config, _WORKERS.value, _WORKDIR.value, one)
+    backend.select(config)  # KERAS_BACKEND, before Keras's import (and inherited by workers)
     try:
         started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
     except validate.Problem as e:  # a worker that could not start (the others were stopped)
         errors.fail(str(e), e.exit_code)
     if started is None:
-        # Deliberately late: TensorFlow (imported by every module _run uses) starts only for a
-        # config that passed the checks, and with its C++ start-up lines filtered.
-        tf_start.import_tensorflow(verbose)
-        if worker is not None:
-            workers.set_tensorflow_threads(worker)
+        # Late: TensorFlow starts only for a config that passed the checks, its C++ lines filtered.
+        if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
+            tf_start.import_tensorflow(verbose)
+            if worker is not None:
+                workers.set_tensorflow_threads(worker)
     logging.get_absl_handler().addFilter(tf_start.DropCheckpointChatter())
     if started is None:  # (the parent of workers passes SIGTERM on to them instead)
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143

@@ -16,7 +16,6 @@ from absl import logging
 
 from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
-from wide_tf.engine.strategy import setup_runtime
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress, workers
@@ -135,7 +134,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
     initial = group_trials(trials)
     members = {t.member.name: t.member for t in trials}
     share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
-    share.runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve all
+    share.runtime = train_lib.runtime_for(config)  # once: TensorFlow and the strategy serve all
     for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
         logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
@@ -255,7 +254,7 @@ def _run_group(share: _Share, g, key) -> None:
             result = train_lib.train_and_evaluate(
                 t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
             )
-            if share.runtime.strategy.extended.should_checkpoint:  # the chief records
+            if _chief(share.runtime):  # the chief records
                 wd.record_result(share.workdir, result)
             # No clear_session() here: the next trial of the same member and batch size reuses
             # this one's model and traced step; train.py drops them (and clears the session)
@@ -263,3 +262,9 @@ def _run_group(share: _Share, g, key) -> None:
             share.mine[t.trial_id] = result
             results[t.trial_id] = result
             share.ran += 1
+
+
+def _chief(runtime) -> bool:
+    """Whether this process records results: JAX's runtime says so; on TensorFlow, the strategy."""
+    chief = getattr(runtime, "chief", None)
+    return chief if chief is not None else runtime.strategy.extended.should_checkpoint
