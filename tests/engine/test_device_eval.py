@@ -43,6 +43,9 @@ def test_two_replicas_hold_the_packed_set_and_sum_as_the_stream_did():
     streamed = data.make_eval_dataset(cfg, "test", 64, two)  # 359 examples: a padded last batch
     held = DeviceEvalSet(*data.packed_eval_arrays(cfg, "test"), 64, two, model, spec)
     assert held.num_batches == streamed.num_batches == 6
+    for part in held.data:  # each share on its replica's device, none left on the host
+        shares = two.experimental_local_results(part)
+        assert [t.device for t in shares] == list(two.extended.worker_devices)
     whole = stepper.evaluate(held)
     assert whole == stepper.evaluate(streamed)  # bit for bit: the same per-replica batches
     assert whole["examples"] == 359

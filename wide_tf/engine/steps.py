@@ -366,11 +366,19 @@ class DeviceEvalSet:
         # The TPU's one-program pass; `in_replica` set by tests (one replica, see the docstring).
         self.in_replica = _is_tpu(strategy) if in_replica is None else bool(in_replica)
 
+        devices = strategy.extended.worker_devices
+
         def held(a):
             a = np.ascontiguousarray(a).reshape((batches, replicas, per_replica) + a.shape[1:])
 
-            def share(ctx):  # called under each replica's device: the share is created there
-                return tf.constant(a[:, ctx.replica_id_in_sync_group])
+            def share(ctx):
+                # Placed by hand: no strategy calls this under the replica's device (mirrored_,
+                # tpu_, one_device_ and collective_all_reduce_strategy.py in TensorFlow 2.21),
+                # and a share left on the host would travel to the device every pass.
+                # MultiWorkerMirroredStrategy numbers replicas across workers; devices are local.
+                r = ctx.replica_id_in_sync_group
+                with tf.device(devices[r % len(devices)]):
+                    return tf.constant(a[:, r])
 
             return strategy.experimental_distribute_values_from_function(share)
 
