@@ -220,3 +220,28 @@ def test_only_the_smallest_batch_probes_along_training_unless_asked():
     config.sweep.probe_batches = "all"
     trials = trials_lib.expand(config, info.num_classes, info.input_shape)
     assert {t.config.train.gradient_every_examples for t in trials} == {every}
+
+
+@pytest.mark.parametrize("unreached, held", [([("train_accuracy", 0.9)], 1), ([], 0)])
+def test_a_pass_cut_short_is_held_only_while_a_target_is_left(unreached, held):
+    """The snapshot is read only when a later evaluation meets an unreached target: a run that
+    trains on after its last target (stop_at_target=False) takes none."""
+    from types import SimpleNamespace
+
+    from wide_tf.engine.state import RunState
+
+    calls = []
+    evaluator = SimpleNamespace(
+        examples={"train": 100},
+        evaluate=lambda step, sets, bound, snapshot: None,  # every pass stops early
+        hold=lambda: calls.append("hold"),
+    )
+    targets = SimpleNamespace(
+        primary=("train_accuracy", 0.9), extra=[], unreached=lambda st: unreached
+    )
+    plan = SimpleNamespace(eval_economy=True, curve_steps=frozenset(), eval_steps=(5, 10))
+    economy = evaluation.Economy(evaluator, targets, plan)
+    st = RunState()
+    st.step = 5
+    assert economy.evaluate(st) is None and st.cut_short_step == 5
+    assert len(calls) == held

@@ -48,7 +48,7 @@ def test_evaluation_takes_the_known_number_of_batches_with_static_shapes(replica
     logits = model(x, training=False).numpy()
     losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True).numpy()
     assert out["loss"] == pytest.approx(losses.mean(), rel=1e-5)
-    concrete = stepper._eval_fn.get_concrete_function(
+    concrete = stepper.eval_fn(eval_set).get_concrete_function(
         iter(dataset), tf.constant(5), tf.constant([-np.inf, np.inf, 37.0])
     )
     nodes = _op_types(concrete)

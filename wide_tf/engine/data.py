@@ -384,6 +384,25 @@ def _in_memory_eval_fn(arrays, batch_size):
     return dataset_fn
 
 
+def packed_size(spec) -> int:
+    """Bytes of one packed image of `spec` (pack_images: four pixels an int32, padded to 4)."""
+    n = int(np.prod(spec.input_shape))
+    return (n + (-n % PACK)) // PACK * 4
+
+
+def packed_eval_arrays(data_cfg, split: str, limit: int | None = None):
+    """(packed images int32 [n, packed_size / 4], labels int32) of a split in canonical order,
+    first `limit`, as the streaming evaluation pipeline sends them (make_eval_dataset): what an
+    evaluation set held on several devices keeps (steps.DeviceEvalSet). None when the split is
+    not held in memory (an uncached TFDS test split)."""
+    arrays = _eval_arrays(data_cfg, split, limit)
+    if arrays is None:
+        return None
+    images, labels = arrays
+    packed = pack_images(tf.constant(np.asarray(images, np.uint8))).numpy()
+    return packed, np.asarray(labels, np.int32)
+
+
 class EvalDataset:
     """A distributed evaluation dataset and its number of global batches (the last one padded):
     evaluation takes exactly that many with `get_next` (not `get_next_as_optional`, whose
@@ -393,6 +412,7 @@ class EvalDataset:
         self.dataset = dataset
         self.num_batches = int(num_batches)
         self.num_examples = int(num_examples)  # without the padding
+        self.compiled = None  # (its key, the compiled pass): steps.Stepper.eval_fn
 
     def __iter__(self):
         return iter(self.dataset)

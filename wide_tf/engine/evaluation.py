@@ -77,10 +77,14 @@ class Economy:
         if not self.on or st.step == 0 or st.step in self.plan.curve_steps:
             ev = self._evaluate(st, train_scalars, ("train", "test"))
         else:
-            limit = bound(self.targets.unreached(st), self.evaluator.examples["train"])
+            unreached = self.targets.unreached(st)
+            limit = bound(unreached, self.evaluator.examples["train"])
             ev = self._evaluate(st, train_scalars, ("train",), bound=limit)
             if ev is None:
-                self.evaluator.hold()
+                # The snapshot is read only when the next evaluation meets an unreached target
+                # (previous): with none left (train.stop_at_target=False runs on) it is not taken.
+                if unreached:
+                    self.evaluator.hold()
                 st.cut_short_step = st.step
                 return None
         self.targets.check(st, ev, self.previous(st, ev))

@@ -22,7 +22,7 @@ from wide_tf.engine.compile_key import config_key
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.snapshot import Snapshot
-from wide_tf.engine.steps import InMemoryEvalSet, Stepper
+from wide_tf.engine.steps import DeviceEvalSet, Stepper
 from wide_tf.schema import datasets as datasets_spec
 
 
@@ -211,20 +211,30 @@ def _new_built(key, config, runtime, info, plan, steps_per_epoch, total_steps, n
         optimizer=optimizer,
         stepper=stepper,
         eval_sets={
-            "train": _eval_set(config, runtime, info, "train", t.eval_train_limit or None),
-            "test": _eval_set(config, runtime, info, "test", None),
+            "train": _eval_set(config, runtime, model, info, "train", t.eval_train_limit or None),
+            "test": _eval_set(config, runtime, model, info, "test", None),
         },
         optimizer_init=[v.numpy() for v in optimizer.variables],
         init_weights={t.seed: [w.numpy() for w in model.weights]},
     )
 
 
-def _eval_set(config, runtime, info, split: str, limit: int | None):
-    """An evaluation set: in memory on one replica when it fits, else a distributed dataset."""
-    replicas = runtime.num_replicas
+def _eval_set(config, runtime, model, info, split: str, limit: int | None):
+    """An evaluation set: held on the devices when its share fits each replica (one replica: the
+    normalised float32 values it always evaluated; more: packed images, the bytes the streaming
+    pipeline sent), else a distributed dataset. Its compiled pass is kept with the build."""
+    replicas, strategy = runtime.num_replicas, runtime.strategy
     batch = config.train.eval_batch // replicas * replicas or replicas
     n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
-    if replicas == 1 and InMemoryEvalSet.fits(n * int(np.prod(info.input_shape))):
+    padded = n + data_lib.eval_padding(n, batch)
+    spec = datasets_spec.of(config.data)
+    # One replica: the bound of before (the float32 copy without its padding), so that no set
+    # moves between the held float values and the streamed packed ones.
+    if replicas == 1 and DeviceEvalSet.fits(n * int(np.prod(info.input_shape)) * 4, 1):
         x, y = data_lib.load_arrays(config.data, split, limit=limit)
-        return InMemoryEvalSet(x, y, batch)
-    return data_lib.make_eval_dataset(config.data, split, batch, runtime.strategy, limit=limit)
+        return DeviceEvalSet(x, y, batch, strategy, model, spec)
+    if replicas > 1 and DeviceEvalSet.fits(padded * data_lib.packed_size(spec), replicas):
+        arrays = data_lib.packed_eval_arrays(config.data, split, limit)
+        if arrays is not None:
+            return DeviceEvalSet(*arrays, batch, strategy, model, spec)
+    return data_lib.make_eval_dataset(config.data, split, batch, strategy, limit=limit)

@@ -158,7 +158,6 @@ class Stepper:
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )
         self._train_fn = None
-        self._eval_fn = None
 
     # ---- training -------------------------------------------------------------------------------
 
@@ -296,20 +295,27 @@ class Stepper:
 
     # ---- evaluation -----------------------------------------------------------------------------
 
+    def eval_fn(self, dataset):
+        """The compiled pass over a streamed set (data.EvalDataset), kept with the set: its trace
+        depends on the model, strategy, XLA setting and the set's batches, not on the training
+        batch, so a member's next batch size (a new Stepper, engine/reuse.py) reuses it."""
+        key = (self.model, self.strategy, self.jit_compile, self.input_spec)
+        kept = dataset.compiled
+        if kept is None or any(a is not b for a, b in zip(kept[0], key)):
+            fn = _build_eval_fn(self.model, self.strategy, self.jit_compile, self.input_spec)
+            dataset.compiled = kept = (key, fn)
+        return kept[1]
+
     def evaluate(self, dataset, bound=None) -> dict | None:
         """Loss and accuracy over an evaluation set: a data.EvalDataset whose elements are
-        (x, y, weight), or an `InMemoryEvalSet`. `bound` (engine/evaluation.py; None: the whole
+        (x, y, weight), or a `DeviceEvalSet`. `bound` (engine/evaluation.py; None: the whole
         pass): the pass stops once no target can be met, and returns None. One device read."""
         b = _bound_tensor(bound, dataset.num_examples)
-        if isinstance(dataset, InMemoryEvalSet):
-            sums = dataset.sums(self.model, b)
+        if isinstance(dataset, DeviceEvalSet):
+            sums = dataset.sums(b)
         else:
-            if self._eval_fn is None:
-                self._eval_fn = _build_eval_fn(
-                    self.model, self.strategy, self.jit_compile, self.input_spec
-                )
             batches = tf.constant(dataset.num_batches, tf.int32)
-            sums = self._eval_fn(iter(dataset.dataset), batches, b)
+            sums = self.eval_fn(dataset)(iter(dataset.dataset), batches, b)
         loss, hits, count = (float(v) for v in sums.numpy())
         if count < dataset.num_examples:
             return None  # stopped early: no target can be met at this step
@@ -318,47 +324,127 @@ class Stepper:
         return {"loss": loss / count, "accuracy": hits / count, "examples": count}
 
 
-class InMemoryEvalSet:
-    """A small evaluation set held as one tensor, evaluated without tf.data, for one replica.
+class DeviceEvalSet:
+    """An evaluation set held on the devices, evaluated without tf.data: every replica keeps its
+    share of every padded batch as one tensor there (as the gradient probe keeps its set), and a
+    pass is one call of a function compiled once per set and model (kept with the member's build
+    across its batch sizes, engine/reuse.py), with one device-to-host read.
 
-    In a local study the model is evaluated every few steps; creating a tf.data iterator for each
-    pass cost ~40 ms here, several times the forward pass of a small model over 5,000 examples."""
+    Replica r holds rows [b*B + r*B/R, b*B + (r+1)*B/R) of global batch b (B the evaluation batch,
+    R the replicas): the per-replica batches the distributed tf.data pipeline handed it, so the
+    sums are those of the streaming pass (data.make_eval_dataset). `x` is what the step reads:
+    float32 inputs already normalised (one replica: the values evaluated before, so the records
+    stay bit-identical) or packed images (data.pack_images: a quarter of the bytes, normalised on
+    the device, padding rows zeroed).
 
-    # Above this the set stays a tf.data pipeline (a float32 copy of it is held in memory here).
+    The pass: on TPUs the whole loop runs inside one replica function (`strategy.run`), and
+    whether to go on is decided on the sums all-reduced across the replicas after every batch, so
+    a pass is one device program and one read (the loop condition never leaves the devices).
+    Elsewhere the loop runs around `strategy.run` in one graph, as the streaming pass did:
+    MirroredStrategy refuses a replica-context all-reduce inside a loop ("merge_call called while
+    defining a new graph", tests/engine/test_device_eval.py), and without XLA a loop's condition
+    is read by TensorFlow's executor on the host anyway. That refusal lives in MirroredStrategy's
+    replica threads (tensorflow/python/distribute/mirrored_run.py); under TPUStrategy a replica's
+    all-reduce is `tpu_ops.cross_replica_sum` inside the compiled program (tpu_strategy.py,
+    `_reduce_to`). The TPU pass was never run (no TPU here); on CPUs it runs on one replica.
+
+    No iterator is created per pass, on every platform: on two CPU replicas that, not the forward
+    passes, was most of a pass's time (docs/evaluation.md, `python -m wide_tf.tools.bench_eval`)."""
+
+    # Above this many bytes per replica the set stays a tf.data pipeline (data.make_eval_dataset).
     MAX_BYTES = 64 << 20
 
-    def __init__(self, x, y, batch_size: int):
+    def __init__(self, x, y, batch_size: int, strategy, model, input_spec=None, in_replica=None):
         self.num_examples = len(y)  # without the padding
-        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size, dtype=np.float32)
-        batches = len(w) // batch_size
-        self.x = tf.constant(x.reshape((batches, batch_size) + x.shape[1:]))
-        self.y = tf.constant(y.reshape(batches, batch_size))
-        self.w = tf.constant(w.reshape(batches, batch_size))
+        replicas = strategy.num_replicas_in_sync
+        if batch_size % replicas:
+            raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
+        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size)
+        batches, per_replica = len(w) // batch_size, batch_size // replicas
         self.num_batches = batches
+        self.model, self.strategy, self.input_spec = model, strategy, input_spec
+        # The TPU's one-program pass; `in_replica` set by tests (one replica, see the docstring).
+        self.in_replica = _is_tpu(strategy) if in_replica is None else bool(in_replica)
+
+        devices = strategy.extended.worker_devices
+
+        def held(a):
+            a = np.ascontiguousarray(a).reshape((batches, replicas, per_replica) + a.shape[1:])
+
+            def share(ctx):
+                # Placed by hand: no strategy calls this under the replica's device (mirrored_,
+                # tpu_, one_device_ and collective_all_reduce_strategy.py in TensorFlow 2.21),
+                # and a share left on the host would travel to the device every pass.
+                # MultiWorkerMirroredStrategy numbers replicas across workers; devices are local.
+                r = ctx.replica_id_in_sync_group
+                with tf.device(devices[r % len(devices)]):
+                    return tf.constant(a[:, r])
+
+            return strategy.experimental_distribute_values_from_function(share)
+
+        self.data = tuple(held(a) for a in (x, y, w))
         self._fn = None
 
     @classmethod
-    def fits(cls, num_values: int) -> bool:
-        return num_values * 4 <= cls.MAX_BYTES
+    def fits(cls, num_bytes: int, replicas: int) -> bool:
+        """Whether a set of `num_bytes` (padded, as held) fits the per-replica allowance."""
+        return num_bytes <= cls.MAX_BYTES * max(int(replicas), 1)
 
-    def sums(self, model, bound=None) -> tf.Tensor:
-        """[loss sum, correct, examples] of `model` in inference mode, over every batch or until
+    def sums(self, bound=None) -> tf.Tensor:
+        """[loss sum, correct, examples] of the model in inference mode, over every batch or until
         `bound` (a tensor, see go_on) says no target can be met."""
         if self._fn is None:
+            self._fn = self._build()
+        return self._fn(
+            *self.data, _bound_tensor(None, self.num_examples) if bound is None else bound
+        )
 
-            @tf.function(autograph=False)
-            def fn(bound):
-                timing.note_trace()
+    def _build(self):
+        model, strategy, spec, batches = (
+            self.model,
+            self.strategy,
+            self.input_spec,
+            self.num_batches,
+        )
 
-                def add(i, sums):
-                    return i + 1, sums + weighted_sums(model, self.x[i], self.y[i], self.w[i])
+        def batch_sums(x, y, w):  # packed images unpacked and normalised here, on the device
+            return weighted_sums(model, data_lib.device_inputs(x, spec, w), y, w)
 
-                _, sums = tf.while_loop(
-                    lambda i, sums: tf.logical_and(i < tf.shape(self.w)[0], go_on(sums, bound)),
-                    add,
-                    [tf.constant(0), tf.zeros([3])],
-                )
-                return sums
+        def replica_pass(x, y, w, bound):
+            ctx = tf.distribute.get_replica_context()
 
-            self._fn = fn
-        return self._fn(_bound_tensor(None, self.num_examples) if bound is None else bound)
+            def add(i, sums):
+                local = batch_sums(x[i], y[i], w[i])
+                return i + 1, sums + ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
+
+            _, sums = tf.while_loop(
+                lambda i, sums: tf.logical_and(i < batches, go_on(sums, bound)),
+                add,
+                [tf.constant(0), tf.zeros([3], tf.float32)],
+            )
+            return sums
+
+        @tf.function(autograph=False)
+        def one_program(x, y, w, bound):
+            timing.note_trace()
+            # Every replica returns the same all-reduced sums: the first one's are the pass's (a
+            # mean over replicas could round).
+            out = strategy.run(replica_pass, args=(x, y, w, bound))
+            return strategy.experimental_local_results(out)[0]
+
+        @tf.function(autograph=False)
+        def host_loop(x, y, w, bound):
+            timing.note_trace()
+
+            def add(i, sums):
+                out = strategy.run(lambda a, b, c: batch_sums(a[i], b[i], c[i]), args=(x, y, w))
+                return i + 1, sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+
+            _, sums = tf.while_loop(
+                lambda i, sums: tf.logical_and(i < batches, go_on(sums, bound)),
+                add,
+                [tf.constant(0), tf.zeros([3], tf.float32)],
+            )
+            return sums
+
+        return one_program if self.in_replica else host_loop
