@@ -18,7 +18,9 @@ for _item in filter(None, os.environ.get("WIDE_TF_CALL_SPY", "").split(",")):
 
 
 def _wrap(module, name: str) -> None:
-    original = getattr(module, name)
+    original = getattr(module, name, None)
+    if original is None:  # not in this version of the module: nothing to count
+        return
 
     @functools.wraps(original)
     def spied(*args, **kwargs):

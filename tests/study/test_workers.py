@@ -265,6 +265,7 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, sm
 _CHECKS = (
     "wide_tf.checks.validate:check_command",
     "wide_tf.checks.validate:check_config",
+    "wide_tf.checks.overrides:check_overrides",
     "wide_tf.checks.overrides:check_override_path",
     "wide_tf.checks.preflight:check_workdir",
     "wide_tf.checks.preflight:check_same_study",

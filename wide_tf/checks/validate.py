@@ -146,7 +146,8 @@ def _replicas(config) -> tuple[int, str]:
 def check_config(config, overrides=()) -> None:
     """Raises a Problem for the first thing in `config` (and the overrides that made it) that
     cannot work; returns None when the config is fit to run."""
-    check_overrides(config, overrides)
+    if overrides:  # (main's were checked as its flags were parsed: errors.parse_flags)
+        check_overrides(config, overrides)
     kind = config.get("kind", "study")
     kind_error = fields.Choice(choices.KINDS).error("kind", kind)
     if kind_error:
