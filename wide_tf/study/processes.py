@@ -34,10 +34,11 @@ def run(
     `preemption.Preempted` reaches the caller)."""
     n = workers.count_for(config, n_workers, workdir, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts
+    # KERAS_BACKEND before Keras is imported: this process's trials or report, and its workers'.
+    os.environ.update(worker.environment(config))
     if n > 1:
         started = workers.start(config, workdir, n, shard, verbose)
         return workers.supervise(started, config, workdir, shard, log, on_complete)
-    os.environ.update(worker.environment(config))  # KERAS_BACKEND, before Keras is imported
     tf_start.import_tensorflow(verbose)
     from wide_tf.engine import preemption
     from wide_tf.study import scheduler
