@@ -124,18 +124,29 @@ def _tuples(x):
 
 def read_frozen(path: str):
     """The checked config the parent wrote (workers.freeze_config), as a ConfigDict."""
+    with open(path, encoding="utf-8") as f:
+        return _as_config(json.load(f))
+
+
+def _as_config(frozen: dict):
     import ml_collections
 
-    with open(path, encoding="utf-8") as f:
-        return ml_collections.ConfigDict(_tuples(json.load(f)))
+    return ml_collections.ConfigDict(_tuples(frozen))
 
 
 def main(argv: list[str]) -> None:
     die_with_parent(os.environ.get(PARENT_ENV))
     args = _arguments(argv)
-    with open(args["config_json"], encoding="utf-8") as f:
-        os.environ.update(environment(json.load(f)))  # before anything imports Keras
-    spec = WorkerSpec.from_env(os.environ[ENV])
+    try:
+        with open(args["config_json"], encoding="utf-8") as f:
+            frozen = json.load(f)
+        spec = WorkerSpec.from_env(os.environ[ENV])
+    except (OSError, ValueError, KeyError) as e:
+        sys.exit(
+            f"error: wide_tf.study.worker: no config or worker spec from its parent "
+            f"({type(e).__name__}: {e}); run the study with python -m wide_tf.main"
+        )
+    os.environ.update(environment(frozen))  # before anything imports Keras
     pin_before_tensorflow(spec)
     from absl import flags, logging
 
@@ -145,7 +156,7 @@ def main(argv: list[str]) -> None:
     flags.FLAGS(sys.argv[:1])  # absl's defaults and its log format, as under main's app.run
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)  # (app.run's default verbosity: INFO lines shown)
-    config = read_frozen(args["config_json"])
+    config = _as_config(frozen)
     try:
         tf_start.import_tensorflow(args["verbose"])
         set_tensorflow_threads(spec)
