@@ -19,7 +19,7 @@ from ml_collections import config_flags
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
 from wide_tf.checks import dry_run, validate
-from wide_tf.engine import preemption
+from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
 _CONFIG = config_flags.DEFINE_config_file(
@@ -144,8 +144,9 @@ def _run(config, verbose: bool) -> None:
     elif config.get("kind", "study") == "theory" or not validate.is_sweep(config):
         # Deliberately late: TensorFlow starts only for a config that passed the checks, with
         # its C++ start-up lines filtered, and Keras on the config's backend.
-        os.environ.update(worker.environment(config))
-        tf_start.import_tensorflow(verbose)
+        backend.select(config)  # KERAS_BACKEND, before Keras's import
+        if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
+            tf_start.import_tensorflow(verbose)
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
         from wide_tf.engine import train
         from wide_tf.theory import check as theory_check

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf.engine import reuse, timing, train
+from wide_tf.engine import compile_key, reuse, timing, train
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.result import describe_protocol
 from wide_tf.engine.state import RunPlan, RunState
@@ -286,8 +286,8 @@ def _changed(value):
 
 
 def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
-    """A config field not in reuse.KEY_EXCLUDED (a new one included) gets a new build; an excluded
-    one shares the kept build (that such a run equals a fresh one is the test above)."""
+    """A config field not in compile_key.KEY_EXCLUDED (a new one included) gets a new build; an
+    excluded one shares the kept build (that such a run equals a fresh one is the test above)."""
     from types import SimpleNamespace
 
     from wide_tf.engine.steps import BatchPlan
@@ -302,7 +302,7 @@ def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
     base = _single("digits_embedded")
     checked = 0
     for section in ("model", "data", "optim", "train", "runtime"):
-        excluded = reuse.KEY_EXCLUDED.get(section, ())
+        excluded = compile_key.KEY_EXCLUDED.get(section, ())
         for name, value in base[section].items():
             if name == "decay_epochs":
                 continue  # below: its values are excluded, its length is not
@@ -459,7 +459,7 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
 
 def test_compiled_probe_matches_the_host_measurement():
     from wide_tf.engine import data as data_lib
-    from wide_tf.engine import measure
+    from wide_tf.engine.measure import diversity
     from wide_tf.engine.models import build_model
 
     config = _single("digits_embedded", probe_size=300, probe_chunk=128)
@@ -468,7 +468,7 @@ def test_compiled_probe_matches_the_host_measurement():
         model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
     probe = GradientProbe(config, model, strategy)
     x, y = data_lib.load_arrays(config.data, "train", limit=300)
-    ref = measure.gradient_stats(model, x, y, chunk_size=128)
+    ref = diversity.gradient_stats(model, x, y, chunk_size=128)
     got = probe(model)
     for k in ("diversity", "batch_bound", "noise_scale"):
         assert got[k] == pytest.approx(float(ref[k]), rel=1e-4)

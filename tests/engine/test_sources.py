@@ -11,7 +11,7 @@ import tensorflow as tf
 
 from wide_tf.checks import preflight
 from wide_tf.checks.problems import RuntimeProblem
-from wide_tf.engine import data, sources
+from wide_tf.engine import arrays, data, sources
 from wide_tf.schema import datasets, defaults, identity
 
 
@@ -44,7 +44,7 @@ def fresh_caches():
     """The sources cache arrays per (name, folder) for the process: clear them around each test."""
     yield
     sources._EMBEDDED_CACHE.clear()
-    data._TRAIN_CACHE.clear()
+    arrays._TRAIN_CACHE.clear()
     data._ARRAYS_CACHE.clear()
 
 

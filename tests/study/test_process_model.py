@@ -17,6 +17,11 @@ from wide_tf.study import processes, worker, workers
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
+def _read_frozen(path):
+    """What a worker reads: the frozen file, thawed."""
+    return worker.thaw(json.loads(pathlib.Path(path).read_text()))
+
+
 def test_the_parent_refuses_another_study_before_starting_any_worker(tmp_path, monkeypatch):
     config = loader.load_config("configs/mlp.py:smoke")
     (tmp_path / "config.json").write_text(json.dumps({"model": {"arch": "wrn"}}))
@@ -44,7 +49,7 @@ def test_a_frozen_config_reads_back_as_the_checked_one(tmp_path):
         for variant in loader.variants(module) or [None]:
             spec = f"{path.relative_to(ROOT)}" + (f":{variant}" if variant else "")
             config = loader.load_config(spec)
-            back = worker.read_frozen(workers.freeze_config(config, str(tmp_path), str(n)))
+            back = _read_frozen(workers.freeze_config(config, str(tmp_path), str(n)))
             assert back == config and back.to_dict() == config.to_dict(), spec
             n += 1
     assert n > 10
@@ -72,11 +77,11 @@ def test_the_workers_get_the_configs_backend_before_keras(tmp_path, monkeypatch)
         assert cmd[1:3] == ["-m", "wide_tf.study.worker"] and "--shard=0/2" in cmd
         assert env["KERAS_BACKEND"] == "tensorflow"
         frozen_path = next(a.split("=", 1)[1] for a in cmd if a.startswith("--config_json="))
-        assert worker.read_frozen(frozen_path) == config
+        assert _read_frozen(frozen_path) == config
     # The worker module sets it from the frozen config before it imports anything of Keras.
     source = (ROOT / "wide_tf" / "study" / "worker.py").read_text()
     main = source[source.index("def main(") :]
-    assert main.index("os.environ.update(environment(") < main.index("import")
+    assert main.index("backend.select(frozen)") < main.index("import")
 
 
 def test_one_die_with_the_parent():

@@ -34,21 +34,25 @@ Semantics that the rest of the package relies on:
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 
 import numpy as np
 import tensorflow as tf
-from absl import logging
 
+from wide_tf.engine.arrays import (  # noqa: F401  (re-exported: the engine's data entry points)
+    DatasetInfo,
+    data_options,
+    dataset_info,
+    memory_test,
+    steps_per_epoch,
+    train_arrays,
+)
 from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the engine's data error)
     DataUnavailableError,
     _tfds_builder,
     _tfds_mocked,
     _tfds_split,
-    _tfds_split_size,
     _to_numpy,
-    memory_arrays,
     pool_images,
 )
 from wide_tf.schema import datasets as datasets_spec
@@ -71,103 +75,13 @@ __all__ = [
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class DatasetInfo:
-    name: str
-    num_train: int
-    num_test: int
-    num_classes: int
-    input_shape: tuple
-
-
 # The data sets' shapes, classes, sizes and normalisation: one home, the spec registry.
 DATASETS = datasets_spec.DATASETS
 
-# Salts that separate the random streams derived from one seed.
-_PERM_SALT, _AUG_SALT, _SUBSET_SEED = 0x5EED01, 0x5EED02, 20180601
+# Salts that separate the random streams derived from one seed (_SUBSET_SEED: engine/arrays.py).
+_PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02
 
-
-# --------------------------------------------------------------------------------------------------
-# Spec lookup
-
-
-_spec = datasets_spec.get
 _of = datasets_spec.of  # the data set with the config's data options (data.pool) applied
-
-
-def steps_per_epoch(num_train: int, global_batch: int) -> float:
-    """Optimizer steps per epoch with concatenated epochs: num_train / global_batch (a float)."""
-    return num_train / global_batch
-
-
-# --------------------------------------------------------------------------------------------------
-# The training set in memory
-
-
-_TRAIN_CACHE = {}
-
-
-def _subset(images, labels, num_train, subset_seed=_SUBSET_SEED):
-    """The first num_train examples after a permutation fixed by data.subset_seed (never the run's
-    seed: every run of a study trains on the same subset); 0 = all."""
-    n = len(labels)
-    if not num_train or num_train >= n:
-        if num_train and num_train > n:
-            logging.warning(
-                "data.num_train=%d exceeds the %d training examples; using all", num_train, n
-            )
-        return images, labels
-    idx = np.random.default_rng(int(subset_seed)).permutation(n)[:num_train]
-    return images[idx], labels[idx]
-
-
-def _data_options(data_cfg):
-    """(num_train, subset_seed, pool) of a data section (sections written before the options
-    existed read as their neutral values)."""
-    return (
-        int(data_cfg.num_train),
-        int(data_cfg.get("subset_seed", _SUBSET_SEED)),
-        int(data_cfg.get("pool", 1) or 1),
-    )
-
-
-def train_arrays(data_cfg):
-    """Canonical training set (uint8 images, int32 labels), data.num_train and data.pool
-    applied."""
-    name = data_cfg.name
-    spec = _spec(name)
-    num_train, subset_seed, pool = _data_options(data_cfg)
-    _of(data_cfg)  # a pool that does not divide the images: one clear error, before any reading
-    mocked = not spec.in_memory and _tfds_mocked()
-    key = (name, data_cfg.data_dir or None, num_train, subset_seed, pool)
-    if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
-        return _TRAIN_CACHE[key]
-    if spec.in_memory:
-        raw = memory_arrays(name, "train", data_cfg.data_dir)
-    else:
-        raw = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "train"), spec)
-    images, labels = _subset(*raw, num_train, subset_seed)
-    arrays = (pool_images(images, pool), labels)
-    if not mocked:
-        _TRAIN_CACHE[key] = arrays
-    return arrays
-
-
-def dataset_info(data_cfg) -> DatasetInfo:
-    """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
-    name = data_cfg.name
-    spec = _of(data_cfg)
-    num_train = int(data_cfg.num_train)
-    if spec.in_memory:
-        n_train = len(memory_arrays(name, "train", data_cfg.data_dir)[1])
-        n_test = len(memory_arrays(name, "test", data_cfg.data_dir)[1])
-    else:
-        builder = _tfds_builder(data_cfg)
-        n_train = _tfds_split_size(builder, "train")
-        n_test = _tfds_split_size(builder, "test")
-    if num_train:
-        n_train = min(n_train, num_train)
-    return DatasetInfo(name, n_train, n_test, spec.num_classes, spec.input_shape)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -359,7 +273,7 @@ def _eval_source(data_cfg, split, limit):
     spec = _of(data_cfg)
     if split == "train" or spec.in_memory:
         # The train split is the training subset actually trained on (data.num_train).
-        images, labels = train_arrays(data_cfg) if split == "train" else _memory_test(data_cfg)
+        images, labels = train_arrays(data_cfg) if split == "train" else memory_test(data_cfg)
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
         return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
@@ -368,7 +282,7 @@ def _eval_source(data_cfg, split, limit):
     if limit is not None:
         n = min(n, int(limit))
 
-    pool = _data_options(data_cfg)[2]
+    pool = data_options(data_cfg)[2]
 
     def factory():
         ds = _tfds_split(builder, split)[0].take(n)
@@ -387,18 +301,13 @@ def _test_arrays(data_cfg):
     if _tfds_mocked():
         return None
     spec = _of(data_cfg)
-    pool = _data_options(data_cfg)[2]
+    pool = data_options(data_cfg)[2]
     key = (data_cfg.name, data_cfg.data_dir or None, pool)
     if key not in _TEST_CACHE:
-        images, labels = _to_numpy(*_tfds_split(_tfds_builder(data_cfg), "test"), _spec(spec.name))
+        split = _tfds_split(_tfds_builder(data_cfg), "test")
+        images, labels = _to_numpy(*split, datasets_spec.get(spec.name))
         _TEST_CACHE[key] = pool_images(images, pool), labels
     return _TEST_CACHE[key]
-
-
-def _memory_test(data_cfg):
-    """An in-memory set's test split, data.pool applied."""
-    images, labels = memory_arrays(data_cfg.name, "test", data_cfg.data_dir)
-    return pool_images(images, _data_options(data_cfg)[2]), labels
 
 
 def pool_image_tf(image, pool: int):
@@ -418,7 +327,7 @@ def _eval_arrays(data_cfg, split, limit):
     if split == "train":
         images, labels = train_arrays(data_cfg)
     elif split == "test" and spec.in_memory:
-        images, labels = _memory_test(data_cfg)
+        images, labels = memory_test(data_cfg)
     elif split == "test" and _test_arrays(data_cfg) is not None:
         images, labels = _test_arrays(data_cfg)
     else:
@@ -545,7 +454,7 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
     spec = _of(data_cfg)
-    key = (data_cfg.name, data_cfg.data_dir or None, _data_options(data_cfg), split, limit)
+    key = (data_cfg.name, data_cfg.data_dir or None, data_options(data_cfg), split, limit)
     cacheable = spec.in_memory or not _tfds_mocked()
     if cacheable and key in _ARRAYS_CACHE:
         return _ARRAYS_CACHE[key]

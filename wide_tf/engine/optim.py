@@ -1,5 +1,9 @@
 """Optimizers: LARS on Keras 3, weight decay that spares biases and norms, and the optimizers by
-name (OPTIMIZERS, build_optimizer). The learning rates they are given: engine/schedules.py."""
+name (OPTIMIZERS, build_optimizer). The learning rates they are given: engine/schedules.py.
+
+The update rules (LARS, the momentum warm-up) and the LARS diagnostics are written in keras.ops:
+the same optimizers run under the TensorFlow and the JAX Keras backends (under JAX through Keras's
+`stateless_apply`), and this module never imports TensorFlow."""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 
 import keras
-import tensorflow as tf
 from absl import logging
+from keras import ops
 
 from wide_tf.engine.schedules import build_schedule
 from wide_tf.schema import optimizers as optimizers_spec
@@ -80,15 +84,21 @@ def ramped_momentum(momentum, iterations, warmup_steps: int, dtype):
     = `warmup_steps`: momentum * min(1, iterations / warmup_steps), i.e. 0 at the first step (plain
     SGD), rising linearly, the full value from step warmup_steps + 1 on. Computed in the graph from
     the optimizer's own step counter: no host update, no retrace, and exact on resume."""
-    m = tf.cast(momentum, dtype)
+    m = ops.cast(momentum, dtype)
     if not warmup_steps:
         return m
-    return m * tf.minimum(tf.cast(iterations, dtype) / float(warmup_steps), 1.0)
+    return m * ops.minimum(ops.cast(iterations, dtype) / float(warmup_steps), 1.0)
 
 
 # --------------------------------------------------------------------------------------------------
 # LARS
 # --------------------------------------------------------------------------------------------------
+
+
+def _norm(x):
+    """The Euclidean norm of every entry of `x` (any rank): tf.norm's ops, sqrt(sum(x * x)) over
+    all axes (keras.ops.norm takes at most two axes, a convolution kernel has four)."""
+    return ops.sqrt(ops.sum(x * x))
 
 
 def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0, form="you"):
@@ -109,9 +119,9 @@ def compute_trust_ratio(w_norm, g_norm, gd_norm, eta, weight_decay, epsilon=0.0,
         raise ValueError(
             f"Unknown LARS trust ratio form {form!r}; valid: {', '.join(TRUST_RATIO_FORMS)}"
         )
-    ok = tf.logical_and(w_norm > 0.0, g_for_test > 0.0)
-    safe_denom = tf.where(ok, denom, tf.ones_like(denom))
-    return tf.where(ok, eta * w_norm / safe_denom, tf.ones_like(w_norm))
+    ok = ops.logical_and(w_norm > 0.0, g_for_test > 0.0)
+    safe_denom = ops.where(ok, denom, ops.ones_like(denom))
+    return ops.where(ok, eta * w_norm / safe_denom, ops.ones_like(w_norm))
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -210,34 +220,34 @@ class LARS(_CallerExclusions, keras.optimizers.Optimizer):
         )
 
     def _trust(self, gradient, variable):
-        w = tf.convert_to_tensor(variable)
-        g = tf.cast(tf.convert_to_tensor(gradient), w.dtype)
-        wd = tf.cast(self._wd, w.dtype)
+        w = ops.convert_to_tensor(variable)
+        g = ops.cast(ops.convert_to_tensor(gradient), w.dtype)
+        wd = ops.cast(self._wd, w.dtype)
         g_decayed = g + wd * w
-        w_norm = tf.norm(w)
-        g_norm = tf.norm(g)
-        gd_norm = tf.norm(g_decayed) if self.trust_ratio == "decayed_grad" else g_norm
+        w_norm = _norm(w)
+        g_norm = _norm(g)
+        gd_norm = _norm(g_decayed) if self.trust_ratio == "decayed_grad" else g_norm
         trust = compute_trust_ratio(
             w_norm,
             g_norm,
             gd_norm,
-            tf.cast(self.eta, w.dtype),
+            ops.cast(self.eta, w.dtype),
             wd,
-            tf.cast(self.epsilon, w.dtype),
+            ops.cast(self.epsilon, w.dtype),
             self.trust_ratio,
         )
         return trust, g_decayed
 
     def update_step(self, gradient, variable, learning_rate):
-        lr = tf.cast(learning_rate, variable.dtype)
-        g = tf.cast(tf.convert_to_tensor(gradient), variable.dtype)
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = ops.cast(ops.convert_to_tensor(gradient), variable.dtype)
         m = ramped_momentum(
             self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
         )
         v = self.velocities[self._get_variable_index(variable)]
         if self.is_adapted(variable):
             trust, g = self._trust(g, variable)
-            local = tf.minimum(trust, lr) if self.clip else lr * trust
+            local = ops.minimum(trust, lr) if self.clip else lr * trust
         else:
             local = lr
         step = local * g
@@ -260,24 +270,24 @@ class LARS(_CallerExclusions, keras.optimizers.Optimizer):
         return config
 
 
-def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence) -> tf.Tensor:
+def lars_trust_ratios(optimizer: LARS, grads: Sequence, variables: Sequence):
     """Vector of the (unclipped) trust ratios of the adapted variables, as update_step computes
     them.
 
-    For logging (min/mean/max) from inside a tf.function. Pass the gradients update_step will see
-    (the all-reduced ones, under a strategy). Variables that are excluded or have a None gradient
-    are skipped; the order follows `variables`. Returns a float32 vector, empty if nothing is
-    adapted. With clip=True the local learning rate is min(trust, lr), i.e. the effective ratio is
-    min(trust/lr, 1); this returns trust itself.
+    For logging (min/mean/max) from inside the compiled step. Pass the gradients update_step
+    will see (the all-reduced ones, under a strategy). Variables that are excluded or have a None
+    gradient are skipped; the order follows `variables`. Returns a float32 vector, empty if
+    nothing is adapted. With clip=True the local learning rate is min(trust, lr), i.e. the
+    effective ratio is min(trust/lr, 1); this returns trust itself.
     """
     if not isinstance(optimizer, LARS):
         raise TypeError(f"lars_trust_ratios needs a LARS optimizer, got {type(optimizer).__name__}")
     ratios = [
-        tf.cast(optimizer._trust(g, v)[0], tf.float32)
+        ops.cast(optimizer._trust(g, v)[0], "float32")
         for g, v in zip(grads, variables)
         if g is not None and optimizer.is_adapted(v)
     ]
-    return tf.stack(ratios) if ratios else tf.zeros([0], tf.float32)
+    return ops.stack(ratios) if ratios else ops.zeros((0,), "float32")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -334,8 +344,8 @@ class DecayExcludingSGD(_ExcludeLowRankFromDecay, keras.optimizers.SGD):
     def update_step(self, gradient, variable, learning_rate):
         if not self.momentum_warmup_steps or self.momentum == 0:
             return super().update_step(gradient, variable, learning_rate)
-        lr = tf.cast(learning_rate, variable.dtype)
-        g = tf.cast(gradient, variable.dtype)
+        lr = ops.cast(learning_rate, variable.dtype)
+        g = ops.cast(gradient, variable.dtype)
         velocity = self.momentums[self._get_variable_index(variable)]
         m = ramped_momentum(
             self.momentum, self.iterations, self.momentum_warmup_steps, variable.dtype
@@ -394,10 +404,16 @@ class OptimizerSpec:
 
 def _lars_diagnostics(optimizer, grads, variables) -> dict:
     ratios = lars_trust_ratios(optimizer, grads, variables)
+    if not ratios.shape[0]:  # nothing adapted: what an empty reduction gives (jnp.min refuses it)
+        return {
+            "trust_ratio_min": ops.convert_to_tensor(float("inf")),
+            "trust_ratio_mean": ops.convert_to_tensor(float("nan")),
+            "trust_ratio_max": ops.convert_to_tensor(float("-inf")),
+        }
     return {
-        "trust_ratio_min": tf.reduce_min(ratios),
-        "trust_ratio_mean": tf.reduce_mean(ratios),
-        "trust_ratio_max": tf.reduce_max(ratios),
+        "trust_ratio_min": ops.min(ratios),
+        "trust_ratio_mean": ops.mean(ratios),
+        "trust_ratio_max": ops.max(ratios),
     }
 
 

@@ -18,75 +18,21 @@ from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import schedules
 from wide_tf.engine import stream as stream_lib
 from wide_tf.engine.bn_stats import BatchNormRecompute, batch_norm_layers
+from wide_tf.engine.compile_key import config_key
 from wide_tf.engine.probe import GradientProbe
 from wide_tf.engine.snapshot import Snapshot
 from wide_tf.engine.steps import InMemoryEvalSet, Stepper
 from wide_tf.schema import datasets as datasets_spec
 
-# The config fields that do NOT change the traced program, so runs that differ only in them share
-# one: every other field, a new one included, is in the key and gets a new build. Each entry says
-# why it may be left out; a field belongs here only if the reset in `build` (weights, optimizer
-# variables, schedule, threshold) or the host loop takes care of it.
-KEY_EXCLUDED = {
-    # Numbers held in the learning-rate schedule's variables (schedules.WarmupDecaySchedule), which
-    # `build` reassigns for every run; the count of decay boundaries is a shape: kept (below).
-    "optim": (
-        "base_lr",
-        "lr_multiplier",
-        "scaling",
-        "reference_batch",
-        "warmup_epochs",
-        "warmup_steps",
-        "warmup_fixed",
-        "decay_epochs",
-        "decay_factor",
-        "poly_power",
-        "end_lr_fraction",
-    ),
-    "train": (
-        "seed",  # the initial weights, set from the seed's own copy
-        "diverge_loss",  # a variable of the step (Stepper.diverge_loss)
-        # Read by the host loop only: the budget, the cadences, the targets and when to stop.
-        "max_epochs",
-        "max_steps",
-        "min_steps",
-        "steps_per_loop",  # an argument tensor of the traced loop
-        "eval_every_examples",
-        "eval_economy",  # which passes the host asks for, and where they stop
-        "curve_every_examples",
-        "target_metric",
-        "target_value",
-        "stop_at_target",
-        "extra_targets",
-        "checkpoint_every_steps",
-        "gradient_every_examples",  # the probe's cadence (GradientProbe.every, reset per run)
-        "gradient_at_init",
-        "noise_scale_ema",
-    ),
-    # The study's grid: a trial's config has none, and the engine never reads it.
-    "sweep": None,
-}
-
-
-def _key_part(section: str, value):
-    excluded = KEY_EXCLUDED.get(section, ())
-    if excluded is None:
-        return None
-    if not isinstance(value, dict):
-        return value
-    return {k: v for k, v in value.items() if k not in excluded}
-
 
 def build_key(config, runtime, info, plan, member_only: bool = False) -> str:
     """Everything a run's model, optimizer, traced functions and evaluation sets depend on: the
-    whole config but KEY_EXCLUDED, with the runtime's strategy (the object: each has its own
-    devices and graphs), dtype policy and XLA setting, the batch plan and the data's shapes.
-    `member_only`: without the batch (train.global_batch, the plan), what the model, optimizer,
-    evaluation sets, probe and snapshot depend on; only the Stepper depends on the batch."""
-    resolved = config.to_dict()
-    key = {k: _key_part(k, v) for k, v in resolved.items() if _key_part(k, v) is not None}
-    if "optim" in key:
-        key["optim"]["decay_boundaries"] = len(config.optim.decay_epochs)
+    config's part (engine/compile_key.config_key: the whole config but KEY_EXCLUDED), with the
+    runtime's strategy (the object: each has its own devices and graphs), dtype policy and XLA
+    setting, the batch plan and the data's shapes. `member_only`: without the batch
+    (train.global_batch, the plan), what the model, optimizer, evaluation sets, probe and
+    snapshot depend on; only the Stepper depends on the batch."""
+    key = config_key(config, member_only)
     key["engine"] = {
         "strategy": id(runtime.strategy),
         "policy": runtime.mixed_precision,
@@ -96,7 +42,6 @@ def build_key(config, runtime, info, plan, member_only: bool = False) -> str:
     }
     if member_only:
         del key["engine"]["plan"]
-        key["train"].pop("global_batch", None)
     return json.dumps(key, sort_keys=True, default=str)
 
 

@@ -1,12 +1,15 @@
 """Learning rates: the batch-size scaling rules, the peak rate of a run, and the warm-up/decay
-schedule (WarmupDecaySchedule) that every optimizer is given."""
+schedule (WarmupDecaySchedule) that every optimizer is given.
+
+The schedule is written in keras.ops and its numbers live in keras.Variables, so it runs under the
+TensorFlow and the JAX Keras backends; this module never imports TensorFlow."""
 
 from __future__ import annotations
 
 import math
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from wide_tf.schema.choices import SCALING_RULES
 from wide_tf.schema.choices import SCHEDULES as SCHEDULE_NAMES
@@ -54,8 +57,11 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
     The cosine and polynomial decays reach `end` at total_steps and stay there.
     """
 
-    # The numbers of a schedule; with variables=True they live in tf.Variables that __call__ reads,
-    # so a traced training step serves every run of a learning-rate grid (assign_from).
+    # The numbers of a schedule; with variables=True they live in variables that __call__ reads,
+    # so a traced training step serves every run of a learning-rate grid (assign_from). Under
+    # TensorFlow a keras.Variable is a tf.Variable inside (created in the strategy's scope, with
+    # ONLY_FIRST_REPLICA aggregation as before); under JAX a jitted step reads them as constants
+    # unless it passes `variables` in as state (a keras.StatelessScope).
     _NUMBERS = (
         "peak_lr",
         "total_steps",
@@ -94,24 +100,22 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.name = name
         self._vars = None
         if variables:
-            only_first = tf.VariableAggregation.ONLY_FIRST_REPLICA
+            held = dict(trainable=False, dtype="float32", aggregation="only_first_replica")
             self._vars = {
-                k: tf.Variable(
-                    float(getattr(self, k)),
-                    trainable=False,
-                    aggregation=only_first,
-                    name=f"{name}_{k}",
-                )
+                k: keras.Variable(float(getattr(self, k)), name=f"{name}_{k}", **held)
                 for k in self._NUMBERS
             }
-            self._vars["boundaries"] = tf.Variable(
-                [float(b) for b in self.boundaries],
-                dtype=tf.float32,
-                shape=[len(self.boundaries)],
-                trainable=False,
-                aggregation=only_first,
+            self._vars["boundaries"] = keras.Variable(
+                ops.convert_to_tensor([float(b) for b in self.boundaries], "float32"),
                 name=f"{name}_boundaries",
+                **held,
             )
+
+    @property
+    def variables(self) -> list:
+        """The variables holding the numbers (empty without variables=True): the state a JAX
+        step passes in to read new numbers without a retrace."""
+        return list(self._vars.values()) if self._vars else []
 
     def structure(self) -> tuple:
         """What a traced graph depends on besides the numbers held in variables."""
@@ -127,38 +131,50 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
         self.boundaries = list(other.boundaries)
         self._vars["boundaries"].assign([float(b) for b in other.boundaries])
 
+    def numbers(self) -> dict:
+        """The schedule's numbers (float32 scalars; `boundaries` a vector), as `at` reads them."""
+        out = {k: float(getattr(self, k)) for k in self._NUMBERS}
+        out["boundaries"] = [float(b) for b in self.boundaries]
+        return out
+
     def _value(self, k):
         if self._vars is None:
-            return tf.constant(
-                getattr(self, k) if k != "boundaries" else self.boundaries, tf.float32
+            return ops.convert_to_tensor(
+                getattr(self, k) if k != "boundaries" else self.boundaries, "float32"
             )
-        return tf.cast(self._vars[k], tf.float32)
+        return ops.cast(self._vars[k], "float32")
 
     def __call__(self, step):
-        with tf.name_scope(self.name):
-            s = tf.cast(step, tf.float32)
-            peak = self._value("peak_lr")
-            end = peak * self._value("end_lr_fraction")
-            w = self._value("warmup_steps")
-            t = tf.clip_by_value(
-                (s - w) / tf.maximum(self._value("total_steps") - w, 1.0), 0.0, 1.0
-            )
-            if self.decay == "constant":
-                decayed = peak
-            elif self.decay == "cosine":
-                decayed = end + (peak - end) * 0.5 * (1.0 + tf.cos(math.pi * t))
-            elif self.decay == "polynomial":
-                decayed = end + (peak - end) * tf.pow(1.0 - t, self._value("power"))
-            else:  # multistep
-                if self.boundaries:
-                    n = tf.reduce_sum(tf.cast(s >= self._value("boundaries"), tf.float32))
-                else:
-                    n = tf.constant(0.0)
-                decayed = peak * tf.pow(self._value("decay_factor"), n)
-            # Warm-up while s < w (never when w = 0).
-            f0 = self._value("warmup_init_fraction")
-            warm = peak * (f0 + (1.0 - f0) * s / tf.maximum(w, 1.0))
-            return tf.where(s < w, warm, decayed)
+        with keras.name_scope(self.name):
+            return self.at(step, {k: self._value(k) for k in self._NUMBERS + ("boundaries",)})
+
+    def at(self, step, numbers: dict):
+        """The learning rate at optimizer step `step` with the schedule's numbers taken from
+        `numbers` (backend tensors or floats, keyed as `numbers()`): the JAX backend passes them
+        into its compiled step as arguments, so that one compilation serves every run of a
+        learning-rate grid, as the TensorFlow path's variables do."""
+        s = ops.cast(step, "float32")
+        peak = ops.cast(numbers["peak_lr"], "float32")
+        end = peak * numbers["end_lr_fraction"]
+        w = ops.cast(numbers["warmup_steps"], "float32")
+        t = ops.clip((s - w) / ops.maximum(numbers["total_steps"] - w, 1.0), 0.0, 1.0)
+        if self.decay == "constant":
+            decayed = peak
+        elif self.decay == "cosine":
+            decayed = end + (peak - end) * 0.5 * (1.0 + ops.cos(math.pi * t))
+        elif self.decay == "polynomial":
+            decayed = end + (peak - end) * ops.power(1.0 - t, numbers["power"])
+        else:  # multistep
+            if self.boundaries:
+                bounds = ops.cast(numbers["boundaries"], "float32")
+                n = ops.sum(ops.cast(s >= bounds, "float32"))
+            else:
+                n = ops.convert_to_tensor(0.0, "float32")
+            decayed = peak * ops.power(ops.cast(numbers["decay_factor"], "float32"), n)
+        # Warm-up while s < w (never when w = 0).
+        f0 = numbers["warmup_init_fraction"]
+        warm = peak * (f0 + (1.0 - f0) * s / ops.maximum(w, 1.0))
+        return ops.where(s < w, warm, decayed)
 
     def get_config(self):
         return dict(

@@ -10,7 +10,6 @@ import socket
 import threading
 
 import numpy as np
-import tensorflow as tf
 from absl import logging
 
 from wide_tf.schema import datasets as datasets_spec
@@ -99,6 +98,8 @@ def _tfds_builder(data_cfg):
 
 def _tfds_split(builder, split):
     """(dataset of (uint8 image, int32 label) in TFDS's fixed file order, its size)."""
+    import tensorflow as tf  # only for TFDS sets: the in-memory sets are read without it
+
     ds = builder.as_dataset(split=split, shuffle_files=False)
     ds = ds.map(
         lambda ex: (ex["image"], tf.cast(ex["label"], tf.int32)),

@@ -1,6 +1,7 @@
 """Owns the plain data of one run, shared by every backend: its plan (RunPlan: the budget and the
-cadences the Controller holds) and what it carries from one host loop to the next and into its
-checkpoints besides the weights and optimizer state (RunState, saved as a JSON string)."""
+cadences the Controller holds; BatchPlan: one update's layout over replicas and micro-batches) and
+what it carries from one host loop to the next and into its checkpoints besides the weights and
+optimizer state (RunState, saved as a JSON string)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import dataclasses
 import json
 
 from wide_tf.schema import plan as plan_lib
+from wide_tf.schema import rules
 
 # With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
 DEFAULT_CHECKPOINT_MIN_S = 10.0
@@ -119,3 +121,47 @@ class RunState:
         if d.get("status") == "diverged" and d.get("diverged_at") is None:
             d["diverged_at"] = d["step"]  # a checkpoint from before the field
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+class BatchSplitError(ValueError):
+    """The global batch cannot be split evenly over replicas or micro-batches."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlan:
+    """How one optimizer update of `global_batch` examples is laid out on the hardware."""
+
+    global_batch: int
+    num_replicas: int
+    num_micro_batches: int
+    max_device_batch: int = 0  # the cap in force (the config's, or the GPU default); 0: none
+
+    @property
+    def per_replica(self) -> int:
+        return self.global_batch // self.num_replicas
+
+    @property
+    def micro_batch(self) -> int:
+        return self.per_replica // self.num_micro_batches
+
+    @classmethod
+    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> BatchPlan:
+        if global_batch <= 0:
+            raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
+        if global_batch % num_replicas:
+            raise BatchSplitError(
+                f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
+                f"use a multiple of {num_replicas}"
+            )
+        micro = rules.micro_batches(global_batch // num_replicas, max_device_batch)
+        return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
+
+    def describe(self) -> dict:
+        """The plan as result.json records it (schema/result.py, BATCH_PLAN)."""
+        return {
+            "max_device_batch": self.max_device_batch,
+            "replicas": self.num_replicas,
+            "per_replica": self.per_replica,
+            "micro_batches": self.num_micro_batches,
+            "micro_batch": self.micro_batch,
+        }

@@ -4,7 +4,6 @@ evaluation."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 
@@ -17,7 +16,7 @@ from wide_tf.engine import data as data_lib
 from wide_tf.engine.accumulate import sq_norm
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
-from wide_tf.schema import rules
+from wide_tf.engine.state import BatchPlan, BatchSplitError  # noqa: F401  (the step's plan)
 
 # Scalars the training loop accumulates on the device between two host reads.
 TRAIN_SCALARS = (
@@ -31,50 +30,6 @@ TRAIN_SCALARS = (
     "param_norm_sq",
     "steps",
 )
-
-
-class BatchSplitError(ValueError):
-    """The global batch cannot be split evenly over replicas or micro-batches."""
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchPlan:
-    """How one optimizer update of `global_batch` examples is laid out on the hardware."""
-
-    global_batch: int
-    num_replicas: int
-    num_micro_batches: int
-    max_device_batch: int = 0  # the cap in force (the config's, or the GPU default); 0: none
-
-    @property
-    def per_replica(self) -> int:
-        return self.global_batch // self.num_replicas
-
-    @property
-    def micro_batch(self) -> int:
-        return self.per_replica // self.num_micro_batches
-
-    @classmethod
-    def make(cls, global_batch: int, num_replicas: int, max_device_batch: int = 0) -> BatchPlan:
-        if global_batch <= 0:
-            raise BatchSplitError(f"train.global_batch={global_batch} must be positive")
-        if global_batch % num_replicas:
-            raise BatchSplitError(
-                f"train.global_batch={global_batch} does not divide over {num_replicas} replicas; "
-                f"use a multiple of {num_replicas}"
-            )
-        micro = rules.micro_batches(global_batch // num_replicas, max_device_batch)
-        return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
-
-    def describe(self) -> dict:
-        """The plan as result.json records it (schema/result.py, BATCH_PLAN)."""
-        return {
-            "max_device_batch": self.max_device_batch,
-            "replicas": self.num_replicas,
-            "per_replica": self.per_replica,
-            "micro_batches": self.num_micro_batches,
-            "micro_batch": self.micro_batch,
-        }
 
 
 def _is_tpu(strategy) -> bool:

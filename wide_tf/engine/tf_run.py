@@ -7,16 +7,14 @@ The model, optimizer and compiled functions come from engine/reuse.py, kept acro
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
 
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import reuse, schedules, timing
-from wide_tf.engine.measure import TwoBatchNoiseScale
-from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.engine.steps import BatchPlan
+from wide_tf.engine import host_scalars, reuse, schedules, timing
+from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
+from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.store import workdir as wd
 
 
@@ -77,34 +75,19 @@ class Trainer:
         return out
 
     def _scalars(self, scalars: dict, dt: float) -> dict:
-        """The logged numbers of one host call, from its accumulated sums; updates the two-batch
-        noise-scale estimate."""
-        st, bp = self.state, self.batch_plan
-        examples = max(scalars["examples"], 1.0)
-        out = {
-            "batch_loss": scalars["loss_sum"] / examples,
-            "batch_accuracy": scalars["correct"] / examples,
-            "grad_norm": math.sqrt(scalars["grad_norm_sq"]),
-            "param_norm": math.sqrt(scalars["param_norm_sq"]),
-            "update_norm": math.sqrt(scalars["update_norm_sq"]),
-            "learning_rate": scalars["learning_rate"],  # of the next step
-            "examples_per_s": scalars["examples"] / dt if dt > 0 else 0.0,
-        }
+        """The logged numbers of one host call (engine/host_scalars.py); the noise estimate into
+        the state."""
         diagnostics = self.built.stepper.diagnostics
-        if diagnostics is not None:  # the optimizer's own, e.g. LARS trust ratios
-            out.update({k: scalars[k] for k in diagnostics.names})
-        if bp.num_replicas * bp.num_micro_batches > 1 and math.isfinite(scalars["big_grad_sq"]):
-            # Averages over the loop's steps: G2 and S are linear in the two squared norms.
-            done = max(scalars["steps"], 1.0)
-            self.noise.update(
-                scalars["small_grad_sq"] / done,
-                scalars["big_grad_sq"] / done,
-                bp.micro_batch,
-                self.plan.batch,
-            )
-            st.noise = self.noise.to_dict()
-            if self.noise.value is not None:
-                out["noise_scale_two_batch"] = float(self.noise.value)
+        out, updated = host_scalars.from_sums(
+            scalars,
+            dt,
+            self.batch_plan,
+            self.plan.batch,
+            self.noise,
+            diagnostics.names if diagnostics is not None else (),
+        )
+        if updated:
+            self.state.noise = self.noise.to_dict()
         return out
 
     def measure(self, step: int) -> dict:

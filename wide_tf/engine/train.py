@@ -4,19 +4,14 @@ engine's public entry points, which the study, main, the report and the tests im
 
 from __future__ import annotations
 
+import sys
 import time
 
-import tensorflow as tf
 from absl import logging
 
-from wide_tf.engine import data as data_lib
-from wide_tf.engine import loop, tf_run, timing
-from wide_tf.engine import strategy as strategy_lib
+from wide_tf.engine import arrays, backend, loop, timing
 from wide_tf.engine.models import build_model
-from wide_tf.engine.reuse import clear_cache
-from wide_tf.engine.state import RunPlan
-from wide_tf.engine.steps import BatchPlan
-from wide_tf.engine.strategy import Runtime, setup_runtime
+from wide_tf.engine.state import BatchPlan, RunPlan
 from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.targets import Targets
 from wide_tf.schema import rules
@@ -38,33 +33,76 @@ def _check(config, info) -> None:
         raise ConfigError(str(e)) from None
 
 
-def setup(config, workdir: str, runtime: Runtime, trial: dict | None = None):
-    """One run set up: its plan (RunPlan), the TensorFlow backend (engine/tf_run.py: Trainer,
-    Evaluator, Checkpointer around the kept build, engine/reuse.py) and the shared Controller
-    that drives them (engine/loop.py). Returns (controller, backend)."""
+def _jax(config) -> bool:
+    return backend.of(config) == "jax"
+
+
+def setup_runtime(runtime_cfg, backend_name: str = "tensorflow"):
+    """The runtime of this process's backend: TensorFlow's strategy (engine/strategy.py) or
+    JAX's local devices (engine/jax_run.py); each module is imported only for its backend."""
+    if backend_name == "jax":
+        from wide_tf.engine import jax_run
+
+        return jax_run.setup_runtime(runtime_cfg)
+    from wide_tf.engine import strategy
+
+    return strategy.setup_runtime(runtime_cfg)
+
+
+def runtime_for(config):
+    return setup_runtime(config.runtime, backend.of(config))
+
+
+def clear_cache() -> None:
+    """Drops the kept model and compiled functions of whichever backend ran here."""
+    for name in ("wide_tf.engine.reuse", "wide_tf.engine.jax_run"):
+        module = sys.modules.get(name)
+        if module is not None:
+            module.clear_cache()
+
+
+def setup(config, workdir: str, runtime, trial: dict | None = None):
+    """One run set up: its plan (RunPlan), its backend (engine/tf_run.py on TensorFlow,
+    engine/jax_run.py on JAX: Trainer, Evaluator, Checkpointer around the kept build) and the
+    shared Controller that drives them (engine/loop.py). Returns (controller, backend)."""
     trial = trial or {}
     started = time.perf_counter()
-    info = data_lib.dataset_info(config.data)
+    info = arrays.dataset_info(config.data)
     _check(config, info)
-    cap = strategy_lib.max_device_batch(config, runtime)  # a GPU default when 0
+    if _jax(config):
+        from wide_tf.engine import jax_run as backend_run
+
+        cap = int(config.train.max_device_batch)  # no GPU default table on JAX yet: the config's
+        chief = runtime.chief
+    else:
+        from wide_tf.engine import strategy as strategy_lib
+        from wide_tf.engine import tf_run as backend_run
+
+        cap = strategy_lib.max_device_batch(config, runtime)  # a GPU default when 0
+        # Multi-worker: only the chief writes into the workdir (see engine/tf_run.Checkpointer).
+        chief = runtime.strategy.extended.should_checkpoint
     batch_plan = BatchPlan.make(config.train.global_batch, runtime.num_replicas, cap)
     _check_ghost_batch(config, batch_plan)
     plan = RunPlan.make(
         config, trial.get("trial_id", "run"), info.num_train, batch_plan.global_batch
     )
-    # Multi-worker: only the chief writes into the workdir (see engine/tf_run.Checkpointer).
-    chief = runtime.strategy.extended.should_checkpoint
     metrics = MetricsWriter(workdir, chief, plan.name, write_log=_log)
-    backend = tf_run.make(
+    run_backend = backend_run.make(
         config, workdir, runtime, info, batch_plan, plan, new_model, chief, metrics.log
     )
     targets = Targets(config, plan.batch, info.num_train, metrics.log)
     record = {"config": config, "trial": trial, "workdir": workdir, "chief": chief}
     controller = loop.Controller(
-        backend.trainer, backend.evaluator, backend.checkpointer, plan, targets, metrics, record
+        run_backend.trainer,
+        run_backend.evaluator,
+        run_backend.checkpointer,
+        plan,
+        targets,
+        metrics,
+        record,
     )
-    backend.trainer.setup_s = time.perf_counter() - started  # into the account at restore
-    return controller, backend
+    run_backend.trainer.setup_s = time.perf_counter() - started  # into the account at restore
+    return controller, run_backend
 
 
 def new_model(config, info):
@@ -105,19 +143,17 @@ def _check_ghost_batch(config, plan) -> None:
         )
 
 
-def train_and_evaluate(
-    config, workdir: str, runtime: Runtime | None = None, trial: dict | None = None
-) -> dict:
+def train_and_evaluate(config, workdir: str, runtime=None, trial: dict | None = None) -> dict:
     """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
     (and writes) result.json. A finished run is not repeated."""
     timing.mark("trial")
     result_path = wd.join(workdir, wd.RESULT)
-    if tf.io.gfile.exists(result_path):
+    if wd.exists(result_path):
         logging.info("Run in %s already finished; reading its result.", workdir)
         result = wd.read_json(result_path)
     else:
-        tf.io.gfile.makedirs(workdir)
-        controller, _ = setup(config, workdir, runtime or setup_runtime(config.runtime), trial)
+        wd.makedirs(workdir)
+        controller, _ = setup(config, workdir, runtime or runtime_for(config), trial)
         result = controller.run()
     timing.mark("trial_end")
     return result

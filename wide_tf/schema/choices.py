@@ -14,6 +14,7 @@ WARMUP_FIXED = ("epochs", "steps")  # optim.warmup_fixed
 TARGET_BN_MODES = ("moving", "recompute")  # train.target_bn
 PROBE_BATCHES = ("smallest", "all")  # sweep.probe_batches
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")  # runtime.strategy
+BACKENDS = ("tensorflow", "jax")  # runtime.backend: Keras's backend
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")  # runtime.mixed_precision
 JIT_COMPILE = ("auto", "true", "false", "1", "0", "yes", "no")  # runtime.jit_compile, any case
 KINDS = ("study", "theory")  # config.kind

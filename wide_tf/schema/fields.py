@@ -288,6 +288,9 @@ TRAIN = (
     _F("train.noise_scale_ema", 0.95, _FRACTION, "the noise scale's moving-average decay"),
 )
 RUNTIME = (
+    # Keras's backend, fixed per process before Keras is imported (engine/backend.py); part of the
+    # study's identity (schema/identity.py).
+    _F("runtime.backend", "tensorflow", Choice(choices.BACKENDS), "tensorflow | jax"),
     _F("runtime.strategy", "auto", Choice(choices.STRATEGIES), "auto | tpu | gpu | cpu | ..."),
     _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
     # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.

@@ -16,6 +16,11 @@ OPERATIONAL = {
     "provenance": None,
     "train": ("steps_per_loop", "checkpoint_every_steps"),
 }
+# runtime.backend (tensorflow or jax) is the exception in its operational section: the two backends
+# train on the same examples in another order (engine/jax_data.py) with other float rounding, so a
+# study's records never mix them. It enters the identity only when it is not TensorFlow, so the
+# studies written before the field existed keep their identity and trial ids.
+BACKEND_NEUTRAL = "tensorflow"
 # Settings that change a study's results, so two configs that differ in them are two studies, but
 # that stay out of trial ids so that the ids of studies written before they were reclassified stay
 # valid. train.eval_batch was declared operational; issue 38 found that it changes the last bits of
@@ -67,7 +72,10 @@ def study_part(config) -> dict:
         d = json.loads(config.to_json_best_effort())
     else:
         d = json.loads(json.dumps(config))
+    backend = (d.get("runtime") or {}).get("backend", BACKEND_NEUTRAL)
     d = _without(d, OPERATIONAL)
+    if backend != BACKEND_NEUTRAL:  # the one runtime field that changes what a study computes
+        d["backend"] = backend
     section, key = CAP
     model = d.get("model")
     norm = model.get("norm") if isinstance(model, dict) else None

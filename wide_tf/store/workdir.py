@@ -95,6 +95,34 @@ def write_text_atomic(path: str, text: str) -> None:
     fs.rename(tmp, path, overwrite=True)
 
 
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    """write_text_atomic for bytes (the JAX backend's checkpoints)."""
+    tmp = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    fs = _fs(path)
+    with fs.GFile(tmp, "wb") as f:
+        f.write(data)
+    fs.rename(tmp, path, overwrite=True)
+
+
+def read_bytes(path: str) -> bytes:
+    with _fs(path).GFile(path, "rb") as f:
+        return f.read()
+
+
+def listdir(path: str) -> list[str]:
+    """The names in a folder ([] when it does not exist)."""
+    fs = _fs(path)
+    return sorted(fs.listdir(path)) if fs.exists(path) else []
+
+
+def remove(path: str) -> None:
+    fs = _fs(path)
+    if fs is _LocalFiles:
+        os.remove(path)
+    else:
+        fs.remove(path)
+
+
 def write_json(path: str, obj) -> None:
     write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
 

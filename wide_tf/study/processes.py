@@ -9,10 +9,9 @@ it is due."""
 
 from __future__ import annotations
 
-import os
-
 from wide_tf import tf_start
-from wide_tf.study import trials, worker, workers
+from wide_tf.engine import backend
+from wide_tf.study import trials, workers
 
 
 def run(
@@ -35,11 +34,12 @@ def run(
     n = workers.count_for(config, n_workers, workdir, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts
     # KERAS_BACKEND before Keras is imported: this process's trials or report, and its workers'.
-    os.environ.update(worker.environment(config))
+    backend.select(config)
     if n > 1:
         started = workers.start(config, workdir, n, shard, verbose)
         return workers.supervise(started, config, workdir, shard, log, on_complete)
-    tf_start.import_tensorflow(verbose)
+    if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
+        tf_start.import_tensorflow(verbose)
     from wide_tf.engine import preemption
     from wide_tf.study import scheduler
 

@@ -17,7 +17,6 @@ from absl import logging
 
 from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
-from wide_tf.engine.strategy import setup_runtime
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress
@@ -82,7 +81,7 @@ def run_worker(
     owner dies. Returns the number of trials run."""
     trials = in_shard(list_trials(config), shard)
     # config.json was checked (or written) by the parent before it started the workers, and
-    # `config` is the one the parent checked (worker.read_frozen): nothing is checked again.
+    # `config` is the one the parent checked (worker.thaw): nothing is checked again.
     claims = claims_lib.Claims(workdir, run_id, stale_s=stale_s)
     ran = _run_groups(config, workdir, trials, claims, True, poll_s, heartbeat_s)
     logging.info("Worker done: %d trials run; no group left to claim.", ran)
@@ -125,7 +124,7 @@ def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s
     initial = group_trials(trials)
     members = {t.member.name: t.member for t in trials}
     share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
-    share.runtime = setup_runtime(config.runtime)  # once: TensorFlow and the strategy serve all
+    share.runtime = train_lib.runtime_for(config)  # once: TensorFlow and the strategy serve all
     for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
         logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
@@ -245,7 +244,7 @@ def _run_group(share: _Share, g, key) -> None:
             result = train_lib.train_and_evaluate(
                 t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
             )
-            if share.runtime.strategy.extended.should_checkpoint:  # the chief records
+            if _chief(share.runtime):  # the chief records
                 wd.record_result(share.workdir, result)
             # No clear_session() here: the next trial of the same member and batch size reuses
             # this one's model and traced step; train.py drops them (and clears the session)
@@ -253,3 +252,9 @@ def _run_group(share: _Share, g, key) -> None:
             share.mine[t.trial_id] = result
             results[t.trial_id] = result
             share.ran += 1
+
+
+def _chief(runtime) -> bool:
+    """Whether this process records results: JAX's runtime says so; on TensorFlow, the strategy."""
+    chief = getattr(runtime, "chief", None)
+    return chief if chief is not None else runtime.strategy.extended.should_checkpoint

@@ -21,6 +21,8 @@ import json
 import os
 import sys
 
+from wide_tf.engine import backend  # os and sys only: nothing of Keras or TensorFlow
+
 PARENT_ENV = "WIDE_TF_PARENT_PID"
 ENV = "WIDE_TF_WORKER"  # the worker's WorkerSpec, as JSON
 
@@ -40,13 +42,12 @@ def die_with_parent(parent: str | None) -> None:
 
 
 def environment(config) -> dict[str, str]:
-    """The environment variables a process running `config` needs before anything imports Keras
-    (a ConfigDict or the plain dict of a frozen config): KERAS_BACKEND from runtime.backend,
-    'tensorflow' when the config has no such field. The parent passes them to every worker, the
-    worker sets them again from its frozen config, and main sets them before its own import."""
-    runtime = config["runtime"] if "runtime" in config else {}
-    backend = runtime.get("backend", None) or "tensorflow"
-    return {"KERAS_BACKEND": str(backend)}
+    """The environment variables a worker running `config` needs before anything imports Keras
+    (a ConfigDict or the plain dict of a frozen config): KERAS_BACKEND, runtime.backend as
+    engine/backend.py reads it ('tensorflow' for a config without the field). The parent passes
+    them to every worker; the worker (and main, for its own run) sets them with
+    `backend.select` before its first import of Keras."""
+    return {"KERAS_BACKEND": backend.of(config)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,13 +123,9 @@ def _tuples(x):
     return tuple(_tuples(v) for v in x) if isinstance(x, list) else x
 
 
-def read_frozen(path: str):
-    """The checked config the parent wrote (workers.freeze_config), as a ConfigDict."""
-    with open(path, encoding="utf-8") as f:
-        return _as_config(json.load(f))
-
-
-def _as_config(frozen: dict):
+def thaw(frozen: dict):
+    """The checked config the parent wrote (workers.freeze_config, read as JSON) as the
+    ConfigDict it was: the same values and types."""
     import ml_collections
 
     return ml_collections.ConfigDict(_tuples(frozen))
@@ -146,7 +143,7 @@ def main(argv: list[str]) -> None:
             f"error: wide_tf.study.worker: no config or worker spec from its parent "
             f"({type(e).__name__}: {e}); run the study with python -m wide_tf.main"
         )
-    os.environ.update(environment(frozen))  # before anything imports Keras
+    backend.select(frozen)  # KERAS_BACKEND, before anything imports Keras
     pin_before_tensorflow(spec)
     from absl import flags, logging
 
@@ -156,10 +153,11 @@ def main(argv: list[str]) -> None:
     flags.FLAGS(sys.argv[:1])  # absl's defaults and its log format, as under main's app.run
     logging.use_absl_handler()
     logging.set_verbosity(logging.INFO)  # (app.run's default verbosity: INFO lines shown)
-    config = _as_config(frozen)
+    config = thaw(frozen)
     try:
-        tf_start.import_tensorflow(args["verbose"])
-        set_tensorflow_threads(spec)
+        if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
+            tf_start.import_tensorflow(args["verbose"])
+            set_tensorflow_threads(spec)
         logging.get_absl_handler().addFilter(tf_start.DropCheckpointChatter())
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
         from wide_tf.study import scheduler

@@ -200,7 +200,7 @@ class Started:
 def freeze_config(config, logs: str, run_id: str) -> str:
     """Writes the checked config for this invocation's workers (LOGS/config.<run id>.json, a
     local file even for a gs:// workdir) and returns its path: the workers read it instead of
-    checking the command again (worker.read_frozen gives the same ConfigDict back)."""
+    checking the command again (worker.thaw gives the same ConfigDict back)."""
     path = os.path.join(logs, f"config.{run_id}.json")
     tmp = f"{path}.tmp-{os.getpid()}"
     with open(tmp, "w", encoding="utf-8") as f:

@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from wide_tf.engine.measure import per_example
-
 
 def stats_from_norms(sq_norms, sum_grad_sq_norm: float, n: int | None = None) -> dict:
     """All quantities from the per-example squared norms and |sum_i g_i|^2 (float64 arithmetic)."""
@@ -62,6 +60,8 @@ def gradient_stats(
     policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
     measurement).
     """
+    from wide_tf.engine.measure import per_example  # TensorFlow: stats_from_norms needs none
+
     sq, losses, sum_grads = per_example.run_chunks(model, x, y, chunk_size, jit_compile)
     q = float(sum(np.sum(g * g) for g in sum_grads))
     out = stats_from_norms(sq, q)

@@ -1,5 +1,11 @@
 """Normalisation layers for the model builders: batch norm, ghost batch norm, or none; their
-moving statistics updated once per optimizer step when a step is split into micro-batches."""
+moving statistics updated once per optimizer step when a step is split into micro-batches.
+
+Written in keras.ops, so the same layers run under the TensorFlow and the JAX Keras backends.
+TensorFlow is imported only inside the branches that need it under that backend: the replica
+all-reduce of tf.distribute (`_replica_mean`) and the graph assert on a dynamic batch
+(`GhostBatchNormalization._num_groups`); under JAX every shape is static and the replica mean is
+the caller's (`update_moving_statistics(recorded, reduce_mean=...)`)."""
 
 from __future__ import annotations
 
@@ -7,7 +13,7 @@ import contextlib
 import threading
 
 import keras
-import tensorflow as tf
+from keras import ops
 
 from wide_tf.schema.architectures import check_norm
 
@@ -21,7 +27,8 @@ BN_EPSILON = 1e-5
 # The micro-batch accumulation (engine/accumulate.py) traces each micro-batch inside
 # `deferred_statistics()`; the norm layers then record their training statistics there instead of
 # stepping their moving averages, which accumulate.py updates once per optimizer step. Thread-local:
-# MirroredStrategy traces each replica's step in its own thread.
+# MirroredStrategy traces each replica's step in its own thread. Plain Python: under JAX the same
+# context around a `stateless_call` records that call's (traced) statistics.
 _DEFERRED = threading.local()
 
 
@@ -47,28 +54,61 @@ def _record(layer, mean, variance) -> bool:
     return True
 
 
-def update_moving_statistics(recorded) -> None:
+def _replica_mean():
+    """The mean over the replicas of a tf.distribute strategy, as a function of a list of tensors,
+    or None with one replica or another backend. TensorFlow imported here: tf.distribute's replica
+    context has no keras.ops form, and only the TensorFlow backend runs inside one."""
+    if keras.backend.backend() != "tensorflow":
+        return None
+    import tensorflow as tf
+
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None or ctx.num_replicas_in_sync <= 1:
+        return None
+    return lambda values: ctx.all_reduce(tf.distribute.ReduceOp.MEAN, values)
+
+
+def _step_moving(layer, mean, variance) -> None:
+    """One moving-average step of a layer's statistics (in float32, as Keras's own update)."""
+    m = layer.momentum
+    layer.moving_mean.assign(ops.cast(layer.moving_mean, "float32") * m + mean * (1.0 - m))
+    layer.moving_variance.assign(
+        ops.cast(layer.moving_variance, "float32") * m + variance * (1.0 - m)
+    )
+
+
+def update_moving_statistics(recorded, reduce_mean=None) -> None:
     """One moving-average step per layer from its step statistics (layer, mean, variance), in
     replica context: ghost batch norm's averaged over replicas first (as its own update does),
-    batch norm's per replica (as Keras's does)."""
-    ctx = tf.distribute.get_replica_context()
-    replicas = ctx.num_replicas_in_sync if ctx is not None else 1
+    batch norm's per replica (as Keras's does).
+
+    `reduce_mean` maps a list of [mean, variance] pairs to their means over replicas (say
+    `jax.lax.pmean` over a mapped axis); None: tf.distribute's replica context under TensorFlow,
+    no reduction otherwise. Under JAX, call it inside a `keras.StatelessScope` to collect the new
+    moving statistics as that scope's assignments."""
     ghosts = [i for i, (layer, _, _) in enumerate(recorded) if _is_ghost(layer)]
     stats = [[mean, variance] for _, mean, variance in recorded]
-    if replicas > 1 and ghosts:  # one all-reduce for every ghost layer, outside any loop
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.MEAN, [stats[i] for i in ghosts])
+    reduce_mean = reduce_mean or (_replica_mean() if ghosts else None)
+    if reduce_mean is not None and ghosts:  # one all-reduce for every ghost layer, outside loops
+        reduced = reduce_mean([stats[i] for i in ghosts])
         for i, pair in zip(ghosts, reduced):
             stats[i] = pair
     for (layer, _, _), (mean, variance) in zip(recorded, stats):
-        m = layer.momentum
-        layer.moving_mean.assign(tf.cast(layer.moving_mean, tf.float32) * m + mean * (1.0 - m))
-        layer.moving_variance.assign(
-            tf.cast(layer.moving_variance, tf.float32) * m + variance * (1.0 - m)
-        )
+        _step_moving(layer, mean, variance)
 
 
 def _is_ghost(layer) -> bool:
     return isinstance(layer, GhostBatchNormalization)
+
+
+def _normalize(x, mean, variance, offset, scale, epsilon):
+    """tf.nn.batch_normalization's formula, its ops in its order (so the TensorFlow graph is the
+    same), for statistics that broadcast against `x`: ghost batch norm's keep a group axis, which
+    ops.batch_normalization's JAX form (statistics reshaped onto one axis) does not take."""
+    inv = ops.rsqrt(variance + epsilon)
+    if scale is not None:
+        inv = inv * scale
+    return x * inv + (offset - mean * inv if offset is not None else -mean * inv)
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -81,19 +121,19 @@ class StepBatchNormalization(keras.layers.BatchNormalization):
         deferred = getattr(_DEFERRED, "stack", None)
         if not (deferred and training and self.trainable) or mask is not None or self.renorm:
             return super().call(inputs, training=training, mask=mask)
-        x = tf.cast(inputs, tf.float32)  # as Keras does: statistics in float32
+        x = ops.cast(inputs, "float32")  # as Keras does: statistics in float32
         mean, variance = self._moments(x, None)
         _record(self, mean, variance)
-        out = keras.ops.batch_normalization(
+        out = ops.batch_normalization(
             x=x,
             mean=mean,
             variance=variance,
             axis=self.axis,
-            offset=tf.cast(self.beta, tf.float32) if self.center else None,
-            scale=tf.cast(self.gamma, tf.float32) if self.scale else None,
+            offset=ops.cast(self.beta, "float32") if self.center else None,
+            scale=ops.cast(self.gamma, "float32") if self.scale else None,
             epsilon=self.epsilon,
         )
-        return tf.cast(out, self.compute_dtype)
+        return ops.cast(out, self.compute_dtype)
 
 
 @keras.saving.register_keras_serializable(package="wide_tf")
@@ -139,47 +179,45 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
             return super().call(inputs, training=training, mask=mask)
         if mask is not None:
             raise ValueError("GhostBatchNormalization does not support masks in training")
-        x = tf.cast(inputs, tf.float32)  # statistics in float32, also under mixed precision
+        x = ops.cast(inputs, "float32")  # statistics in float32, also under mixed precision
         num_groups, group = self._num_groups(x), self.ghost_batch_size
-        grouped = tf.reshape(x, tf.concat([[num_groups, group], tf.shape(x)[1:]], axis=0))
+        shape = ops.shape(x)
+        grouped = ops.reshape(x, (num_groups, group) + tuple(shape[1:]))
         axes = list(range(1, len(x.shape)))  # within a group: examples and spatial positions
-        mean, variance = tf.nn.moments(grouped, axes=axes, keepdims=True)
+        mean, variance = ops.moments(grouped, axes=axes, keepdims=True)
         gamma = self.gamma if self.scale else None
         beta = self.beta if self.center else None
-        out = tf.nn.batch_normalization(
+        out = _normalize(
             grouped,
             mean,
             variance,
-            offset=None if beta is None else tf.cast(beta, tf.float32),
-            scale=None if gamma is None else tf.cast(gamma, tf.float32),
-            variance_epsilon=self.epsilon,
+            offset=None if beta is None else ops.cast(beta, "float32"),
+            scale=None if gamma is None else ops.cast(gamma, "float32"),
+            epsilon=self.epsilon,
         )
-        out = tf.reshape(out, tf.shape(x))
+        out = ops.reshape(out, shape)
         # Moving statistics from the mean of the group statistics (each group has the same size,
         # so this is also the mean over examples of the batch).
         channels = x.shape[-1]
-        group_mean = tf.reduce_mean(tf.reshape(mean, [-1, channels]), axis=0)
-        group_var = tf.reduce_mean(tf.reshape(variance, [-1, channels]), axis=0)
+        group_mean = ops.mean(ops.reshape(mean, (-1, channels)), axis=0)
+        group_var = ops.mean(ops.reshape(variance, (-1, channels)), axis=0)
         if _record(self, group_mean, group_var):  # one micro-batch of a step: updated after it
-            return tf.cast(out, self.compute_dtype)
+            return ops.cast(out, self.compute_dtype)
         # Under a multi-replica strategy each replica holds its own copy of the moving statistics;
         # averaging over replicas keeps the copies equal (Keras's BatchNormalization lets them
         # drift apart) and makes them the mean over every ghost group of the global batch.
-        ctx = tf.distribute.get_replica_context()
-        if ctx is not None and ctx.num_replicas_in_sync > 1:
-            group_mean, group_var = ctx.all_reduce(
-                tf.distribute.ReduceOp.MEAN, [group_mean, group_var]
-            )
-        m = self.momentum
-        self.moving_mean.assign(tf.cast(self.moving_mean, tf.float32) * m + group_mean * (1.0 - m))
-        self.moving_variance.assign(
-            tf.cast(self.moving_variance, tf.float32) * m + group_var * (1.0 - m)
-        )
-        return tf.cast(out, self.compute_dtype)
+        # (Another backend's replicas: deferred_statistics and update_moving_statistics with its
+        # own reduce_mean.)
+        reduce_mean = _replica_mean()
+        if reduce_mean is not None:
+            group_mean, group_var = reduce_mean([group_mean, group_var])
+        _step_moving(self, group_mean, group_var)
+        return ops.cast(out, self.compute_dtype)
 
     def _num_groups(self, x):
         """How many virtual batches `x` holds: a Python int when the batch is static (checked
-        while tracing, no assert in the graph: TPUs and XLA), else a tensor behind an assert."""
+        while tracing, no assert in the graph: TPUs and XLA; always so under JAX), else a tensor
+        behind an assert."""
         g = self.ghost_batch_size
         static_batch = x.shape[0]
         if static_batch is not None:
@@ -190,7 +228,10 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
                     f"model.ghost_batch_size or raise the batch"
                 )
             return static_batch // g
-        # Dynamic batch (CPU and GPU without XLA); train.py also rejects such a batch.
+        # Dynamic batch (CPU and GPU without XLA; train.py also rejects such a batch): only the
+        # TensorFlow backend traces one, and only TensorFlow's graph has a run-time assert.
+        import tensorflow as tf
+
         batch = tf.shape(x)[0]
         check = tf.debugging.assert_equal(
             batch % g,

@@ -1,0 +1,453 @@
+"""Owns the JAX backend of one run: its runtime (the local devices), its Trainer (the compiled loop
+of engine/jax_step.py over the training set held on the devices), its Evaluator (bounded passes
+over the evaluation sets on the devices; the snapshot is a reference, since JAX arrays are never
+written in place) and its Checkpointer (NumPy .npz files, no TensorFlow), as engine/interface.py
+declares them. The build (model, optimizer, compiled functions, device data) is kept for the next
+run with the same compile key (engine/compile_key.py), as engine/reuse.py keeps TensorFlow's."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import re
+import sys
+import time
+import types
+
+import jax
+import jax.numpy as jnp
+import keras
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from wide_tf.engine import arrays, compile_key, host_scalars, jax_data, jax_step, schedules, timing
+from wide_tf.engine import optim as optim_lib
+from wide_tf.engine.measure import diversity
+from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
+from wide_tf.engine.state import BatchPlan, RunPlan, RunState
+from wide_tf.schema import datasets as datasets_spec
+from wide_tf.store import workdir as wd
+
+
+def _tensorboard_without_tensorflow() -> None:
+    """TensorBoard's event writer (engine/summaries.py) reaches files through
+    `tensorboard.compat.tf`, which imports TensorFlow whenever it is installed; the module
+    `tensorboard.compat.notf`, when importable, makes it use TensorBoard's own stub instead
+    (tensorboard/compat/__init__.py). Set here, for the JAX backend's processes only, and only
+    when TensorFlow is not loaded already. The stub's files are local ones (and S3): a gs://
+    workdir's event files need TensorFlow installed and a process that imported it."""
+    if "tensorflow" not in sys.modules and "tensorboard.compat.notf" not in sys.modules:
+        sys.modules["tensorboard.compat.notf"] = types.ModuleType("tensorboard.compat.notf")
+
+
+_tensorboard_without_tensorflow()
+
+
+@dataclasses.dataclass(frozen=True)
+class JaxRuntime:
+    """The hardware a JAX run uses: every local device as one data-parallel replica."""
+
+    devices: tuple
+    platform: str  # 'cpu' | 'gpu' | 'tpu'
+    num_replicas: int
+    mixed_precision: str = "float32"
+    jit_compile: bool = True  # always: every step is jax.jit
+    tf32: bool = False
+    chief: bool = True  # the process that writes (jax.process_index() == 0)
+
+    def apply_policy(self) -> None:
+        keras.mixed_precision.set_global_policy(self.mixed_precision)
+
+    def describe(self) -> str:
+        return (
+            f"JAX {jax.__version__} on {self.platform}, {self.num_replicas} replica(s) "
+            f"(shard_map data parallel), policy={self.mixed_precision}"
+        )
+
+
+def setup_runtime(runtime_cfg) -> JaxRuntime:
+    """Every local device (runtime.strategy='cpu': the CPU devices only); the dtype policy as on
+    TensorFlow ('auto': mixed_bfloat16 on TPU, float32 elsewhere)."""
+    devices = jax.local_devices(backend="cpu" if runtime_cfg.strategy == "cpu" else None)
+    platform = devices[0].platform
+    policy = runtime_cfg.mixed_precision
+    if policy == "auto":
+        policy = "mixed_bfloat16" if platform == "tpu" else "float32"
+    runtime = JaxRuntime(
+        tuple(devices), platform, len(devices), policy, chief=jax.process_index() == 0
+    )
+    runtime.apply_policy()
+    return runtime
+
+
+def set_random_seed(seed: int) -> None:
+    """keras.utils.set_random_seed (Python's, NumPy's and Keras's seeds) without TensorFlow's:
+    Keras seeds TensorFlow too whenever it is installed, importing it (keras/src/utils/
+    rng_utils.py, `if tf.available`), which a JAX run never needs. Keras then records TensorFlow
+    as unavailable for this process, which only its tf.data adapters read."""
+    blocked = "tensorflow" not in sys.modules
+    if blocked:
+        sys.modules["tensorflow"] = None  # an import of it raises ImportError meanwhile
+    try:
+        keras.utils.set_random_seed(int(seed))
+    finally:
+        if blocked:
+            del sys.modules["tensorflow"]
+
+
+def _numbers(schedule) -> dict:
+    return {k: jnp.asarray(v, jnp.float32) for k, v in schedule.numbers().items()}
+
+
+class _Build:
+    """A kept model, optimizer, stepper and device data: one per compile key (the last run's)."""
+
+    def __init__(self, key, config, runtime, info, batch_plan, plan, new_model):
+        self.key = key
+        t = config.train
+        set_random_seed(t.seed)
+        self.model = new_model(config, info)
+        self.schedule = schedules.build_schedule(
+            config.optim, plan.batch, plan.steps_per_epoch, plan.total_steps
+        )
+        spec = optim_lib.optimizer_spec(config.optim.name)
+        # A float learning rate (a variable of the optimizer's): the step writes the schedule's
+        # value into it before each update, from numbers that are arguments (jax_step.py).
+        self.optimizer = spec.build(config.optim, 0.0, self.model.trainable_variables)
+        self.optimizer.build(self.model.trainable_variables)
+        self.spec = datasets_spec.of(config.data)
+        self.stepper = jax_step.JaxStepper(
+            self.model,
+            self.optimizer,
+            self.schedule,
+            batch_plan,
+            self.spec,
+            runtime.devices,
+            augment=config.data.augment,
+            diagnostics=spec.diagnostics,
+        )
+        self.optimizer_init = [np.asarray(v.value) for v in self.optimizer.variables]
+        self.init_weights = {t.seed: [np.asarray(w.value) for w in self.model.weights]}
+        self.at_init: dict = {}
+        replicated = self.stepper.replicated
+        images, labels = arrays.train_arrays(config.data)
+        self.train_data = jax.device_put((images, labels), replicated)
+        self.eval_sets = {
+            "train": _EvalSet(config, "train", t.eval_train_limit or None, runtime, self.stepper),
+            "test": _EvalSet(config, "test", None, runtime, self.stepper),
+        }
+        self._probe = None
+
+    def weights_for(self, seed: int, config, info, new_model) -> list:
+        if seed not in self.init_weights:
+            set_random_seed(seed)
+            self.init_weights[seed] = [np.asarray(w.value) for w in new_model(config, info).weights]
+        return self.init_weights[seed]
+
+    def probe_chunks(self, config):
+        """The probe set (the first train.probe_size training examples, normalised) in padded
+        chunks of train.probe_chunk, on the devices; and its size."""
+        if self._probe is None:
+            x, y = arrays.train_arrays(config.data)
+            size = config.train.probe_size or len(y)
+            x, y = arrays.normalize(x[:size], self.spec), np.asarray(y[:size], np.int32)
+            chunk = int(config.train.probe_chunk)
+            chunks = []
+            for i in range(0, len(y), chunk):
+                xb, yb = x[i : i + chunk], y[i : i + chunk]
+                pad = chunk - len(yb)
+                w = np.concatenate([np.ones(len(yb), np.float32), np.zeros(pad, np.float32)])
+                xb = np.concatenate([xb, np.zeros((pad,) + xb.shape[1:], np.float32)])
+                yb = np.concatenate([yb, np.zeros(pad, np.int32)])
+                chunks.append(jax.device_put((xb, yb, w), self.stepper.replicated))
+            self._probe = (chunks, len(y))
+        return self._probe
+
+
+class _EvalSet:
+    """An evaluation split on the devices, padded to whole batches, each batch split over the
+    replicas (jax_data.eval_arrays)."""
+
+    def __init__(self, config, split, limit, runtime, stepper):
+        replicas = runtime.num_replicas
+        batch = config.train.eval_batch // replicas * replicas or replicas
+        x, y, w, self.num_examples = jax_data.eval_arrays(config.data, split, batch, limit)
+        sharded = NamedSharding(stepper.mesh, P(None, "data"))
+        self.x, self.y, self.w = jax.device_put((x, y, w), sharded)
+
+
+_BUILT: dict = {}
+
+
+def clear_cache() -> None:
+    """Drops the kept build (and Keras's global state with it)."""
+    if _BUILT:
+        _BUILT.clear()
+        keras.backend.clear_session()
+
+
+class _Holder:
+    """The run's device state (jax_step.JaxStepper's dict), which the trainer advances, the
+    evaluator reads and the checkpointer saves and restores; and the snapshot's weights."""
+
+    def __init__(self):
+        self.state = None
+        self.snapshot = None  # (trainable, non_trainable) of the held step
+        self.time_s: dict = {}
+
+
+def _at_init(build: _Build, seed: int, step: int, what: str, compute) -> dict:
+    """As engine/tf_run._at_init: at step 0 computed once per seed and key."""
+    if step != 0:
+        return compute()
+    cache = build.at_init.setdefault(seed, {})
+    if what not in cache:
+        cache[what] = compute()
+    return dict(cache[what])
+
+
+class Trainer:
+    """engine/interface.Trainer on JAX: `train(n)` is one call of the compiled loop."""
+
+    def __init__(self, config, runtime, batch_plan: BatchPlan, plan: RunPlan, build, holder):
+        self.config, self.runtime, self.batch_plan, self.plan = config, runtime, batch_plan, plan
+        self.build, self.holder = build, holder
+        self.state = RunState()
+        self.noise = None
+        self.order = None
+        self.setup_s = 0.0
+        t = config.train
+        self.hyper = {
+            "schedule": _numbers(
+                schedules.build_schedule(
+                    config.optim, plan.batch, plan.steps_per_epoch, plan.total_steps
+                )
+            ),
+            "diverge_loss": jnp.float32(t.diverge_loss),
+            "seed": jnp.int32(t.seed),
+        }
+
+    def restore(self, state: RunState) -> None:
+        self.state = state
+        self.holder.time_s = state.time_s
+        timing.add(state.time_s, "setup", self.setup_s)
+        self.noise = TwoBatchNoiseScale(decay=self.config.train.noise_scale_ema)
+        if state.noise:
+            self.noise = TwoBatchNoiseScale.from_dict(state.noise)
+        n = len(arrays.train_arrays(self.config.data)[1])
+        self.order = jax_data.TrainOrder(
+            n, self.plan.batch, self.config.train.seed, self.config.data.shuffle_buffer
+        )
+
+    def train(self, num_steps: int) -> dict:
+        st = self.state
+        rows = max(int(self.plan.steps_per_loop), num_steps)
+        index, epochs = self.order.take(st.step, num_steps)
+        pad = ((0, rows - num_steps), (0, 0))
+        block = (np.pad(index, pad), np.pad(epochs, pad))
+        t0 = time.time()
+        with timing.timed("train", st.time_s) as timed:
+            self.holder.state, scalars = self.build.stepper.train(
+                self.holder.state, self.build.train_data, block, num_steps, self.hyper
+            )
+            timed["count"] = int(scalars["steps"])
+        dt = time.time() - t0
+        st.step += int(scalars["steps"])
+        st.train_time_s += dt
+        diagnostics = self.build.stepper.diagnostics
+        out, updated = host_scalars.from_sums(
+            scalars,
+            dt,
+            self.batch_plan,
+            self.plan.batch,
+            self.noise,
+            diagnostics.names if diagnostics is not None else (),
+        )
+        if updated:
+            st.noise = self.noise.to_dict()
+        out["diverged"] = bool(scalars["diverged"])
+        return out
+
+    def measure(self, step: int) -> dict:
+        with timing.timed("probe", self.state.time_s) as timed:
+            chunks, n = self.build.probe_chunks(self.config)
+
+            def compute():
+                s1, q, _ = self.build.stepper.probe(self.holder.state, chunks)
+                stats = diversity.stats_from_norms([s1], q, n=n)
+                return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+            g = _at_init(self.build, self.config.train.seed, step, "gradient", compute)
+            timed["count"] = n
+        return g
+
+    def describe(self) -> dict:
+        model = self.build.model
+        noise = None if self.noise is None else self.noise.value
+        layer = next((c for c in model.layers if c.weights), model)
+        peak = schedules.peak_learning_rate(self.config.optim, self.plan.batch)
+        probe = self.build.probe_chunks(self.config)[1] if self.plan.probe else None
+        return {
+            "model": model.name,
+            "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
+            "learning_rate": float(peak),
+            "probe_examples": probe,
+            "runtime": self.runtime.describe(),
+            "dtype_policy": layer.dtype_policy.name,
+            "batch_plan": self.batch_plan.describe(),
+            "noise_scale_ema": None if noise is None else float(noise),
+        }
+
+    def finish(self) -> None:
+        self.order = None
+
+
+class Evaluator:
+    """engine/interface.Evaluator on JAX: each set's pass is one compiled while-loop that stops
+    once `bound` says no target can be met."""
+
+    def __init__(self, config, build, holder):
+        self.seed, self.build, self.holder = config.train.seed, build, holder
+        self.examples = {k: s.num_examples for k, s in build.eval_sets.items()}
+
+    def evaluate(self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False):
+        sets = tuple(sets)
+        if snapshot:
+            trainable, non_trainable = self.holder.snapshot
+            return self._passes(
+                {"trainable": trainable, "non_trainable": non_trainable}, sets, bound
+            )
+        key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
+        compute = lambda: self._passes(self.holder.state, sets, bound)  # noqa: E731
+        return _at_init(self.build, self.seed, step, key, compute)
+
+    def _passes(self, state, names, bound) -> dict | None:
+        out = {}
+        for k in names:
+            with timing.timed("eval", self.holder.time_s) as timed:
+                got = self.build.stepper.evaluate(
+                    state, self.build.eval_sets[k], bound if k == "train" else None
+                )
+                timed["count"] = 0 if got is None else int(got["examples"])
+            if got is None:
+                return None
+            out[k] = got
+        return out
+
+    def hold(self) -> None:
+        # JAX arrays are immutable: the snapshot is the current state's arrays themselves.
+        self.holder.snapshot = (self.holder.state["trainable"], self.holder.state["non_trainable"])
+
+
+_CKPT = re.compile(r"^ckpt-(\d+)\.npz$")
+
+
+class Checkpointer:
+    """engine/interface.Checkpointer on JAX: WORKDIR/checkpoints/ckpt-STEP.npz holds the model's,
+    the optimizer's and the snapshot's arrays and the RunState as JSON, written atomically (the
+    two latest are kept). NumPy's format, read and written through the workdir store (a gs://
+    workdir through tf.io.gfile where TensorFlow is installed)."""
+
+    KEEP = 2
+
+    def __init__(self, build, holder, workdir: str, chief: bool, log):
+        self.build, self.holder, self.log, self.chief = build, holder, log, chief
+        self.directory = wd.join(workdir, wd.CHECKPOINTS)
+
+    def _steps(self) -> list[int]:
+        found = (_CKPT.match(name) for name in wd.listdir(self.directory))
+        return sorted(int(m.group(1)) for m in found if m)
+
+    def load(self) -> RunState | None:
+        steps = self._steps()
+        if not steps:
+            return None
+        path = wd.join(self.directory, f"ckpt-{steps[-1]}.npz")
+        with np.load(io.BytesIO(wd.read_bytes(path))) as f:
+            data = {k: f[k] for k in f.files}
+        stepper = self.build.stepper
+
+        def group(prefix):
+            return [data[f"{prefix}{i}"] for i in range(int(data[f"{prefix}count"]))]
+
+        state = {
+            "trainable": group("t"),
+            "non_trainable": group("n"),
+            "optimizer": group("o"),
+            "diverged": np.asarray(False),
+        }
+        self.holder.state = jax.device_put(state, stepper.replicated)
+        if int(data["s_count"]):
+            trainable, non_trainable = group("st"), group("sn")
+            self.holder.snapshot = jax.device_put((trainable, non_trainable), stepper.replicated)
+        iterations = int(state["optimizer"][stepper._iterations])
+        state = RunState.from_json(bytes(data["run_state"]).decode(), iterations)
+        self.log("resumed from %s at step %d", path, state.step)
+        return state
+
+    def save(self, state: RunState) -> None:
+        if not self.chief:
+            return
+        device = jax.device_get(self.holder.state)
+        out = {"run_state": np.frombuffer(state.to_json().encode(), np.uint8)}
+        for prefix, values in (
+            ("t", device["trainable"]),
+            ("n", device["non_trainable"]),
+            ("o", device["optimizer"]),
+        ):
+            out[f"{prefix}count"] = np.asarray(len(values))
+            out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+        snapshot = self.holder.snapshot
+        out["s_count"] = np.asarray(0 if snapshot is None else 1)
+        if snapshot is not None:
+            for prefix, values in (("st", snapshot[0]), ("sn", snapshot[1])):
+                out[f"{prefix}count"] = np.asarray(len(values))
+                out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+        buffer = io.BytesIO()
+        np.savez(buffer, **out)
+        wd.makedirs(self.directory)
+        wd.write_bytes_atomic(wd.join(self.directory, f"ckpt-{state.step}.npz"), buffer.getvalue())
+        for old in self._steps()[: -self.KEEP]:
+            wd.remove(wd.join(self.directory, f"ckpt-{old}.npz"))
+
+    def close(self) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class Backend:
+    """One run's Trainer, Evaluator and Checkpointer on JAX, and the build they share."""
+
+    trainer: Trainer
+    evaluator: Evaluator
+    checkpointer: Checkpointer
+    build: _Build
+
+
+def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
+    """The backend of one run: the kept build when the compile key matches (its compiled
+    functions reused), else a new one; the run's state from its seed's initial weights."""
+    key = json.dumps(
+        {
+            "config": compile_key.config_key(config),
+            "plan": dataclasses.astuple(batch_plan),
+            "devices": [str(d) for d in runtime.devices],
+            "policy": runtime.mixed_precision,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    build = _BUILT.get(key)
+    if build is None:
+        clear_cache()
+        runtime.apply_policy()
+        build = _BUILT[key] = _Build(key, config, runtime, info, batch_plan, plan, new_model)
+    holder = _Holder()
+    weights = build.weights_for(config.train.seed, config, info, new_model)
+    holder.state = build.stepper.initial_state(weights, build.optimizer_init)
+    set_random_seed(config.train.seed)
+    trainer = Trainer(config, runtime, batch_plan, plan, build, holder)
+    checkpointer = Checkpointer(build, holder, workdir, chief, log)
+    return Backend(trainer, Evaluator(config, build, holder), checkpointer, build)
