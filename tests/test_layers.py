@@ -22,7 +22,7 @@ ALLOWED = {
     "store": {"schema"},
     "checks": {"schema", "store"},
     "engine": {"schema", "store"},
-    "study": {"schema", "store", "checks", "engine"},
+    "study": {"schema", "store", "checks", "engine", "tf_start"},
     "analysis": {"schema", "store", "checks", "study.lr_grid"},
     "report": {"schema", "store", "checks", "study.lr_grid", "analysis", "tf_start"},
     "theory": {"schema", "store", "engine"},
@@ -32,6 +32,9 @@ ALLOWED = {
     "errors": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
     "tf_start": {"schema"},  # TensorFlow's quiet import reads the GPU probe
 }
+# The package's entry points sit on top like main: a worker of --workers=N ends in one `error:`
+# line as main does (errors.py), and runs no main.
+ENTRY_POINTS = ("wide_tf.main", "wide_tf.study.worker")
 # Layers that must run without TensorFlow: the checks before a run, the planner, the analysis,
 # and what the parent of --workers=N supervises with (the workdir, the trials, the progress).
 TF_FREE = (
@@ -43,7 +46,8 @@ TF_FREE = (
     "study.trials",
     "study.progress",
     "study.workers",
-    "study.worker_boot",
+    "study.worker",
+    "study.processes",
     "engine.preemption",
 )
 
@@ -85,7 +89,7 @@ def _layer(module: str) -> str:
 def _allowed(src: str, dst: str) -> bool:
     """Whether module `src` may import module `dst`."""
     a, b = _layer(src), _layer(dst)
-    if dst == "wide_tf" or a == b or src == "wide_tf.main":
+    if dst == "wide_tf" or a == b or src in ENTRY_POINTS:
         return True
     rules = ALLOWED.get(a)
     if rules is None:  # a new top-level module: only main may import it, and it imports nothing

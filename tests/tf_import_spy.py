@@ -2,7 +2,7 @@
 the first time this process imports TensorFlow, writes to $WIDE_TF_TF_SPY (JSON) what the process
 stood at then: its resident memory, its CPU seconds, the result files recorded in --workdir, and the
 functions on the stack. Nothing is written when TensorFlow is never imported. The workers of
---workers=N are plain `wide_tf.study.worker_boot` processes: only the parent is watched. Used by
+--workers=N are plain `wide_tf.study.worker` processes: only the parent is watched. Used by
 tests/study/test_workers.py (the parent supervises without TensorFlow)."""
 
 import json

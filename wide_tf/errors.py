@@ -140,8 +140,8 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
             f"--config.runtime.strategy=auto",
             1,
         )
-    if isinstance(e, (validate.Problem, _workers().WorkerFailed)):  # (no TensorFlow needed)
-        return one_line(e), e.exit_code if isinstance(e, validate.Problem) else 1
+    if isinstance(e, validate.Problem):  # (no TensorFlow needed; a failed worker's is one too)
+        return one_line(e), e.exit_code
     usage_errors, runtime_errors, op_error = _error_classes()
     if isinstance(e, usage_errors):
         return one_line(e), 2
@@ -158,14 +158,6 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
     )
 
 
-def _workers():
-    """wide_tf.study.workers (TensorFlow-free): the parent of --workers=N reports a failed worker
-    without loading TensorFlow."""
-    from wide_tf.study import workers
-
-    return workers
-
-
 def _error_classes():
     """(usage errors, runtime errors, TensorFlow's OpError): their classes live in modules that
     import TensorFlow, so they are looked up only once an error has happened."""
@@ -173,7 +165,7 @@ def _error_classes():
 
     from wide_tf.engine import data, steps, strategy, train
     from wide_tf.report.protocol import ReportError
-    from wide_tf.study import trials, workers
+    from wide_tf.study import trials
 
     usage_errors = (
         families.FamilyError,
@@ -185,8 +177,7 @@ def _error_classes():
     runtime_errors = (
         data.DataUnavailableError,
         strategy.StrategyError,
-        validate.RuntimeProblem,
-        workers.WorkerFailed,
+        validate.RuntimeProblem,  # also a failed worker (study/workers.WorkerFailed)
         ReportError,  # the report at the end of a study (e.g. its lock held too long)
     )
     return usage_errors, runtime_errors, tf.errors.OpError

@@ -10,6 +10,7 @@ C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 from absl import app, flags, logging
@@ -19,7 +20,7 @@ from ml_collections import config_flags
 from wide_tf import errors, tf_start
 from wide_tf.checks import dry_run, validate
 from wide_tf.engine import backend, preemption
-from wide_tf.study import workers
+from wide_tf.study import processes, worker
 
 _CONFIG = config_flags.DEFINE_config_file(
     "config",
@@ -84,10 +85,8 @@ def main(argv) -> None:
     config, verbose = _CONFIG.value, _VERBOSE.value
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
-    # A worker of --workers=N runs its parent's command line, which the parent checked: once.
-    worker = workers.child_spec()
     try:
-        warnings = _checks(config) if worker is None else []
+        warnings = _checks(config)  # once: the workers of --workers=N read what passed here
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
     except validate.Problem as e:
@@ -96,33 +95,9 @@ def main(argv) -> None:
         errors.fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
-    # A worker takes its cores, GPU and thread counts before TensorFlow starts (fixed after).
-    if worker is not None:
-        workers.pin_before_tensorflow(worker)
-    # The parent of --workers=N starts its workers, then watches them without TensorFlow.
-    one = _TRIAL.value is not None or _LIST.value or config.get("kind", "study") == "theory"
-    one = one or not validate.is_sweep(config)
-    n = 1 if worker is not None else workers.count_for(config, _WORKERS.value, _WORKDIR.value, one)
-    backend.select(config)  # KERAS_BACKEND, before Keras's import (and inherited by workers)
-    try:
-        started = workers.start(_WORKDIR.value, n, sys.argv, config) if n > 1 else None
-    except validate.Problem as e:  # a worker that could not start (the others were stopped)
-        errors.fail(str(e), e.exit_code)
-    if started is None:
-        # Late: TensorFlow starts only for a config that passed the checks, its C++ lines filtered.
-        if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
-            tf_start.import_tensorflow(verbose)
-            if worker is not None:
-                workers.set_tensorflow_threads(worker)
     logging.get_absl_handler().addFilter(tf_start.DropCheckpointChatter())
-    if started is None:  # (the parent of workers passes SIGTERM on to them instead)
-        preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
     try:
-        if started is not None:
-            ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
-            _finish(workers.supervise(started, config, _WORKDIR.value, _SHARD.value, _log, ready))
-        else:
-            _run(config, worker)
+        _run(config, verbose)
     except preemption.Preempted as e:
         logging.warning("%s", e)
         sys.exit(preemption.EXIT_CODE)
@@ -156,23 +131,36 @@ def _log(line: str) -> None:
     logging.info("%s", line)
 
 
-def _run(config, worker) -> None:
-    """The one call: the trials listed, the theory check, a single run, or a study in this
-    process or as one worker of --workers=N."""
-    from wide_tf.engine import train
-    from wide_tf.study import scheduler, trials
-    from wide_tf.theory import check as theory_check
+def _run(config, verbose: bool) -> None:
+    """The one call: the trials listed, the theory check, a single run, or a study (in this
+    process or in --workers=N: study/processes.py)."""
+    if _LIST.value:  # from the config alone, without TensorFlow
+        from wide_tf.study import trials
 
-    if _LIST.value:
         for i, t in enumerate(trials.list_trials(config)):
             print(f"{i:4d}  {t.trial_id}")
-    elif config.get("kind", "study") == "theory":
-        theory_check.run_theory(config, _WORKDIR.value)
-    elif not validate.is_sweep(config):  # one run in the workdir itself
-        train.train_and_evaluate(config, _WORKDIR.value)
-    else:
-        at = dict(shard=_SHARD.value, only_trial=_TRIAL.value, worker=worker)
-        _finish(scheduler.run(config, _WORKDIR.value, **at))
+    elif config.get("kind", "study") == "theory" or not validate.is_sweep(config):
+        # Deliberately late: TensorFlow starts only for a config that passed the checks, with
+        # its C++ start-up lines filtered, and Keras on the config's backend.
+        backend.select(config)  # KERAS_BACKEND, before Keras's import
+        if backend.of(config) == "tensorflow":  # the JAX backend runs without TensorFlow
+            tf_start.import_tensorflow(verbose)
+        preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
+        from wide_tf.engine import train
+        from wide_tf.theory import check as theory_check
+
+        if config.get("kind", "study") == "theory":
+            theory_check.run_theory(config, _WORKDIR.value)
+        else:  # one run in the workdir itself
+            train.train_and_evaluate(config, _WORKDIR.value)
+    else:  # its parent imports TensorFlow for the report alone, once every group is done
+        ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
+        given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
+        _finish(
+            processes.run(
+                config, _WORKDIR.value, **given, verbose=verbose, log=_log, on_complete=ready
+            )
+        )
 
 
 def _finish(outcome) -> None:
@@ -189,6 +177,9 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
+    parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
+    if parent:  # with the suite, or exits now when the suite is already gone
+        worker.die_with_parent(parent)
     app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, flags.FLAGS))
 
 

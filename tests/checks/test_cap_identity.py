@@ -28,28 +28,26 @@ def _started(tmp_path, config, name="study"):
 @pytest.mark.parametrize("norm", ["ghost", "none"])
 def test_a_study_started_without_a_cap_resumes_with_one(tmp_path, norm):
     wd = _started(tmp_path, _config(norm))
-    assert preflight.check_workdir(_config(norm, cap=8), wd) == []
+    assert preflight.check_same_study(_config(norm, cap=8), wd)
     assert identity.differing_fields(_config(norm), _config(norm, cap=8)) == []
 
 
 def test_plain_batch_norm_refuses_the_cap_and_says_why(tmp_path):
     wd = _started(tmp_path, _config("batch"))
     with pytest.raises(UsageError) as e:
-        preflight.check_workdir(_config("batch", cap=8), wd)
+        preflight.check_same_study(_config("batch", cap=8), wd)
     line = str(e.value)
     assert "\n" not in line
     assert "train.max_device_batch stays part of the study under model.norm='batch'" in line
     assert "normalised with its own statistics" in line and "new --workdir" in line
 
 
-def test_the_study_check_of_config_json_agrees(tmp_path):
-    from wide_tf.study import scheduler
-
+def test_the_study_opens_its_workdir_through_the_same_check(tmp_path):
     wd = _started(tmp_path, _config("ghost"))
-    scheduler.check_workdir(_config("ghost", cap=8), wd)  # no error
+    trials.check_workdir(_config("ghost", cap=8), wd)  # no error
     wd_bn = _started(tmp_path, _config("batch"), name="bn")
-    with pytest.raises(trials.StudyError, match="stays part of the study under model.norm='batch'"):
-        scheduler.check_workdir(_config("batch", cap=8), wd_bn)
+    with pytest.raises(UsageError, match="stays part of the study under model.norm='batch'"):
+        trials.check_workdir(_config("batch", cap=8), wd_bn)
 
 
 def test_trial_ids_do_not_move_with_an_operational_cap_and_do_under_batch_norm():

@@ -499,7 +499,6 @@ def cli(monkeypatch, capsys):
 
     monkeypatch.chdir(REPO)
     monkeypatch.delenv("TF_CONFIG", raising=False)
-    monkeypatch.delenv(workers.ENV, raising=False)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     monkeypatch.setattr(preemption, "install", lambda: False)  # the test process keeps SIGTERM
 

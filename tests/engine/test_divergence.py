@@ -8,7 +8,7 @@ import re
 
 from wide_tf import report as report_lib
 from wide_tf.checks import loader
-from wide_tf.study import scheduler
+from wide_tf.study import scheduler, trials
 
 
 def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
@@ -16,6 +16,7 @@ def test_a_grid_with_a_diverging_rate_completes_and_reports_it(tmp_path):
     config.sweep.lr_multipliers = [1.0, 3000.0]  # 3000 x the rule's guess diverges in a step or two
     config.train.diverge_loss = 100.0
     config.runtime.strategy = "cpu"
+    trials.check_workdir(config, str(tmp_path))  # config.json, as processes.run writes it
     records = scheduler.run_study(config, str(tmp_path))
     report_lib.write_report(str(tmp_path))  # main's, after a study
     assert len(records) == 8 and len({r["trial_id"] for r in records}) == 8

@@ -31,7 +31,7 @@ def _workers_of(workdir) -> list[int]:
                 cmd = f.read().decode(errors="replace")
         except OSError:
             continue
-        if "wide_tf.study.worker_boot" in cmd and str(workdir) in cmd:
+        if "wide_tf.study.worker" in cmd and str(workdir) in cmd:
             out.append(int(pid))
     return out
 
@@ -81,7 +81,7 @@ def test_a_worker_that_cannot_start_stops_those_already_started(tmp_path, monkey
         validate.RuntimeProblem,
         match=r"cannot start worker 1: .*worker-1\.[0-9a-f]{12}\.log: Is a directory",
     ):
-        workers.start(str(tmp_path), 2, ["main"], config)
+        workers.start(config, str(tmp_path), 2)
     assert first[0].poll() is not None  # worker 0 was stopped, not left running
 
 

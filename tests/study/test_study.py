@@ -7,6 +7,7 @@ import pytest
 from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.checks.loader import load_config
+from wide_tf.checks.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress
 from wide_tf.study import scheduler as study
@@ -119,13 +120,13 @@ def test_shard_parsing():
 
 def test_a_different_study_on_the_same_workdir_is_refused(tmp_path):
     config = _smoke()
-    study.check_workdir(config, str(tmp_path))
-    study.check_workdir(config, str(tmp_path))  # the same study: fine
+    trials_lib.check_workdir(config, str(tmp_path))
+    trials_lib.check_workdir(config, str(tmp_path))  # the same study: fine
     config.runtime.strategy = "cpu"  # the runtime may differ between machines
-    study.check_workdir(config, str(tmp_path))
+    trials_lib.check_workdir(config, str(tmp_path))
     other = _smoke(batch_sizes=[16, 32])
-    with pytest.raises(trials_lib.StudyError, match="different study.*sweep.batch_sizes"):
-        study.check_workdir(other, str(tmp_path))
+    with pytest.raises(UsageError, match="different study.*sweep.batch_sizes"):
+        trials_lib.check_workdir(other, str(tmp_path))
 
 
 SMOKE = [

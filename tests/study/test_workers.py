@@ -141,7 +141,7 @@ def test_a_worker_takes_over_a_dead_owners_group(tmp_path):
     config = load_config("configs/mlp.py:smoke")
     config.runtime.strategy = "cpu"
     trials = trials_lib.list_trials(config)
-    study.check_workdir(config, str(tmp_path))
+    trials_lib.check_workdir(config, str(tmp_path))
     dead = claims.group_key(trials[0].group)
     _write_claim(tmp_path / "claims", dead, 0, pid=_dead_pid())
     ran = study.run_worker(config, str(tmp_path), "run", poll_s=0.05)
@@ -221,14 +221,21 @@ def _report_without_timings(workdir) -> dict[str, str]:
 def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, smoke_study):
     """Also: the parent supervises without TensorFlow. tests/tf_import_spy.py notes its first
     import of TensorFlow: only once every trial is recorded (for the report), at a few tens of MB
-    (it was 760 MB, and 7 s of CPU taken from the workers, when it imported it to supervise)."""
+    (it was 760 MB, and 7 s of CPU taken from the workers, when it imported it to supervise).
+    And each check runs once per process (tests/call_spy counts the calls in every process)."""
     (one, one_err), two = smoke_study, tmp_path / "two"
-    spy = tmp_path / "tf_spy.json"
+    spy, calls = tmp_path / "tf_spy.json", tmp_path / "calls.log"
+    e = env()
+    e["PYTHONPATH"] = str(REPO / "tests" / "call_spy") + os.pathsep + e["PYTHONPATH"]
+    e.update(WIDE_TF_TF_SPY=str(spy), WIDE_TF_CALL_LOG=str(calls), WIDE_TF_CALL_SPY=_SPIED)
+    two.mkdir()  # the same study's config.json: the "same study" check compares, once
+    (two / "config.json").write_text((one / "config.json").read_text())
+    same = "--config.data.name=digits_embedded"  # an override (its value unchanged): checked once
     proc = subprocess.Popen(
         [sys.executable, str(REPO / "tests" / "tf_import_spy.py"), *SMOKE, f"--workdir={two}"]
-        + ["--workers=2"],
+        + ["--workers=2", same],
         cwd=REPO,
-        env=dict(env(), WIDE_TF_TF_SPY=str(spy)),
+        env=e,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -244,13 +251,43 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, sm
     expected = {t.trial_id for t in trials_lib.list_trials(load_config("configs/mlp.py:smoke"))}
     starts = _trial_starts(two)
     assert set(starts) == expected and set(starts.values()) == {1}, starts
-    assert len(os.listdir(two / "logs")) == 2 and not (one / "logs").exists()
+    assert len(list((two / "logs").glob("worker-*.log"))) == 2 and not (one / "logs").exists()
+    _assert_once_per_process(calls.read_text(), parent=proc.pid, trials=len(expected))
     # One process takes its claims in the workdir too, like each worker of --workers=2.
     assert (two / "claims").is_dir() and (one / "claims").is_dir()
     assert _report_without_timings(one) == _report_without_timings(two)
     # Both progress lines count the whole study: the parent's, and one process's per trial.
     assert "progress: 4/4 trials (expected), 4/4 groups done" in errs[1]
     assert "; study 3/4 trials (expected), 3/4 groups done, about" in errs[0]
+
+
+# The checks (each must run once, in the parent), and what shows that a worker ran.
+_CHECKS = (
+    "wide_tf.checks.validate:check_command",
+    "wide_tf.checks.validate:check_config",
+    "wide_tf.checks.overrides:check_overrides",
+    "wide_tf.checks.overrides:check_override_path",
+    "wide_tf.checks.preflight:check_workdir",
+    "wide_tf.checks.preflight:check_same_study",
+    "wide_tf.schema.identity:differing_fields",
+    "wide_tf.schema.rules:check",
+)
+_SPIED = ",".join(_CHECKS + ("wide_tf.study.scheduler:run_worker",))
+
+
+def _assert_once_per_process(log: str, parent: int, trials: int) -> None:
+    """Issue 33: the parent checks once; a worker reads its parent's config and checks nothing
+    (schema/rules.py's check runs again only inside each training run, engine/train.py's, at the
+    replica count the run sees: once per trial)."""
+    by_pid: dict[int, list[str]] = {}
+    for line in log.splitlines():
+        pid, name = line.split()
+        by_pid.setdefault(int(pid), []).append(name)
+    assert sorted(by_pid.pop(parent)) == sorted(_CHECKS)
+    assert len(by_pid) == 2, by_pid  # the two workers
+    assert all(c.count("wide_tf.study.scheduler:run_worker") == 1 for c in by_pid.values()), by_pid
+    rules = [n for c in by_pid.values() for n in c if n != "wide_tf.study.scheduler:run_worker"]
+    assert rules == ["wide_tf.schema.rules:check"] * trials, by_pid
 
 
 def _wait_for(condition, timeout=240):

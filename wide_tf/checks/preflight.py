@@ -1,7 +1,8 @@
 """Owns the checks of what surrounds a valid config before TensorFlow starts: this machine's
 hardware and data for the strategy and data set it names, the --shard and --workers flags, and the
-workdir (a folder that can be written, of the same kind of run, holding the same study, with whole
-result and checkpoint files). No file of the workdir is changed."""
+workdir (a folder that can be written, of the same kind of run, with whole result and checkpoint
+files), and the one "same study" check of its config.json (`check_same_study`, which the study
+runs once where it writes that file). No file of the workdir is changed here."""
 
 from __future__ import annotations
 
@@ -253,15 +254,18 @@ def _check_run_kind(config, workdir: str) -> None:
         )
 
 
-def _check_same_study(config, workdir: str) -> None:
-    """Refuses a study whose results-defining config differs from the one in the workdir."""
-    cfg_path = os.path.join(workdir, "config.json")
-    if not (is_sweep(config) and os.path.exists(cfg_path)):
-        return
+def check_same_study(config, workdir: str) -> bool:
+    """The one "same study" check: refuses a study whose results-defining config differs from the
+    workdir's config.json (UsageError), or a config.json that cannot be read (RuntimeProblem).
+    Returns whether config.json exists. Any store (a gs:// path is read through TensorFlow's
+    gfile); called once per study command, by trials.check_workdir, which writes config.json when
+    there is none."""
+    cfg_path = wd.join(workdir, wd.CONFIG)
+    if not wd.exists(cfg_path):
+        return False
     try:
-        with open(cfg_path) as f:
-            theirs = json.load(f)
-    except (OSError, ValueError) as e:
+        theirs = wd.read_json(cfg_path)
+    except (OSError, ValueError) + wd.read_errors() as e:
         raise RuntimeProblem(
             f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
             f"and run the same command to write it again"
@@ -278,6 +282,7 @@ def _check_same_study(config, workdir: str) -> None:
             f"{identity.describe(diff, norm=config.model.norm)}); use a new --workdir, or the "
             f"config that made it"
         )
+    return True
 
 
 def _results_warnings(workdir: str) -> list[str]:
@@ -404,11 +409,12 @@ def _check_path_length(workdir: str) -> None:
 def check_workdir(config, workdir: str) -> list[str]:
     """Checks a local workdir without changing any of its files; returns warning lines.
 
-    Refuses (UsageError) a workdir that is a file or holds another study or another kind of run;
-    RuntimeProblem for a folder that cannot be written, an unreadable config.json or single-run
-    result.json, and an empty (truncated) checkpoint file; a trial's unreadable result.json is a
-    warning (the study moves it aside and runs the trial again), and so are unreadable lines of
-    results.jsonl (the study ignores them and runs those trials again)."""
+    Refuses (UsageError) a workdir that is a file or holds another kind of run (whether it holds
+    the same study is `check_same_study`'s, run once by the study: trials.check_workdir);
+    RuntimeProblem for a folder that cannot be written, an unreadable single-run result.json,
+    and an empty (truncated) checkpoint file; a trial's unreadable result.json is a warning (the
+    study moves it aside and runs the trial again), and so are unreadable lines of results.jsonl
+    (the study ignores them and runs those trials again)."""
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
@@ -423,6 +429,5 @@ def check_workdir(config, workdir: str) -> list[str]:
     _writable(workdir)
     if not os.path.isdir(workdir):
         return []
-    _check_run_kind(config, workdir)
-    _check_same_study(config, workdir)
+    _check_run_kind(config, workdir)  # (the same study: once, where config.json is written)
     return _results_warnings(workdir) + _check_run_files(workdir)

@@ -83,7 +83,8 @@ def check_command(
     config, argv, *, dry_run, workdir, shard, workers, trial, listing, accelerator, replicas
 ) -> list[str]:
     """Everything main checks before TensorFlow starts, in order (the flags' values as given);
-    returns the warning lines."""
+    returns the warning lines. The --config.* overrides in `argv` were checked once already, by
+    errors.parse_flags before absl applied them (so a bad path is one line): not again here."""
     check_dry_run_only(dry_run, accelerator, replicas)
     check_config_once(argv)
     check_shard(shard)
@@ -92,10 +93,10 @@ def check_command(
     check_workers(workers, config, trial, None if dry_run else workdir)
     if dry_run:  # the checks for the target machine
         with for_target(replicas):
-            check_config(config, override_paths(argv))
+            check_config(config)
         check_trial(trial, config)
         return []
-    check_config(config, override_paths(argv))
+    check_config(config)
     check_trial(trial, config)
     if not listing and not workdir:
         raise UsageError("--workdir is required (a local folder or gs://bucket/path)")
@@ -145,7 +146,8 @@ def _replicas(config) -> tuple[int, str]:
 def check_config(config, overrides=()) -> None:
     """Raises a Problem for the first thing in `config` (and the overrides that made it) that
     cannot work; returns None when the config is fit to run."""
-    check_overrides(config, overrides)
+    if overrides:  # (main's were checked as its flags were parsed: errors.parse_flags)
+        check_overrides(config, overrides)
     kind = config.get("kind", "study")
     kind_error = fields.Choice(choices.KINDS).error("kind", kind)
     if kind_error:

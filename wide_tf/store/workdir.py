@@ -64,7 +64,7 @@ def _not_found() -> tuple[type[BaseException], ...]:
     return (FileNotFoundError,) if tf is None else (FileNotFoundError, tf.errors.NotFoundError)
 
 
-def _read_errors() -> tuple[type[BaseException], ...]:
+def read_errors() -> tuple[type[BaseException], ...]:
     """What reading a file may raise besides bad JSON: OSError, and gfile's OpError."""
     tf = sys.modules.get("tensorflow")
     return (OSError,) if tf is None else (OSError, tf.errors.OpError)
@@ -204,7 +204,7 @@ def set_aside_partial(workdir: str) -> list[str]:
             why = f"not JSON ({type(e).__name__})"
         except _not_found():
             continue  # moved or replaced meanwhile
-        except _read_errors() as e:  # a folder, no permission: not a record, and not ours to move
+        except read_errors() as e:  # a folder, no permission: not a record, and not ours to move
             lines.append(f"{path} {unreadable(e)}")
             continue
         if why:
@@ -271,7 +271,7 @@ def _read_record(path: str, whole: bool) -> dict | None:
     """One results/ file's record; None when it is unreadable, partial or (`whole`) not whole."""
     try:
         rec = _load(path)
-    except (json.JSONDecodeError, UnicodeDecodeError, *_read_errors()):
+    except (json.JSONDecodeError, UnicodeDecodeError, *read_errors()):
         return None
     if not isinstance(rec, dict) or "trial_id" not in rec or (whole and record_problem(rec)):
         return None

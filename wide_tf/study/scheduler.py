@@ -3,8 +3,9 @@ size) group, runs its whole learning-rate protocol (grid, extensions, confirmati
 it, until no group is open. Every process runs it with the same claims, files in the workdir
 (wide_tf/store/claims.py): one process (`--workers=1`, `--trial`, a shard) as well as each of N
 worker processes (wide_tf/study/workers.py starts them), so that a dead worker's group is taken
-over and two commands on one workdir share its groups instead of training them twice. `run` is
-the one call for a study; the report is main's to write."""
+over and two commands on one workdir share its groups instead of training them twice.
+study/processes.py decides which processes run it (`run_study` here, or `run_worker` in each
+worker, wide_tf/study/worker.py) and opens the workdir's study once before either starts."""
 
 from __future__ import annotations
 
@@ -18,10 +19,9 @@ from wide_tf.engine import preemption
 from wide_tf.engine import train as train_lib
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
-from wide_tf.study import progress, workers
+from wide_tf.study import progress
 from wide_tf.study.trials import (
     Trial,
-    check_workdir,
     expand_group,
     group_trials,
     in_shard,
@@ -48,24 +48,13 @@ class LostClaim(Exception):
     """Another worker took this worker's group over (its heartbeat was judged stale)."""
 
 
-def run(config, workdir: str, *, shard=None, only_trial=None, worker=None):
-    """The one call for a study in a process that trains: a worker of `--workers=N` (`worker`,
-    its spec; their parent only supervises them, study/workers.py) or the only process. Returns a
-    `workers.Outcome`: whether the report is due now, the exit status, a worker's failure."""
-    if worker is not None:
-        run_worker(config, workdir, worker.run_id, shard=shard)
-        return workers.Outcome(report_due=False)  # the parent's to write, once all are done
-    run_study(config, workdir, shard=shard, only_trial=only_trial)
-    return workers.Outcome(report_due=True)  # also a shard's or one trial's: the study so far
-
-
 def run_study(config, workdir: str, shard: str | None = None, only_trial: str | None = None):
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share; the
     one `--trial` names, without the rounds it may lead to) in this process; returns every
-    recorded result."""
+    recorded result. The workdir's study was opened by the caller (trials.check_workdir:
+    processes.run, once per command)."""
     trials = pick_trial(list_trials(config), only_trial)
     shard_i, shard_n = parse_shard(shard)
-    check_workdir(config, workdir)
     progress.log_plan(config, trials, shard_i, shard_n)
     start = time.time()
     claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12], one_process=True)
@@ -91,7 +80,8 @@ def run_worker(
     finished, waiting meanwhile for groups that other workers hold, to take them over if their
     owner dies. Returns the number of trials run."""
     trials = in_shard(list_trials(config), shard)
-    # config.json was checked (or written) by the parent before it started the workers.
+    # config.json was checked (or written) by the parent before it started the workers, and
+    # `config` is the one the parent checked (worker.thaw): nothing is checked again.
     claims = claims_lib.Claims(workdir, run_id, stale_s=stale_s)
     ran = _run_groups(config, workdir, trials, claims, True, poll_s, heartbeat_s)
     logging.info("Worker done: %d trials run; no group left to claim.", ran)

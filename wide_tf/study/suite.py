@@ -6,11 +6,12 @@ the protocol x family x target table of report/suite.py.
 
 A suite file defines `get_suite(arg)` returning a list of `Entry`s. Each study runs as
 `python -m wide_tf.main --config=<entry.config> --workdir=WORKDIR/<entry.name>` in a child process
-(started through study/worker_boot.py, so that it dies with the suite): the same command a user
-would type, so a study of a suite and a study run alone are the same thing
-(the same records, resumed the same way); a suite stopped part-way and started again skips nothing
-it has not done and redoes nothing it has (each study resumes from its own workdir). The wall time
-of each study's last invocation is kept in WORKDIR/suite.json beside the entries.
+(with WIDE_TF_PARENT_PID set, so that it dies with the suite: main runs study/worker.py's
+die_with_parent first): the same command a user would type, so a study of a suite and a study
+run alone are the same thing (the same records, resumed the same way); a suite stopped part-way
+and started again skips nothing it has not done and redoes nothing it has (each study resumes
+from its own workdir). The wall time of each study's last invocation is kept in
+WORKDIR/suite.json beside the entries.
 
 No TensorFlow: the parent only checks the entries' configs, starts the studies and waits.
 """
@@ -35,7 +36,7 @@ from wide_tf.store.suite import (  # noqa: F401 (Entry and the record: a suite f
     study_dir,
     write_record,
 )
-from wide_tf.study import worker_boot
+from wide_tf.study import worker
 
 _NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -71,9 +72,10 @@ def load(spec: str) -> list[Entry]:
 
 
 def _command(entry: Entry, workdir: str, workers: str | None) -> list[str]:
-    # Through worker_boot, as the workers of --workers=N: the study dies with the suite (even a
-    # suite killed by SIGKILL leaves no study computing unsupervised), then runs wide_tf.main.
-    cmd = [sys.executable, "-m", "wide_tf.study.worker_boot", f"--config={entry.config}"]
+    # wide_tf.main with worker.PARENT_ENV (_run_study): the study dies with the suite, as the
+    # workers of --workers=N with their parent (even a suite killed by SIGKILL leaves no study
+    # computing unsupervised).
+    cmd = [sys.executable, "-m", "wide_tf.main", f"--config={entry.config}"]
     cmd.append(f"--workdir={study_dir(workdir, entry)}")
     return cmd + ([f"--workers={workers}"] if workers else [])
 
@@ -82,7 +84,7 @@ def _run_study(entry: Entry, workdir: str, workers: str | None) -> int:
     """One study in a child process; its exit status. SIGTERM (a preemption, a scheduler's stop)
     goes on to the study, which checkpoints and exits 143 (Ctrl-C reaches it already: it is in
     the terminal's process group)."""
-    env = {**os.environ, **provenance.child_env(), worker_boot.PARENT_ENV: str(os.getpid())}
+    env = {**os.environ, **provenance.child_env(), worker.PARENT_ENV: str(os.getpid())}
     proc = subprocess.Popen(_command(entry, workdir, workers), env=env)
     before = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
     try:

@@ -11,6 +11,7 @@ import json
 
 import ml_collections
 
+from wide_tf.checks import preflight
 from wide_tf.schema import datasets, families, identity, provenance
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
@@ -220,26 +221,15 @@ def list_trials(config) -> list[Trial]:
 
 
 def check_workdir(config, workdir: str) -> None:
-    """Writes config.json, or refuses a workdir that holds a different study: once per study
-    command, in the process that runs it or in the parent of --workers=N before it starts them
-    (without TensorFlow for a local workdir)."""
-    path = wd.join(workdir, wd.CONFIG)
-    if wd.exists(path):
-        theirs = wd.read_json(path)
-        if not isinstance(theirs, dict):
-            raise StudyError(
-                f"{path} holds {type(theirs).__name__}, not a study's settings (a JSON object); "
-                "restore it, or move it aside and run the same command to write it again"
-            )
-        diff = identity.differing_fields(theirs, config)
-        if diff:
-            raise StudyError(
-                f"{workdir} holds a different study (config differs in: "
-                f"{identity.describe(diff, norm=config.model.norm)})"
-                "; use a new --workdir, or the config that made it"
-            )
+    """Opens the workdir's study: refuses a workdir whose config.json holds a different study
+    (checks/preflight.check_same_study, the one such check), else writes config.json when there
+    is none, with its provenance. Once per study command, before TensorFlow and before any worker
+    starts (study/processes.py; without TensorFlow for a local workdir)."""
+    if preflight.check_same_study(config, workdir):
         return
     wd.makedirs(workdir)
     saved = json.loads(config.to_json_best_effort())
     saved["provenance"] = provenance.collect()  # who wrote it: code, command, versions, machine
-    wd.write_text_atomic(path, json.dumps(saved, indent=2, sort_keys=True) + "\n")
+    wd.write_text_atomic(
+        wd.join(workdir, wd.CONFIG), json.dumps(saved, indent=2, sort_keys=True) + "\n"
+    )

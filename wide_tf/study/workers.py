@@ -6,11 +6,12 @@ is decided by the workers themselves through claims in the workdir (wide_tf/stor
 wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
 workdir.
 
-A worker is `python -m wide_tf.study.worker_boot` (which sets the one signal that kills it with its
-parent before it imports anything, then runs wide_tf.main) with the parent's own command line and
-WIDE_TF_WORKER in its environment (its index, the run id, its cores and GPU). The parent stops the
-workers it started on every way out (its supervision's end, an error while starting them, any
-exit of the interpreter); each invocation's workers log to files of their own,
+A worker is `python -m wide_tf.study.worker` (wide_tf/study/worker.py: it dies with its parent,
+and runs no check again) reading the config this parent checked, frozen into its logs folder
+(`freeze_config`), with WIDE_TF_WORKER in its environment (its index, the run id, its cores and
+GPU) and the variables the config asks for (`worker.environment`: KERAS_BACKEND). The parent
+stops the workers it started on every way out (its supervision's end, an error while starting
+them, any exit of the interpreter); each invocation's workers log to files of their own,
 WORKDIR/logs/worker-<k>.<run id>.log, so that no error line of another invocation is quoted.
 A worker pins itself to its cores with `os.sched_setaffinity` and gets TensorFlow's intra- and
 inter-op threads set to that many cores before TensorFlow starts; on a GPU machine each worker sees
@@ -35,10 +36,9 @@ import uuid
 
 from wide_tf.checks import validate
 from wide_tf.schema import hardware, provenance
-from wide_tf.study import trials as trials_lib
-from wide_tf.study import worker_boot
+from wide_tf.study import worker
+from wide_tf.study.worker import WorkerSpec
 
-ENV = "WIDE_TF_WORKER"
 LOGS = "logs"
 # How often the parent looks at the workers and the results, and the longest it stays silent.
 POLL_S = 1.0
@@ -46,29 +46,6 @@ PROGRESS_EVERY_S = 60.0
 # How long the parent waits for its workers after SIGTERM before it kills them: a worker
 # checkpoints after its current host loop (seconds to a minute), so 5 minutes means it cannot.
 STOP_GRACE_S = 300.0
-
-
-@dataclasses.dataclass(frozen=True)
-class WorkerSpec:
-    index: int
-    count: int
-    run_id: str
-    cpus: tuple[int, ...]
-    gpu: int | str | None  # an index or a UUID, as CUDA_VISIBLE_DEVICES names it
-
-    def to_env(self) -> str:
-        return json.dumps(dataclasses.asdict(self))
-
-    @staticmethod
-    def from_env(text: str) -> WorkerSpec:
-        d = json.loads(text)
-        return WorkerSpec(d["index"], d["count"], d["run_id"], tuple(d["cpus"]), d["gpu"])
-
-
-def child_spec() -> WorkerSpec | None:
-    """This process's worker spec when it was started as a worker, else None."""
-    text = os.environ.get(ENV)
-    return WorkerSpec.from_env(text) if text else None
 
 
 # The machine's cores and GPUs, seen without starting TensorFlow (which would claim the GPUs'
@@ -110,30 +87,6 @@ def plan(n: int, run_id: str, config) -> list[WorkerSpec]:
             mine = [cores[k % len(cores)]]
         specs.append(WorkerSpec(k, n, run_id, tuple(mine), gpus[k % len(gpus)] if gpus else None))
     return specs
-
-
-def pin_before_tensorflow(spec: WorkerSpec) -> None:
-    """In the worker, before TensorFlow is imported: its cores, its GPU, its thread counts."""
-    if spec.cpus and hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, spec.cpus)
-    threads = str(max(1, len(spec.cpus)))
-    os.environ["OMP_NUM_THREADS"] = threads
-    os.environ["TF_NUM_INTRAOP_THREADS"] = threads
-    os.environ["TF_NUM_INTEROP_THREADS"] = threads
-    if spec.gpu is not None:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(spec.gpu)
-
-
-def set_tensorflow_threads(spec: WorkerSpec) -> None:
-    """In the worker, right after TensorFlow's import and before its first op."""
-    import tensorflow as tf
-
-    threads = max(1, len(spec.cpus))
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:  # already initialised (a test importing it first): the env vars hold
-        pass
 
 
 def log_dir(workdir: str) -> tuple[str, bool]:
@@ -244,15 +197,24 @@ class Started:
     start: float
 
 
-def start(workdir: str, n: int, argv: list[str], config) -> Started:
-    """Starts n workers running `argv` (this command line). Called before the parent imports
-    TensorFlow, so the workers' start-up is not queued behind the parent's; SIGTERM, SIGINT and
-    SIGHUP to the parent are passed on from here on. A worker that cannot be started stops those
-    already started and raises a RuntimeProblem (one line)."""
-    try:  # the "same study" check, once for all the workers (they do not repeat it)
-        trials_lib.check_workdir(config, workdir)
-    except trials_lib.StudyError as e:
-        raise validate.UsageError(str(e)) from None
+def freeze_config(config, logs: str, run_id: str) -> str:
+    """Writes the checked config for this invocation's workers (LOGS/config.<run id>.json, a
+    local file even for a gs:// workdir) and returns its path: the workers read it instead of
+    checking the command again (worker.thaw gives the same ConfigDict back)."""
+    path = os.path.join(logs, f"config.{run_id}.json")
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(config.to_dict(), f, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def start(config, workdir: str, n: int, shard: str | None = None, verbose: bool = False):
+    """Starts n workers on the study `config` (checked, and the workdir's study opened, by the
+    caller: study/processes.py). Called before the parent imports TensorFlow, so the workers'
+    start-up is not queued behind the parent's; SIGTERM, SIGINT and SIGHUP to the parent are
+    passed on from here on. A worker that cannot be started stops those already started and
+    raises a RuntimeProblem (one line)."""
     run_id = uuid.uuid4().hex[:12]
     logs, remote_logs = log_dir(workdir)
     if os.path.exists(logs) and not os.path.isdir(logs):
@@ -261,22 +223,32 @@ def start(workdir: str, n: int, argv: list[str], config) -> Started:
             "the same command again"
         )
     os.makedirs(logs, exist_ok=True)
+    try:
+        frozen = freeze_config(config, logs, run_id)
+    except OSError as e:
+        raise validate.RuntimeProblem(
+            f"cannot write the workers' config in {logs}: {e.strerror or e}; fix it and run the "
+            "same command again"
+        ) from None
     specs = plan(n, run_id, config)
+    argv = worker.command(frozen, workdir, shard, verbose)
+    base = dict(os.environ, **worker.environment(config), **provenance.child_env())
+    base[worker.PARENT_ENV] = str(os.getpid())
     procs, paths = [], []
     started = Started(procs, paths, specs, _Signals(procs).__enter__(), remote_logs, time.time())
     atexit.register(_stop_all, started)  # every exit of the interpreter stops the workers
     for s in specs:
         path = os.path.join(logs, f"worker-{s.index}.{run_id}.log")
         paths.append(path)
-        env = dict(os.environ, **{ENV: s.to_env(), worker_boot.PARENT_ENV: str(os.getpid())})
-        env.update(provenance.child_env())  # its records name the user's command
+        # Its records name the user's command (provenance); KERAS_BACKEND from the config.
+        env = dict(base, **{worker.ENV: s.to_env()})
         try:
             with open(path, "w") as f:
                 # A new session: a terminal's Ctrl-C reaches the parent only, which passes it on
                 # as SIGTERM (a clean checkpoint) instead of a KeyboardInterrupt mid-step.
                 procs.append(
                     subprocess.Popen(
-                        [sys.executable, "-m", "wide_tf.study.worker_boot", *argv[1:]],
+                        argv,
                         env=env,
                         stdout=f,
                         stderr=subprocess.STDOUT,
@@ -488,5 +460,5 @@ def _outcome(started: Started, config, workdir: str, initial, failed, log) -> Ou
     return Outcome(True)
 
 
-class WorkerFailed(RuntimeError):
-    """A worker exited non-zero; the message is the one line to show."""
+class WorkerFailed(validate.RuntimeProblem):
+    """A worker exited non-zero; the message is the one line to show (exit status 1)."""
