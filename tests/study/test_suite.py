@@ -220,3 +220,16 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path)
     line = [ln for ln in text.splitlines() if ln.startswith("- **plain SGD**")][0]
     width_part = float(re.search(r"a width part ([+-][0-9.]+)", line).group(1))
     assert width_part > 0.4  # B_crit ~ width: the budget slope sits on width
+    # Issue 36: the pooled pair is the headline (before the table); the check without the
+    # heaviest member is the rule's at 85%, never a 95% verdict; the replicate's members share
+    # their random effects (one member, measured twice).
+    assert text.index("## Each study with its replicate") < text.index("## Protocol x family")
+    for r in rows:
+        if r["without_heaviest"]:
+            assert "(85% CI " in r["without_heaviest"] and "95%" not in r["without_heaviest"]
+    n_est, n_members = map(
+        int, re.search(r"(\d+) member estimates of (\d+) members", line).groups()
+    )
+    n_rep = len({r["member"] for r in studies["budget_sgd_replicate"]})
+    assert n_members < n_est <= n_members + n_rep
+    assert "width part minus depth part" in line and "Additivity:" in line
