@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from wide_tf.analysis import pooled, study_noise, verdict
+from wide_tf.analysis import decision, pooled, study_noise, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
@@ -542,6 +542,14 @@ def _parser() -> UsageParser:
         default=None,
         help="a study's workdir: add a generator that resamples its fit residuals",
     )
+    p.add_argument(
+        "--heaviest_level",
+        type=number(0.5, high=0.999),
+        default=None,
+        help="the level of the rule's check without the heaviest member (default: the rule's, "
+        "decision.HEAVIEST_LEVEL); another value says what the level costs in power and buys "
+        "in false rate",
+    )
     return p
 
 
@@ -553,6 +561,17 @@ def main(argv=None) -> int:
         print(got, file=sys.stderr)
         return 2
     design, names = got
+    rule_level = decision.HEAVIEST_LEVEL
+    if a.heaviest_level is not None:  # read by decision and pooled at each call
+        decision.HEAVIEST_LEVEL = a.heaviest_level
+        print(f"The check without the heaviest member at {a.heaviest_level:.0%} (not the rule's)")
+    try:
+        return _run(a, design, names)
+    finally:
+        decision.HEAVIEST_LEVEL = rule_level
+
+
+def _run(a, design, names) -> int:
     t0 = time.time()
     print(
         f"Design of {a.config}: {len(design.widths)} members (widths "
