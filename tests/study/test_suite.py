@@ -233,3 +233,25 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path)
     n_rep = len({r["member"] for r in studies["budget_sgd_replicate"]})
     assert n_members < n_est <= n_members + n_rep
     assert "width part minus depth part" in line and "Additivity:" in line
+
+
+def test_protocols_compared_by_the_difference_of_their_slopes():
+    """Momentum's budget family against plain SGD's: the difference of the slopes with a t
+    interval on the smaller df from the two standard errors (hand-computed: -0.50 +- 2.447 x
+    hypot(0.1, 0.05) = -0.50 +- 0.27 on 6 df)."""
+    from types import SimpleNamespace as NS
+
+    entries = [
+        suite.Entry("sgd", "configs/mlp.py:local", "plain SGD", "budget"),
+        suite.Entry("rep", "configs/mlp.py:local", "plain SGD", "budget", "sgd"),
+        suite.Entry("mom", "configs/mlp.py:local", "momentum 0.9", "budget"),
+    ]
+    own = "train_accuracy >= 0.97 (the study's)"
+    rows = [
+        {"study": "sgd", "target": own, "_slope": NS(value=0.3, se=0.05, df=7), "_bc": None},
+        {"study": "mom", "target": own, "_slope": NS(value=-0.2, se=0.1, df=6), "_bc": None},
+    ]
+    (line,) = suite_report._protocols(entries, rows)
+    assert line.startswith("- mom (momentum 0.9) minus sgd (plain SGD): B_x slope -0.50 (")
+    assert "(-0.77 to -0.23)" in line and "B_crit slope -." in line
+    assert suite_report._protocols(entries[:2], rows[:1]) == []

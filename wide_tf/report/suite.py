@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
+
+from scipy import stats
 
 from wide_tf.analysis import decision, factors, pooled, robustness, verdict
 from wide_tf.analysis.cells import records_for_target, target_labels
@@ -177,6 +180,36 @@ def _two_factor(entries, loaded, eps) -> list[str]:
     return out
 
 
+def _diff(a, b) -> str:
+    """a - b of two studies' slopes, its 95% interval from their standard errors taken as
+    independent (the studies share no runs), on the smaller of their df (conservative)."""
+    if a is None or b is None:
+        return "-"
+    d = a.value - b.value
+    h = float(stats.t.ppf(0.975, min(a.df, b.df))) * math.hypot(a.se, b.se)
+    return f"{d:+.2f} ({d - h:+.2f} to {d + h:+.2f})"
+
+
+def _protocols(entries, rows) -> list[str]:
+    """Each other protocol's budget family against the first protocol's, at their own target:
+    the difference of the B_x and B_crit slopes with its interval."""
+    first = {r["study"]: r for r in rows if r["target"].endswith("(the study's)")}
+    budgets = [e for e in entries if e.family == "budget" and not e.replicate_of]
+    budgets = [e for e in budgets if e.name in first]
+    if len(budgets) < 2:
+        return []
+    base, out = budgets[0], []
+    for e in budgets[1:]:
+        if e.protocol == base.protocol:
+            continue
+        a, b = first[e.name], first[base.name]
+        out.append(
+            f"- {e.name} ({e.protocol}) minus {base.name} ({base.protocol}): B_x slope "
+            f"{_diff(a['_slope'], b['_slope'])}; B_crit slope {_diff(a['_bc'], b['_bc'])}."
+        )
+    return out
+
+
 def factor_line(head: str, tf_: factors.TwoFactor) -> str:
     """One two-factor fit in words: the coefficients, the budget slope's split with the
     difference of its parts, and the additivity test (every number with its interval)."""
@@ -329,6 +362,9 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     two = _two_factor(entries, loaded, eps) if eps is not None else []
     if two:
         lines += ["## Width and depth separated (two-factor fit)", ""] + two + [""]
+    compared = _protocols(entries, rows)
+    if compared:
+        lines += ["## The budget family under each protocol, compared", ""] + compared + [""]
     if transients:
         lines += ["## Momentum's ramp beside S_min", ""] + transients + [""]
     wall = rec.get("wall_s", {})
