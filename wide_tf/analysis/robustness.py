@@ -80,7 +80,12 @@ def with_overhead(records: Sequence[dict], k: float) -> list[dict]:
         for f in ("steps_to_target", "steps_to_target_interp"):
             if rr.get(f) is not None:
                 rr[f] = float(rr[f]) + k
-        budget = budget_steps(r)
+        # The budget the run declared (a reached run's own `steps` is where it stopped at the
+        # target, not its budget: without a declared one, nothing is pushed past it).
+        declared = (r.get("protocol") or {}).get("max_steps") or (r.get("protocol") or {}).get(
+            "max_epochs"
+        )
+        budget = budget_steps(r) if declared else None
         if budget is not None and (rr.get("steps_to_target") or 0) > budget:
             rr.update(status="not_reached", steps=budget, steps_to_target=None)
             rr["steps_to_target_interp"] = None
@@ -130,17 +135,10 @@ class OverheadCurve:
         if not pts:
             return ""
         rate = self.per_step
-        trend = (
-            ""
-            if rate is None
-            else f"; it changes by {rate:+.3f} per added step up to +{PER_STEP_UPTO}"
-        )
+        trend = "" if rate is None else f"; {rate:+.3f} per step up to +{PER_STEP_UPTO}"
         return (
-            f"Sensitivity to a per-run overhead: with k steps added to every run's "
-            f"steps-to-target (an optimizer ramp, say) the slope on log {axis} is "
-            + ", ".join(pts)
-            + trend
-            + "."
+            f"Overhead: with k steps added to every run's steps-to-target, the slope on log "
+            f"{axis} is " + ", ".join(pts) + trend + "."
         )
 
 
@@ -185,17 +183,14 @@ class Sensitivity:
         sl = d.model_free_slope
         if self.min_detectable is not None:
             seen = ""
-            if self.power_observed is not None and sl is not None:
-                seen = (
-                    f"; a true slope equal to the one observed ({sl.value:+.2f}) it decides in "
-                    f"{self.power_observed:.0%} of studies"
-                )
+            if self.power_observed is not None and sl is not None and sl.decision:
+                seen = f", and the observed {sl.value:+.2f} in {self.power_observed:.0%} of studies"
             out.append(
-                f"Power: simulated at its own noise (each member drawn from its replicates, "
-                f"the members' scatter added), this design finds a slope on log {d.axis} of "
+                f"Power: simulated at its own noise (members drawn from their replicates, their "
+                f"scatter added), this design finds a slope on log {d.axis} of "
                 f"{self.min_detectable:.2f} or more 80% of the time{seen}."
             )
-        if self.curve is not None:
+        if self.curve is not None and sl is not None and sl.decision:  # an effect to perturb
             line = self.curve.sentence(d.axis)
             out += [line] if line else []
         return out
