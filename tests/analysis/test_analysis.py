@@ -371,7 +371,8 @@ def test_verdicts_supported_contradicted_and_no_effect():
     assert v.outcome == A.SUPPORTED, v.text
     assert "random-effects interval" in v.text and "leaving one member out" in v.text
     assert "95% CI" in v.text and "or more 80% of the time" in v.text
-    assert "Sensitivity: adding" in v.text and "without it (" in v.text
+    assert "Overhead: with k steps added" in v.text and "at +10" in v.text
+    assert "the rule's check passes" in v.text and "and the observed +" in v.text
     _assert_verdict_shape(v)
     v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.CONTRADICTED, v.text

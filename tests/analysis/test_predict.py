@@ -11,6 +11,7 @@ import pytest
 from wide_tf.analysis import critical_batch as cb
 from wide_tf.analysis import predict_study as ps
 from wide_tf.analysis import prediction as pr
+from wide_tf.analysis.stats import baseline
 
 
 def _rec(member="m", width=100, seed=0, batch=16, mult=1.0, steps=100.0, hist=(), **kw):
@@ -188,6 +189,33 @@ def test_sentence_reports_the_pooled_ratio_of_a_sweep():
 
 
 # -- the predict study and its cost --------------------------------------------------------------
+
+
+def test_against_constant_on_a_hand_made_example():
+    """B_crit 10, 100 and 1000; the noise scale 2x each: it misses every member by exactly 2x
+    (and by 1x with its mean ratio divided out), while the constant (the geometric mean, 100)
+    misses by 10x, 1x and 10x: RMS in log sqrt(2/3) log 10, a factor of 6.55. With three members
+    the bootstrap cannot resolve which is closer; with eight (B_crit doubling, the noise scale
+    2x each) it can: the noise scale."""
+    k = baseline.against_constant([20.0, 200.0, 2000.0], [10.0, 100.0, 1000.0], n_boot=400)
+    assert k.n == 3 and k.constant_value == pytest.approx(100.0)
+    assert k.noise_scale.value == pytest.approx(2.0)
+    assert k.rescaled.value == pytest.approx(1.0)
+    assert k.constant.value == pytest.approx(math.exp(math.sqrt(2 / 3) * math.log(10)))
+    assert k.difference[0] == pytest.approx(math.log(2) - math.sqrt(2 / 3) * math.log(10))
+    # Resamples of three members can repeat one member (constant exact): the difference's upper
+    # end is then log 2 - 0 > 0, so the interval is only as decisive as the members allow.
+    assert k.difference[1] < 0
+    text = pr.constant_sentence(k)
+    assert "by a factor of 2 (2 to 2)" in text and "by 6.55 (" in text
+    assert k.closer == "not resolved" and "not resolved" in text
+    b = [10.0 * 2**i for i in range(8)]
+    eight = baseline.against_constant([2 * x for x in b], b, n_boot=400)
+    assert eight.closer == "noise scale" and eight.difference[2] < 0
+    # A noise scale whose errors (3x, 1/3x, 3x) exceed a constant on nearly flat B_crit.
+    far = baseline.against_constant([150.0, 33.3, 330.0], [50.0, 100.0, 110.0], n_boot=400)
+    assert far.noise_scale.value > far.constant.value and far.closer != "noise scale"
+    assert baseline.against_constant([1.0, 2.0], [1.0, 2.0]) is None
 
 
 def test_as_predict_config_follows_the_local_config():

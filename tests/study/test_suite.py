@@ -220,3 +220,38 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path)
     line = [ln for ln in text.splitlines() if ln.startswith("- **plain SGD**")][0]
     width_part = float(re.search(r"a width part ([+-][0-9.]+)", line).group(1))
     assert width_part > 0.4  # B_crit ~ width: the budget slope sits on width
+    # Issue 36: the pooled pair is the headline (before the table); the check without the
+    # heaviest member is the rule's at 85%, never a 95% verdict; the replicate's members share
+    # their random effects (one member, measured twice).
+    assert text.index("## Each study with its replicate") < text.index("## Protocol x family")
+    for r in rows:
+        if r["without_heaviest"]:
+            assert "(85% CI " in r["without_heaviest"] and "95%" not in r["without_heaviest"]
+    n_est, n_members = map(
+        int, re.search(r"(\d+) member estimates of (\d+) members", line).groups()
+    )
+    n_rep = len({r["member"] for r in studies["budget_sgd_replicate"]})
+    assert n_members < n_est <= n_members + n_rep
+    assert "width part minus depth part" in line and "Additivity:" in line
+
+
+def test_protocols_compared_by_the_difference_of_their_slopes():
+    """Momentum's budget family against plain SGD's: the difference of the slopes with a t
+    interval on the smaller df from the two standard errors (hand-computed: -0.50 +- 2.447 x
+    hypot(0.1, 0.05) = -0.50 +- 0.27 on 6 df)."""
+    from types import SimpleNamespace as NS
+
+    entries = [
+        suite.Entry("sgd", "configs/mlp.py:local", "plain SGD", "budget"),
+        suite.Entry("rep", "configs/mlp.py:local", "plain SGD", "budget", "sgd"),
+        suite.Entry("mom", "configs/mlp.py:local", "momentum 0.9", "budget"),
+    ]
+    own = "train_accuracy >= 0.97 (the study's)"
+    rows = [
+        {"study": "sgd", "target": own, "_slope": NS(value=0.3, se=0.05, df=7), "_bc": None},
+        {"study": "mom", "target": own, "_slope": NS(value=-0.2, se=0.1, df=6), "_bc": None},
+    ]
+    (line,) = suite_report._protocols(entries, rows)
+    assert line.startswith("- mom (momentum 0.9) minus sgd (plain SGD): B_x slope -0.50 (")
+    assert "(-0.77 to -0.23)" in line and "B_crit slope -." in line
+    assert suite_report._protocols(entries[:2], rows[:1]) == []

@@ -65,6 +65,10 @@ class Decision:
     b_crit_members: tuple = ()  # names of the members in the B_crit slope
     axis: str = WIDTH  # the slope is on log width, or on log depth (a depth family)
     censored_members: tuple = ()  # model-free members that entered at their bound
+    heaviest: str | None = None  # the model-free slope's member of the highest leverage
+    # The rule's check: the slope without `heaviest`, its interval at HEAVIEST_LEVEL (never a 95%
+    # verdict of its own: the check is what decides, and what the report prints).
+    without_heaviest: meta.MetaSlope | None = None
 
 
 def axis_of(ms: Sequence[MemberSummary]) -> str:
@@ -165,6 +169,25 @@ def _without_heaviest(ms, mf: meta.MetaSlope, axis: str):
         x, [u[1] for u in rest], [u[2] for u in rest], level=HEAVIEST_LEVEL
     )
     return use[i][0].info.name, sl
+
+
+def heaviest_check(name: str | None, rest: meta.MetaSlope | None, sign: int) -> str:
+    """The rule's check in words: the slope without the member of the highest leverage, its
+    interval at HEAVIEST_LEVEL, and whether it is on the decisive side (`sign` of the main
+    slope's decision; 0: nothing decisive to check). No 95% verdict is formed without that member:
+    its level is the rule's (the verdict's lines move between machines at 95%, issue 36)."""
+    if name is None:
+        return "no member to leave out"
+    if rest is None:
+        return f"without {name} too few members remain for a slope"
+    text = (
+        f"without {name} the other members give {rest.value:+.2f} "
+        f"({HEAVIEST_LEVEL:.0%} CI {rest.low:+.2f} to {rest.high:+.2f})"
+    )
+    if sign == 0:
+        return text + " (the check applies to a decisive slope only)"
+    ok = rest.decision == sign
+    return text + (": the rule's check passes" if ok else ": the rule's check fails")
 
 
 def _fmt_left_out(out) -> str:
@@ -293,5 +316,14 @@ def decide(summaries: Sequence[MemberSummary]) -> Decision:
     heaviest = _without_heaviest(ms, mf, axis)
     outcome, reasons = _slope_outcome(mf, mf_names, bc, edges, overturn, heaviest)
     return Decision(
-        outcome, mf, bc, tuple(reasons), tuple(caveats), ms, censored_members=cens, **common
+        outcome,
+        mf,
+        bc,
+        tuple(reasons),
+        tuple(caveats),
+        ms,
+        censored_members=cens,
+        heaviest=heaviest[0],
+        without_heaviest=heaviest[1],
+        **common,
     )

@@ -123,12 +123,7 @@ def sentence(p: Pooled, names: Sequence[str]) -> str:
         f"{head}: **{p.outcome.upper()}**, slope on log {p.axis} {sl.value:+.2f} "
         f"(95% CI {sl.low:+.2f} to {sl.high:+.2f}, {sl.df} df)"
     )
-    if p.without_heaviest is not None:
-        r = p.without_heaviest
-        out += (
-            f"; without {p.heaviest} {r.value:+.2f} ({dec.HEAVIEST_LEVEL:.0%} CI "
-            f"{r.low:+.2f} to {r.high:+.2f})"
-        )
+    out += "; " + dec.heaviest_check(p.heaviest, p.without_heaviest, sl.decision)
     if p.b_crit_slope is not None:
         out += f"; B_crit slope {p.b_crit_slope.value:+.2f}"
     return out + (f". Why: {'; '.join(p.reasons)}." if p.reasons else ".")

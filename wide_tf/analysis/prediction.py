@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from wide_tf.analysis.stats import baseline
 from wide_tf.study import lr_grid
 
 Z95 = 1.959963984540054
@@ -333,6 +334,7 @@ class Comparison:
     eval_every_examples: int | None
     sweep: bool  # the study measured more than one batch per member
     spent: dict  # what the study's finished runs cost (measured_cost)
+    against_constant: baseline.AgainstConstant | None = None  # the size, against a constant
 
     @property
     def n_extrapolated(self) -> int:
@@ -380,7 +382,21 @@ def compare(
         eval_every_examples=_cfg(config, "train", "eval_every_examples"),
         sweep=any(len({c.batch_size for c in s.cells}) > 1 for s in summaries),
         spent=measured_cost(records),
+        against_constant=_against_constant(members),
     )
+
+
+def _against_constant(members) -> baseline.AgainstConstant | None:
+    """The members with B_simple at the target and a B_crit inside the batches tried."""
+    use = [
+        (m.at_target.value, m.b_crit.value)
+        for m in members
+        if m.at_target is not None
+        and m.b_crit is not None
+        and m.b_crit.value
+        and not m.b_crit.is_bound
+    ]
+    return baseline.against_constant([a for a, _ in use], [b for _, b in use]) if use else None
 
 
 def measured_cost(records: Sequence[dict]) -> dict:
@@ -468,6 +484,8 @@ def sentence(c: Comparison) -> str:
             "Against the model-free critical batch it is "
             f"{fmt_est(c.pooled_ratio_model_free, 'member')} times."
         )
+    if c.against_constant is not None:
+        parts.append(constant_sentence(c.against_constant))
     # The trend against the verdict's own slope (the model-free batch), else B_crit's.
     theirs, name = c.slope_model_free, "the sweep's model-free batch"
     if theirs is None:
@@ -492,6 +510,29 @@ def sentence(c: Comparison) -> str:
             )
         )
     return " ".join(parts)
+
+
+def _fold(f: baseline.Fold) -> str:
+    return f"{f.value:.3g} ({f.low:.3g} to {f.high:.3g})"
+
+
+def constant_sentence(k: baseline.AgainstConstant) -> str:
+    """The right size, against a constant: which misses a member's B_crit by less."""
+    d, lo, hi = k.difference
+    verdict = {
+        "noise scale": "the noise scale is closer",
+        "constant": "the constant is closer",
+        "not resolved": "which is closer is not resolved",
+    }[k.closer]
+    return (
+        f"Against a constant: B_simple misses a member's B_crit by a factor of "
+        f"{_fold(k.noise_scale)} (root mean square in log over {k.n} members, 95% "
+        f"bootstrap interval over members), one constant for every member (the geometric mean of "
+        f"their B_crit, {_num(k.constant_value)}, given the measured scale) by "
+        f"{_fold(k.constant)}, and B_simple with its own mean ratio divided out by "
+        f"{_fold(k.rescaled)}; the difference in log error is {d:+.2f} (95% CI "
+        f"{lo:+.2f} to {hi:+.2f}): {verdict}."
+    )
 
 
 def cadence_fix(c: Comparison) -> str:

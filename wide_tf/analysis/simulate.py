@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from wide_tf.analysis import pooled, study_noise, verdict
+from wide_tf.analysis import decision, pooled, study_noise, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
@@ -484,6 +484,9 @@ def _batches(text: str) -> str:
     return text
 
 
+LEVEL_HELP = "the check without the heaviest member at this level, not the rule's (what it costs)"
+
+
 def _parser() -> UsageParser:
     p = UsageParser(prog="python -m wide_tf.analysis.simulate", description=__doc__.splitlines()[0])
     p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
@@ -542,6 +545,7 @@ def _parser() -> UsageParser:
         default=None,
         help="a study's workdir: add a generator that resamples its fit residuals",
     )
+    p.add_argument("--heaviest_level", type=number(0.5, high=0.999), help=LEVEL_HELP)
     return p
 
 
@@ -553,6 +557,17 @@ def main(argv=None) -> int:
         print(got, file=sys.stderr)
         return 2
     design, names = got
+    rule_level = decision.HEAVIEST_LEVEL
+    decision.HEAVIEST_LEVEL = a.heaviest_level or rule_level
+    try:  # (the level is read by decision and pooled at each call)
+        return _run(a, design, names)
+    finally:
+        decision.HEAVIEST_LEVEL = rule_level
+
+
+def _run(a, design, names) -> int:
+    if a.heaviest_level:
+        print(f"The check without the heaviest member at {a.heaviest_level:.0%} (not the rule's)")
     t0 = time.time()
     print(
         f"Design of {a.config}: {len(design.widths)} members (widths "
@@ -564,17 +579,8 @@ def main(argv=None) -> int:
     power_for = [n.strip() for n in a.power_for.split(",") if n.strip()] or None
     if a.replicates > 1:
         print(f"Each study and {a.replicates - 1} replicate(s) read together (analysis/pooled.py)")
-    rows = table(
-        design,
-        names,
-        a.studies,
-        a.alpha,
-        a.bootstrap,
-        a.seed,
-        power_for,
-        a.replicates,
-        a.generators,
-    )
+    args = (a.studies, a.alpha, a.bootstrap, a.seed, power_for, a.replicates, a.generators)
+    rows = table(design, names, *args)
     for line in rows:
         print(line, flush=True)
     print(

@@ -27,6 +27,7 @@ from wide_tf.analysis.decision import (  # noqa: F401 (re-exported: the verdict'
     CONTRADICTED,
     DEPTH,
     EDGE_REASON,
+    HEAVIEST_LEVEL,
     INCONCLUSIVE,
     NO_EFFECT,
     SUPPORTED,
@@ -34,6 +35,7 @@ from wide_tf.analysis.decision import (  # noqa: F401 (re-exported: the verdict'
     Decision,
     axis_value,
     decide,
+    heaviest_check,
 )
 from wide_tf.analysis.members import (
     DEFAULT_BOOTSTRAP,
@@ -102,22 +104,33 @@ def _clip(text: str, words: int) -> str:
     return text if len(w) <= words else " ".join(w[:words]) + " ... (below)"
 
 
+HEAVY_SHARE = 0.6  # a member with more of the slope's weight than this is named in the headline
+
+
 def _main_caveat(d: Decision, sens: robustness.Sensitivity | None) -> str | None:
-    """The one caveat the headline carries: why it is inconclusive; else the member it rests on
-    (when leaving it out changes the verdict); else the few steps that erase it; else the rule's
-    first caveat; else, for no effect, the slope the design would have found."""
+    """The one caveat the headline carries: why it is inconclusive; else the member carrying most
+    of the weight, with the rule's check without it (never a 95% verdict without it); else the
+    slope at 10 added steps per run when its interval holds 0 there; else the rule's first
+    caveat; else, for no effect, the slope the design would have found."""
     sl = d.model_free_slope
     if d.outcome == INCONCLUSIVE and d.reasons:
         return "but the rule cannot decide: " + d.reasons[0]
-    if sens is not None and sens.without_heaviest is not None:
-        if sens.without_heaviest.outcome != d.outcome and sl is not None:
-            return (
-                f"but it rests mostly on {sens.heaviest} ({sl.max_leverage:.0%} of the weight), "
-                f"without which it is {sens.without_heaviest.outcome}"
-            )
-    if sens is not None and sens.overhead:
-        n = sens.overhead
-        return f"but {n} extra step{'s per run erase' if n > 1 else ' per run erases'} it"
+    if sl is not None and d.heaviest and sl.max_leverage > HEAVY_SHARE and sl.decision:
+        rest = d.without_heaviest
+        tail = (
+            ""
+            if rest is None
+            else f"; without it the other members give {rest.value:+.2f} "
+            f"({HEAVIEST_LEVEL:.0%} CI {rest.low:+.2f} to {rest.high:+.2f})"
+        )
+        return f"but {d.heaviest} carries {sl.max_leverage:.0%} of the weight{tail}"
+    k = robustness.PER_STEP_UPTO
+    at_k = sens.curve.at(k) if sens is not None and sens.curve is not None else None
+    if sl is not None and sl.decision and at_k is not None and at_k.decision == 0:
+        return (
+            f"but with {k} steps added to every run it is {at_k.value:+.2f} "
+            f"({at_k.low:+.2f} to {at_k.high:+.2f})"
+        )
     if d.caveats:
         return "caveat: " + d.caveats[0]
     if d.outcome == NO_EFFECT and sens is not None and sens.min_detectable is not None:
@@ -148,23 +161,16 @@ def headline(d: Decision, eps: float, sens: robustness.Sensitivity | None = None
     return _clip(text, HEADLINE_WORDS) + "."
 
 
-def _rests_on(d: Decision, sens: robustness.Sensitivity | None) -> str | None:
+def _rests_on(d: Decision) -> str | None:
     sl = d.model_free_slope
     loo = [v for v in sl.loo if v is not None]
     if not loo:
         return None
-    line = (
+    return (
         f"The member it rests on: leaving one member out gives slopes from {min(loo):+.2f} to "
-        f"{max(loo):+.2f}; the most influential member carries {sl.max_leverage:.0%} of the weight"
+        f"{max(loo):+.2f}; the most influential member carries {sl.max_leverage:.0%} of the "
+        f"weight; {heaviest_check(d.heaviest, d.without_heaviest, sl.decision)}."
     )
-    if sens is not None and sens.without_heaviest is not None:
-        w = sens.without_heaviest.model_free_slope
-        num = "" if w is None else f", slope {w.value:+.2f} ({w.low:+.2f} to {w.high:+.2f})"
-        line += (
-            f"; without it ({sens.heaviest}) the verdict is "
-            f"{sens.without_heaviest.outcome.upper()}{num}"
-        )
-    return line + "."
 
 
 def _details(d: Decision, eps: float, sens: robustness.Sensitivity | None) -> list[str]:
@@ -174,9 +180,8 @@ def _details(d: Decision, eps: float, sens: robustness.Sensitivity | None) -> li
     sl, items = d.model_free_slope, []
     if sl is not None:
         if sens is not None:
-            power = [x for x in sens.sentences(d.axis) if x.startswith(("Power", "Sensitivity"))]
-            items += power
-        items.append(_rests_on(d, sens))
+            items += sens.sentences(d)
+        items.append(_rests_on(d))
         items.append(
             f"The interval: {_fmt_slope(sl)}, a random-effects interval (members scatter about "
             f"the line by tau = {math.sqrt(sl.tau2):.2f} in log units) of log B_x{1 + eps:g}, the "
@@ -229,8 +234,8 @@ class Verdict:
 
 
 def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS, records=None) -> Verdict:
-    """The decision and its paragraph. The power line is always simulated; with the study's
-    `records` the paragraph also gets the sensitivity lines (overhead, highest leverage)."""
+    """The decision and its paragraph. The power lines are always simulated; with the study's
+    `records` the paragraph also gets the overhead curve."""
     d = decide(summaries)
     sens = robustness.sensitivity(records, d, eps)
     return Verdict(d.outcome, d, describe(d, eps, sens), sens)

@@ -60,8 +60,11 @@ HOW_TO_READ = f"""\
   way, when a member whose value is a lower bound sits where its true value would pull the slope
   back to 0, or when a learning-rate cell is still at its grid's edge. A bound enters the slope
   at its bound, named; a member that fails the lack-of-fit test is named as a caveat. The power
-  line simulates this study's design at its own noise; the sensitivity lines give the per-run
-  step overhead that erases the effect and the verdict without the highest-leverage member. On
+  lines simulate this study's design at its own noise (the slope found 80% of the time, and how
+  often a true slope equal to the observed one is decided); the overhead line gives the slope
+  and its interval with k steps added to every run (a curve in k, not one "k that erases it");
+  the member it rests on is read by the rule's own check ({_LEVEL:.0%}), never by a 95% verdict
+  without that member. On
   simulated studies, including ones whose curves differ from the fitted model, the rule's error
   rates are in docs/power_table.txt (`python -m wide_tf.analysis.simulate`).
 """

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
+
+from scipy import stats
 
 from wide_tf.analysis import decision, factors, pooled, robustness, verdict
 from wide_tf.analysis.cells import records_for_target, target_labels
@@ -36,7 +39,11 @@ COLUMNS = [
     "b_crit_low",
     "b_crit_high",
     "detects_80pct",
-    "overhead_to_erase",
+    "power_at_observed",
+    "slope_at_10_steps",
+    "slope_at_10_low",
+    "slope_at_10_high",
+    "slope_per_added_step",
     "without_heaviest",
     "members",
 ]
@@ -46,10 +53,15 @@ def _iv(sl) -> str:
     return "-" if sl is None else f"{sl.value:+.2f} ({sl.low:+.2f} to {sl.high:+.2f})"
 
 
-def _overhead(sens) -> str:
-    if sens is None or not sens.checked:
-        return "-"
-    return f"> {robustness.MAX_OVERHEAD}" if sens.overhead is None else str(sens.overhead)
+def _at10(sens):
+    """The slope with 10 steps added to every run (the overhead curve's point), or None."""
+    if sens is None or sens.curve is None:
+        return None
+    return sens.curve.at(robustness.PER_STEP_UPTO)
+
+
+def _r(v):
+    return None if v is None else round(v, 4)
 
 
 def _study_rows(entry, records, eps) -> list[dict]:
@@ -62,9 +74,9 @@ def _study_rows(entry, records, eps) -> list[dict]:
             d, sens = v.decision, v.sensitivity
             mf, bc = d.model_free_slope, d.b_crit_slope
             heavy = None
-            if sens is not None and sens.without_heaviest is not None:
-                wh = sens.without_heaviest
-                heavy = f"{sens.heaviest}: {wh.outcome} {_iv(wh.model_free_slope)}"
+            if mf is not None and d.heaviest:
+                heavy = decision.heaviest_check(d.heaviest, d.without_heaviest, mf.decision)
+            at10 = _at10(sens)
             rows.append(
                 {
                     "study": entry.name,
@@ -80,12 +92,16 @@ def _study_rows(entry, records, eps) -> list[dict]:
                     "b_crit_low": None if bc is None else round(bc.low, 4),
                     "b_crit_high": None if bc is None else round(bc.high, 4),
                     "detects_80pct": None if sens is None else sens.min_detectable,
-                    "overhead_to_erase": None
-                    if sens is None or not sens.checked
-                    else sens.overhead,
+                    "power_at_observed": None if sens is None else _r(sens.power_observed),
+                    "slope_at_10_steps": None if at10 is None else _r(at10.value),
+                    "slope_at_10_low": None if at10 is None else _r(at10.low),
+                    "slope_at_10_high": None if at10 is None else _r(at10.high),
+                    "slope_per_added_step": None
+                    if sens is None or sens.curve is None
+                    else _r(sens.curve.per_step),
                     "without_heaviest": heavy,
                     "members": len(d.model_free_members),
-                    "_overhead": _overhead(sens),
+                    "_at10": at10,
                     "_slope": mf,
                     "_bc": bc,
                 }
@@ -124,13 +140,16 @@ def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
                 "b_crit_low": None if bc is None else round(bc.low, 4),
                 "b_crit_high": None if bc is None else round(bc.high, 4),
                 "detects_80pct": None,
-                "overhead_to_erase": None,
+                "power_at_observed": None,
+                "slope_at_10_steps": None,
+                "slope_at_10_low": None,
+                "slope_at_10_high": None,
+                "slope_per_added_step": None,
                 "without_heaviest": None
-                if wh is None
-                else f"{p.heaviest}: {wh.value:+.2f} ({decision.HEAVIEST_LEVEL:.0%} CI "
-                f"{wh.low:+.2f} to {wh.high:+.2f})",
+                if sl is None
+                else decision.heaviest_check(p.heaviest, wh, sl.decision),
                 "members": len(p.members),
-                "_overhead": "-",
+                "_at10": None,
                 "_slope": sl,
                 "_bc": bc,
             }
@@ -140,37 +159,91 @@ def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
 
 def _two_factor(entries, loaded, eps) -> list[str]:
     """Per protocol with a budget family and a width or depth family: the two-factor fit at the
-    studies' first target."""
+    studies' first target, a replicate's members sharing their random effects with the study
+    it repeats; the width-depth difference and the additivity test."""
     out = []
     for protocol in dict.fromkeys(e.protocol for e in entries):
         mine = [e for e in entries if e.protocol == protocol and e.name in loaded]
-        budget = [e.name for e in mine if e.family == "budget"]
+        budget = [e.name for e in mine if e.family == "budget" and not e.replicate_of]
         if not budget or len(mine) < 2:
             continue
         studies = {e.name: summarize_members(_first_target(loaded[e.name]), eps) for e in mine}
-        tf_ = factors.fit_studies(studies, budget_study=budget[0])
-        head = f"**{protocol}** ({', '.join(studies)}; {protocol}, each study's first target)"
+        reps = {e.name: e.replicate_of for e in mine if e.replicate_of}
+        tf_ = factors.fit_studies(studies, budget_study=budget[0], replicate_of=reps)
+        head = f"**{protocol}** ({', '.join(studies)}; each study's first target)"
         if tf_ is None:
             out += [
                 f"- {head}: the members cannot separate width from depth (too few, or collinear)."
             ]
             continue
-        w, d = tf_.width, tf_.depth
-        line = (
-            f"- {head}: {tf_.n_members} members, {tf_.df} df. Per log width at fixed depth "
-            f"{w.value:+.2f} ({w.low:+.2f} to {w.high:+.2f}); per log depth at fixed width "
-            f"{d.value:+.2f} ({d.low:+.2f} to {d.high:+.2f})."
-        )
-        if tf_.width_part is not None:
-            wp, dp = tf_.width_part, tf_.depth_part
-            line += (
-                f" The budget family's slope on log width, {tf_.budget_slope:+.2f} by this fit, "
-                f"is a width part {wp.value:+.2f} ({wp.low:+.2f} to {wp.high:+.2f}) plus a depth "
-                f"part {dp.value:+.2f} ({dp.low:+.2f} to {dp.high:+.2f}): log depth falls "
-                f"{-tf_.depth_per_width:.2f} per log width across its members."
-            )
-        out.append(line)
+        out.append(factor_line(head, tf_))
     return out
+
+
+def _diff(a, b) -> str:
+    """a - b of two studies' slopes, its 95% interval from their standard errors taken as
+    independent (the studies share no runs), on the smaller of their df (conservative)."""
+    if a is None or b is None:
+        return "-"
+    d = a.value - b.value
+    h = float(stats.t.ppf(0.975, min(a.df, b.df))) * math.hypot(a.se, b.se)
+    return f"{d:+.2f} ({d - h:+.2f} to {d + h:+.2f})"
+
+
+def _protocols(entries, rows) -> list[str]:
+    """Each other protocol's budget family against the first protocol's, at their own target:
+    the difference of the B_x and B_crit slopes with its interval."""
+    first = {r["study"]: r for r in rows if r["target"].endswith("(the study's)")}
+    budgets = [e for e in entries if e.family == "budget" and not e.replicate_of]
+    budgets = [e for e in budgets if e.name in first]
+    if len(budgets) < 2:
+        return []
+    base, out = budgets[0], []
+    for e in budgets[1:]:
+        if e.protocol == base.protocol:
+            continue
+        a, b = first[e.name], first[base.name]
+        out.append(
+            f"- {e.name} ({e.protocol}) minus {base.name} ({base.protocol}): B_x slope "
+            f"{_diff(a['_slope'], b['_slope'])}; B_crit slope {_diff(a['_bc'], b['_bc'])}."
+        )
+    return out
+
+
+def factor_line(head: str, tf_: factors.TwoFactor) -> str:
+    """One two-factor fit in words: the coefficients, the budget slope's split with the
+    difference of its parts, and the additivity test (every number with its interval)."""
+    w, d = tf_.width, tf_.depth
+    line = (
+        f"- {head}: {tf_.n_members} member estimates of {tf_.n_groups} members (a replicate's "
+        f"member shares its random effect with the study's), {tf_.df} df. Per log width at fixed "
+        f"depth {_c(w)}; per log depth at fixed width {_c(d)}."
+    )
+    if tf_.width_part is not None:
+        wp, dp, df_ = tf_.width_part, tf_.depth_part, tf_.difference
+        line += (
+            f" The budget family's slope on log width, {tf_.budget_slope:+.2f} by this fit, is a "
+            f"width part {_c(wp)} plus a depth part {_c(dp)} (log depth falls "
+            f"{-tf_.depth_per_width:.2f} per log width across its members); width part minus "
+            f"depth part {_c(df_)}"
+            + (": the data do not say which carries more." if df_.low <= 0 <= df_.high else ".")
+        )
+    if tf_.interaction is not None:
+        line += (
+            " Additivity: the product of centred log width and log depth adds "
+            f"{_c(tf_.interaction)}"
+            f" (p = {tf_.interaction_p:.2f})"
+            + (
+                ", no detectable departure from additive effects."
+                if tf_.interaction.low <= 0 <= tf_.interaction.high
+                else ": the two effects do not simply add."
+            )
+        )
+    return line
+
+
+def _c(c) -> str:
+    return f"{c.value:+.2f} ({c.low:+.2f} to {c.high:+.2f})"
 
 
 def _finding(entries, rows) -> str:
@@ -219,8 +292,9 @@ def _table(rows) -> list[str]:
         "B_x slope (95% CI)",
         "B_crit slope (95% CI)",
         "80% power at |slope| >=",
-        "steps that erase it",
-        "without the heaviest member",
+        "power at the observed slope",
+        "slope at +10 steps per run (95% CI)",
+        "without the heaviest member (the rule's check)",
     ]
     table = [
         [
@@ -232,7 +306,8 @@ def _table(rows) -> list[str]:
             _iv(r["_slope"]) + (f" on log {r['axis']}" if r["axis"] != "width" else ""),
             _iv(r["_bc"]),
             "-" if r["detects_80pct"] is None else f"{r['detects_80pct']:.2f}",
-            r["_overhead"],
+            "-" if r["power_at_observed"] is None else f"{r['power_at_observed']:.0%}",
+            _iv(r["_at10"]),
             r["without_heaviest"] or "-",
         ]
         for r in rows
@@ -243,8 +318,12 @@ def _table(rows) -> list[str]:
 _TABLE_NOTE = (
     "The slope is log B_x(1+eps) per log width (per log depth in a depth family, where the "
     "paper's claim predicts a negative sign). Power is the smallest slope the study's own "
-    "design finds 80% of the time at its estimated noise (simulated). 'Steps that erase it': "
-    "the per-run overhead that makes the interval hold 0 (0: it holds 0 already)."
+    "design finds 80% of the time at its estimated noise (simulated), and the share of such "
+    "simulated studies that decide a true slope equal to the one observed. 'Slope at +10 "
+    "steps': the slope with 10 steps added to every run's steps-to-target (each study's report "
+    "gives the whole curve, answer.csv its change per added step). 'Without the heaviest "
+    "member': the rule's own check, that member's slope at "
+    f"{decision.HEAVIEST_LEVEL:.0%}; no 95% verdict is formed without it."
 )
 
 
@@ -272,17 +351,20 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     ]
     if missing:
         lines += [f"Not yet run (no finished trial): {', '.join(missing)}.", ""]
-    finding = _finding(entries, rows)
-    lines += [finding, ""] if finding else []
     together, sentences = _pooled_rows(entries, loaded, eps) if eps is not None else ([], [])
-    rows += together
-    lines += _table(rows)
-    if sentences:
+    if sentences:  # the headline: a study read with its replicate, before either alone
         lines += ["## Each study with its replicate, read together", ""] + sentences
         lines += ["", _POOLED_NOTE, ""]
+    finding = _finding(entries, rows)
+    lines += [finding, ""] if finding else []
+    rows = together + rows
+    lines += _table(rows)
     two = _two_factor(entries, loaded, eps) if eps is not None else []
     if two:
         lines += ["## Width and depth separated (two-factor fit)", ""] + two + [""]
+    compared = _protocols(entries, rows)
+    if compared:
+        lines += ["## The budget family under each protocol, compared", ""] + compared + [""]
     if transients:
         lines += ["## Momentum's ramp beside S_min", ""] + transients + [""]
     wall = rec.get("wall_s", {})
