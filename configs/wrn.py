@@ -21,6 +21,11 @@ Variants (after the colon):
           -16, -28 and -52 (widths 0.79 to 0.25), batches 8, 16, 32, 64 and 176, the same
           protocol, rule and targets.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
+  fashion_check  the GPU check's ResNet study (docs/gpu.md): `local`'s protocol on real images,
+          Fashion-MNIST from Debian's idx files (`data.data_dir` where they are), pooled to 14x14,
+          a fixed 16,000-image subset, WRN-10, -16 and -28 at 50k parameters, batches 32 to
+          2,048 (n / 8), target 90% training accuracy, two seeds. A check of the JAX path on a
+          GPU at batches in the thousands, not a designed study: its power was not simulated.
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
@@ -45,10 +50,10 @@ def get_config(arg=None):
         return predict_study.as_predict_config(get_config("paper"))
     if variant == "predict_local":
         return predict_study.as_predict_config(get_config("local"))
-    if variant not in ("paper", "local", "local4", "single", "smoke", "check"):
+    if variant not in ("paper", "local", "local4", "single", "smoke", "check", "fashion_check"):
         raise ValueError(
-            f"unknown variant {variant!r} of configs/wrn.py: "
-            "paper (default), local, local4, single, predict, predict_local, smoke or check"
+            f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, local4, "
+            "single, fashion_check, predict, predict_local, smoke or check"
         )
     config = _common()
     if variant == "paper":
@@ -141,6 +146,19 @@ def _local(config, variant):
     if variant == "local4":
         s.family.depths = (10, 16, 28, 52)  # every other member, both ends kept
         s.batch_sizes = (8, 16, 32, 64, 176)
+    if variant == "fashion_check":
+        config.data.name = "fashion_mnist_idx"
+        config.data.pool = 2  # 28x28 -> 14x14
+        config.data.num_train = 16_000
+        s.family.depths = (10, 16, 28)
+        s.batch_sizes = (32, 128, 512, 2048)
+        s.seeds, s.confirm_seeds = (0, 1), ()
+        s.max_lr_extensions = 2
+        config.train.target_value = 0.90
+        config.train.extra_targets = ()
+        config.train.max_epochs = 20.0
+        config.train.eval_every_examples = 4_000
+        config.train.eval_batch = 2_048
     if variant == "single":
         config.sweep = None
         config.model.depth, config.model.width = 16, 0.53
