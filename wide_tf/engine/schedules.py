@@ -111,12 +111,6 @@ class WarmupDecaySchedule(keras.optimizers.schedules.LearningRateSchedule):
                 **held,
             )
 
-    @property
-    def variables(self) -> list:
-        """The variables holding the numbers (empty without variables=True): the state a JAX
-        step passes in to read new numbers without a retrace."""
-        return list(self._vars.values()) if self._vars else []
-
     def structure(self) -> tuple:
         """What a traced graph depends on besides the numbers held in variables."""
         return (self.decay, len(self.boundaries))
