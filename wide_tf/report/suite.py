@@ -92,7 +92,9 @@ def _study_rows(entry, records, eps) -> list[dict]:
                     "b_crit_low": None if bc is None else round(bc.low, 4),
                     "b_crit_high": None if bc is None else round(bc.high, 4),
                     "detects_80pct": None if sens is None else sens.min_detectable,
-                    "power_at_observed": None if sens is None else _r(sens.power_observed),
+                    "power_at_observed": None
+                    if sens is None or mf is None or not mf.decision
+                    else _r(sens.power_observed),
                     "slope_at_10_steps": None if at10 is None else _r(at10.value),
                     "slope_at_10_low": None if at10 is None else _r(at10.low),
                     "slope_at_10_high": None if at10 is None else _r(at10.high),
