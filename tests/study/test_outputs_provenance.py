@@ -101,8 +101,9 @@ def test_tensorboard_opens_on_sessions_with_curves_and_hparams(smoke_study):
 
 
 def test_readme_offers_both_installs_and_says_where_its_numbers_come_from():
-    """The first command stays; the plain install is offered beside it; the quoted numbers name
-    the recorded run they come from; TensorBoard is opened on the curated folder."""
+    """The first command stays; the plain install is offered beside it; the README sends every
+    number to docs/results.md, whose machine table names the recorded run they come from;
+    TensorBoard is opened on the curated folder."""
     import pathlib
 
     readme = (pathlib.Path(__file__).resolve().parents[2] / "README.md").read_text()
@@ -112,7 +113,10 @@ def test_readme_offers_both_installs_and_says_where_its_numbers_come_from():
         "--workdir=runs/mlp_local"
     )
     assert "`pip install -e .` installs the" in readme
-    where = readme.split("**Where they come from**", 1)[1][:900]
-    for fact in ("59a862c", "TensorFlow 2.21.0", "Keras 3.15.1", "NumPy 2.4.6", "AVX-512"):
-        assert fact in where, fact
+    assert "docs/results.md#how-much-the-numbers-move-between-machines" in readme
+    results = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
+    where = results.split("### How much the numbers move between machines", 1)[1][:4000]
+    row = next(line for line in where.splitlines() if line.startswith("| the README's numbers"))
+    for fact in ("59a862c", "TF 2.21.0", "Keras 3.15.1", "NumPy 2.4.6", "AVX-512"):
+        assert fact in row, fact
     assert "tensorboard --logdir runs/mlp_local/report/tb" in readme
