@@ -1,10 +1,36 @@
 """Owns the numbers one host call of the training loop logs, from the sums its device loop
-accumulated (the mean loss and accuracy, the norms, the examples per second, the optimizer's
-diagnostics) and the two-batch noise-scale estimate they update: shared by every backend."""
+accumulated (TRAIN_SCALARS: the mean loss and accuracy, the norms, the examples per second, the
+optimizer's diagnostics) and the two-batch noise-scale estimate they update; and the initial
+model's numbers that a kept build's runs share (at_init). Shared by every backend."""
 
 from __future__ import annotations
 
 import math
+
+# Scalars the training loop accumulates on the device between two host reads (both backends).
+TRAIN_SCALARS = (
+    "loss_sum",
+    "correct",
+    "examples",
+    "grad_norm_sq",
+    "small_grad_sq",
+    "big_grad_sq",
+    "update_norm_sq",
+    "param_norm_sq",
+    "steps",
+)
+
+
+def at_init(cache: dict, seed: int, step: int, what: str, compute) -> dict:
+    """`compute()`, a dict of numbers of the model at `step`; at step 0 (the initial weights of
+    this seed) computed once per seed and key of a kept build (`cache`: its at_init dict), and
+    copied for the other runs of the build (a learning-rate grid measures them once)."""
+    if step != 0:
+        return compute()
+    cache = cache.setdefault(seed, {})
+    if what not in cache:
+        cache[what] = compute()
+    return dict(cache[what])
 
 
 def from_sums(

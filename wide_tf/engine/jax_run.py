@@ -236,16 +236,6 @@ class _Holder:
         self.time_s: dict = {}
 
 
-def _at_init(build: _Build, seed: int, step: int, what: str, compute) -> dict:
-    """As engine/tf_run._at_init: at step 0 computed once per seed and key."""
-    if step != 0:
-        return compute()
-    cache = build.at_init.setdefault(seed, {})
-    if what not in cache:
-        cache[what] = compute()
-    return dict(cache[what])
-
-
 class Trainer:
     """engine/interface.Trainer on JAX: `train(n)` is one call of the compiled loop."""
 
@@ -317,7 +307,9 @@ class Trainer:
                 stats = diversity.stats_from_norms([s1], q, n=n)
                 return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
 
-            g = _at_init(self.build, self.config.train.seed, step, "gradient", compute)
+            g = host_scalars.at_init(
+                self.build.at_init, self.config.train.seed, step, "gradient", compute
+            )
             timed["count"] = n
         return g
 
@@ -359,7 +351,7 @@ class Evaluator:
             )
         key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
         compute = lambda: self._passes(self.holder.state, sets, bound)  # noqa: E731
-        return _at_init(self.build, self.seed, step, key, compute)
+        return host_scalars.at_init(self.build.at_init, self.seed, step, key, compute)
 
     def _passes(self, state, names, bound) -> dict | None:
         if self.build.recompute is not None:  # train.target_bn='recompute'

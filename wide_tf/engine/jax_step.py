@@ -19,22 +19,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from wide_tf.engine import jax_data, timing
+from wide_tf.engine.host_scalars import TRAIN_SCALARS
 from wide_tf.engine.loss import hits, per_example_loss
 from wide_tf.engine.models import norm
 from wide_tf.engine.state import BatchPlan
 
-# The scalars a host call returns, as on TensorFlow (engine/steps.TRAIN_SCALARS).
-TRAIN_SCALARS = (
-    "loss_sum",
-    "correct",
-    "examples",
-    "grad_norm_sq",
-    "small_grad_sq",
-    "big_grad_sq",
-    "update_norm_sq",
-    "param_norm_sq",
-    "steps",
-)
 _KEPT = ("grad_norm_sq", "update_norm_sq", "param_norm_sq")  # the last live step's, not sums
 
 

@@ -64,7 +64,7 @@ class Built:
     init_weights: dict  # seed -> the model's initial weights
     # seed -> {what: value}: the initial model's evaluations and gradient diversity, which every
     # run of this key with that seed shares (same weights, evaluation sets and probe set), so the
-    # learning rates of a grid measure them once (see engine/tf_run._at_init).
+    # learning rates of a grid measure them once (see engine/host_scalars.at_init).
     at_init: dict = dataclasses.field(default_factory=dict)
     snapshot: Snapshot | None = None  # the evaluation economy's (engine/evaluation.py)
     _probe: GradientProbe | None = None

@@ -14,22 +14,10 @@ import tensorflow as tf
 from wide_tf.engine import accumulate, timing
 from wide_tf.engine import data as data_lib
 from wide_tf.engine.accumulate import sq_norm
+from wide_tf.engine.host_scalars import TRAIN_SCALARS
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.engine.state import BatchPlan, BatchSplitError  # noqa: F401  (the step's plan)
-
-# Scalars the training loop accumulates on the device between two host reads.
-TRAIN_SCALARS = (
-    "loss_sum",
-    "correct",
-    "examples",
-    "grad_norm_sq",
-    "small_grad_sq",
-    "big_grad_sq",
-    "update_norm_sq",
-    "param_norm_sq",
-    "steps",
-)
 
 
 def _is_tpu(strategy) -> bool:

@@ -26,17 +26,6 @@ class _Account:
         self.time_s: dict = {}
 
 
-def _at_init(built, seed: int, step: int, what: str, compute) -> dict:
-    """`compute()`, a dict of numbers of the model at `step`; at step 0 (the initial weights of
-    this seed) computed once per seed and key, and copied for the other runs of the build."""
-    if step != 0:
-        return compute()
-    cache = built.at_init.setdefault(seed, {})
-    if what not in cache:
-        cache[what] = compute()
-    return dict(cache[what])
-
-
 class Trainer:
     """engine/interface.Trainer on TensorFlow: `train(n)` is one host call of the compiled loop
     (one device-to-host read)."""
@@ -93,7 +82,9 @@ class Trainer:
     def measure(self, step: int) -> dict:
         with timing.timed("probe", self.state.time_s) as timed:
             seed = self.config.train.seed
-            g = _at_init(self.built, seed, step, "gradient", lambda: self.probe(self.built.model))
+            g = host_scalars.at_init(
+                self.built.at_init, seed, step, "gradient", lambda: self.probe(self.built.model)
+            )
             timed["count"] = self.probe.n
         return g
 
@@ -139,7 +130,9 @@ class Evaluator:
             with self.built.snapshot.applied():
                 return self._passes(sets, bound)
         key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
-        return _at_init(self.built, self.seed, step, key, lambda: self._passes(sets, bound))
+        return host_scalars.at_init(
+            self.built.at_init, self.seed, step, key, lambda: self._passes(sets, bound)
+        )
 
     def _passes(self, names, bound) -> dict | None:
         account = self.account.time_s
