@@ -11,6 +11,10 @@ Variants (after the colon):
   local   the five studies of configs/mlp.py: local, local_replicate (read together with local),
           local_momentum, local_width, local_depth (about four times the main study's time on 2
           cores; each study resumes on its own).
+  data_sets  the budget family under plain SGD on each data set the package holds offline: the 8x8
+          digits (configs/mlp.py:local), the embedded MNIST pooled to 7x7 (configs/mlp.py:mnist7)
+          and the ResNets on the same 7x7 MNIST (configs/wrn.py:mnist7): the data set x
+          architecture rows of docs/results.md (about 2.5 hours on 2 cores in all).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -19,7 +23,9 @@ from wide_tf.study.suite import Entry
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 
 
-# (study, configs/mlp.py variant, protocol, family[, the study it replicates]) per suite variant.
+# (study, config (configs/mlp.py where no file is named), protocol, family[, the study it
+# replicates]) per suite variant. The report keeps data sets and architectures apart (its rows
+# name each study's data set; a two-factor fit never mixes them).
 _STUDIES = {
     "local": [
         ("budget_sgd", "local", SGD, "budget"),
@@ -27,6 +33,11 @@ _STUDIES = {
         ("budget_momentum", "local_momentum", MOMENTUM, "budget"),
         ("width_sgd", "local_width", SGD, "width"),
         ("depth_sgd", "local_depth", SGD, "depth"),
+    ],
+    "data_sets": [
+        ("digits_mlp", "local", SGD, "budget"),
+        ("mnist7_mlp", "mnist7", SGD, "budget"),
+        ("mnist7_wrn", "configs/wrn.py:mnist7", SGD, "budget"),
     ],
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
         ("budget_sgd", "smoke_sgd", SGD, "budget"),
@@ -40,5 +51,10 @@ _STUDIES = {
 def get_suite(arg=None):
     variant = arg or "local"
     if variant not in _STUDIES:
-        raise ValueError(f"unknown variant {variant!r} of configs/answer.py: local or smoke")
-    return [Entry(n, f"configs/mlp.py:{v}", *rest) for n, v, *rest in _STUDIES[variant]]
+        raise ValueError(
+            f"unknown variant {variant!r} of configs/answer.py: local, data_sets or smoke"
+        )
+    return [
+        Entry(n, v if ":" in v else f"configs/mlp.py:{v}", *rest)
+        for n, v, *rest in _STUDIES[variant]
+    ]

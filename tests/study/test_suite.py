@@ -61,8 +61,8 @@ def test_a_suite_stopped_by_sigterm_resumes_then_writes_its_table(tmp_path):
         assert _results(work / name), name  # a whole study: its results and its own report
         assert (work / name / "report" / "report.md").exists()
     text = (work / "answer.md").read_text()
-    assert "| budget_sgd | plain SGD | budget |" in text
-    assert "| depth_momentum | momentum 0.9 | depth |" in text
+    assert "| budget_sgd | digits_embedded | plain SGD | budget |" in text
+    assert "| depth_momentum | digits_embedded | momentum 0.9 | depth |" in text
     assert "on log depth" in text  # a depth family's slope is on log depth
 
 

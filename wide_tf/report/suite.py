@@ -1,10 +1,10 @@
 """Owns a suite's report, WORKDIR/answer.md and answer.csv: one row per study of the suite and
-target it recorded (protocol x family x target -> verdict, slope and interval, B_crit slope, the
-design's power, the sensitivity lines), the two-factor fit that splits each budget family's slope
-into a width part and a depth part, each study read together with its replicates
-(`wide_tf.analysis.pooled`), each momentum study's ramp beside its S_min, and each study's wall
-time. It reads the studies' workdirs alone (as every report does) and re-runs the same
-analysis as each study's own report.md.
+target it recorded (data set x protocol x family x target -> verdict, slope and interval, B_crit
+slope, the design's power, the sensitivity lines), the two-factor fit that splits each budget
+family's slope into a width part and a depth part (per protocol, data set and architecture), each
+study read together with its replicates (`wide_tf.analysis.pooled`), each momentum study's ramp
+beside its S_min, and each study's wall time. It reads the studies' workdirs alone (as every
+report does) and re-runs the same analysis as each study's own report.md.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from wide_tf.store import workdir as wd
 
 COLUMNS = [
     "study",
+    "data",
     "protocol",
     "family",
     "target",
@@ -64,7 +65,25 @@ def _r(v):
     return None if v is None else round(v, 4)
 
 
-def _study_rows(entry, records, eps) -> list[dict]:
+def study_kind(config: dict | None) -> tuple[str, str]:
+    """(data set, architecture) of a study from its config.json: the data set's name with its
+    pooling and subset ("mnist_embedded 7x7", "fashion_mnist_idx 7x7, 16000 images"), the model's
+    name. Readings that combine studies (two-factor fits, comparisons) keep these apart: members
+    of different data sets or architectures are not one family."""
+    if config is None:
+        return "-", "-"
+    name = str(config_value(config, "data.name"))
+    pool = config_value(config, "data.pool") or 1
+    if pool > 1:
+        side = {"mnist_embedded": 28, "mnist": 28, "fashion_mnist": 28}.get(name)
+        side = side or (28 if "mnist" in name else None)
+        name += f" {side // pool}x{side // pool}" if side else f" pooled {pool}x{pool}"
+    n = config_value(config, "data.num_train") or 0
+    name += f", {n} images" if n else ""
+    return name, str(config_value(config, "model.name"))
+
+
+def _study_rows(entry, records, eps, kind=("-", "-")) -> list[dict]:
     result = verdict.analyze(records, eps)
     rows = []
     # (records without a per-target list have the study's target alone)
@@ -80,6 +99,7 @@ def _study_rows(entry, records, eps) -> list[dict]:
             rows.append(
                 {
                     "study": entry.name,
+                    "data": kind[0],
                     "protocol": entry.protocol,
                     "family": entry.family,
                     "target": label + (" (the study's)" if k == 0 else ""),
@@ -115,7 +135,7 @@ def _first_target(records):
     return records_for_target(records, 0) if target_labels(records) else list(records)
 
 
-def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
+def _pooled_rows(entries, loaded, eps, kinds=None) -> tuple[list[dict], list[str]]:
     """Each study read together with its replicates (entries naming it in `replicate_of`), at
     its own target: (table rows, one sentence each)."""
     rows, lines = [], []
@@ -130,6 +150,7 @@ def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
         rows.append(
             {
                 "study": " + ".join(names) + " (pooled)",
+                "data": (kinds or {}).get(e.name, ("-", "-"))[0],
                 "protocol": e.protocol,
                 "family": e.family,
                 "target": "each study's own",
@@ -159,20 +180,26 @@ def _pooled_rows(entries, loaded, eps) -> tuple[list[dict], list[str]]:
     return rows, lines
 
 
-def _two_factor(entries, loaded, eps) -> list[str]:
-    """Per protocol with a budget family and a width or depth family: the two-factor fit at the
-    studies' first target, a replicate's members sharing their random effects with the study
-    it repeats; the width-depth difference and the additivity test."""
-    out = []
-    for protocol in dict.fromkeys(e.protocol for e in entries):
-        mine = [e for e in entries if e.protocol == protocol and e.name in loaded]
+def _two_factor(entries, loaded, eps, kinds=None) -> list[str]:
+    """Per protocol, data set and architecture with a budget family and a width or depth family:
+    the two-factor fit at the studies' first target, a replicate's members sharing their random
+    effects with the study it repeats; the width-depth difference and the additivity test."""
+    out, kinds = [], kinds or {}
+
+    def group(e):
+        return (e.protocol,) + kinds.get(e.name, ("-", "-"))
+
+    for key in dict.fromkeys(group(e) for e in entries):
+        protocol = key[0]
+        mine = [e for e in entries if group(e) == key and e.name in loaded]
         budget = [e.name for e in mine if e.family == "budget" and not e.replicate_of]
         if not budget or len(mine) < 2:
             continue
         studies = {e.name: summarize_members(_first_target(loaded[e.name]), eps) for e in mine}
         reps = {e.name: e.replicate_of for e in mine if e.replicate_of}
         tf_ = factors.fit_studies(studies, budget_study=budget[0], replicate_of=reps)
-        head = f"**{protocol}** ({', '.join(studies)}; each study's first target)"
+        where = "" if key[1] == "-" else f", {key[1]}, {key[2]}"
+        head = f"**{protocol}**{where} ({', '.join(studies)}; each study's first target)"
         if tf_ is None:
             out += [
                 f"- {head}: the members cannot separate width from depth (too few, or collinear)."
@@ -192,21 +219,29 @@ def _diff(a, b) -> str:
     return f"{d:+.2f} ({d - h:+.2f} to {d + h:+.2f})"
 
 
-def _protocols(entries, rows) -> list[str]:
-    """Each other protocol's budget family against the first protocol's, at their own target:
-    the difference of the B_x and B_crit slopes with its interval."""
+def _protocols(entries, rows, kinds=None) -> list[str]:
+    """Each other budget family (another protocol, data set or architecture) against the first,
+    at their own target: the difference of the B_x and B_crit slopes with its interval."""
+    kinds = kinds or {}
     first = {r["study"]: r for r in rows if r["target"].endswith("(the study's)")}
     budgets = [e for e in entries if e.family == "budget" and not e.replicate_of]
     budgets = [e for e in budgets if e.name in first]
     if len(budgets) < 2:
         return []
     base, out = budgets[0], []
+
+    def label(e):
+        k = kinds.get(e.name, ("-", "-"))
+        return e.protocol + ("" if k == kinds.get(base.name, ("-", "-")) else f"; {k[1]}, {k[0]}")
+
     for e in budgets[1:]:
-        if e.protocol == base.protocol:
+        if (e.protocol,) + kinds.get(e.name, ("-", "-")) == (base.protocol,) + kinds.get(
+            base.name, ("-", "-")
+        ):
             continue
         a, b = first[e.name], first[base.name]
         out.append(
-            f"- {e.name} ({e.protocol}) minus {base.name} ({base.protocol}): B_x slope "
+            f"- {e.name} ({label(e)}) minus {base.name} ({base.protocol}): B_x slope "
             f"{_diff(a['_slope'], b['_slope'])}; B_crit slope {_diff(a['_bc'], b['_bc'])}."
         )
     return out
@@ -258,6 +293,7 @@ def _finding(entries, rows) -> str:
             continue
         parts.append(
             f"{e.name} (the {e.family} family under {e.protocol}"
+            + (f" on {r['data']}" if r.get("data", "-") != "-" else "")
             + (f", a replicate of {e.replicate_of}" if e.replicate_of else "")
             + f") says {r['verdict'].upper()} (slope on log {r['axis']} {_iv(r['_slope'])})"
         )
@@ -266,8 +302,8 @@ def _finding(entries, rows) -> str:
 
 def _read_studies(workdir: str, entries, read):
     """Each study's records and rows: (loaded {name: records}, rows, momentum lines, studies not
-    yet run, eps, data sets)."""
-    loaded, rows, transients, missing, eps, data = {}, [], [], [], None, set()
+    yet run, eps, {study: (data set, architecture)})."""
+    loaded, rows, transients, missing, eps, data = {}, [], [], [], None, {}
     for e in entries:
         sub = suite_store.study_dir(workdir, e)
         config, records = (read(sub)[:2]) if wd.exists(sub) else (None, [])
@@ -275,9 +311,9 @@ def _read_studies(workdir: str, entries, read):
             missing.append(e.name)
             continue
         eps = eps_from_config(config)
-        data.add(str(config_value(config, "data.name")))
+        data[e.name] = study_kind(config)
         loaded[e.name] = records
-        rows += _study_rows(e, records, eps)
+        rows += _study_rows(e, records, eps, data[e.name])
         if "momentum" in e.protocol:
             tr = md_transients(summarize_members(records, eps), records)
             transients += [f"- **{e.name}**: {tr[2]}"] if tr else []
@@ -287,6 +323,7 @@ def _read_studies(workdir: str, entries, read):
 def _table(rows) -> list[str]:
     head = [
         "study",
+        "data set",
         "protocol",
         "family",
         "target",
@@ -301,6 +338,7 @@ def _table(rows) -> list[str]:
     table = [
         [
             r["study"],
+            r.get("data", "-"),
             r["protocol"],
             r["family"],
             r["target"],
@@ -346,14 +384,15 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     lines = [
         "# The answer suite",
         "",
-        f"Suite `{rec.get('suite', '?')}`, data {', '.join(sorted(data)) or '-'}, eps "
+        f"Suite `{rec.get('suite', '?')}`, data {', '.join(sorted({k[0] for k in data.values()}))}"
+        f"{'-' if not data else ''}, eps "
         f"{eps if eps is not None else '-'}. Each study is a whole study of its own "
         "(its report: `<study>/report/report.md`); the verdicts below re-run the same analysis.",
         "",
     ]
     if missing:
         lines += [f"Not yet run (no finished trial): {', '.join(missing)}.", ""]
-    together, sentences = _pooled_rows(entries, loaded, eps) if eps is not None else ([], [])
+    together, sentences = _pooled_rows(entries, loaded, eps, data) if eps is not None else ([], [])
     if sentences:  # the headline: a study read with its replicate, before either alone
         lines += ["## Each study with its replicate, read together", ""] + sentences
         lines += ["", _POOLED_NOTE, ""]
@@ -361,12 +400,13 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     lines += [finding, ""] if finding else []
     rows = together + rows
     lines += _table(rows)
-    two = _two_factor(entries, loaded, eps) if eps is not None else []
+    two = _two_factor(entries, loaded, eps, data) if eps is not None else []
     if two:
         lines += ["## Width and depth separated (two-factor fit)", ""] + two + [""]
-    compared = _protocols(entries, rows)
+    compared = _protocols(entries, rows, data)
     if compared:
-        lines += ["## The budget family under each protocol, compared", ""] + compared + [""]
+        lines += ["## The budget family under each protocol and data set, compared", ""]
+        lines += compared + [""]
     if transients:
         lines += ["## Momentum's ramp beside S_min", ""] + transients + [""]
     wall = rec.get("wall_s", {})
