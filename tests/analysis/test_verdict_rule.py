@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 import pytest
-from scipy import stats
 from test_analysis import curve_records
+from test_stats import kh_intervals
 
 from wide_tf.analysis import decision as D
 from wide_tf.analysis import factors, pooled, robustness, simulate
@@ -20,24 +20,6 @@ from wide_tf.analysis.stats import lof, meta, power
 
 X = np.log([64.0, 79, 92, 117, 140, 189, 667])
 BATCHES = [16, 32, 64, 128, 256, 512, 1024]
-
-
-def _kh_intervals(x, ys, vs, tau2, df_level=0.95):
-    """Knapp-Hartung's interval on the slope for many studies at once (rows of ys and vs), at
-    the given tau^2 per study, by plain weighted least squares: {floored: (low, high)}."""
-    w = 1.0 / (vs + tau2[:, None])
-    sw = w.sum(1)
-    xw = (w * x).sum(1) / sw
-    sxx = (w * (x - xw[:, None]) ** 2).sum(1)
-    slope = (w * (x - xw[:, None]) * ys).sum(1) / sxx
-    resid = ys - ((w * ys).sum(1) / sw - slope * xw)[:, None] - slope[:, None] * x
-    q = (w * resid**2).sum(1) / (x.size - 2)
-    t = stats.t.ppf(0.5 + df_level / 2, x.size - 2)
-    out = {}
-    for floor in (True, False):
-        se = np.sqrt((np.maximum(q, 1.0) if floor else q) / sxx)
-        out[floor] = (slope - t * se, slope + t * se)
-    return out
 
 
 def test_floored_knapp_hartung_covers_and_the_unfloored_does_not():
@@ -50,7 +32,7 @@ def test_floored_knapp_hartung_covers_and_the_unfloored_does_not():
     vs = 0.02 * rng.uniform(0.5, 2, (2000, 7))
     ys = 0.3 * X + rng.normal(0, np.sqrt(vs))
     tau2 = np.array([meta.tau2_reml(X, y, v) for y, v in zip(ys, vs)])
-    iv = _kh_intervals(X, ys, vs, tau2)
+    iv = kh_intervals(X, ys, vs, tau2)
     for i in range(100):
         for floor in (True, False):
             sl = meta.random_effects_slope(X, ys[i], vs[i], floor_q=floor)
