@@ -22,6 +22,7 @@ from wide_tf.analysis.members import summarize_members
 from wide_tf.report.markdown import _md_table, md_transients
 from wide_tf.report.protocol import config_value, eps_from_config
 from wide_tf.report.writer import read_workdir
+from wide_tf.schema import datasets
 from wide_tf.store import suite as suite_store
 from wide_tf.store import workdir as wd
 
@@ -65,25 +66,34 @@ def _r(v):
     return None if v is None else round(v, 4)
 
 
+NO_KIND = ("-", "-")  # a study without a config (the tests' simulated studies)
+
+
 def study_kind(config: dict | None) -> tuple[str, str]:
     """(data set, architecture) of a study from its config.json: the data set's name with its
     pooling and subset ("mnist_embedded 7x7", "fashion_mnist_idx 7x7, 16000 images"), the model's
     name. Readings that combine studies (two-factor fits, comparisons) keep these apart: members
     of different data sets or architectures are not one family."""
     if config is None:
-        return "-", "-"
+        return NO_KIND
     name = str(config_value(config, "data.name"))
     pool = config_value(config, "data.pool") or 1
-    if pool > 1:
-        side = {"mnist_embedded": 28, "mnist": 28, "fashion_mnist": 28}.get(name)
-        side = side or (28 if "mnist" in name else None)
-        name += f" {side // pool}x{side // pool}" if side else f" pooled {pool}x{pool}"
+    if pool > 1 and name in datasets.DATASETS:  # the registry's shape after pooling
+        h, w, _ = datasets.pooled(datasets.get(name), pool).input_shape
+        name += f" {h}x{w}"
+    elif pool > 1:
+        name += f" pooled {pool}x{pool}"
     n = config_value(config, "data.num_train") or 0
     name += f", {n} images" if n else ""
     return name, str(config_value(config, "model.name"))
 
 
-def _study_rows(entry, records, eps, kind=("-", "-")) -> list[dict]:
+def _group(e, kinds) -> tuple:
+    """What a reading that combines studies keeps apart: protocol, data set, architecture."""
+    return (e.protocol,) + kinds.get(e.name, NO_KIND)
+
+
+def _study_rows(entry, records, eps, kind=NO_KIND) -> list[dict]:
     result = verdict.analyze(records, eps)
     rows = []
     # (records without a per-target list have the study's target alone)
@@ -150,7 +160,7 @@ def _pooled_rows(entries, loaded, eps, kinds=None) -> tuple[list[dict], list[str
         rows.append(
             {
                 "study": " + ".join(names) + " (pooled)",
-                "data": (kinds or {}).get(e.name, ("-", "-"))[0],
+                "data": (kinds or {}).get(e.name, NO_KIND)[0],
                 "protocol": e.protocol,
                 "family": e.family,
                 "target": "each study's own",
@@ -185,13 +195,9 @@ def _two_factor(entries, loaded, eps, kinds=None) -> list[str]:
     the two-factor fit at the studies' first target, a replicate's members sharing their random
     effects with the study it repeats; the width-depth difference and the additivity test."""
     out, kinds = [], kinds or {}
-
-    def group(e):
-        return (e.protocol,) + kinds.get(e.name, ("-", "-"))
-
-    for key in dict.fromkeys(group(e) for e in entries):
+    for key in dict.fromkeys(_group(e, kinds) for e in entries):
         protocol = key[0]
-        mine = [e for e in entries if group(e) == key and e.name in loaded]
+        mine = [e for e in entries if _group(e, kinds) == key and e.name in loaded]
         budget = [e.name for e in mine if e.family == "budget" and not e.replicate_of]
         if not budget or len(mine) < 2:
             continue
@@ -229,19 +235,14 @@ def _protocols(entries, rows, kinds=None) -> list[str]:
     if len(budgets) < 2:
         return []
     base, out = budgets[0], []
-
-    def label(e):
-        k = kinds.get(e.name, ("-", "-"))
-        return e.protocol + ("" if k == kinds.get(base.name, ("-", "-")) else f"; {k[1]}, {k[0]}")
-
     for e in budgets[1:]:
-        if (e.protocol,) + kinds.get(e.name, ("-", "-")) == (base.protocol,) + kinds.get(
-            base.name, ("-", "-")
-        ):
+        key = _group(e, kinds)
+        if key == _group(base, kinds):
             continue
+        label = e.protocol + ("" if key[1:] == _group(base, kinds)[1:] else f"; {key[2]}, {key[1]}")
         a, b = first[e.name], first[base.name]
         out.append(
-            f"- {e.name} ({label(e)}) minus {base.name} ({base.protocol}): B_x slope "
+            f"- {e.name} ({label}) minus {base.name} ({base.protocol}): B_x slope "
             f"{_diff(a['_slope'], b['_slope'])}; B_crit slope {_diff(a['_bc'], b['_bc'])}."
         )
     return out
@@ -384,8 +385,8 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     lines = [
         "# The answer suite",
         "",
-        f"Suite `{rec.get('suite', '?')}`, data {', '.join(sorted({k[0] for k in data.values()}))}"
-        f"{'-' if not data else ''}, eps "
+        f"Suite `{rec.get('suite', '?')}`, data "
+        f"{', '.join(sorted({k[0] for k in data.values()})) or '-'}, eps "
         f"{eps if eps is not None else '-'}. Each study is a whole study of its own "
         "(its report: `<study>/report/report.md`); the verdicts below re-run the same analysis.",
         "",
