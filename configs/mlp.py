@@ -34,11 +34,12 @@ Variants (after the colon):
           inputs leave 1.6x), 8 members (depths 1-8) at 50k parameters, batches 8 to 500 (n / 8),
           plain SGD, the local protocol (x2 grid on 2 tuning seeds, extended, confirmed on 3 more),
           95% training accuracy, runs stopped there; the verdict rule as for `local`.
-  fashion7  a candidate, NOT yet design-simulated and NOT run (docs/results.md says why): the
-          mnist7 protocol on Fashion-MNIST from Debian's idx files (`apt-get install -y
-          dataset-fashion-mnist`), pooled to 7x7, a fixed subset of 16,000 training images,
-          batches 16 to 2,000 (n / 8), 85% training accuracy (a pilot's widest member reaches
-          85.6% in 6 epochs at batch 128; 90% is out of reach in 20).
+  fashion7  the same family and protocol on Fashion-MNIST, frozen before its first run
+          (docs/results.md, "Fashion-MNIST"): Debian's idx files (`apt-get install -y
+          dataset-fashion-mnist`) pooled to 7x7, a fixed subset of 16,000 training images,
+          depths 1-8, batches 16 to 2,000 (n / 8), 80% training accuracy (the deep members
+          reach 85% only after 8-14 epochs; depth 12 stalls at batch 1,024). A cut design: its
+          simulated power at B_crit ~ width^0.5 is 57%, below the 80% asked for.
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
@@ -240,12 +241,14 @@ def _mnist7(config):
 
 
 def _fashion7(config):
-    """The mnist7 protocol on Fashion-MNIST pooled to 7x7: a candidate whose design simulation
-    (and hence its target and subset) has not been run yet (docs/results.md)."""
+    """The mnist7 protocol and family on Fashion-MNIST pooled to 7x7 (frozen before its first
+    run; its pilot and design simulation: docs/results.md, "Fashion-MNIST")."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"
     config.data.num_train = 16_000  # n / 8 = 2,000: batches into the thousands
     s.batch_sizes = [16, 32, 64, 128, 256, 512, 1024, 2000]
-    t.target_value = 0.85
+    # The pilot at 80%: the widest member needs 88 steps at batch 128 and 43 at 2,000 (B_crit
+    # about 150), depth 8 205 steps at 1,024; at 85% the deep members need 8-14 epochs at 128.
+    t.target_value = 0.80
     t.eval_every_examples = 1600  # a tenth of an epoch
     t.eval_batch = 2000

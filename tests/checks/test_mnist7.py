@@ -29,3 +29,30 @@ def test_the_frozen_design_is_the_simulated_one():
         True,
     )
     assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)
+
+
+def test_the_frozen_fashion_design_is_the_simulated_one():
+    """configs/mlp.py:fashion7 (frozen before its first run): the design line the simulation
+    printed (8 members, widths 80-833, batches 16-2,000, 5 seeds, n = 16,000) and the 80% target."""
+    config = loader.load_config("configs/mlp.py:fashion7")
+    validate.check_config(config)
+    assert (config.data.name, config.data.pool, config.data.num_train) == (
+        "fashion_mnist_idx",
+        4,
+        16000,
+    )
+    assert validate.dataset_facts(config)[:3] == (16000, 10, (7, 7, 1))
+    d = simulate.design_from_config("configs/mlp.py:fashion7")
+    assert d.widths == (80.0, 86.0, 94.0, 104.0, 119.0, 143.0, 195.0, 833.0)
+    assert d.batch_sizes == (16, 32, 64, 128, 256, 512, 1024, 2000) and d.num_train == 16000
+    assert max(d.batch_sizes) == 16000 // 8
+    assert (d.tuning_seeds, d.confirm_seeds, d.lr_multipliers) == ((0, 1), (2, 3, 4), (0.5, 1, 2))
+    assert (d.max_epochs, d.min_steps, d.eval_every_examples) == (30.0, 600, 1600)
+    t = config.train
+    assert (t.target_metric, t.target_value, list(t.extra_targets), t.stop_at_target) == (
+        "train_accuracy",
+        0.80,
+        [],
+        True,
+    )
+    assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)

@@ -45,6 +45,18 @@ def test_command_line_names_the_module_and_is_handed_to_children(monkeypatch):
     assert provenance.command_line() == provenance.command_line(argv)  # what a worker records
 
 
+def test_settings_that_change_float_arithmetic_are_recorded(monkeypatch):
+    """oneDNN on/off and its instruction-set cap both change float32 results on one machine
+    (docs/results.md, "How much the numbers move between machines"): each must be in `env`."""
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
+    monkeypatch.delenv("XLA_FLAGS", raising=False)
+    p = provenance.collect(["python", "-m", "wide_tf.main"])
+    assert p["env"]["ONEDNN_MAX_CPU_ISA"] == "AVX2" and p["env"]["TF_ENABLE_ONEDNN_OPTS"] == "0"
+    assert "XLA_FLAGS" not in p["env"]  # recorded only when set
+    assert "ONEDNN_MAX_CPU_ISA=AVX2" in provenance.summary(p)["env"]
+
+
 def test_summary_rows_are_readable():
     rows = provenance.summary(provenance.collect(["python", "-m", "wide_tf.main", "--x=1"]))
     assert rows["versions"].startswith("Python 3.") and "TensorFlow 2." in rows["versions"]

@@ -40,6 +40,9 @@ CPU_FLAGS = (
 # Environment variables that change what TensorFlow computes or where (recorded when set).
 ENV_VARS = (
     "TF_ENABLE_ONEDNN_OPTS",
+    # oneDNN's instruction-set cap: AVX2 here changes float32 matmul results on an AVX-512 CPU
+    # (docs/results.md, "How much the numbers move between machines").
+    "ONEDNN_MAX_CPU_ISA",
     "TF_XLA_FLAGS",
     "XLA_FLAGS",
     "TF_DETERMINISTIC_OPS",
