@@ -3,6 +3,8 @@ histories and records with known answers), the report's prediction section on a 
 and the docs/local_agreement.md entry of a study (wide_tf.report.agreement)."""
 
 import math
+import pathlib
+import sys
 import types
 
 import numpy as np
@@ -264,11 +266,23 @@ def test_plan_counts_runs_and_examples_by_hand():
 # -- the report section on a synthetic study ----------------------------------------------------
 
 
+def _synthetic_sweep():
+    """tests/report/test_report.py's synthetic sweep (MEMBERS, make_records, make_workdir), also
+    when this file runs without tests/report collected (pytest puts a test's own folder on
+    sys.path, not its siblings)."""
+    folder = str(pathlib.Path(__file__).resolve().parents[1] / "report")
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    import test_report
+
+    return test_report.MEMBERS, test_report.make_records, test_report.make_workdir
+
+
 def test_report_has_the_prediction_section_and_plot(tmp_path):
     """A synthetic sweep (test_report's, whose members' B_crit are known) whose runs measured
     B_simple rising to 2 x the member's B_crit at the target: the section says so and the
     log-log plot is written."""
-    from test_report import MEMBERS, make_records, make_workdir
+    MEMBERS, make_records, make_workdir = _synthetic_sweep()
 
     from wide_tf import report
 
@@ -298,7 +312,7 @@ def test_report_has_the_prediction_section_and_plot(tmp_path):
 
 
 def test_report_without_history_says_what_to_set(tmp_path):
-    from test_report import make_records, make_workdir
+    _, make_records, make_workdir = _synthetic_sweep()
 
     from wide_tf import report
 
