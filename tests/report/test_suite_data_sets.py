@@ -81,6 +81,7 @@ def test_the_data_sets_suite_names_real_configs_of_both_architectures():
         "configs/mlp.py:local",
         "configs/mlp.py:mnist7",
         "configs/mlp.py:fashion7",
+        "configs/mlp.py:fashion7_replicate",
         "configs/wrn.py:mnist7",
     ]
     assert {e.protocol for e in entries} == {"plain SGD"}
