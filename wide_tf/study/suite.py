@@ -130,8 +130,10 @@ def command(spec: str, given: dict, log) -> int:
     if others:
         raise UsageError(f"--suite runs its studies' own configs; drop {', '.join(others)}")
     if given.get("dry_run"):
-        for e in load(spec):
-            print(f"{e.name:18s} {e.protocol:14s} {e.family:8s} {e.config}")
+        entries = load(spec)
+        width = max([18] + [len(e.name) for e in entries])  # the columns stay aligned
+        for e in entries:
+            print(f"{e.name:{width}s} {e.protocol:14s} {e.family:8s} {e.config}")
         return 0
     if not given.get("workdir"):
         raise UsageError("--workdir is required (the suite's folder, one per study)")
