@@ -15,7 +15,24 @@ from wide_tf.study import suite
 
 
 def _config(data, pool=1, num_train=0, model="mlp"):
-    return {"data": {"name": data, "pool": pool, "num_train": num_train}, "model": {"name": model}}
+    """The fields of a study's config.json that `study_kind` reads (test_study_kind_of_real_
+    configs checks they are the real configs' fields)."""
+    return {"data": {"name": data, "pool": pool, "num_train": num_train}, "model": {"arch": model}}
+
+
+def test_study_kind_of_real_configs():
+    """On the configs the data_sets suite runs, as config.json holds them: the ResNets and the
+    MLPs on the same 7x7 MNIST are two kinds (the two-factor fit once mixed them: it read a
+    field config.json does not have)."""
+    from wide_tf.checks import loader
+
+    def kind(spec):
+        return suite_report.study_kind(loader.load_config(spec).to_dict())
+
+    assert kind("configs/mlp.py:mnist7") == ("mnist_embedded 7x7", "mlp")
+    assert kind("configs/wrn.py:mnist7") == ("mnist_embedded 7x7", "wrn")
+    assert kind("configs/mlp.py:fashion7") == ("fashion_mnist_idx 7x7, 16000 images", "mlp")
+    assert kind("configs/mlp.py:local") == ("digits_embedded", "mlp")
 
 
 def test_study_kind_names_the_pooling_and_the_subset():
@@ -40,10 +57,13 @@ def test_two_data_sets_are_read_apart(tmp_path):
         ("digits_width", "width", width, 1.0, _config("digits_embedded")),
         ("mnist7_budget", "budget", d0, 0.0, _config("mnist_embedded", pool=4)),
         ("mnist7_wrn", "budget", d0, 0.0, _config("mnist_embedded", pool=4, model="wrn")),
+        # A replicate alone adds no second family: still no two-factor fit for mnist7.
+        ("mnist7_budget_rep", "budget", d0, 0.0, _config("mnist_embedded", pool=4)),
     ]
     entries, studies, configs = [], {}, {}
     for k, (name, family, design, alpha, config) in enumerate(plan):
-        entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family))
+        rep = "mnist7_budget" if name.endswith("_rep") else None
+        entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family, rep))
         rng = np.random.default_rng(20 + k)
         truth = simulate.Truth(alpha=alpha)
         studies[name] = simulate.simulate_study(rng, design, truth)

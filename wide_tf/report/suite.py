@@ -85,7 +85,7 @@ def study_kind(config: dict | None) -> tuple[str, str]:
         name += f" pooled {pool}x{pool}"
     n = config_value(config, "data.num_train") or 0
     name += f", {n} images" if n else ""
-    return name, str(config_value(config, "model.name"))
+    return name, str(config_value(config, "model.arch"))
 
 
 def _group(e, kinds) -> tuple:
@@ -199,7 +199,9 @@ def _two_factor(entries, loaded, eps, kinds=None) -> list[str]:
         protocol = key[0]
         mine = [e for e in entries if _group(e, kinds) == key and e.name in loaded]
         budget = [e.name for e in mine if e.family == "budget" and not e.replicate_of]
-        if not budget or len(mine) < 2:
+        # A budget family and its replicate alone hold one design twice: width and depth move
+        # together there, so a width or depth family must be in the group.
+        if not budget or not any(e.family != "budget" for e in mine):
             continue
         studies = {e.name: summarize_members(_first_target(loaded[e.name]), eps) for e in mine}
         reps = {e.name: e.replicate_of for e in mine if e.replicate_of}
