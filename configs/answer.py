@@ -13,9 +13,10 @@ Variants (after the colon):
           cores; each study resumes on its own).
   data_sets  the budget family under plain SGD on each data set the package reads offline: the 8x8
           digits (configs/mlp.py:local), the embedded MNIST pooled to 7x7 (configs/mlp.py:mnist7),
-          Fashion-MNIST pooled to 7x7 (configs/mlp.py:fashion7 and its seed replicate; needs
-          Debian's dataset-fashion-mnist) and the ResNets on the 7x7 MNIST (configs/wrn.py:mnist7):
-          the data set x architecture rows of docs/results.md (about 3 hours on 2 cores in all).
+          Fashion-MNIST pooled to 7x7 (configs/mlp.py:fashion7, its seed replicate, the width-only
+          and depth-only families and momentum 0.9; needs Debian's dataset-fashion-mnist) and the
+          ResNets on the 7x7 MNIST (configs/wrn.py:mnist7): the data set x architecture rows of
+          docs/results.md (about 2.5 hours on 2 idle cores in all).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -40,6 +41,9 @@ _STUDIES = {
         ("mnist7_mlp", "mnist7", SGD, "budget"),
         ("fashion7_mlp", "fashion7", SGD, "budget"),
         ("fashion7_mlp_replicate", "fashion7_replicate", SGD, "budget", "fashion7_mlp"),
+        ("fashion7_mlp_width", "fashion7_width", SGD, "width"),
+        ("fashion7_mlp_depth", "fashion7_depth", SGD, "depth"),
+        ("fashion7_mlp_momentum", "fashion7_momentum", MOMENTUM, "budget"),
         ("mnist7_wrn", "configs/wrn.py:mnist7", SGD, "budget"),
     ],
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)

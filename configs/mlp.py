@@ -42,6 +42,10 @@ Variants (after the colon):
           simulated power at B_crit ~ width^0.5 is 57%, below the 80% asked for.
   fashion7_replicate  fashion7 on seeds 100-104, read together with it (the pair: 79% power at
           width^0.5 simulated; specified before fashion7's result was read).
+  fashion7_width, fashion7_depth, fashion7_momentum  on the same data and protocol: the
+          width-only family (depth 2, widths 32 to 512), the depth-only family (width 128, depths
+          1 to 8) and the budget family under momentum 0.9 (as `local_momentum`): the answer
+          suite's other rows on Fashion-MNIST, each design-simulated before it ran.
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
@@ -72,7 +76,11 @@ LOCAL_VARIANTS = (
     "mnist7",
     "fashion7",
     "fashion7_replicate",
+    "fashion7_width",
+    "fashion7_depth",
+    "fashion7_momentum",
 )
+FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion7"))
 SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
 
 
@@ -135,7 +143,8 @@ def get_config(arg=None):
         raise ValueError(
             f"unknown variant {variant!r} of configs/mlp.py: local, local7, local12, "
             "local_replicate, local_width, local_depth, local_momentum, mnist7, fashion7, "
-            "fashion7_replicate, single, paper, smoke, smoke_width, smoke_depth, smoke_sgd, check "
+            "fashion7_replicate, fashion7_width, fashion7_depth, fashion7_momentum, single, "
+            "paper, smoke, smoke_width, smoke_depth, smoke_sgd, check "
             "or predict"
         )
     return config
@@ -183,12 +192,10 @@ def _local(config, variant):
         s.seeds, s.confirm_seeds = (100, 101), (102, 103, 104)
     if variant == "local_momentum":
         _momentum(config)
-    if variant == "fashion7_replicate":
-        s.seeds, s.confirm_seeds = (100, 101), (102, 103, 104)
-    if variant in ("mnist7", "fashion7", "fashion7_replicate"):
+    if variant == "mnist7" or variant in FASHION_VARIANTS:
         _mnist7(config)
         if variant != "mnist7":
-            _fashion7(config)
+            _fashion7(config, variant)
         return
     config.train.target_value = 0.97
     # The same runs judged at two more targets (each analysed; the report shows whether the
@@ -246,9 +253,10 @@ def _mnist7(config):
     t.gradient_every_examples = 0
 
 
-def _fashion7(config):
+def _fashion7(config, variant="fashion7"):
     """The mnist7 protocol and family on Fashion-MNIST pooled to 7x7 (frozen before its first
-    run; its pilot and design simulation: docs/results.md, "Fashion-MNIST")."""
+    run; its pilot and design simulation: docs/results.md, "Fashion-MNIST"), and the answer
+    suite's other families and momentum on the same data (each simulated before it ran)."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"
     config.data.num_train = 16_000  # n / 8 = 2,000: batches into the thousands
@@ -258,3 +266,13 @@ def _fashion7(config):
     t.target_value = 0.80
     t.eval_every_examples = 1600  # a tenth of an epoch
     t.eval_batch = 2000
+    if variant == "fashion7_replicate":
+        s.seeds, s.confirm_seeds = (100, 101), (102, 103, 104)
+    elif variant == "fashion7_width":  # the digits' width-only family (16x at depth 2)
+        s.family.kind, s.family.depth = "width", 2
+        s.family.widths = [32, 56, 90, 160, 288, 512]
+    elif variant == "fashion7_depth":  # width 128; depth 12 stalls at large batches here
+        s.family.kind, s.family.width = "depth", 128.0
+        s.family.depths = [1, 2, 3, 4, 6, 8]
+    elif variant == "fashion7_momentum":
+        _momentum(config)

@@ -102,6 +102,9 @@ def test_the_data_sets_suite_names_real_configs_of_both_architectures():
         "configs/mlp.py:mnist7",
         "configs/mlp.py:fashion7",
         "configs/mlp.py:fashion7_replicate",
+        "configs/mlp.py:fashion7_width",
+        "configs/mlp.py:fashion7_depth",
+        "configs/mlp.py:fashion7_momentum",
         "configs/wrn.py:mnist7",
     ]
-    assert {e.protocol for e in entries} == {"plain SGD"}
+    assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
