@@ -59,11 +59,14 @@ def test_two_data_sets_are_read_apart(tmp_path):
         ("mnist7_wrn", "budget", d0, 0.0, _config("mnist_embedded", pool=4, model="wrn")),
         # A replicate alone adds no second family: still no two-factor fit for mnist7.
         ("mnist7_budget_rep", "budget", d0, 0.0, _config("mnist_embedded", pool=4)),
+        # Another protocol on the second data set: compared with that data set's plain SGD.
+        ("mnist7_momentum", "budget", d0, 0.0, _config("mnist_embedded", pool=4)),
     ]
     entries, studies, configs = [], {}, {}
     for k, (name, family, design, alpha, config) in enumerate(plan):
         rep = "mnist7_budget" if name.endswith("_rep") else None
-        entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family, rep))
+        protocol = "momentum 0.9" if "momentum" in name else "plain SGD"
+        entries.append(suite.Entry(name, "configs/mlp.py:local", protocol, family, rep))
         rng = np.random.default_rng(20 + k)
         truth = simulate.Truth(alpha=alpha)
         studies[name] = simulate.simulate_study(rng, design, truth)
@@ -89,6 +92,11 @@ def test_two_data_sets_are_read_apart(tmp_path):
     assert "mnist7" not in fits[0]
     compared = [ln for ln in text.splitlines() if " minus digits_budget " in ln]
     assert [ln.split(" (")[0] for ln in compared] == ["- mnist7_budget", "- mnist7_wrn"]
+    # The momentum study is compared with plain SGD on its own data set: one thing changed.
+    momentum = [ln for ln in text.splitlines() if ln.startswith("- mnist7_momentum (")]
+    assert len(momentum) == 1
+    head = "- mnist7_momentum (momentum 0.9) minus mnist7_budget (plain SGD)"
+    assert momentum[0].startswith(head)
     assert "(plain SGD; mlp, mnist_embedded 7x7)" in compared[0]
     assert "(plain SGD; wrn, mnist_embedded 7x7)" in compared[1]
     assert re.search(r"B_x slope [+-]\d\.\d\d \(", compared[0])

@@ -228,17 +228,21 @@ def _diff(a, b) -> str:
 
 
 def _protocols(entries, rows, kinds=None) -> list[str]:
-    """Each other budget family (another protocol, data set or architecture) against the first,
-    at their own target: the difference of the B_x and B_crit slopes with its interval."""
+    """Each other budget family against one before it, at their own target: the difference of
+    the B_x and B_crit slopes with its interval. The one before it changes one thing where it
+    can: an earlier study of the same data set and architecture under another protocol, else
+    the first budget family (another data set or architecture, labelled)."""
     kinds = kinds or {}
     first = {r["study"]: r for r in rows if r["target"].endswith("(the study's)")}
     budgets = [e for e in entries if e.family == "budget" and not e.replicate_of]
     budgets = [e for e in budgets if e.name in first]
     if len(budgets) < 2:
         return []
-    base, out = budgets[0], []
-    for e in budgets[1:]:
+    out = []
+    for k, e in enumerate(budgets[1:], start=1):
         key = _group(e, kinds)
+        same_data = [b for b in budgets[:k] if _group(b, kinds)[1:] == key[1:]]
+        base = next((b for b in same_data if b.protocol != e.protocol), budgets[0])
         if key == _group(base, kinds):
             continue
         label = e.protocol + ("" if key[1:] == _group(base, kinds)[1:] else f"; {key[2]}, {key[1]}")
