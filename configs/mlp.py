@@ -144,8 +144,7 @@ def get_config(arg=None):
             f"unknown variant {variant!r} of configs/mlp.py: local, local7, local12, "
             "local_replicate, local_width, local_depth, local_momentum, mnist7, fashion7, "
             "fashion7_replicate, fashion7_width, fashion7_depth, fashion7_momentum, single, "
-            "paper, smoke, smoke_width, smoke_depth, smoke_sgd, check "
-            "or predict"
+            "paper, smoke, smoke_width, smoke_depth, smoke_sgd, check or predict"
         )
     return config
 
