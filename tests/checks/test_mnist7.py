@@ -5,6 +5,19 @@ from wide_tf.analysis import simulate
 from wide_tf.checks import loader, validate
 
 
+def _assert_plain_sgd_stopping_at(config, target):
+    """The frozen protocol both studies share: plain SGD at 0.1, runs stopped at one training
+    accuracy target."""
+    t = config.train
+    assert (t.target_metric, t.target_value, list(t.extra_targets), t.stop_at_target) == (
+        "train_accuracy",
+        target,
+        [],
+        True,
+    )
+    assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)
+
+
 def test_the_frozen_design_is_the_simulated_one():
     config = loader.load_config("configs/mlp.py:mnist7")
     validate.check_config(config)
@@ -21,14 +34,7 @@ def test_the_frozen_design_is_the_simulated_one():
         600,
         400,
     )
-    t = config.train
-    assert (t.target_metric, t.target_value, list(t.extra_targets), t.stop_at_target) == (
-        "train_accuracy",
-        0.95,
-        [],
-        True,
-    )
-    assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)
+    _assert_plain_sgd_stopping_at(config, 0.95)
 
 
 def test_the_frozen_fashion_design_is_the_simulated_one():
@@ -48,11 +54,4 @@ def test_the_frozen_fashion_design_is_the_simulated_one():
     assert max(d.batch_sizes) == 16000 // 8
     assert (d.tuning_seeds, d.confirm_seeds, d.lr_multipliers) == ((0, 1), (2, 3, 4), (0.5, 1, 2))
     assert (d.max_epochs, d.min_steps, d.eval_every_examples) == (30.0, 600, 1600)
-    t = config.train
-    assert (t.target_metric, t.target_value, list(t.extra_targets), t.stop_at_target) == (
-        "train_accuracy",
-        0.80,
-        [],
-        True,
-    )
-    assert (config.optim.name, config.optim.momentum, config.optim.base_lr) == ("sgd", 0.0, 0.1)
+    _assert_plain_sgd_stopping_at(config, 0.80)
