@@ -72,8 +72,8 @@ NO_KIND = ("-", "-")  # a study without a config (the tests' simulated studies)
 def study_kind(config: dict | None) -> tuple[str, str]:
     """(data set, architecture) of a study from its config.json: the data set's name with its
     pooling and subset ("mnist_embedded 7x7", "fashion_mnist_idx 7x7, 16000 images"), the model's
-    name. Readings that combine studies (two-factor fits, comparisons) keep these apart: members
-    of different data sets or architectures are not one family."""
+    architecture (`model.arch`). Readings that combine studies (two-factor fits, comparisons)
+    keep these apart: members of different data sets or architectures are not one family."""
     if config is None:
         return NO_KIND
     name = str(config_value(config, "data.name"))
@@ -238,14 +238,14 @@ def _protocols(entries, rows, kinds=None) -> list[str]:
     budgets = [e for e in budgets if e.name in first]
     if len(budgets) < 2:
         return []
-    out = []
+    key, out = {e.name: _group(e, kinds) for e in budgets}, []
     for k, e in enumerate(budgets[1:], start=1):
-        key = _group(e, kinds)
-        same_data = [b for b in budgets[:k] if _group(b, kinds)[1:] == key[1:]]
+        mine = key[e.name]
+        same_data = [b for b in budgets[:k] if key[b.name][1:] == mine[1:]]
         base = next((b for b in same_data if b.protocol != e.protocol), budgets[0])
-        if key == _group(base, kinds):
+        if mine == key[base.name]:
             continue
-        label = e.protocol + ("" if key[1:] == _group(base, kinds)[1:] else f"; {key[2]}, {key[1]}")
+        label = e.protocol + ("" if mine[1:] == key[base.name][1:] else f"; {mine[2]}, {mine[1]}")
         a, b = first[e.name], first[base.name]
         out.append(
             f"- {e.name} ({label}) minus {base.name} ({base.protocol}): B_x slope "
