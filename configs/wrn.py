@@ -36,6 +36,12 @@ Variants (after the colon):
           ran (docs/results.md, "The ResNet study on real images"): 26% power at B_crit ~
           width^0.5, 67.5% at width^1. 7x7 rather than 14x14 or 28x28 for time: on 2 CPU cores a
           study at 4x or 16x the pixels does not fit an evening.
+  fashion7  mnist7's family and protocol on Fashion-MNIST pooled to 7x7 (Debian's
+          dataset-fashion-mnist), a fixed 8,000-image subset, batches 32, 128, 512 and 1,000 (n / 8),
+          80% training accuracy (the MLP fashion7 study's target): the ResNet study on Fashion-MNIST
+          cut to about an hour on 2 cores. Frozen before its first run after a pilot and the
+          design simulation (docs/results.md, "The ResNets on Fashion-MNIST"): 30-32% power at
+          B_crit ~ width^0.5, 86% at width^1, every generator's null <= 7%.
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
@@ -65,6 +71,7 @@ def get_config(arg=None):
         "local",
         "local4",
         "mnist7",
+        "fashion7",
         "single",
         "smoke",
         "check",
@@ -72,7 +79,7 @@ def get_config(arg=None):
     ):
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, local4, "
-            "mnist7, single, fashion_check, predict, predict_local, smoke or check"
+            "mnist7, fashion7, single, fashion_check, predict, predict_local, smoke or check"
         )
     config = _common()
     if variant == "paper":
@@ -167,6 +174,9 @@ def _local(config, variant):
         s.batch_sizes = (8, 16, 32, 64, 176)
     if variant == "mnist7":
         _mnist7(config)
+    if variant == "fashion7":
+        _mnist7(config)
+        _fashion7(config)
     if variant == "fashion_check":
         config.data.name = "fashion_mnist_idx"
         config.data.pool = 2  # 28x28 -> 14x14
@@ -222,3 +232,25 @@ def _mnist7(config):
     # The probe (noise-scale prediction) is off, as in the MLP mnist7 study: not this question.
     t.gradient_at_init = False
     t.gradient_every_examples = 0
+
+
+def _fashion7(config):
+    """mnist7's family and protocol on Fashion-MNIST pooled to 7x7: the ResNet study's cut
+    version on 2 cores (its pilot, design simulation and cost: docs/results.md, "The ResNets on
+    Fashion-MNIST")."""
+    s, t = config.sweep, config.train
+    config.data.name = "fashion_mnist_idx"
+    # 8,000 images, not the MLP study's 16,000: n / 8 = 1,000 still reaches past every member's
+    # B_crit (pilot: WRN-10 about 210 at 80%), and an evaluation pass costs half.
+    config.data.num_train = 8_000
+    # The pilot at 80%: WRN-10 needs 225 steps at batch 32 and 36 at 1,000; WRN-52 775 at 32.
+    # 85% costs WRN-52 2,175 steps at 32, three times 80%'s, which does not fit.
+    t.target_value = 0.80
+    # Four batches, x4 apart to n / 8: the design simulation gives them 30-32% power at B_crit ~
+    # width^0.5 (86% at width^1), the six of mnist7's ladder (x2 apart) 22-25% at 1.3-1.9x the
+    # examples; the members, not the batches, set the interval.
+    s.batch_sizes = (32, 128, 512, 1000)
+    t.max_epochs = 20.0  # 5,000 steps at 32: 6x WRN-52's steps to target there
+    t.min_steps = 600  # 20 epochs at 1,000 are 160 steps
+    t.eval_every_examples = 800  # a tenth of an epoch
+    t.eval_batch = 1000

@@ -55,3 +55,29 @@ def test_the_frozen_fashion_design_is_the_simulated_one():
     assert (d.tuning_seeds, d.confirm_seeds, d.lr_multipliers) == ((0, 1), (2, 3, 4), (0.5, 1, 2))
     assert (d.max_epochs, d.min_steps, d.eval_every_examples) == (30.0, 600, 1600)
     _assert_plain_sgd_stopping_at(config, 0.80)
+
+
+def test_the_frozen_wrn_fashion_design_is_the_simulated_one():
+    """configs/wrn.py:fashion7 (frozen before its first run): the design line the simulation
+    printed (6 WRNs, k 0.25-0.79, batches 32-1,000, 4 seeds per cell, n = 8,000) and the 80%
+    target, with mnist7's protocol (batch-norm statistics recomputed before each evaluation)."""
+    config = loader.load_config("configs/wrn.py:fashion7")
+    validate.check_config(config)
+    assert (config.data.name, config.data.pool, config.data.num_train) == (
+        "fashion_mnist_idx",
+        4,
+        8000,
+    )
+    d = simulate.design_from_config("configs/wrn.py:fashion7")
+    assert d.widths == (0.25, 0.29, 0.36, 0.42, 0.53, 0.79)
+    assert d.depths == (52, 40, 28, 22, 16, 10)
+    assert d.batch_sizes == (32, 128, 512, 1000) and max(d.batch_sizes) == 8000 // 8
+    assert (d.tuning_seeds, d.confirm_seeds, d.lr_multipliers) == ((0, 1), (2, 3), (0.5, 1, 2))
+    assert (d.max_lr_extensions, d.max_epochs, d.min_steps, d.eval_every_examples) == (
+        4,
+        20.0,
+        600,
+        800,
+    )
+    assert (config.model.ghost_batch_size, config.train.target_bn) == (8, "recompute")
+    _assert_plain_sgd_stopping_at(config, 0.80)
