@@ -15,8 +15,9 @@ Variants (after the colon):
           digits (configs/mlp.py:local), the embedded MNIST pooled to 7x7 (configs/mlp.py:mnist7),
           Fashion-MNIST pooled to 7x7 (configs/mlp.py:fashion7, its seed replicate, the width-only
           and depth-only families and momentum 0.9; needs Debian's dataset-fashion-mnist) and the
-          ResNets on the 7x7 MNIST (configs/wrn.py:mnist7): the data set x architecture rows of
-          docs/results.md (about 2.5 hours on 2 idle cores in all).
+          ResNets on the 7x7 MNIST and the 7x7 Fashion-MNIST (configs/wrn.py:mnist7 and
+          :fashion7, the latter on an 8,000-image subset): the data set x architecture rows of
+          docs/results.md (about 3.5 hours on 2 idle cores in all).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -45,6 +46,7 @@ _STUDIES = {
         ("fashion7_mlp_depth", "fashion7_depth", SGD, "depth"),
         ("fashion7_mlp_momentum", "fashion7_momentum", MOMENTUM, "budget"),
         ("mnist7_wrn", "configs/wrn.py:mnist7", SGD, "budget"),
+        ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
     ],
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
         ("budget_sgd", "smoke_sgd", SGD, "budget"),

@@ -32,6 +32,7 @@ def test_study_kind_of_real_configs():
     assert kind("configs/mlp.py:mnist7") == ("mnist_embedded 7x7", "mlp")
     assert kind("configs/wrn.py:mnist7") == ("mnist_embedded 7x7", "wrn")
     assert kind("configs/mlp.py:fashion7") == ("fashion_mnist_idx 7x7, 16000 images", "mlp")
+    assert kind("configs/wrn.py:fashion7") == ("fashion_mnist_idx 7x7, 8000 images", "wrn")
     assert kind("configs/mlp.py:local") == ("digits_embedded", "mlp")
 
 
@@ -114,5 +115,6 @@ def test_the_data_sets_suite_names_real_configs_of_both_architectures():
         "configs/mlp.py:fashion7_depth",
         "configs/mlp.py:fashion7_momentum",
         "configs/wrn.py:mnist7",
+        "configs/wrn.py:fashion7",
     ]
     assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
