@@ -37,11 +37,12 @@ Variants (after the colon):
           width^0.5, 67.5% at width^1. 7x7 rather than 14x14 or 28x28 for time: on 2 CPU cores a
           study at 4x or 16x the pixels does not fit an evening.
   fashion7  mnist7's family and protocol on Fashion-MNIST pooled to 7x7 (Debian's
-          dataset-fashion-mnist), a fixed 8,000-image subset, batches 32, 128, 512 and 1,000 (n / 8),
-          80% training accuracy (the MLP fashion7 study's target): the ResNet study on Fashion-MNIST
-          cut to about an hour on 2 cores. Frozen before its first run after a pilot and the
-          design simulation (docs/results.md, "The ResNets on Fashion-MNIST"): 30-32% power at
-          B_crit ~ width^0.5, 86% at width^1, every generator's null <= 7%.
+          dataset-fashion-mnist), a fixed 8,000-image subset, batches 32, 128, 512 and 1,000
+          (n / 8), 80% training accuracy (the MLP fashion7 study's target): the ResNet study on
+          Fashion-MNIST cut to about an hour on 2 cores (50 minutes idle). Frozen before its
+          first run after a pilot and the design simulation (docs/results.md, "The ResNets on
+          Fashion-MNIST"): 30-32% power at B_crit ~ width^0.5, 86% at width^1, every
+          generator's null <= 7%; at its own scale 41% and 90%.
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
