@@ -16,8 +16,10 @@ Variants (after the colon):
           Fashion-MNIST pooled to 7x7 (configs/mlp.py:fashion7, its seed replicate, the width-only
           and depth-only families and momentum 0.9; needs Debian's dataset-fashion-mnist) and the
           ResNets on the 7x7 MNIST and the 7x7 Fashion-MNIST (configs/wrn.py:mnist7 and
-          :fashion7, the latter on an 8,000-image subset): the data set x architecture rows of
-          docs/results.md (about 3.5 hours on 2 idle cores in all).
+          :fashion7, the latter on an 8,000-image subset, with its seed replicate): the data set
+          x architecture rows of docs/results.md (about 4.5 hours on 2 idle cores in all).
+  wrn_fashion7  the ResNets on Fashion-MNIST and their seed replicate (configs/wrn.py:fashion7
+          and :fashion7_replicate), read together: the ResNet pair (about 1-2 hours on 2 cores).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -47,6 +49,23 @@ _STUDIES = {
         ("fashion7_mlp_momentum", "fashion7_momentum", MOMENTUM, "budget"),
         ("mnist7_wrn", "configs/wrn.py:mnist7", SGD, "budget"),
         ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
+        (
+            "fashion7_wrn_replicate",
+            "configs/wrn.py:fashion7_replicate",
+            SGD,
+            "budget",
+            "fashion7_wrn",
+        ),
+    ],
+    "wrn_fashion7": [
+        ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
+        (
+            "fashion7_wrn_replicate",
+            "configs/wrn.py:fashion7_replicate",
+            SGD,
+            "budget",
+            "fashion7_wrn",
+        ),
     ],
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
         ("budget_sgd", "smoke_sgd", SGD, "budget"),
@@ -61,7 +80,8 @@ def get_suite(arg=None):
     variant = arg or "local"
     if variant not in _STUDIES:
         raise ValueError(
-            f"unknown variant {variant!r} of configs/answer.py: local, data_sets or smoke"
+            f"unknown variant {variant!r} of configs/answer.py: local, data_sets, wrn_fashion7 or "
+            "smoke"
         )
     return [
         Entry(n, v if ":" in v else f"configs/mlp.py:{v}", *rest)

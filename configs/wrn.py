@@ -43,6 +43,10 @@ Variants (after the colon):
           first run after a pilot and the design simulation (docs/results.md, "The ResNets on
           Fashion-MNIST"): 30-32% power at B_crit ~ width^0.5, 86% at width^1, every
           generator's null <= 7%; at its own scale 41% and 90%.
+  fashion7_replicate  fashion7 on seeds 100-103 (the same 8,000 images), read together with it
+          (`configs/answer.py:wrn_fashion7` runs the pair and pools it): the seed replicate a
+          ResNet verdict must survive. Frozen before its first run; the pair's power in
+          docs/results.md ("The ResNets on Fashion-MNIST").
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
@@ -73,6 +77,7 @@ def get_config(arg=None):
         "local4",
         "mnist7",
         "fashion7",
+        "fashion7_replicate",
         "single",
         "smoke",
         "check",
@@ -80,7 +85,8 @@ def get_config(arg=None):
     ):
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, local4, "
-            "mnist7, fashion7, single, fashion_check, predict, predict_local, smoke or check"
+            "mnist7, fashion7, fashion7_replicate, single, fashion_check, predict, predict_local, "
+            "smoke or check"
         )
     config = _common()
     if variant == "paper":
@@ -175,9 +181,13 @@ def _local(config, variant):
         s.batch_sizes = (8, 16, 32, 64, 176)
     if variant == "mnist7":
         _mnist7(config)
-    if variant == "fashion7":
+    if variant in ("fashion7", "fashion7_replicate"):
         _mnist7(config)
         _fashion7(config)
+    if variant == "fashion7_replicate":
+        # Other seeds, everything else the same (the subset of images is fixed by data.subset_seed,
+        # not by these): as configs/mlp.py:fashion7_replicate to configs/mlp.py:fashion7.
+        s.seeds, s.confirm_seeds = (100, 101), (102, 103)
     if variant == "fashion_check":
         config.data.name = "fashion_mnist_idx"
         config.data.pool = 2  # 28x28 -> 14x14

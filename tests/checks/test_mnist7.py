@@ -81,3 +81,22 @@ def test_the_frozen_wrn_fashion_design_is_the_simulated_one():
     )
     assert (config.model.ghost_batch_size, config.train.target_bn) == (8, "recompute")
     _assert_plain_sgd_stopping_at(config, 0.80)
+
+
+def test_the_wrn_fashion_replicate_is_the_study_on_other_seeds():
+    """configs/wrn.py:fashion7_replicate (frozen before its first run): fashion7 with tuning seeds
+    100-101 and confirmation seeds 102-103, every other field the same (the image subset too:
+    data.subset_seed draws it), so the pair reads as one design on twice the seeds."""
+    study = loader.load_config("configs/wrn.py:fashion7").to_dict()
+    replicate = loader.load_config("configs/wrn.py:fashion7_replicate").to_dict()
+    assert (replicate["sweep"].pop("seeds"), replicate["sweep"].pop("confirm_seeds")) == (
+        (100, 101),
+        (102, 103),
+    )
+    assert set(study["sweep"].pop("seeds")) | set(study["sweep"].pop("confirm_seeds")) == {
+        0,
+        1,
+        2,
+        3,
+    }
+    assert replicate == study

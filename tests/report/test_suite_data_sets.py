@@ -116,5 +116,12 @@ def test_the_data_sets_suite_names_real_configs_of_both_architectures():
         "configs/mlp.py:fashion7_momentum",
         "configs/wrn.py:mnist7",
         "configs/wrn.py:fashion7",
+        "configs/wrn.py:fashion7_replicate",
     ]
     assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
+    assert [e.replicate_of for e in entries if e.replicate_of] == ["fashion7_mlp", "fashion7_wrn"]
+    pair = suite.load(os.path.join(repo, "configs", "answer.py:wrn_fashion7"))
+    assert [(e.name, e.replicate_of) for e in pair] == [
+        ("fashion7_wrn", ""),
+        ("fashion7_wrn_replicate", "fashion7_wrn"),
+    ]
