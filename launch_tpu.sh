@@ -355,6 +355,18 @@ pid_of() {  # "wide_tf: running PID idle S" -> PID
   echo "${rest%% *}"
 }
 
+# A command started with '&' ignores SIGINT (bash without job control), so Ctrl-C would leave
+# every background job of this shell running: a step under with_timeout, its watcher, or the
+# launchers of --shards (bash ignores a trap on a signal ignored at its start, so theirs would
+# not fire either). The INT and TERM traps call this first: TERM, which they do not ignore, stops
+# them (each shard's own traps and on_exit then follow).
+stop_background() {
+  local -a jobs_left
+  mapfile -t jobs_left < <(jobs -p)
+  ((${#jobs_left[@]})) && kill -TERM "${jobs_left[@]}" 2>/dev/null
+  return 0
+}
+
 # Runs CMD; past SECONDS it is stopped (TERM, then KILL 10 s later) and the status is 124. Plain
 # bash (macOS has no `timeout`); the command runs in this process group, so an ssh passphrase
 # prompt still reaches the terminal. The watcher checks every second whether CMD is still there.
@@ -378,13 +390,11 @@ with_timeout() {  # SECONDS CMD...
     kill -KILL "$pid" 2>/dev/null
   ) >/dev/null 2>&1 &
   watcher=$!
-  # A command started with '&' ignores SIGINT (no job control): on Ctrl-C or a TERM it is stopped
-  # here, not left running; then the usual exit (130, 143; in the main shell on_exit follows).
-  trap 'kill -TERM "$pid" 2>/dev/null; exit 130' INT
-  trap 'kill -TERM "$pid" 2>/dev/null; exit 143' TERM
+  # A Ctrl-C or TERM here stops CMD and the watcher through the script's own traps (the
+  # background jobs: stop_background), armed since the start: traps set here, after CMD started,
+  # left a window in which the signal exited the launcher and CMD ran on (a loaded machine held
+  # this shell in it for over half a second: the Ctrl-C test of tests/test_launch_watch.py).
   wait "$pid" || code=$?
-  trap 'exit 130' INT
-  trap 'exit 143' TERM
   kill "$watcher" 2>/dev/null || true
   wait "$watcher" 2>/dev/null || true
   if [[ -e "$TIMEOUT_MARK.$pid" ]]; then
@@ -797,6 +807,11 @@ if [[ -n "$SHARDS" ]]; then
   done
   ((VALIDATE)) && child_args+=(--no_validate)  # checked once above, for the same replica count
   pids=()
+  # Ctrl-C or TERM stops every shard's launcher (which deletes its VM under --delete_when_done),
+  # not this shell alone: they run in the background, where SIGINT does not reach them. The
+  # prompt comes back once they have finished.
+  trap 'stop_background; wait; exit 130' INT
+  trap 'stop_background; wait; exit 143' TERM
   for ((i = 0; i < SHARDS; i++)); do
     args=("${child_args[@]}" "--name=$NAME-$i" -- "${EXTRA[@]+"${EXTRA[@]}"}")
     if ((DRY_RUN)); then
@@ -1320,8 +1335,8 @@ on_exit() {
   exit "$code"
 }
 trap on_exit EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'stop_background; exit 130' INT
+trap 'stop_background; exit 143' TERM
 
 # --watch: every POLL_S seconds, the VM's state and the run's. READY and running: wait, unless its
 # log has not changed for --stall_minutes (the watchdog: a hung TPU initialisation, a stuck read,

@@ -374,9 +374,11 @@ def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
     assert (fake.tmp_path / "state" / "spot-default-us-central2-b-wide-v4").read_text() == "0\n"
 
 
-def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
-    """A step started in the background ignores SIGINT; Ctrl-C (SIGINT to the launcher's process
-    group) must still stop it, and --delete_when_done delete the VM."""
+def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1):
+    """Launches with the fake's install step hung, sends Ctrl-C (SIGINT to the launcher's process
+    group) once `installs` installs have started, and returns (exit status, stderr, the calls) once
+    every process of the launch has ended (stderr with stdout after it: --shards prints each
+    shard's lines there)."""
     import signal
     import subprocess
 
@@ -395,7 +397,7 @@ def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
     }
     (tmp_path / "calls.jsonl").write_text("")
     proc = subprocess.Popen(
-        ["bash", str(SCRIPT), *REQUIRED, "--watch", "--delete_when_done"],
+        ["bash", str(SCRIPT), *flags, "--watch", "--delete_when_done"],
         env=env,
         cwd="/",
         stdout=subprocess.PIPE,
@@ -404,19 +406,42 @@ def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while "pip install" not in (tmp_path / "calls.jsonl").read_text():
+    while (tmp_path / "calls.jsonl").read_text().count("pip install") < installs:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
-    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
-    calls = (tmp_path / "calls.jsonl").read_text().splitlines()
-    assert '"delete"' in calls[-1]
+    # The hung step (a minute) holds the launcher's pipes while it lives: stopped, they close.
+    out, err = proc.communicate(timeout=30)
     for _ in range(30):  # the limit's watcher notices within a second that its step is gone
         alive = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
         if not alive.stdout.strip():
             break
         time.sleep(0.2)
     assert alive.stdout.strip() == "", alive.stdout
+    return proc.returncode, err + out, (tmp_path / "calls.jsonl").read_text().splitlines()
+
+
+def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
+    """A step started in the background ignores SIGINT; Ctrl-C must still stop it, and
+    --delete_when_done delete the VM."""
+    code, err, calls = _ctrl_c_during_the_install(fake, tmp_path, *REQUIRED)
+    assert code == 130, err
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
+    assert '"delete"' in calls[-1]
+
+
+def test_ctrl_c_during_a_sharded_launch_stops_every_shard_and_deletes_its_vm(fake, tmp_path):
+    """--shards=2 runs a launcher per VM in the background, where bash ignores SIGINT (and their
+    own traps on it): Ctrl-C must stop both (TERM from the parent), each deleting its VM."""
+    code, err, calls = _ctrl_c_during_the_install(
+        fake, tmp_path, *REQUIRED, "--shards=2", installs=2
+    )
+    assert code == 130, err
+    for vm in ("wide-v4-0", "wide-v4-1"):
+        line = (
+            f"[{vm}] launch_tpu.sh: deleting {vm} "
+            "(--delete_when_done; the launch ended with exit 143)"
+        )
+        assert line in err, err
+        assert any('"delete"' in c and f'"{vm}"' in c for c in calls), calls
