@@ -4,6 +4,7 @@ describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted
 included), the limits on remote steps, the watchdog, Ctrl-C and the kept spot choice, with the
 fake `gcloud` of tests/fake_gcloud.py."""
 
+import contextlib
 import os
 import sys
 import time
@@ -411,14 +412,22 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1):
         time.sleep(0.2)
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGINT)
-    # The hung step (a minute) holds the launcher's pipes while it lives: stopped, they close.
-    out, err = proc.communicate(timeout=30)
-    for _ in range(30):  # the limit's watcher notices within a second that its step is gone
-        alive = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
-        if not alive.stdout.strip():
-            break
-        time.sleep(0.2)
-    assert alive.stdout.strip() == "", alive.stdout
+    try:
+        # The hung step (a minute) holds the launcher's pipes while it lives: stopped, they close.
+        out, err = proc.communicate(timeout=30)
+        for _ in range(30):  # the limit's watcher notices within a second that its step is gone
+            alive = subprocess.run(
+                ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
+            )
+            if not alive.stdout.strip():
+                break
+            time.sleep(0.2)
+        assert alive.stdout.strip() == "", alive.stdout
+    finally:
+        # A launcher that failed this test must not outlive it: on the old script the shards
+        # went on watching (a busy loop at WIDE_TF_POLL_S=0) for as long as the machine ran.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
     return proc.returncode, err + out, (tmp_path / "calls.jsonl").read_text().splitlines()
 
 
