@@ -373,6 +373,13 @@ stop_background() {
 with_timeout() {  # SECONDS CMD...
   local limit=$1 pid watcher code=0
   shift
+  # Ctrl-C or TERM stops CMD and its watcher (stop_background), then exits 130 or 143 (on_exit
+  # follows in the main shell). Armed before CMD starts: traps set after it, as before, left a
+  # window in which the signal exited the launcher with CMD running on (the likely cause of the
+  # Ctrl-C test's failures under load). Set here, not only at the top of the script: a $(...)
+  # subshell, where several steps run, does not keep the script's traps.
+  trap 'stop_background; exit 130' INT
+  trap 'stop_background; exit 143' TERM
   "$@" &
   pid=$!
   (
@@ -390,10 +397,6 @@ with_timeout() {  # SECONDS CMD...
     kill -KILL "$pid" 2>/dev/null
   ) >/dev/null 2>&1 &
   watcher=$!
-  # A Ctrl-C or TERM here stops CMD and the watcher through the script's own traps (the
-  # background jobs: stop_background), armed since the start: traps set here, after CMD started,
-  # left a window in which the signal exited the launcher and CMD ran on (a loaded machine held
-  # this shell in it for over half a second: the Ctrl-C test of tests/test_launch_watch.py).
   wait "$pid" || code=$?
   kill "$watcher" 2>/dev/null || true
   wait "$watcher" 2>/dev/null || true

@@ -375,10 +375,14 @@ def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
     assert (fake.tmp_path / "state" / "spot-default-us-central2-b-wide-v4").read_text() == "0\n"
 
 
-def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1):
-    """Launches with the fake's install step hung, sends Ctrl-C (SIGINT to the launcher's process
-    group) once `installs` installs have started, and returns (exit status, stderr, the calls) once
-    every process of the launch has ended (stderr with stdout after it: --shards prints each
+# The fake's hung steps (FAKE_HANG) and what their gcloud call's command line contains.
+_HUNG_STEP_CALL = {"install": "pip install", "tpucheck": "initialize_tpu_system"}
+
+
+def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install"):
+    """Launches with the fake's `step` hung, sends Ctrl-C (SIGINT to the launcher's process
+    group) once `installs` such steps have started, and returns (exit status, stderr, the calls)
+    once every process of the launch has ended (stderr with stdout after it: --shards prints each
     shard's lines there)."""
     import signal
     import subprocess
@@ -394,7 +398,7 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1):
         "PYTHON": sys.executable,
         "WIDE_TF_POLL_S": "0",
         "WIDE_TF_ALIVE_WAIT_S": "0",
-        "FAKE_HANG": "install",
+        "FAKE_HANG": step,
     }
     (tmp_path / "calls.jsonl").write_text("")
     proc = subprocess.Popen(
@@ -407,7 +411,7 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1):
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while (tmp_path / "calls.jsonl").read_text().count("pip install") < installs:
+    while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < installs:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
     time.sleep(0.5)
@@ -435,6 +439,19 @@ def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
     """A step started in the background ignores SIGINT; Ctrl-C must still stop it, and
     --delete_when_done delete the VM."""
     code, err, calls = _ctrl_c_during_the_install(fake, tmp_path, *REQUIRED)
+    assert code == 130, err
+    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
+    assert '"delete"' in calls[-1]
+
+
+def test_ctrl_c_during_a_hung_step_inside_a_command_substitution_stops_it_and_deletes(
+    fake, tmp_path
+):
+    """The TPU check runs in a $(...) subshell, which does not keep the script's traps: its limit
+    arms its own, so Ctrl-C stops the check too."""
+    code, err, calls = _ctrl_c_during_the_install(
+        fake, tmp_path, *REQUIRED, "--check", step="tpucheck"
+    )
     assert code == 130, err
     assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
     assert '"delete"' in calls[-1]
