@@ -401,6 +401,16 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install
         "FAKE_HANG": step,
     }
     (tmp_path / "calls.jsonl").write_text("")
+
+    def as_from_a_terminal():
+        # A signal mask is inherited: a test process that an earlier test (or a library) left
+        # with SIGINT blocked would start a launcher that never sees the Ctrl-C (a hang of this
+        # test, shown with SIGINT blocked on purpose). The launcher starts as a terminal starts
+        # it: nothing blocked, SIGINT and SIGTERM at their defaults.
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
     proc = subprocess.Popen(
         ["bash", str(SCRIPT), *flags, "--watch", "--delete_when_done"],
         env=env,
@@ -409,6 +419,7 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=as_from_a_terminal,
     )
     deadline = time.monotonic() + 60
     while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < installs:
