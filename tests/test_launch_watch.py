@@ -402,24 +402,26 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install
     }
     (tmp_path / "calls.jsonl").write_text("")
 
-    def as_from_a_terminal():
-        # A signal mask is inherited: a test process that an earlier test (or a library) left
-        # with SIGINT blocked would start a launcher that never sees the Ctrl-C (a hang of this
-        # test, shown with SIGINT blocked on purpose). The launcher starts as a terminal starts
-        # it: nothing blocked, SIGINT and SIGTERM at their defaults.
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
+    # A signal mask is inherited: a test process that an earlier test (or a library) left with
+    # SIGINT blocked would start a launcher that never sees the Ctrl-C (a hang of this test, shown
+    # with SIGINT blocked on purpose). The launcher starts as a terminal starts it: nothing
+    # blocked, SIGINT and SIGTERM at their defaults, set by a small Python that then execs bash
+    # (the mask and the defaults survive exec; a preexec_fn is unsafe in a threaded process).
+    as_from_a_terminal = (
+        "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); "
+        "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL); "
+        "os.execvp('bash', ['bash', *sys.argv[1:]])"
+    )
     proc = subprocess.Popen(
-        ["bash", str(SCRIPT), *flags, "--watch", "--delete_when_done"],
+        [sys.executable, "-c", as_from_a_terminal, str(SCRIPT), *flags]
+        + ["--watch", "--delete_when_done"],
         env=env,
         cwd="/",
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
-        preexec_fn=as_from_a_terminal,
     )
     deadline = time.monotonic() + 60
     while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < installs:
