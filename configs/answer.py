@@ -28,6 +28,13 @@ from wide_tf.study.suite import Entry
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 
 
+# The ResNets on Fashion-MNIST and their seed replicate: a suite of their own and two rows of
+# data_sets.
+_WRN_FASHION7_PAIR = [
+    ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
+    ("fashion7_wrn_replicate", "configs/wrn.py:fashion7_replicate", SGD, "budget", "fashion7_wrn"),
+]
+
 # (study, config (configs/mlp.py where no file is named), protocol, family[, the study it
 # replicates]) per suite variant. The report keeps data sets and architectures apart (its rows
 # name each study's data set; a two-factor fit never mixes them).
@@ -48,25 +55,9 @@ _STUDIES = {
         ("fashion7_mlp_depth", "fashion7_depth", SGD, "depth"),
         ("fashion7_mlp_momentum", "fashion7_momentum", MOMENTUM, "budget"),
         ("mnist7_wrn", "configs/wrn.py:mnist7", SGD, "budget"),
-        ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
-        (
-            "fashion7_wrn_replicate",
-            "configs/wrn.py:fashion7_replicate",
-            SGD,
-            "budget",
-            "fashion7_wrn",
-        ),
+        *_WRN_FASHION7_PAIR,
     ],
-    "wrn_fashion7": [
-        ("fashion7_wrn", "configs/wrn.py:fashion7", SGD, "budget"),
-        (
-            "fashion7_wrn_replicate",
-            "configs/wrn.py:fashion7_replicate",
-            SGD,
-            "budget",
-            "fashion7_wrn",
-        ),
-    ],
+    "wrn_fashion7": _WRN_FASHION7_PAIR,
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
         ("budget_sgd", "smoke_sgd", SGD, "budget"),
         ("budget_momentum", "smoke", MOMENTUM, "budget"),
