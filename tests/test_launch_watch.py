@@ -379,9 +379,9 @@ def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
 _HUNG_STEP_CALL = {"install": "pip install", "tpucheck": "initialize_tpu_system"}
 
 
-def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install"):
+def _ctrl_c_during_a_hung_step(fake, tmp_path, *flags, starts=1, step="install"):
     """Launches with the fake's `step` hung, sends Ctrl-C (SIGINT to the launcher's process
-    group) once `installs` such steps have started, and returns (exit status, stderr, the calls)
+    group) once `starts` such steps have started, and returns (exit status, stderr, the calls)
     once every process of the launch has ended (stderr with stdout after it: --shards prints each
     shard's lines there)."""
     import signal
@@ -424,7 +424,7 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < installs:
+    while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < starts:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.2)
     time.sleep(0.5)
@@ -451,7 +451,7 @@ def _ctrl_c_during_the_install(fake, tmp_path, *flags, installs=1, step="install
 def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
     """A step started in the background ignores SIGINT; Ctrl-C must still stop it, and
     --delete_when_done delete the VM."""
-    code, err, calls = _ctrl_c_during_the_install(fake, tmp_path, *REQUIRED)
+    code, err, calls = _ctrl_c_during_a_hung_step(fake, tmp_path, *REQUIRED)
     assert code == 130, err
     assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
     assert '"delete"' in calls[-1]
@@ -462,7 +462,7 @@ def test_ctrl_c_during_a_hung_step_inside_a_command_substitution_stops_it_and_de
 ):
     """The TPU check runs in a $(...) subshell, which does not keep the script's traps: its limit
     arms its own, so Ctrl-C stops the check too."""
-    code, err, calls = _ctrl_c_during_the_install(
+    code, err, calls = _ctrl_c_during_a_hung_step(
         fake, tmp_path, *REQUIRED, "--check", step="tpucheck"
     )
     assert code == 130, err
@@ -473,9 +473,7 @@ def test_ctrl_c_during_a_hung_step_inside_a_command_substitution_stops_it_and_de
 def test_ctrl_c_during_a_sharded_launch_stops_every_shard_and_deletes_its_vm(fake, tmp_path):
     """--shards=2 runs a launcher per VM in the background, where bash ignores SIGINT (and their
     own traps on it): Ctrl-C must stop both (TERM from the parent), each deleting its VM."""
-    code, err, calls = _ctrl_c_during_the_install(
-        fake, tmp_path, *REQUIRED, "--shards=2", installs=2
-    )
+    code, err, calls = _ctrl_c_during_a_hung_step(fake, tmp_path, *REQUIRED, "--shards=2", starts=2)
     assert code == 130, err
     for vm in ("wide-v4-0", "wide-v4-1"):
         line = (
