@@ -1,0 +1,1 @@
+"""Benchmarks outside the installed package, run as `python -m tools.bench.<name>`."""

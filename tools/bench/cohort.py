@@ -1,0 +1,270 @@
+"""Owns the step-cost benchmark: the package's training call (the executor's graph and the fused
+XLA loop) against a minimal compiled loop doing the same math, at the local study's shapes, and
+what each per-step extra and an evaluation pass cost; all contenders interleaved round by round
+in one process, so a shared machine's load falls on each alike.
+
+  python -m tools.bench.cohort                      # members 2 and 12, batches 4..176
+  python -m tools.bench.cohort --depths=1,2,12 --batches=4,176 --repeats=9 --json=out.json
+
+One thread by default (a study's worker is pinned to one core). Each call runs the steps of one
+evaluation interval of the local study (144 examples: 36 steps at batch 4, one at 176), as the
+study does; `min@200` is the minimal loop at 200 steps a call (the per-call cost spread thin)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+def _threads(n: int) -> None:
+    """Before TensorFlow's import: its thread pools and OpenMP's at `n`."""
+    for k in ("OMP_NUM_THREADS", "TF_NUM_INTRAOP_THREADS", "TF_NUM_INTEROP_THREADS"):
+        os.environ[k] = str(n)
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+
+def _median(values):
+    s = sorted(values)
+    return s[len(s) // 2]
+
+
+def _local_config(depth: int, batch: int):
+    """configs/mlp.py:local's member of this depth at this batch, one run (seed 0)."""
+    from configs import mlp
+    from wide_tf.schema import families
+
+    config = mlp.get_config("local")
+    spec = config.sweep.family
+    members = families.from_config(
+        "mlp", spec, num_classes=10, input_shape=(8, 8, 1), norm=config.model.norm
+    )
+    member = next((m for m in members if m.depth == depth), None)
+    if member is None:
+        raise SystemExit(
+            f"error: the local study has no member of depth {depth}; pick one of "
+            f"{', '.join(str(m.depth) for m in members)}"
+        )
+    config.sweep = None
+    config.model.depth, config.model.width = member.depth, member.width
+    config.train.global_batch = batch
+    return config, member
+
+
+class Minimal:
+    """The same MLP, loss and plain SGD as raw TensorFlow ops in one XLA while loop: batches
+    gathered on the device from a fixed order, nothing else unless asked. `sums`: the loss sum
+    and hits added up every step (what the package reads per call); `norms`: the gradient,
+    parameter and update norms every step (the package takes them on a call's last step)."""
+
+    def __init__(self, depth, width, batch, x, y, lr, sums=False, norms=False):
+        import numpy as np
+        import tensorflow as tf
+
+        rng = np.random.default_rng(0)
+        dims = [int(np.prod(x.shape[1:]))] + [width] * depth + [10]
+        w = [
+            tf.Variable(rng.standard_normal((a, b)).astype(np.float32) * np.float32((2 / a) ** 0.5))
+            for a, b in zip(dims[:-1], dims[1:])
+        ]
+        bias = [tf.Variable(np.zeros(b, np.float32)) for b in dims[1:]]
+        xs, ys, n = tf.constant(x.reshape(len(x), -1)), tf.constant(y), len(y)
+        order = tf.constant(rng.permutation(n).astype(np.int32))
+        pos = tf.Variable(0, dtype=tf.int32)
+        variables = w + bias
+
+        def sq(ts):
+            return tf.add_n([tf.reduce_sum(tf.square(t)) for t in ts])
+
+        @tf.function(jit_compile=True, autograph=False)
+        def loop(k):
+            def body(i, acc):
+                p = pos.read_value()
+                idx = tf.gather(order, (p + tf.range(batch)) % n)
+                pos.assign((p + batch) % n)
+                xb, yb = tf.gather(xs, idx), tf.gather(ys, idx)
+                with tf.GradientTape() as tape:
+                    h = xb
+                    for j in range(depth):
+                        h = tf.nn.relu(h @ w[j] + bias[j])
+                    logits = h @ w[-1] + bias[-1]
+                    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits)
+                    loss = tf.reduce_sum(losses) / batch
+                grads = tape.gradient(loss, variables)
+                extra = tf.zeros([4])
+                if sums:
+                    hits = tf.cast(
+                        tf.equal(tf.argmax(logits, -1, output_type=tf.int32), yb), tf.float32
+                    )
+                    extra += tf.stack([tf.reduce_sum(losses), tf.reduce_sum(hits), 0.0, 0.0])
+                if norms:
+                    before = [tf.identity(v) for v in variables]
+                for v, g in zip(variables, grads):
+                    v.assign_sub(lr * g)
+                if norms:
+                    upd = sq([v - b for v, b in zip(variables, before)])
+                    extra += tf.stack([0.0, 0.0, sq(grads) + sq(variables), upd])
+                return i + 1, acc + extra
+
+            return tf.while_loop(lambda i, a: i < k, body, [tf.constant(0), tf.zeros([4])])[1]
+
+        self.loop = loop
+
+    def __call__(self, k: int):
+        import tensorflow as tf
+
+        return self.loop(tf.constant(k)).numpy()
+
+
+def _timed(fn) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
+def _cpu_timed(fn) -> float:
+    """This process's CPU seconds in `fn` (a first call's trace and compile): on a shared machine
+    the wall time of a compile counts the other processes' share too."""
+    t = time.process_time()
+    fn()
+    return time.process_time() - t
+
+
+def bench_cell(depth: int, batch: int, repeats: int) -> dict:
+    """One (member, batch) cell: seconds a step of each contender (medians of interleaved
+    rounds), an evaluation pass's, and the first call's (trace and compile)."""
+    import tensorflow as tf
+
+    from wide_tf.engine import data, fused
+    from wide_tf.engine import train as train_lib
+
+    config, member = _local_config(depth, batch)
+    runtime = train_lib.runtime_for(config)
+    ctl, backend = train_lib.setup(config, tempfile.mkdtemp(), runtime, {"trial_id": "bench"})
+    ctl.restore()
+    plan, built = ctl.plan, backend.built
+    n = min(s for s in plan.eval_steps if s > 0)  # one evaluation interval's steps
+    stepper, stream = built.stepper, backend.trainer.stream
+    lr = float(built.optimizer.learning_rate.numpy())
+
+    compile_s = {}
+    executor = lambda: stepper.train(stream, n)  # noqa: E731
+    compile_s["executor"] = _cpu_timed(executor)
+    held = fused.HeldOrders(stream, fused.HeldOrders.epochs_for(n * batch, stream.n))
+    fused_fn = fused.build_train_fn(stepper, held)
+    compile_s["fused"] = _cpu_timed(lambda: fused_fn(n).numpy())
+    x, y = data.load_arrays(config.data, "train")
+    minimal = {
+        "min": Minimal(depth, member.width, batch, x, y, lr),
+        "min+sums": Minimal(depth, member.width, batch, x, y, lr, sums=True),
+        "min+sums+norms": Minimal(depth, member.width, batch, x, y, lr, sums=True, norms=True),
+    }
+    for name, m in minimal.items():
+        compile_s[name] = _cpu_timed(lambda m=m: m(n))
+    minimal["min"](200)
+    eval_set = built.eval_sets["train"]
+    eval_set.sums()  # the executor's pass, traced
+    host_pass = eval_set._fn
+    xla_pass = tf.function(host_pass, jit_compile=True, autograph=False)
+    compile_s["eval_xla"] = _cpu_timed(lambda: xla_pass(*eval_set.data, _whole(eval_set)).numpy())
+
+    def reset():  # a run that diverged in the loop would count no more steps
+        stepper.diverged.assign(False)
+
+    contenders = {
+        "executor": lambda: (reset(), executor()),
+        "fused": lambda: (reset(), fused_fn(n).numpy()),
+        **{k: (lambda m=m: m(n)) for k, m in minimal.items()},
+        "min@200": lambda: minimal["min"](200),
+        "eval_executor": lambda: host_pass(*eval_set.data, _whole(eval_set)).numpy(),
+        "eval_xla": lambda: xla_pass(*eval_set.data, _whole(eval_set)).numpy(),
+    }
+    times = {k: [] for k in contenders}
+    names = list(contenders)
+    for r in range(repeats):
+        for k in names[r % len(names) :] + names[: r % len(names)]:
+            times[k].append(_timed(contenders[k]))
+    per_step = {k: _median(v) / (200 if k == "min@200" else n) for k, v in times.items()}
+    per_step["eval_executor"] = _median(times["eval_executor"])  # a pass, not a step
+    per_step["eval_xla"] = _median(times["eval_xla"])
+    train_lib.clear_cache()
+    flops = 6 * member.params * batch  # forward and backward, multiply-adds counted twice
+    return {
+        "depth": depth,
+        "width": member.width,
+        "batch": batch,
+        "steps_per_call": n,
+        "ms_per_step": {k: round(v * 1e3, 4) for k, v in per_step.items()},
+        "fused_over_min": per_step["fused"] / per_step["min"],
+        "executor_over_min": per_step["executor"] / per_step["min"],
+        "executor_over_fused": per_step["executor"] / per_step["fused"],
+        "min_gflops": flops / per_step["min"] / 1e9,
+        "compile_s": {k: round(v, 3) for k, v in compile_s.items()},
+    }
+
+
+def _whole(eval_set):
+    import math
+
+    import tensorflow as tf
+
+    return tf.constant([-math.inf, math.inf, float(eval_set.num_examples)], tf.float32)
+
+
+def table(rows) -> str:
+    head = (
+        "| depth x width | batch | steps/call | executor | fused | min | min+sums | "
+        "min+sums+norms | min@200 | fused/min | executor/fused | eval pass executor / XLA (ms) "
+        "| first call executor / fused (CPU s) |"
+    )
+    lines = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in rows:
+        m, c = r["ms_per_step"], r["compile_s"]
+        lines.append(
+            f"| {r['depth']} x {r['width']} | {r['batch']} | {r['steps_per_call']} | "
+            f"{m['executor']:.3f} | {m['fused']:.3f} | {m['min']:.3f} | {m['min+sums']:.3f} | "
+            f"{m['min+sums+norms']:.3f} | {m['min@200']:.3f} | {r['fused_over_min']:.2f} | "
+            f"{r['executor_over_fused']:.2f} | {m['eval_executor']:.2f} / {m['eval_xla']:.2f} | "
+            f"{c['executor']:.2f} / {c['fused']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m tools.bench.cohort", description=__doc__)
+    p.add_argument("--depths", default="2,12", help="local members by depth (1-6, 8, 10, 12)")
+    p.add_argument("--batches", default="4,8,32,64,128,176")
+    p.add_argument("--repeats", type=int, default=7, help="interleaved rounds per cell")
+    p.add_argument("--threads", type=int, default=1, help="TensorFlow and OpenMP threads")
+    p.add_argument("--json", default="", help="also write the rows here")
+    a = p.parse_args(argv)
+    try:
+        depths = [int(v) for v in a.depths.split(",")]
+        batches = [int(v) for v in a.batches.split(",")]
+    except ValueError:
+        print(
+            "error: --depths and --batches take comma-separated integers, e.g. --batches=4,176",
+            file=sys.stderr,
+        )
+        return 2
+    if a.repeats < 1 or a.threads < 1:
+        print("error: --repeats and --threads must be at least 1", file=sys.stderr)
+        return 2
+    _threads(a.threads)
+    rows = []
+    for d in depths:
+        for b in batches:
+            rows.append(bench_cell(d, b, a.repeats))
+            print(json.dumps(rows[-1]), flush=True)
+    print(table(rows))
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
