@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine import data as data_lib
+from wide_tf.engine import fused as fused_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import schedules
 from wide_tf.engine import stream as stream_lib
@@ -174,6 +175,7 @@ def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
         diverge_loss=config.train.diverge_loss,
         diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
         input_spec=datasets_spec.of(config.data),
+        fused=fused_lib.applies(config, runtime),
     )
 
 
@@ -232,7 +234,9 @@ def _eval_set(config, runtime, model, info, split: str, limit: int | None):
     # moves between the held float values and the streamed packed ones.
     if replicas == 1 and DeviceEvalSet.fits(n * int(np.prod(info.input_shape)) * 4, 1):
         x, y = data_lib.load_arrays(config.data, split, limit=limit)
-        return DeviceEvalSet(x, y, batch, strategy, model, spec)
+        return DeviceEvalSet(
+            x, y, batch, strategy, model, spec, xla=fused_lib.applies(config, runtime)
+        )
     if replicas > 1 and DeviceEvalSet.fits(padded * data_lib.packed_size(spec), replicas):
         arrays = data_lib.packed_eval_arrays(config.data, split, limit)
         if arrays is not None:

@@ -13,11 +13,13 @@ import tensorflow as tf
 
 from wide_tf.engine import accumulate, timing
 from wide_tf.engine import data as data_lib
+from wide_tf.engine import fused as fused_lib
 from wide_tf.engine.accumulate import sq_norm
 from wide_tf.engine.host_scalars import TRAIN_SCALARS
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.engine.state import BatchPlan, BatchSplitError  # noqa: F401  (the step's plan)
+from wide_tf.engine.stream import InMemoryTrainStream
 
 
 def _is_tpu(strategy) -> bool:
@@ -103,8 +105,13 @@ class Stepper:
         diverge_loss: float = float("inf"),
         diagnostics: Diagnostics | None = None,
         input_spec=None,
+        fused: bool = False,
     ):
         self.model = model
+        # The whole host call as one XLA program when it reads the in-memory stream
+        # (engine/fused.py decides when: one CPU replica).
+        self.fused = bool(fused)
+        self._fused_fn = None  # (stream, epochs held, the call)
         # The data set's spec (schema/datasets.Dataset): packed images (data.pack_images) are
         # unpacked and normalised inside the step with its constants. None: float inputs only.
         self.input_spec = input_spec
@@ -264,15 +271,29 @@ class Stepper:
         """Runs `num_steps` updates and returns the accumulated scalars (fewer `steps` if the run
         diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
         `learning_rate`, all from one device-to-host read."""
-        if self._train_fn is None:
-            self._train_fn = self._build_train_fn()
-        packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
+        if self.fused and isinstance(iterator, InMemoryTrainStream):
+            packed = self._fused_call(iterator, num_steps).numpy()
+        else:
+            if self._train_fn is None:
+                self._train_fn = self._build_train_fn()
+            packed = self._train_fn(iterator, tf.constant(num_steps, tf.int32)).numpy()
         out = {k: float(v) for k, v in zip(self.scalar_names, packed)}
         n = len(self.scalar_names)
         out["diverged"] = bool(packed[n])
         out["iteration"] = int(packed[n + 1])
         out["learning_rate"] = float(packed[n + 2])
         return out
+
+    def _fused_call(self, stream, num_steps: int):
+        """The fused call (engine/fused.py), kept for the stream; rebuilt (a new compile) only
+        for a call that spans more epochs than its held orders."""
+        epochs = fused_lib.HeldOrders.epochs_for(num_steps * stream.batch, stream.n)
+        kept = self._fused_fn
+        if kept is None or kept[0] is not stream or kept[1] < epochs:
+            epochs = max(epochs, 2)
+            held = fused_lib.HeldOrders(stream, epochs)
+            self._fused_fn = kept = (stream, epochs, fused_lib.build_train_fn(self, held))
+        return kept[2](num_steps)
 
     def reset(self, diverge_loss: float | None = None):
         """Ready for a new run on the same model and optimizer (whose variables the caller resets):
@@ -342,8 +363,12 @@ class DeviceEvalSet:
     # Above this many bytes per replica the set stays a tf.data pipeline (data.make_eval_dataset).
     MAX_BYTES = 64 << 20
 
-    def __init__(self, x, y, batch_size: int, strategy, model, input_spec=None, in_replica=None):
+    def __init__(
+        self, x, y, batch_size: int, strategy, model, input_spec=None, in_replica=None, xla=False
+    ):
         self.num_examples = len(y)  # without the padding
+        # The pass as one XLA program (engine/fused.py: one CPU replica), not the executor's loop.
+        self.xla = bool(xla)
         replicas = strategy.num_replicas_in_sync
         if batch_size % replicas:
             raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
@@ -435,4 +460,8 @@ class DeviceEvalSet:
             )
             return sums
 
-        return one_program if self.in_replica else host_loop
+        if self.in_replica:
+            return one_program
+        if self.xla:
+            return tf.function(host_loop, jit_compile=True, autograph=False)
+        return host_loop

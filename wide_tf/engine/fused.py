@@ -1,0 +1,119 @@
+"""Owns the fused training loop of one CPU replica: a host call's steps (the in-memory stream's
+batches, the update, its sums and divergence check) as one XLA program, and the evaluation pass
+of a held set compiled the same way. Without it TensorFlow's executor runs the step's few hundred
+small ops one by one, which cost a small model more than its arithmetic (a 50k-parameter MLP at
+batch 4: about 2.5x a minimal compiled loop; `python -m tools.bench.cohort`)."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import tensorflow as tf
+
+from wide_tf.engine import data, timing
+
+# Architectures whose fused loop was measured to pay on CPU (tools/bench/cohort.py). The WRN's
+# convolutions ran ~30% slower under XLA on CPU than under oneDNN (docs/design.md), so its loop
+# stays the executor's.
+MEASURED_ARCHS = ("mlp",)
+
+
+def applies(config, runtime) -> bool:
+    """Whether a run trains with the fused loop: one CPU replica (the in-memory stream, no
+    collective), runtime.jit_compile left at 'auto' (an explicit false keeps the executor's
+    graph, an explicit true XLA around the step alone, as before), an architecture measured to
+    gain, and no augmentation (its per-example crops were not measured under XLA)."""
+    requested = config.runtime.jit_compile
+    return (
+        runtime.platform == "cpu"
+        and runtime.num_replicas == 1
+        and (requested is None or str(requested).lower() == "auto")
+        and config.model.arch in MEASURED_ARCHS
+        and not config.data.augment
+    )
+
+
+class HeldOrders:
+    """The epoch orders a fused call reads, computed before the call by the executor (their
+    random draws and sort cost XLA seconds to compile and nothing to run outside it): the orders
+    of `epochs` consecutive epochs from the one the stream is in, the same `data.epoch_order`s
+    that the stream's own `get_next` holds two of, so the batches are the same."""
+
+    def __init__(self, stream, epochs: int):
+        self.stream, self.epochs = stream, int(epochs)
+        n = stream.n
+        self.first = tf.Variable(-1, dtype=tf.int64, trainable=False)
+        self.key = None  # (seed, first epoch) of the orders held; None: none
+        self.order = tf.Variable(tf.zeros([self.epochs * n], tf.int64), trainable=False)
+
+        @tf.function(autograph=False)
+        def refresh(seed, first):
+            timing.note_trace()
+            orders = [
+                data.epoch_order(n, seed, first + e, stream.shuffle_buffer)
+                for e in range(self.epochs)
+            ]
+            self.order.assign(tf.concat(orders, 0))
+            self.first.assign(first)
+
+        self._refresh = refresh
+
+    @staticmethod
+    def epochs_for(examples_per_call: int, n: int) -> int:
+        """Epochs a call of `examples_per_call` examples can touch, from any place in an epoch."""
+        return 1 + math.ceil(examples_per_call / n)
+
+    def ready(self, num_steps: int) -> None:
+        """Holds the orders that the next `num_steps` batches read (a refresh only when the
+        stream has moved past the first held epoch)."""
+        s = self.stream
+        position = int(s.position.numpy())
+        first = position // s.n
+        last = (position + num_steps * s.batch - 1) // s.n
+        if last - first >= self.epochs:
+            raise ValueError(
+                f"a fused call of {num_steps} steps of {s.batch} spans {last - first + 1} epochs; "
+                f"the stream holds {self.epochs}"
+            )
+        key = (int(s.seed.numpy()), first)  # a new run of the kept stream: another seed
+        if self.key != key:
+            self._refresh(tf.identity(s.seed), tf.constant(first, tf.int64))
+            self.key = key
+
+    def get_next(self):
+        """The stream's next global batch, read from the held orders (traced into the call)."""
+        s = self.stream
+        n = tf.constant(s.n, tf.int64)
+        places = s.position - self.first * n + tf.range(s.batch, dtype=tf.int64)
+        index = tf.gather(self.order, places)
+        with tf.control_dependencies([index]):
+            s.position.assign_add(s.batch)
+        return tf.gather(s.x, index), tf.gather(s.y, index)
+
+
+def build_train_fn(stepper, held: HeldOrders):
+    """The Stepper's host call (steps.Stepper._build_train_fn's loop: lean steps, then the one
+    with diagnostics, then the packed scalars), as one XLA program reading `held`'s batches."""
+    lean = functools.partial(stepper._replica_step, diagnostics=False)
+    full = functools.partial(stepper._replica_step, diagnostics=True)
+    strategy = stepper.strategy
+
+    @tf.function(autograph=False, jit_compile=True)
+    def train_loop(num_steps):
+        timing.note_trace()
+        stepper._reset()
+
+        def lean_step(i):
+            strategy.run(lean, args=held.get_next())
+            return i + 1
+
+        tf.while_loop(lambda i: i < num_steps - 1, lean_step, [tf.constant(0)])
+        strategy.run(full, args=held.get_next())
+        return stepper._packed()
+
+    def call(num_steps: int):
+        held.ready(num_steps)
+        return train_loop(tf.constant(num_steps, tf.int32))
+
+    return call
