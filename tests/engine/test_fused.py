@@ -8,8 +8,9 @@ import math
 import numpy as np
 import pytest
 
-from wide_tf.engine import fused, train
-from wide_tf.engine.stream import InMemoryTrainStream
+from wide_tf.engine import train
+from wide_tf.engine.tf import fused
+from wide_tf.engine.tf.stream import InMemoryTrainStream
 from wide_tf.schema import defaults
 
 

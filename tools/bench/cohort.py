@@ -138,7 +138,8 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
     rounds), an evaluation pass's, and the first call's (trace and compile)."""
     import tensorflow as tf
 
-    from wide_tf.engine import data, fused
+    from wide_tf.engine import arrays
+    from wide_tf.engine.tf import fused
     from wide_tf.engine import train as train_lib
 
     config, member = _local_config(depth, batch)
@@ -156,7 +157,7 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
     held = fused.HeldOrders(stream, fused.HeldOrders.epochs_for(n * batch, stream.n))
     fused_fn = fused.build_train_fn(stepper, held)
     compile_s["fused"] = _cpu_timed(lambda: fused_fn(n).numpy())
-    x, y = data.load_arrays(config.data, "train")
+    x, y = arrays.load_arrays(config.data, "train")
     minimal = {
         "min": Minimal(depth, member.width, batch, x, y, lr),
         "min+sums": Minimal(depth, member.width, batch, x, y, lr, sums=True),

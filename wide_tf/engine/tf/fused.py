@@ -11,7 +11,8 @@ import math
 
 import tensorflow as tf
 
-from wide_tf.engine import data, timing
+from wide_tf.engine import timing
+from wide_tf.engine.tf import data
 
 # Architectures whose fused loop was measured to pay on CPU (tools/bench/cohort.py). The WRN's
 # convolutions ran ~30% slower under XLA on CPU than under oneDNN (docs/design.md), so its loop
