@@ -8,7 +8,9 @@ in one process, so a shared machine's load falls on each alike.
 
 One thread by default (a study's worker is pinned to one core). Each call runs the steps of one
 evaluation interval of the local study (144 examples: 36 steps at batch 4, one at 176), as the
-study does; `min@200` is the minimal loop at 200 steps a call (the per-call cost spread thin)."""
+study does; `min@200` is the minimal loop at 200 steps a call (the per-call cost spread thin).
+Times are the process's CPU milliseconds a step (an evaluation pass: a pass), medians of the
+rounds; the JSON rows also hold the wall medians."""
 
 from __future__ import annotations
 
@@ -119,12 +121,6 @@ class Minimal:
         return self.loop(tf.constant(k)).numpy()
 
 
-def _timed(fn) -> float:
-    t = time.perf_counter()
-    fn()
-    return time.perf_counter() - t
-
-
 def _cpu_timed(fn) -> float:
     """This process's CPU seconds in `fn` (a first call's trace and compile): on a shared machine
     the wall time of a compile counts the other processes' share too."""
@@ -139,8 +135,8 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
     import tensorflow as tf
 
     from wide_tf.engine import arrays
-    from wide_tf.engine.tf import fused
     from wide_tf.engine import train as train_lib
+    from wide_tf.engine.tf import fused
 
     config, member = _local_config(depth, batch)
     runtime = train_lib.runtime_for(config)
@@ -184,13 +180,18 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
         "eval_xla": lambda: xla_pass(*eval_set.data, _whole(eval_set)).numpy(),
     }
     times = {k: [] for k in contenders}
+    walls = {k: [] for k in contenders}
     names = list(contenders)
     for r in range(repeats):
         for k in names[r % len(names) :] + names[: r % len(names)]:
-            times[k].append(_timed(contenders[k]))
-    per_step = {k: _median(v) / (200 if k == "min@200" else n) for k, v in times.items()}
-    per_step["eval_executor"] = _median(times["eval_executor"])  # a pass, not a step
-    per_step["eval_xla"] = _median(times["eval_xla"])
+            wall = time.perf_counter()
+            times[k].append(_cpu_timed(contenders[k]))
+            walls[k].append(time.perf_counter() - wall)
+    steps = {k: 200 if k == "min@200" else 1 if k.startswith("eval") else n for k in times}
+    # CPU seconds of this process (all its threads): on a shared machine a call's wall time also
+    # counts the time-slices of other processes; the wall medians are kept beside them.
+    per_step = {k: _median(v) / steps[k] for k, v in times.items()}
+    wall_per_step = {k: _median(v) / steps[k] for k, v in walls.items()}
     train_lib.clear_cache()
     flops = 6 * member.params * batch  # forward and backward, multiply-adds counted twice
     return {
@@ -199,6 +200,7 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
         "batch": batch,
         "steps_per_call": n,
         "ms_per_step": {k: round(v * 1e3, 4) for k, v in per_step.items()},
+        "wall_ms_per_step": {k: round(v * 1e3, 4) for k, v in wall_per_step.items()},
         "fused_over_min": per_step["fused"] / per_step["min"],
         "executor_over_min": per_step["executor"] / per_step["min"],
         "executor_over_fused": per_step["executor"] / per_step["fused"],
