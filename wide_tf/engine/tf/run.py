@@ -99,7 +99,8 @@ class Trainer:
                 schedules.peak_learning_rate(self.config.optim, self.plan.batch)
             ),
             "probe_examples": None if self.probe is None else self.probe.n,
-            "runtime": self.runtime.describe(),
+            "runtime": self.runtime.describe()
+            + (", fused XLA loop (engine/tf/fused.py)" if self.built.stepper.fused else ""),
             # The policy the model was really built with (not only the one asked for).
             "dtype_policy": _model_policy(model),
             "batch_plan": self.batch_plan.describe(),
