@@ -121,6 +121,60 @@ class Minimal:
         return self.loop(tf.constant(k)).numpy()
 
 
+class Stacked:
+    """`runs` copies of the minimal loop's MLP trained as one program (a cohort's candidate on
+    TensorFlow): weights with a leading run axis, each layer one batched matmul (einsum) over
+    the runs, each run its own data order; plain SGD, nothing else. A call's time divided by
+    `runs` is a run-step's, to set beside the minimal loop's step."""
+
+    def __init__(self, depth, width, batch, x, y, lr, runs):
+        import numpy as np
+        import tensorflow as tf
+
+        rng = np.random.default_rng(0)
+        dims = [int(np.prod(x.shape[1:]))] + [width] * depth + [10]
+        w = [
+            tf.Variable(
+                rng.standard_normal((runs, a, b)).astype(np.float32) * np.float32((2 / a) ** 0.5)
+            )
+            for a, b in zip(dims[:-1], dims[1:])
+        ]
+        bias = [tf.Variable(np.zeros((runs, 1, b), np.float32)) for b in dims[1:]]
+        xs, ys, n = tf.constant(x.reshape(len(x), -1)), tf.constant(y), len(y)
+        order = tf.constant(np.stack([rng.permutation(n) for _ in range(runs)]).astype(np.int32))
+        pos = tf.Variable(0, dtype=tf.int32)
+        variables = w + bias
+        self.runs = runs
+
+        @tf.function(jit_compile=True, autograph=False)
+        def loop(k):
+            def body(i, acc):
+                p = pos.read_value()
+                idx = tf.gather(order, (p + tf.range(batch)) % n, axis=1)  # [runs, batch]
+                pos.assign((p + batch) % n)
+                xb, yb = tf.gather(xs, idx), tf.gather(ys, idx)
+                with tf.GradientTape() as tape:
+                    h = xb
+                    for j in range(depth):
+                        h = tf.nn.relu(tf.einsum("kbi,kio->kbo", h, w[j]) + bias[j])
+                    logits = tf.einsum("kbi,kio->kbo", h, w[-1]) + bias[-1]
+                    losses = tf.nn.sparse_softmax_cross_entropy_with_logits(yb, logits)
+                    loss = tf.reduce_sum(losses) / batch  # each run's own mean: disjoint weights
+                grads = tape.gradient(loss, variables)
+                for v, g in zip(variables, grads):
+                    v.assign_sub(lr * g)
+                return i + 1, acc + loss
+
+            return tf.while_loop(lambda i, a: i < k, body, [tf.constant(0), tf.constant(0.0)])[1]
+
+        self.loop = loop
+
+    def __call__(self, k: int):
+        import tensorflow as tf
+
+        return self.loop(tf.constant(k)).numpy()
+
+
 def _cpu_timed(fn) -> float:
     """This process's CPU seconds in `fn` (a first call's trace and compile): on a shared machine
     the wall time of a compile counts the other processes' share too."""
@@ -129,7 +183,7 @@ def _cpu_timed(fn) -> float:
     return time.process_time() - t
 
 
-def bench_cell(depth: int, batch: int, repeats: int) -> dict:
+def bench_cell(depth: int, batch: int, repeats: int, cohort_sizes=(8,)) -> dict:
     """One (member, batch) cell: seconds a step of each contender (medians of interleaved
     rounds), an evaluation pass's, and the first call's (trace and compile)."""
     import tensorflow as tf
@@ -159,7 +213,8 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
         "min+sums": Minimal(depth, member.width, batch, x, y, lr, sums=True),
         "min+sums+norms": Minimal(depth, member.width, batch, x, y, lr, sums=True, norms=True),
     }
-    for name, m in minimal.items():
+    stacked = {f"min x{k}": Stacked(depth, member.width, batch, x, y, lr, k) for k in cohort_sizes}
+    for name, m in {**minimal, **stacked}.items():
         compile_s[name] = _cpu_timed(lambda m=m: m(n))
     minimal["min"](200)
     eval_set = built.eval_sets["train"]
@@ -176,6 +231,7 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
         "fused": lambda: (reset(), fused_fn(n).numpy()),
         **{k: (lambda m=m: m(n)) for k, m in minimal.items()},
         "min@200": lambda: minimal["min"](200),
+        **{k: (lambda m=m: m(n)) for k, m in stacked.items()},
         "eval_executor": lambda: host_pass(*eval_set.data, _whole(eval_set)).numpy(),
         "eval_xla": lambda: xla_pass(*eval_set.data, _whole(eval_set)).numpy(),
     }
@@ -188,6 +244,7 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
             times[k].append(_cpu_timed(contenders[k]))
             walls[k].append(time.perf_counter() - wall)
     steps = {k: 200 if k == "min@200" else 1 if k.startswith("eval") else n for k in times}
+    steps.update({k: n * m.runs for k, m in stacked.items()})  # a run-step's time
     # CPU seconds of this process (all its threads): on a shared machine a call's wall time also
     # counts the time-slices of other processes; the wall medians are kept beside them.
     per_step = {k: _median(v) / steps[k] for k, v in times.items()}
@@ -206,6 +263,9 @@ def bench_cell(depth: int, batch: int, repeats: int) -> dict:
         "executor_over_fused": per_step["executor"] / per_step["fused"],
         "min_gflops": flops / per_step["min"] / 1e9,
         "compile_s": {k: round(v, 3) for k, v in compile_s.items()},
+        "stacked_over_min": {
+            k: per_step[k] / per_step["min"] for k in stacked
+        },  # below 1: a stacked run-step costs less than a lone run's step
     }
 
 
@@ -217,20 +277,25 @@ def _whole(eval_set):
     return tf.constant([-math.inf, math.inf, float(eval_set.num_examples)], tf.float32)
 
 
-def table(rows) -> str:
+def table(rows, key: str = "wall_ms_per_step") -> str:
+    """A Markdown table of the rows: milliseconds a step (`key`: wall or CPU medians), a
+    stacked run-step's, the ratios, an evaluation pass's and the first calls' CPU seconds."""
+    stacked = sorted({k for r in rows for k in r[key] if k.startswith("min x")})
+    steps = ["executor", "fused", "min", "min+sums", "min+sums+norms", "min@200", *stacked]
     head = (
-        "| depth x width | batch | steps/call | executor | fused | min | min+sums | "
-        "min+sums+norms | min@200 | fused/min | executor/fused | eval pass executor / XLA (ms) "
-        "| first call executor / fused (CPU s) |"
+        "| depth x width | batch | steps/call | "
+        + " | ".join(steps)
+        + " | fused/min | executor/fused | eval pass executor / XLA | "
+        "first call executor / fused (CPU s) |"
     )
     lines = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in rows:
-        m, c = r["ms_per_step"], r["compile_s"]
+        m, c = r[key], r["compile_s"]
         lines.append(
             f"| {r['depth']} x {r['width']} | {r['batch']} | {r['steps_per_call']} | "
-            f"{m['executor']:.3f} | {m['fused']:.3f} | {m['min']:.3f} | {m['min+sums']:.3f} | "
-            f"{m['min+sums+norms']:.3f} | {m['min@200']:.3f} | {r['fused_over_min']:.2f} | "
-            f"{r['executor_over_fused']:.2f} | {m['eval_executor']:.2f} / {m['eval_xla']:.2f} | "
+            + " | ".join(f"{m[k]:.3f}" for k in steps)
+            + f" | {m['fused'] / m['min']:.2f} | {m['executor'] / m['fused']:.2f} | "
+            f"{m['eval_executor']:.2f} / {m['eval_xla']:.2f} | "
             f"{c['executor']:.2f} / {c['fused']:.2f} |"
         )
     return "\n".join(lines)
@@ -242,11 +307,13 @@ def main(argv=None) -> int:
     p.add_argument("--batches", default="4,8,32,64,128,176")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds per cell")
     p.add_argument("--threads", type=int, default=1, help="TensorFlow and OpenMP threads")
+    p.add_argument("--cohorts", default="8", help="run counts of the stacked minimal loop")
     p.add_argument("--json", default="", help="also write the rows here")
     a = p.parse_args(argv)
     try:
         depths = [int(v) for v in a.depths.split(",")]
         batches = [int(v) for v in a.batches.split(",")]
+        cohorts = [int(v) for v in a.cohorts.split(",") if v]
     except ValueError:
         print(
             "error: --depths and --batches take comma-separated integers, e.g. --batches=4,176",
@@ -260,9 +327,12 @@ def main(argv=None) -> int:
     rows = []
     for d in depths:
         for b in batches:
-            rows.append(bench_cell(d, b, a.repeats))
+            rows.append(bench_cell(d, b, a.repeats, cohorts))
             print(json.dumps(rows[-1]), flush=True)
-    print(table(rows))
+    print("wall milliseconds a step (medians):")
+    print(table(rows, "wall_ms_per_step"))
+    print("CPU milliseconds a step of this process (medians):")
+    print(table(rows, "ms_per_step"))
     if a.json:
         with open(a.json, "w") as f:
             json.dump(rows, f, indent=1)
