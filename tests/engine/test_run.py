@@ -238,10 +238,10 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     train.clear_cache()
     train.train_and_evaluate(config(1.0, 0), str(tmp_path / "a"), runtime)
     (built,) = reuse._BUILT.values()
-    traces = built.stepper._train_fn.experimental_get_tracing_count()
+    traces = built.stepper.traced_train_fn.experimental_get_tracing_count()
     reused = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "b"), runtime)
     assert list(reuse._BUILT.values()) == [built]
-    assert built.stepper._train_fn.experimental_get_tracing_count() == traces  # no retrace
+    assert built.stepper.traced_train_fn.experimental_get_tracing_count() == traces  # no retrace
     train.clear_cache()
     fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
     assert comparable(reused) == comparable(fresh)

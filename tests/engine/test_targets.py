@@ -304,7 +304,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     (built,) = reuse._BUILT.values()
     counts = [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
-        built.stepper._train_fn.experimental_get_tracing_count(),
+        built.stepper.traced_train_fn.experimental_get_tracing_count(),
         built.eval_sets["train"]._fn.experimental_get_tracing_count(),
     ]
     assert counts[0] == 1
@@ -312,7 +312,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     assert list(reuse._BUILT.values()) == [built]
     assert [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
-        built.stepper._train_fn.experimental_get_tracing_count(),
+        built.stepper.traced_train_fn.experimental_get_tracing_count(),
         built.eval_sets["train"]._fn.experimental_get_tracing_count(),
     ] == counts
     train.clear_cache()

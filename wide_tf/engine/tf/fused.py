@@ -117,4 +117,5 @@ def build_train_fn(stepper, held: HeldOrders):
         held.ready(num_steps)
         return train_loop(tf.constant(num_steps, tf.int32))
 
+    call.traced = train_loop  # what a reused build must not retrace
     return call

@@ -285,6 +285,11 @@ class Stepper:
         out["learning_rate"] = float(packed[n + 2])
         return out
 
+    @property
+    def traced_train_fn(self):
+        """The traced host call in use: the fused one once it has run, else the executor's."""
+        return self._fused_fn[2].traced if self._fused_fn is not None else self._train_fn
+
     def _fused_call(self, stream, num_steps: int):
         """The fused call (engine/fused.py), kept for the stream; rebuilt (a new compile) only
         for a call that spans more epochs than its held orders."""
