@@ -48,9 +48,10 @@ class HeldOrders:
         self.key = None  # (seed, first epoch) of the orders held; None: none
         self.order = tf.Variable(tf.zeros([self.epochs * n], tf.int64), trainable=False)
 
+        # Not a timing.note_trace(): its trace is a few small ops, and the training loop's is
+        # what a new batch of a kept member traces (tests/engine/test_member_reuse.py).
         @tf.function(autograph=False)
         def refresh(seed, first):
-            timing.note_trace()
             orders = [
                 data.epoch_order(n, seed, first + e, stream.shuffle_buffer)
                 for e in range(self.epochs)
