@@ -295,7 +295,7 @@ RUNTIME = (
     _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
     # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
     _F("runtime.devices", (), FREE, "the cpu strategy's devices"),
-    _F("runtime.jit_compile", "auto", JIT, "auto: XLA on TPU and GPU, off on CPU"),
+    _F("runtime.jit_compile", "auto", JIT, "auto: XLA on TPU and GPU; on CPU an MLP's fused loop"),
     _F(
         "runtime.mixed_precision",
         "auto",
