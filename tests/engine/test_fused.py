@@ -1,4 +1,4 @@
-"""The fused training loop (engine/fused.py): it reads the stream's batches exactly, and a run
+"""The fused training loop (engine/tf/fused.py): it reads the stream's batches exactly, and a run
 trained with it follows the executor's run of the same config within float tolerance, with the
 same evaluation steps, crossing and status (a few seconds: two small MLP runs)."""
 

@@ -95,7 +95,7 @@ class HeldOrders:
 
 
 def build_train_fn(stepper, held: HeldOrders):
-    """The Stepper's host call (steps.Stepper._build_train_fn's loop: lean steps, then the one
+    """The Stepper's host call (step.Stepper._build_train_fn's loop: lean steps, then the one
     with diagnostics, then the packed scalars), as one XLA program reading `held`'s batches."""
     lean = functools.partial(stepper._replica_step, diagnostics=False)
     full = functools.partial(stepper._replica_step, diagnostics=True)
@@ -120,3 +120,16 @@ def build_train_fn(stepper, held: HeldOrders):
 
     call.traced = train_loop  # what a reused build must not retrace
     return call
+
+
+def train(stepper, stream, num_steps: int):
+    """`num_steps` of the Stepper's fused call: its packed scalars (a tensor). The call is kept on
+    the Stepper for its stream, and rebuilt (a new compile) only for a call that spans more epochs
+    than its held orders."""
+    epochs = HeldOrders.epochs_for(num_steps * stream.batch, stream.n)
+    kept = stepper._fused_fn
+    if kept is None or kept[0] is not stream or kept[1] < epochs:
+        epochs = max(epochs, 2)
+        call = build_train_fn(stepper, HeldOrders(stream, epochs))
+        stepper._fused_fn = kept = (stream, epochs, call)
+    return kept[2](num_steps)

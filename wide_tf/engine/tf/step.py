@@ -110,7 +110,7 @@ class Stepper:
     ):
         self.model = model
         # The whole host call as one XLA program when it reads the in-memory stream
-        # (engine/fused.py decides when: one CPU replica).
+        # (engine/tf/fused.py decides when: one CPU replica).
         self.fused = bool(fused)
         self._fused_fn = None  # (stream, epochs held, the call)
         # The data set's spec (schema/datasets.Dataset): packed images (data.pack_images) are
@@ -273,7 +273,7 @@ class Stepper:
         diverged), the optimizer's diagnostics, `diverged`, `iteration` (the optimizer's step) and
         `learning_rate`, all from one device-to-host read."""
         if self.fused and isinstance(iterator, InMemoryTrainStream):
-            packed = self._fused_call(iterator, num_steps).numpy()
+            packed = fused_lib.train(self, iterator, num_steps).numpy()
         else:
             if self._train_fn is None:
                 self._train_fn = self._build_train_fn()
@@ -289,17 +289,6 @@ class Stepper:
     def traced_train_fn(self):
         """The traced host call in use: the fused one once it has run, else the executor's."""
         return self._fused_fn[2].traced if self._fused_fn is not None else self._train_fn
-
-    def _fused_call(self, stream, num_steps: int):
-        """The fused call (engine/fused.py), kept for the stream; rebuilt (a new compile) only
-        for a call that spans more epochs than its held orders."""
-        epochs = fused_lib.HeldOrders.epochs_for(num_steps * stream.batch, stream.n)
-        kept = self._fused_fn
-        if kept is None or kept[0] is not stream or kept[1] < epochs:
-            epochs = max(epochs, 2)
-            held = fused_lib.HeldOrders(stream, epochs)
-            self._fused_fn = kept = (stream, epochs, fused_lib.build_train_fn(self, held))
-        return kept[2](num_steps)
 
     def reset(self, diverge_loss: float | None = None):
         """Ready for a new run on the same model and optimizer (whose variables the caller resets):
@@ -373,7 +362,7 @@ class DeviceEvalSet:
         self, x, y, batch_size: int, strategy, model, input_spec=None, in_replica=None, xla=False
     ):
         self.num_examples = len(y)  # without the padding
-        # The pass as one XLA program (engine/fused.py: one CPU replica), not the executor's loop.
+        # The pass as one XLA program (engine/tf/fused.py: one CPU replica), not the executor's.
         self.xla = bool(xla)
         replicas = strategy.num_replicas_in_sync
         if batch_size % replicas:
