@@ -1,8 +1,9 @@
 """Owns the fused training loop of one CPU replica: a host call's steps (the in-memory stream's
 batches, the update, its sums and divergence check) as one XLA program, and the evaluation pass
 of a held set compiled the same way. Without it TensorFlow's executor runs the step's few hundred
-small ops one by one, which cost a small model more than its arithmetic (a 50k-parameter MLP at
-batch 4: about 2.5x a minimal compiled loop; `python -m tools.bench.cohort`)."""
+small ops one by one, handing work between its threads; on a loaded machine each hand-off waits
+(the local study's training seconds fell 2.4x under load with the CPU seconds about the same:
+docs/benchmarks.md, `python -m tools.bench.cohort`)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ import tensorflow as tf
 from wide_tf.engine import timing
 from wide_tf.engine.tf import data
 
-# Architectures whose fused loop was measured to pay on CPU (tools/bench/cohort.py). The WRN's
-# convolutions ran ~30% slower under XLA on CPU than under oneDNN (docs/design.md), so its loop
-# stays the executor's.
+# Architectures whose fused loop was measured on CPU (docs/benchmarks.md: the step bench and the
+# local study before and after). The WRN's convolutions ran ~30% slower under XLA on CPU than
+# under oneDNN (engine/tf/strategy.py's note), so its loop stays the executor's.
 MEASURED_ARCHS = ("mlp",)
 
 
