@@ -8,9 +8,10 @@ in one process, so a shared machine's load falls on each alike.
 
 One thread by default (a study's worker is pinned to one core). Each call runs the steps of one
 evaluation interval of the local study (144 examples: 36 steps at batch 4, one at 176), as the
-study does; `min@200` is the minimal loop at 200 steps a call (the per-call cost spread thin).
-Times are the process's CPU milliseconds a step (an evaluation pass: a pass), medians of the
-rounds; the JSON rows also hold the wall medians."""
+study does; `min@200` is the minimal loop at 200 steps a call (the per-call cost spread thin),
+`min xK` K runs stacked on a leading axis (a cohort's candidate), per run-step. Times are the
+process's CPU milliseconds a step (an evaluation pass: a pass), medians of the rounds; the JSON
+rows also hold the wall medians."""
 
 from __future__ import annotations
 
@@ -302,7 +303,11 @@ def table(rows, key: str = "wall_ms_per_step") -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench.cohort", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench.cohort",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--depths", default="2,12", help="local members by depth (1-6, 8, 10, 12)")
     p.add_argument("--batches", default="4,8,32,64,128,176")
     p.add_argument("--repeats", type=int, default=7, help="interleaved rounds per cell")

@@ -45,7 +45,11 @@ def _run_study(code_dir: str, config: str, workdir: str, extra: list[str]) -> di
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m tools.bench.study_pair", description=__doc__)
+    p = argparse.ArgumentParser(
+        prog="python -m tools.bench.study_pair",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--old", required=True, help="the commit to compare against (any git rev)")
     p.add_argument("--config", default="configs/mlp.py:local")
     p.add_argument("--root", default="", help="where the worktree and workdirs go")
