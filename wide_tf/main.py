@@ -152,7 +152,7 @@ def _run(config, verbose: bool) -> None:
         if config.get("kind", "study") == "theory":
             theory_check.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
-            train.train_and_evaluate(config, _WORKDIR.value)
+            train.train_and_evaluate(config, _WORKDIR.value, checked=True)
     else:  # its parent imports TensorFlow for the report alone, once every group is done
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)

@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from wide_tf.engine import host_scalars, schedules, timing
+from wide_tf.engine.interface import GradientStats, HostCall, RunFacts, SetMetrics
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 
@@ -67,34 +68,31 @@ class BaseTrainer:
         )
         if updated:  # the noise estimate into the state
             st.noise = self.noise.to_dict()
-        out["diverged"] = bool(scalars["diverged"])
-        return out
+        return HostCall(out, bool(scalars["diverged"]))
 
-    def measure(self, step: int) -> dict:
+    def measure(self, step: int) -> GradientStats:
         with timing.timed("probe", self.state.time_s) as timed:
             compute, n = self._probe()
             seed = self.config.train.seed
             g = host_scalars.at_init(self.at_init, seed, step, "gradient", compute)
             timed["count"] = n
-        return g
+        return GradientStats(**g)
 
-    def describe(self) -> dict:
+    def describe(self) -> RunFacts:
         model = self._model()
-        noise = None if self.noise is None else self.noise.value
         # The policy the model was really built with (not only the one asked for): its first
         # layer with weights (the logits layer stays float32).
         layer = next((c for c in model.layers if c.weights), model)
         peak = schedules.peak_learning_rate(self.config.optim, self.plan.batch)
-        return {
-            "model": model.name,
-            "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-            "learning_rate": float(peak),
-            "probe_examples": self._probe_examples(),
-            "runtime": self.runtime.describe(),
-            "dtype_policy": layer.dtype_policy.name,
-            "batch_plan": self.batch_plan.describe(),
-            "noise_scale_ema": None if noise is None else float(noise),
-        }
+        return RunFacts(
+            model=model.name,
+            params=int(sum(np.prod(v.shape) for v in model.trainable_variables)),
+            learning_rate=float(peak),
+            probe_examples=self._probe_examples(),
+            runtime=self.runtime.describe(),
+            dtype_policy=layer.dtype_policy.name,
+            batch_plan=self.batch_plan.describe(),
+        )
 
 
 class BaseEvaluator:
@@ -117,7 +115,7 @@ class BaseEvaluator:
         compute = lambda: self._passes(self._weights(), sets, bound)  # noqa: E731
         return host_scalars.at_init(self.at_init, self.seed, step, key, compute)
 
-    def _passes(self, weights, names, bound) -> dict | None:
+    def _passes(self, weights, names, bound) -> dict[str, SetMetrics] | None:
         with self._statistics(weights) as weights:
             out = {}
             for k in names:
@@ -126,7 +124,7 @@ class BaseEvaluator:
                     timed["count"] = 0 if got is None else int(got["examples"])
                 if got is None:
                     return None
-                out[k] = got
+                out[k] = SetMetrics(**got)
             return out
 
     def _statistics(self, weights):
