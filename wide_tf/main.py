@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
+from wide_tf.analysis import frozen
 from wide_tf.checks import dry_run, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
@@ -67,6 +68,13 @@ _ACCELERATOR = flags.DEFINE_string(
 _SUITE = flags.DEFINE_string(
     "suite", None, "A suite of studies instead of --config (configs/answer.py): WORKDIR/<study>/."
 )
+_FROZEN = flags.DEFINE_string(
+    "frozen",
+    None,
+    "A frozen design (python -m wide_tf.analysis.frozen): run only if the config, overrides "
+    "included, is the one frozen in it, and stamp every record with its hash. Default: "
+    "frozen/<config stem>_<variant>.json beside the config, when that file exists.",
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose", False, "On an error, show the Python traceback; also TensorFlow's start-up lines."
 )
@@ -79,6 +87,25 @@ def _checks(config) -> list[str]:
     return validate.check_command(config, sys.argv, **{k: f.value for k, f in flag.items()})
 
 
+def _config_spec() -> str | None:
+    """The --config=PATH[:VARIANT] given on the command line (not its --config.x overrides)."""
+    for arg in sys.argv[1:]:
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def _check_frozen(config) -> None:
+    """A frozen study runs only as frozen (wide_tf/analysis/frozen.py); its records carry the
+    stamp. Without --frozen, the file beside the config is used when it exists."""
+    path = _FROZEN.value
+    if path is None:
+        guess = frozen.default_file(_config_spec())
+        path = guess if guess and os.path.isfile(guess) else None
+    if path:
+        frozen.stamp(frozen.check(config, path), path)
+
+
 def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
@@ -86,10 +113,11 @@ def main(argv) -> None:
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
     try:
+        _check_frozen(config)
         warnings = _checks(config)  # once: the workers of --workers=N read what passed here
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
-    except validate.Problem as e:
+    except (validate.Problem, frozen.FrozenError) as e:
         if verbose:
             raise
         errors.fail(str(e), e.exit_code)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from wide_tf.analysis import cells, decision, members
+from wide_tf.analysis import cells, decision, frozen, members
 from wide_tf.report import cost, prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
@@ -346,6 +346,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
     """The whole of report.md. `partial`: one 'trial_id (why)' per record left out as not whole."""
     summaries = result["summaries"]
     lines = md_header(config, records, n_bad, result["verdicts"], partial)
+    lines += [f"**Design:** {frozen.label(config, records)}.", ""]
     lines += md_protocol(config, records, eps)
     if records:
         lines += md_targets(result.get("per_target") or {})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import platform
 import shlex
@@ -169,7 +170,31 @@ def collect(argv=None) -> dict:
         **{name: _version(name) for name in PACKAGES},
         "machine": machine(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        **_frozen(),
     }
+
+
+# A run of a frozen design exports its stamp here (wide_tf/analysis/frozen.py): the design's hash,
+# date, margin and simulated power and size, as JSON.
+FROZEN_ENV = "WIDE_TF_FROZEN"
+
+
+def frozen_stamp() -> dict | None:
+    """The frozen design's stamp of this process's run (None: not one, or a damaged variable)."""
+    text = os.environ.get(FROZEN_ENV)
+    if not text:
+        return None
+    try:
+        s = json.loads(text)
+    except ValueError:
+        return None
+    return s if isinstance(s, dict) and s.get("hash") else None
+
+
+def _frozen() -> dict:
+    """{"frozen": the stamp} in a run of a frozen design, else {} (older records: no key)."""
+    s = frozen_stamp()
+    return {"frozen": s} if s else {}
 
 
 def summary(p: dict) -> dict[str, str]:
