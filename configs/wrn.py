@@ -47,6 +47,13 @@ Variants (after the colon):
           (`configs/answer.py:wrn_fashion7` runs the pair and pools it): the seed replicate a
           ResNet verdict must survive. Frozen before its first run; the pair's power in
           docs/results.md ("The ResNets on Fashion-MNIST").
+  fashion_confirm  the confirmatory ResNet study on Fashion-MNIST, frozen
+          (configs/frozen/wrn_fashion_confirm.json) and not yet run: eight WRNs at 50k parameters
+          (WRN-10 to WRN-52 in steps of six layers, k 0.79 to 0.25), 7x7 images, 16,000 training
+          images so that batches reach 2,000 (n / 8), past every member's B_x2 (333-430 at 80% in
+          fashion7), batches 32, 128, 512, 1,000 and 2,000, 80% training accuracy primary and
+          85% secondary, read with its seed replicate `fashion_confirm_replicate` (seeds
+          100-103). Its design simulation, margin and estimated cost: docs/results/designs.md.
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
@@ -78,6 +85,8 @@ def get_config(arg=None):
         "mnist7",
         "fashion7",
         "fashion7_replicate",
+        "fashion_confirm",
+        "fashion_confirm_replicate",
         "single",
         "smoke",
         "check",
@@ -85,7 +94,8 @@ def get_config(arg=None):
     ):
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, local4, "
-            "mnist7, fashion7, fashion7_replicate, single, fashion_check, predict, predict_local, "
+            "mnist7, fashion7, fashion7_replicate, fashion_confirm, fashion_confirm_replicate, "
+            "single, fashion_check, predict, predict_local, "
             "smoke or check"
         )
     config = _common()
@@ -184,6 +194,10 @@ def _local(config, variant):
     if variant in ("fashion7", "fashion7_replicate"):
         _mnist7(config)
         _fashion7(config)
+    if variant in ("fashion_confirm", "fashion_confirm_replicate"):
+        _mnist7(config)
+        _fashion7(config)
+        _fashion_confirm(config, variant)
     if variant == "fashion7_replicate":
         # Other seeds, everything else the same (the subset of images is fixed by data.subset_seed,
         # not by these): as configs/mlp.py:fashion7_replicate to configs/mlp.py:fashion7.
@@ -265,3 +279,20 @@ def _fashion7(config):
     t.min_steps = 600  # 20 epochs at 1,000 are 160 steps
     t.eval_every_examples = 800  # a tenth of an epoch
     t.eval_batch = 1000
+
+
+def _fashion_confirm(config, variant):
+    """The confirmatory ResNet study on Fashion-MNIST (docs/results/designs.md): fashion7's
+    protocol with eight members, 16,000 images, batches past every member's B_x2, and the 85%
+    target beside the 80% one."""
+    s, t = config.sweep, config.train
+    # WRN-10 to WRN-52 in steps of six layers (a WRN's depth is 6n + 4): 8 members, k 0.79-0.25.
+    s.family.depths = (10, 16, 22, 28, 34, 40, 46, 52)
+    config.data.num_train = 16_000  # n / 8 = 2,000: 4.6x past the largest B_x2 measured (430)
+    s.batch_sizes = (32, 128, 512, 1000, 2000)
+    t.extra_targets = ("train_accuracy:0.85",)  # secondary: runs go on to 85%
+    t.max_epochs = 20.0
+    t.eval_every_examples = 1600  # a tenth of an epoch
+    t.eval_batch = 2000
+    if variant == "fashion_confirm_replicate":
+        s.seeds, s.confirm_seeds = (100, 101), (102, 103)
