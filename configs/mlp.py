@@ -28,14 +28,14 @@ Variants (after the colon):
           optimizer with a ~10-step ramp (1 / (1 - momentum)); its report gives the ramp beside
           each member's S_min.
   mnist7  the confirmatory study on real 28x28 digits, frozen before its first run (its design,
-          rule and target committed with their simulated power first: docs/results.md, "The
+          rule and target committed with their simulated power first: docs/results/mnist7_mlp.md, "The
           confirmatory study"): the 5,000 embedded MNIST digits (4,000 for training) average-
           pooled to 7x7 (49 inputs keep the family's width span: 833 to 80, 10.4x, where 784
           inputs leave 1.6x), 8 members (depths 1-8) at 50k parameters, batches 8 to 500 (n / 8),
           plain SGD, the local protocol (x2 grid on 2 tuning seeds, extended, confirmed on 3 more),
           95% training accuracy, runs stopped there; the verdict rule as for `local`.
   fashion7  the same family and protocol on Fashion-MNIST, frozen before its first run
-          (docs/results.md, "Fashion-MNIST"): Debian's idx files (`apt-get install -y
+          (docs/results/fashion7_mlp.md): Debian's idx files (`apt-get install -y
           dataset-fashion-mnist`) pooled to 7x7, a fixed subset of 16,000 training images,
           depths 1-8, batches 16 to 2,000 (n / 8), 80% training accuracy (the deep members
           reach 85% only after 8-14 epochs; depth 12 stalls at batch 1,024). A cut design: its
@@ -240,7 +240,7 @@ def _sgd(config):
 
 
 def _mnist7(config):
-    """The confirmatory study (frozen before its first run; docs/results.md): the local protocol
+    """The confirmatory study (frozen before its first run; docs/results/mnist7_mlp.md): the local protocol
     on the embedded MNIST digits pooled to 7x7, depths 1-8, batches 8 to n / 8 = 500, 95%
     training accuracy, every run stopped there."""
     s, t = config.sweep, config.train
@@ -264,7 +264,7 @@ def _mnist7(config):
 
 def _fashion7(config, variant="fashion7"):
     """The mnist7 protocol and family on Fashion-MNIST pooled to 7x7 (frozen before its first
-    run; its pilot and design simulation: docs/results.md, "Fashion-MNIST"), and the answer
+    run; its pilot and design simulation: docs/results/fashion7_mlp.md), and the answer
     suite's other families and momentum on the same data (each simulated before it ran)."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"

@@ -68,7 +68,7 @@ def test_the_command_line_names_its_scale_and_leaves_the_registry_alone(capsys):
 
 def test_the_check_level_flag_applies_to_the_run_only(capsys, monkeypatch):
     """--heaviest_level sets the rule's check level for the simulated studies (what the level
-    costs and buys: docs/results.md) and puts the rule's own back afterwards."""
+    costs and buys: docs/results/calibration.md) and puts the rule's own back afterwards."""
     from wide_tf.analysis import decision
 
     seen = []

@@ -3,7 +3,7 @@ dirty), the command line, the Python/TensorFlow/Keras/NumPy versions, the CPU (m
 instruction sets TensorFlow's kernels pick from), the accelerator and the environment variables
 that change the arithmetic. Read without TensorFlow (package metadata, /proc, git), once per
 process; config.json, every result.json, the report's protocol table and the TensorBoard HParams
-carry it (docs/results.md says why: two machines' numbers differ in the last digits)."""
+carry it (docs/results/digits_mlp.md says why: two machines' numbers differ in the last digits)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ CPU_FLAGS = (
 ENV_VARS = (
     "TF_ENABLE_ONEDNN_OPTS",
     # oneDNN's instruction-set cap: AVX2 here changes float32 matmul results on an AVX-512 CPU
-    # (docs/results.md, "How much the numbers move between machines").
+    # (docs/results/digits_mlp.md, "How much the numbers move between machines").
     "ONEDNN_MAX_CPU_ISA",
     "TF_XLA_FLAGS",
     "XLA_FLAGS",
