@@ -28,8 +28,8 @@ Variants (after the colon):
           optimizer with a ~10-step ramp (1 / (1 - momentum)); its report gives the ramp beside
           each member's S_min.
   mnist7  the confirmatory study on real 28x28 digits, frozen before its first run (its design,
-          rule and target committed with their simulated power first: docs/results/mnist7_mlp.md, "The
-          confirmatory study"): the 5,000 embedded MNIST digits (4,000 for training) average-
+          rule and target committed with their simulated power first:
+          docs/results/mnist7_mlp.md): the 5,000 embedded MNIST digits (4,000 for training) average-
           pooled to 7x7 (49 inputs keep the family's width span: 833 to 80, 10.4x, where 784
           inputs leave 1.6x), 8 members (depths 1-8) at 50k parameters, batches 8 to 500 (n / 8),
           plain SGD, the local protocol (x2 grid on 2 tuning seeds, extended, confirmed on 3 more),
@@ -240,9 +240,9 @@ def _sgd(config):
 
 
 def _mnist7(config):
-    """The confirmatory study (frozen before its first run; docs/results/mnist7_mlp.md): the local protocol
-    on the embedded MNIST digits pooled to 7x7, depths 1-8, batches 8 to n / 8 = 500, 95%
-    training accuracy, every run stopped there."""
+    """The confirmatory study (frozen before its first run; docs/results/mnist7_mlp.md): the
+    local protocol on the embedded MNIST digits pooled to 7x7, depths 1-8, batches 8 to n / 8 =
+    500, 95% training accuracy, every run stopped there."""
     s, t = config.sweep, config.train
     config.data.name = "mnist_embedded"
     config.data.pool = 4  # 28x28 -> 7x7: widths 833 (depth 1) to 80 (depth 8)

@@ -17,7 +17,7 @@ Variants (after the colon):
           with up to 4 learning-rate extensions, the chosen rate confirmed on 2 more seeds: the
           same protocol at CPU scale (a rehearsal of the pipeline; 8x8 digits are not CIFAR).
           See the README for what it costs.
-  local4  `local` cut to fit 45 minutes on 2 cores (the ResNet answer of docs/results/wrn_local4.md): WRN-10,
+  local4  `local` cut to fit 45 minutes on 2 cores (docs/results/wrn_local4.md): WRN-10,
           -16, -28 and -52 (widths 0.79 to 0.25), batches 8, 16, 32, 64 and 176, the same
           protocol, rule and targets.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
@@ -40,8 +40,8 @@ Variants (after the colon):
           dataset-fashion-mnist), a fixed 8,000-image subset, batches 32, 128, 512 and 1,000
           (n / 8), 80% training accuracy (the MLP fashion7 study's target): the ResNet study on
           Fashion-MNIST cut to about an hour on 2 cores (50 minutes idle). Frozen before its
-          first run after a pilot and the design simulation (docs/results/wrn_fashion7.md, "The ResNets on
-          Fashion-MNIST"): 30-32% power at B_crit ~ width^0.5, 86% at width^1, every
+          first run after a pilot and the design simulation (docs/results/wrn_fashion7.md):
+          30-32% power at B_crit ~ width^0.5, 86% at width^1, every
           generator's null <= 7%; at its own scale 41% and 90%.
   fashion7_replicate  fashion7 on seeds 100-103 (the same 8,000 images), read together with it
           (`configs/answer.py:wrn_fashion7` runs the pair and pools it): the seed replicate a
@@ -243,8 +243,9 @@ def _mnist7(config):
     # Six members, not local4's four: the design simulation gives 4 members 0.5% power at
     # B_crit ~ width^0.5 (2 df) and 6 members 31% (86% at width^1); more seeds do not help.
     s.family.depths = (10, 16, 22, 28, 40, 52)
-    # The pilot (docs/results/wrn_mnist7.md): WRN-10 needs 3.0 epochs to 95% at batch 32 and 9.1 at 496, so
-    # B_crit ~ 200 there; the largest multiple of the ghost batch 8 below n / 8 = 500 is 496.
+    # The pilot (docs/results/wrn_mnist7.md): WRN-10 needs 3.0 epochs to 95% at batch 32 and 9.1
+    # at 496, so B_crit ~ 200 there; the largest multiple of the ghost batch 8 below n / 8 = 500
+    # is 496.
     # From 32, not 16: the first frozen design (from 16, evaluations every 400 examples) ran at
     # about 4 hours on 2 cores; its batch-16 runs of the deep members cost the most.
     s.batch_sizes = (32, 64, 128, 256, 496)
@@ -261,8 +262,7 @@ def _mnist7(config):
 
 def _fashion7(config):
     """mnist7's family and protocol on Fashion-MNIST pooled to 7x7: the ResNet study's cut
-    version on 2 cores (its pilot, design simulation and cost: docs/results/wrn_fashion7.md, "The ResNets on
-    Fashion-MNIST")."""
+    version on 2 cores (its pilot, design simulation and cost: docs/results/wrn_fashion7.md)."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"
     # 8,000 images, not the MLP study's 16,000: n / 8 = 1,000 still reaches past every member's

@@ -71,9 +71,8 @@ _SUITE = flags.DEFINE_string(
 _FROZEN = flags.DEFINE_string(
     "frozen",
     None,
-    "A frozen design (python -m wide_tf.analysis.frozen): run only if the config, overrides "
-    "included, is the one frozen in it, and stamp every record with its hash. Default: "
-    "frozen/<config stem>_<variant>.json beside the config, when that file exists.",
+    "A frozen design: run only the config frozen in it and stamp every record with its hash "
+    "(default: frozen/<stem>_<variant>.json beside the config, if it exists).",
 )
 _VERBOSE = flags.DEFINE_bool(
     "verbose", False, "On an error, show the Python traceback; also TensorFlow's start-up lines."
@@ -87,25 +86,6 @@ def _checks(config) -> list[str]:
     return validate.check_command(config, sys.argv, **{k: f.value for k, f in flag.items()})
 
 
-def _config_spec() -> str | None:
-    """The --config=PATH[:VARIANT] given on the command line (not its --config.x overrides)."""
-    for arg in sys.argv[1:]:
-        if arg.startswith("--config="):
-            return arg.split("=", 1)[1]
-    return None
-
-
-def _check_frozen(config) -> None:
-    """A frozen study runs only as frozen (wide_tf/analysis/frozen.py); its records carry the
-    stamp. Without --frozen, the file beside the config is used when it exists."""
-    path = _FROZEN.value
-    if path is None:
-        guess = frozen.default_file(_config_spec())
-        path = guess if guess and os.path.isfile(guess) else None
-    if path:
-        frozen.stamp(frozen.check(config, path), path)
-
-
 def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
@@ -113,7 +93,7 @@ def main(argv) -> None:
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
     try:
-        _check_frozen(config)
+        frozen.check_run(config, _FROZEN.value, sys.argv)  # a frozen study runs only as frozen
         warnings = _checks(config)  # once: the workers of --workers=N read what passed here
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))

@@ -110,3 +110,18 @@ def test_the_committed_frozen_designs_match_their_configs():
         frozen.check(loader.load_config(os.path.join(REPO, spec)), path)
         e = doc["equivalence"]
         assert e["margin"] > 0 and 0 <= e["power_null"] <= 1 and 0 <= e["size_margin"] <= 1
+
+
+def test_the_freeze_command_writes_each_file_once(tmp_path, capsys):
+    """`python -m wide_tf.analysis.frozen` simulates the design (two studies here, for time)
+    and writes the study's and its replicate's frozen files; it never rewrites one."""
+    out, rep = tmp_path / "s.json", tmp_path / "r.json"
+    args = ["--config=configs/mlp.py:smoke", "--b_crit_ref=20", "--s_min=40", "--studies=2"]
+    args += ["--bootstrap=20", f"--out={out}"]
+    assert frozen.main(args + ["--replicate", "configs/mlp.py:smoke_sgd", str(rep)]) == 0
+    a, b = frozen.load(str(out)), frozen.load(str(rep))
+    assert a["simulation"] == b["simulation"] and a["config_hash"] != b["config_hash"]
+    assert a["simulation"]["studies"] == 2 and a["rule"]["heaviest_level"] == 0.95
+    assert "frozen at " in capsys.readouterr().out
+    assert frozen.main(args) == 2
+    assert "never rewritten" in capsys.readouterr().err

@@ -155,6 +155,24 @@ def default_file(spec: str | None) -> str | None:
     return os.path.join(os.path.dirname(path), "frozen", f"{stem}_{variant or 'default'}.json")
 
 
+def config_spec(argv) -> str | None:
+    """The --config=PATH[:VARIANT] of a command line (not its --config.x overrides)."""
+    for arg in argv[1:]:
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check_run(config, path: str | None, argv) -> dict | None:
+    """main's check: the stamp of a run of the frozen design at `path` (--frozen), or of the
+    file beside the config when there is one (`default_file`); None for an exploratory run.
+    FrozenError when `config` is not the frozen one."""
+    if path is None:
+        guess = default_file(config_spec(argv))
+        path = guess if guess and os.path.isfile(guess) else None
+    return stamp(check(config, path), path) if path else None
+
+
 def stamp(doc: dict, path: str) -> dict:
     """What every provenance of the run carries (exported in `ENV` for its workers)."""
     s = {
@@ -205,9 +223,39 @@ def _parser():
     return p
 
 
-def main(argv=None) -> int:
+def _documents(a, margin, counts) -> tuple[dict, dict, dict]:
+    """(simulation, rule, scale) of a frozen design from the parsed flags and the counts."""
     from wide_tf.analysis import decision, rule_power
     from wide_tf.analysis.members import DEFAULT_EPS
+
+    sim = {
+        "studies": a.studies,
+        "replicates": a.replicates,
+        "bootstrap": a.bootstrap,
+        "seed": a.seed,
+        "margin": margin,
+        **rule_power.summary(counts),
+    }
+    rule = {
+        "name": "random-effects slope of log B_x(1+eps) on log width, leave-one-out, the check "
+        "without the heaviest member, B_crit sign, censoring, grid edges; equivalence margin",
+        "heaviest_level": decision.HEAVIEST_LEVEL,
+        "eps": DEFAULT_EPS,
+        "pooled_replicates": a.replicates,
+    }
+    scale_doc = {
+        "b_crit_ref": a.b_crit_ref,
+        "s_min": a.s_min,
+        "sigma": a.sigma,
+        "cell_sd": a.cell_sd,
+        "seed_share": a.seed_share,
+        "source": a.pilot,
+    }
+    return sim, rule, scale_doc
+
+
+def main(argv=None) -> int:
+    from wide_tf.analysis import rule_power
     from wide_tf.checks import loader
 
     a = _parser().parse_args(argv)
@@ -234,29 +282,7 @@ def main(argv=None) -> int:
     counts = rule_power.run(design_, truths, a.studies, margin, a.replicates, a.bootstrap, a.seed)
     for line in rule_power.table(counts):
         print(line)
-    sim = {
-        "studies": a.studies,
-        "replicates": a.replicates,
-        "bootstrap": a.bootstrap,
-        "seed": a.seed,
-        "margin": margin,
-        **rule_power.summary(counts),
-    }
-    rule = {
-        "name": "random-effects slope of log B_x(1+eps) on log width, leave-one-out, the check "
-        "without the heaviest member, B_crit sign, censoring, grid edges; equivalence margin",
-        "heaviest_level": decision.HEAVIEST_LEVEL,
-        "eps": DEFAULT_EPS,
-        "pooled_replicates": a.replicates,
-    }
-    scale_doc = {
-        "b_crit_ref": a.b_crit_ref,
-        "s_min": a.s_min,
-        "sigma": a.sigma,
-        "cell_sd": a.cell_sd,
-        "seed_share": a.seed_share,
-        "source": a.pilot,
-    }
+    sim, rule, scale_doc = _documents(a, margin, counts)
     today = datetime.datetime.now(datetime.UTC).date().isoformat()
     for spec, out, config in configs:
         doc = design(config, spec, rule, scale_doc, sim, today)
