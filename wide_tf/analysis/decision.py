@@ -16,7 +16,7 @@ members' slopes, with its reasons and caveats. `wide_tf.analysis.verdict` descri
   member named. Dropping it instead would remove exactly the member that shows the effect.
 * **Decisive** (*supported* / *contradicted*) when the interval excludes 0, every
   leave-one-member-out slope has the same sign, the slope without the highest-leverage member
-  excludes 0 on the same side at 85% (two-sided, `HEAVIEST_LEVEL`; a corner member alone, such
+  excludes 0 on the same side at 95% (two-sided, `HEAVIEST_LEVEL`; a corner member alone, such
   as the budget family's single one-hidden-layer member, cannot carry the verdict: with 12
   members a null in which only the widest member's B_crit is 1.8x larger was decisive in 12% of
   studies without this check), the B_crit slope over the members whose fitted

@@ -53,8 +53,10 @@ HOW_TO_READ = f"""\
   members (on log depth in a depth family, whose width is constant; each member's own variance
   plus the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on
   members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
-  detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
-  member (a leave-one-out slope of the other sign), when the members other than the one of the
+  detectable effect* when it holds 0 and the study was frozen with an equivalence margin that
+  its interval's end lies inside (the design's simulated power >= 80% at a zero truth, size <= 5%
+  at the margin), and *inconclusive* when it holds 0 otherwise, when the decisive direction
+  rests on one member (a leave-one-out slope of the other sign), when the members other than the one of the
   highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
   B_crit slope (over the members whose B_crit lies inside the batches tried) points the other
   way, when a member whose value is a lower bound sits where its true value would pull the slope
