@@ -56,8 +56,8 @@ HOW_TO_READ = f"""\
   detectable effect* when it holds 0 and the study was frozen with an equivalence margin that
   its interval's end lies inside (the design's simulated power >= 80% at a zero truth, size <= 5%
   at the margin), and *inconclusive* when it holds 0 otherwise, when the decisive direction
-  rests on one member (a leave-one-out slope of the other sign), when the members other than the one of the
-  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
+  rests on one member (a leave-one-out slope of the other sign), when the members other than
+  the one of the highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
   B_crit slope (over the members whose B_crit lies inside the batches tried) points the other
   way, when a member whose value is a lower bound sits where its true value would pull the slope
   back to 0, or when a learning-rate cell is still at its grid's edge. A bound enters the slope
