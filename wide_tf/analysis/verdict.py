@@ -88,12 +88,12 @@ _MEANING = {
     WIDTH: {
         SUPPORTED: "so wider members tolerate larger batches, as the paper claims",
         CONTRADICTED: "so wider members tolerate smaller batches, against the paper's claim",
-        NO_EFFECT: "so, within the margin stated before it ran, width does not change it",
+        NO_EFFECT: "so width does not change it within the frozen margin",
     },
     DEPTH: {
         SUPPORTED: "so at one width deeper members tolerate larger batches (depth alone)",
         CONTRADICTED: "so at one width deeper members tolerate smaller batches (depth alone)",
-        NO_EFFECT: "so, within the margin stated before it ran, depth alone does not change it",
+        NO_EFFECT: "so depth alone does not change it within the frozen margin",
     },
 }
 HEADLINE_WORDS = 60  # the first sentence is read in ten seconds: at most this many words
@@ -101,7 +101,8 @@ HEADLINE_WORDS = 60  # the first sentence is read in ten seconds: at most this m
 
 def _clip(text: str, words: int) -> str:
     w = text.split()
-    return text if len(w) <= words else " ".join(w[:words]) + " ... (below)"
+    tail = "... (below)"  # two words of the budget
+    return text if len(w) <= words else " ".join(w[: words - 2]) + " " + tail
 
 
 HEAVY_SHARE = 0.6  # a member with more of the slope's weight than this is named in the headline
