@@ -1,0 +1,7 @@
+"""`python -m wide_tf.launch`: the launcher's command line (wide_tf/launch/cli.py)."""
+
+import sys
+
+from wide_tf.launch.cli import main
+
+sys.exit(main())
