@@ -63,7 +63,7 @@ def _raise_terminated(signum, frame):
 
 def _cloud(o: Options, env, out, err) -> Cloud:
     gcloud = env.get("WIDE_TF_GCLOUD") or "gcloud"
-    return Cloud(gcloud, o.zone, o.project, o.dry_run, out=out, err=err)
+    return Cloud(gcloud, o.zone, o.project, o.dry_run, out=out, err=err, env=env)
 
 
 def report(o: Options, env, out, err) -> int:

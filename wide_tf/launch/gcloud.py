@@ -5,6 +5,7 @@ and a queued request's, read with `describe`."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 import shutil
 import subprocess
@@ -17,6 +18,7 @@ TIMED_OUT = 124
 # After a limit, the step gets SIGTERM and this long to end before SIGKILL: gcloud passes TERM on
 # to the ssh it runs, where a KILL of gcloud alone would leave that ssh behind.
 GRACE_S = 10.0
+DESCRIBE_S = 120  # a describe that hangs longer (no network) reads as a failed one
 
 
 def show(cmd: list[str]) -> str:
@@ -24,12 +26,12 @@ def show(cmd: list[str]) -> str:
     return " ".join(w if SAFE.fullmatch(w) else "'" + w.replace("'", "'\\''") + "'" for w in cmd)
 
 
-def call(cmd: list[str], limit: float | None, capture: bool = False, grace: float = GRACE_S):
+def call(cmd: list[str], limit: float | None, capture: bool = False, env=None, grace=GRACE_S):
     """Runs `cmd` in this process group (an ssh passphrase prompt still reaches the terminal) and
     returns (status, stdout, stderr); past `limit` seconds it is stopped and the status is 124.
     Ctrl-C reaches it from the terminal too; whatever ends this call, the child is gone after it."""
     pipe = subprocess.PIPE if capture else None
-    with subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True) as proc:
+    with subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, env=env) as proc:
         try:
             out, err = proc.communicate(timeout=limit)
             return proc.returncode, out or "", err or ""
@@ -70,6 +72,7 @@ class Cloud:
     comment: bool = False  # the dry run prints a branch it would not take, commented out
     out: object = sys.stdout
     err: object = sys.stderr
+    env: dict | None = None  # the environment of every call (None: this process's)
 
     @property
     def where(self) -> list[str]:
@@ -96,7 +99,7 @@ class Cloud:
             self.print(("#   " if self.comment else "") + show(cmd))
             return 0, "", ""
         self.note_cmd(cmd)
-        return call(cmd, limit, capture)
+        return call(cmd, limit, capture, self.env)
 
     def note_cmd(self, cmd: list[str]) -> None:
         print(f"+ {show(cmd)}", file=self.err, flush=True)
@@ -112,7 +115,7 @@ class Cloud:
 
     def need(self) -> None:
         """One line and exit 1, not a 'command not found' in the middle of a launch."""
-        if not self.dry_run and shutil.which(self.gcloud) is None:
+        if not self.dry_run and shutil.which(self.gcloud, path=(self.env or os.environ).get("PATH")) is None:
             raise Stop(
                 1,
                 f"{PROG}: error: {self.gcloud} is not on PATH; install the Google Cloud CLI "
@@ -127,7 +130,7 @@ class Cloud:
     def read_vm(self, name: str) -> Vm:
         """The VM's state; any error but NOT_FOUND is one line and exit 1 (with no project set, a
         missing permission or no network, 'not found' would be a lie and a create would follow)."""
-        code, out, err = call(self.describe_args(name), None, capture=True)
+        code, out, err = call(self.describe_args(name), DESCRIBE_S, True, self.env)
         if code:
             if "NOT_FOUND" in err:
                 return Vm()
@@ -144,7 +147,7 @@ class Cloud:
     def queue_state(self, name: str, must_exist: bool) -> str:
         """The queued request's state ('' when there is none and `must_exist` is False)."""
         cmd = self.qr("describe", name, *self.where, "--format=value(state.state)")
-        code, out, err = call(cmd, None, capture=True)
+        code, out, err = call(cmd, DESCRIBE_S, True, self.env)
         if code and not must_exist and "NOT_FOUND" in err:
             return ""
         if code:
@@ -168,7 +171,7 @@ class Cloud:
         if self.dry_run:
             self.print(f"# the Ray head's address (HEAD_IP below): {show(cmd)}")
             return "HEAD_IP"
-        code, out, err = call(cmd, None, capture=True)
+        code, out, err = call(cmd, DESCRIBE_S, True, self.env)
         if code or not out.strip():
             raise failed(f"could not read {name}'s internal address (exit {code}): {err.strip()}")
         return out.strip()

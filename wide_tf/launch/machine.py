@@ -266,7 +266,7 @@ def check_image_offered(v: Vmlaunch) -> None:
     if c.dry_run:
         c.print(f"# the pod image must be offered here: {show(cmd)}")
         return
-    code, listed, _ = call(cmd, v.limits.ssh, capture=True)
+    code, listed, _ = call(cmd, v.limits.ssh, True, c.env)
     if code:
         c.note(
             f"warning: could not list the TPU software versions in {c.zone}; creating with {sw.version} anyway"
