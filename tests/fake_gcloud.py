@@ -32,7 +32,7 @@ G = ["compute", "tpus", "tpu-vm"]
 # existing queued request's describe. A queued VM that goes missing leaves its request SUSPENDED
 # (a spot preemption: Google deletes the node, the request stays). FAKE_HANG=install,tpucheck,...
 # makes those ssh steps hang (a minute) so the launcher's limits can be tested.
-FAKE_GCLOUD = f"""#!{sys.executable}
+FAKE_GCLOUD = f"""#!{sys.executable} -SE
 import json, os, shutil, sys
 args = sys.argv[1:]
 d = os.environ["FAKE_DIR"]
@@ -173,7 +173,13 @@ def make_fake(tmp_path):
         states=(),
         checks=(),
         env=None,
+        validate=False,
     ):
+        # The config check here (a `wide_tf.main --dry_run` process) only where a test is about
+        # it (fake.validated): the gcloud calls do not depend on it, and it is most of a launch's
+        # time here.
+        if not validate and "--no_validate" not in args:
+            args = ("--no_validate", *args)
         log.write_text("")
         vm = {"state": state, "spot": spot, "queued": queued, "started": running}
         for old in [*tmp_path.glob("vm-*.json"), *tmp_path.glob("qr-*.json")]:
@@ -186,7 +192,11 @@ def make_fake(tmp_path):
         p = run_launcher(*args, env=fake_env(tmp_path, env))
         return p, calls_of(log)
 
+    def validated(*args, **kwargs):
+        return launch(*args, validate=True, **kwargs)
+
     launch.tmp_path = tmp_path
+    launch.validated = validated
     return launch
 
 

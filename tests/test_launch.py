@@ -60,7 +60,9 @@ def test_the_shim_runs_the_python_launcher():
 
 
 def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
-    p, calls = fake(*REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2")
+    p, calls = fake.validated(
+        *REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2"
+    )
     assert p.returncode == 0, p.stderr
     assert _verbs(calls) == FRESH_LAUNCH
     describe, create, scp, install, start, alive = calls
@@ -145,7 +147,7 @@ def test_a_launch_without_data_dir_says_where_the_data_must_be(fake):
 
 
 def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
-    p, calls = fake(*REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot")
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot")
     assert p.returncode == 0, p.stderr
     assert [v for v, _ in _verbs(calls)] == [v for v, _ in FRESH_LAUNCH]
     create, install, start = calls[1], calls[3], calls[4]
@@ -173,7 +175,7 @@ def test_v5p_and_v6e_single_hosts(fake, accelerator, image):
 
 
 def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
-    p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--project=my-proj")
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-32", "--project=my-proj")
     assert p.returncode == 0, p.stderr
     assert _verbs(calls) == [("describe", None), ("versions", None), *FRESH_LAUNCH[1:]]
     create, install, start = calls[2], calls[4], calls[5]
@@ -219,20 +221,20 @@ def test_a_pod_image_the_zone_does_not_offer_is_refused_before_create(fake):
 def test_a_study_that_cannot_run_on_the_slice_is_refused_before_any_gcloud_call(fake):
     # Ghost batches of 32 at batch 256: 16 per replica on a v4-32's 16 replicas.
     ghost = "--config.model.ghost_batch_size=32"
-    p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--", ghost)
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-32", "--", ghost)
     assert p.returncode == 2 and calls == []
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith(
         "launch_tpu.sh: error: configs/wrn.py on v4-32 (16 replicas): sweep.batch_sizes: ghost"
     )
-    p, calls = fake(*REQUIRED, "--accelerator=v4-8", "--", ghost)  # 64 per replica: fine
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-8", "--", ghost)  # 64 per replica: fine
     assert p.returncode == 0, p.stderr
     p = _launch(*REQUIRED, "--accelerator=v4-32", "--dry_run", "--", ghost)
     assert p.returncode == 2 and p.stdout == ""
 
 
 def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
-    p, calls = fake(*REQUIRED, "--check")
+    p, calls = fake.validated(*REQUIRED, "--check")
     assert p.returncode == 0, p.stderr
     verbs = [v for v, _ in _verbs(calls)]
     assert verbs == ["describe", "create", "scp", "install", "tpucheck", "start", "check"]
@@ -247,7 +249,7 @@ def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
         "checked here for --check: dry run: the config fits 4 replica(s): batches [256, 512]"
         in (p.stderr)
     )
-    p, calls = fake(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
+    p, calls = fake.validated(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
     assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-2]
     assert "still billed while it exists" in p.stderr.splitlines()[-1]
     assert "start" not in [v for v, _ in _verbs(calls)]
@@ -258,7 +260,7 @@ def test_check_on_slices_of_8_and_16_replicas(fake, accelerator):
     # Before: --check ran configs/wrn.py:smoke, whose batches 32 and 128 leave 4 or 2 examples per
     # replica (ghost batch 8) on 8 or more replicas, so it could not pass on these slices.
     zone = [] if accelerator.startswith("v4") else ["--zone=us-central1-a"]
-    p, calls = fake(*REQUIRED, f"--accelerator={accelerator}", *zone, "--check")
+    p, calls = fake.validated(*REQUIRED, f"--accelerator={accelerator}", *zone, "--check")
     assert p.returncode == 0, p.stderr
     assert "tpucheck" in [v for v, _ in _verbs(calls)]
     assert "checked here for --check" in p.stderr
@@ -314,7 +316,7 @@ def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake
     # WRN-40-1.64 at batch 16,384 on a v5litepod-4: 4,096 examples per chip need 16.9 GB of
     # activations in bfloat16 (wide_tf/schema/memory.py), more than 85% of its 16 GB.
     where = ["--accelerator=v5litepod-4", "--zone=us-west4-a"]
-    p, calls = fake(*REQUIRED, *where)
+    p, calls = fake.validated(*REQUIRED, *where)
     assert p.returncode == 2 and calls == []
     (line,) = [line for line in p.stderr.splitlines() if "error:" in line]
     assert line.startswith(
@@ -322,13 +324,13 @@ def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake
         "does not fit 4 x v5e"
     )
     assert "add --config.train.max_device_batch=3296 (micro-batches)" in line
-    p, calls = fake(*REQUIRED, *where, "--", "--config.train.max_device_batch=3296")
+    p, calls = fake.validated(*REQUIRED, *where, "--", "--config.train.max_device_batch=3296")
     assert p.returncode == 0, p.stderr
     assert "memory: the config fits 4 x v5e" in p.stderr
 
 
 def test_shards_bring_up_a_ray_cluster_and_submit_the_study_to_it(fake):
-    p, calls = fake("--name=wide", *REQUIRED[1:], "--shards=3", "--spot")
+    p, calls = fake.validated("--name=wide", *REQUIRED[1:], "--shards=3", "--spot")
     assert p.returncode == 0, p.stderr
     creates = sorted(c[1] for c in calls if c[0] == "create")
     assert creates == ["wide-0", "wide-1", "wide-2"]
@@ -379,7 +381,7 @@ def test_a_name_too_long_for_its_shards_is_refused():
 
 def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
     smoke = ["--name=wide", "--config=configs/mlp.py:smoke", "--workdir=gs://bucket/smoke"]
-    p, calls = fake(*smoke, "--shards=5")
+    p, calls = fake.validated(*smoke, "--shards=5")
     assert p.returncode == 2 and calls == [], p.stderr
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert (
@@ -588,7 +590,7 @@ FLAGS = (
     ],
 )
 def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, experimental):
-    """Issue 35: tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
+    """tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
     with the recipe's TF_XLA_FLAGS on every single host, v4 included (before: 2.20.0 + 0.0.14,
     and v4 through the stream executor); v6e and pods named experimental."""
     p = _launch(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-central2-b", "--dry_run")
@@ -640,11 +642,11 @@ def test_check_prints_which_runtime_came_up(fake):
     ],
 )
 def test_what_cannot_start_on_the_vm_is_refused_before_any_gcloud_call(fake, args, needle):
-    """Issue 38: the workdir and config went unquoted into the VM's shell line; slices that do
+    """the workdir and config went unquoted into the VM's shell line; slices that do
     not exist and any --version went to `gcloud create`; `-- --workers=2` passed the workstation's
     check (run without the VM's flags) and was refused on the VM. Now: one line, exit 2, no call."""
     base = [a for a in REQUIRED if not any(a.startswith(b.split("=")[0] + "=") for b in args)]
-    p, calls = fake(*base, *args)
+    p, calls = fake.validated(*base, *args)
     assert p.returncode == 2 and calls == [], p.stderr
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and needle in errors[0], p.stderr
@@ -655,7 +657,7 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
     --dry_run, refuse exactly when the launcher refuses (today max_epochs=1e308 passes both; once
     the field registry bounds it, both refuse)."""
     extra = ["--config.data.data_dir=gs://bucket/tfds dir", "--config.train.max_epochs=1e308"]
-    p, calls = fake(*REQUIRED, "--", *extra)
+    p, calls = fake.validated(*REQUIRED, "--", *extra)
     vm = [
         "--config=configs/wrn.py",
         "--workdir=gs://bucket/wrn",
@@ -758,7 +760,7 @@ def test_jax_single_hosts_get_googles_jax_image_jax_tpu_and_the_jax_run(
 
 def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
     single = ["--name=wide-v4", "--config=configs/mlp.py:single", "--workdir=gs://bucket/one"]
-    p, calls = fake(*single, "--backend=jax", "--accelerator=v4-32", "--check")
+    p, calls = fake.validated(*single, "--backend=jax", "--accelerator=v4-32", "--check")
     assert p.returncode == 0, p.stderr
     # No TensorFlow pod image (no versions list): the JAX image on all 4 hosts.
     assert [v for v, _ in _verbs(calls)] == [
@@ -788,7 +790,7 @@ def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
     assert "16 replicas" in p.stdout and "the run on every worker, worker 0 writing" in p.stdout
     assert "the config fits 16 replica(s)" in p.stderr and "ssh-add" in p.stderr
     # A study over 4 processes is refused here, before any call: each would claim its own group.
-    p, calls = fake(*REQUIRED, "--backend=jax", "--accelerator=v4-32")
+    p, calls = fake.validated(*REQUIRED, "--backend=jax", "--accelerator=v4-32")
     assert p.returncode == 2 and calls == []
     (line,) = [x for x in p.stderr.splitlines() if "error:" in x]
     assert "configs/wrn.py on v4-32 (16 replicas): a study (a sweep) cannot run" in line

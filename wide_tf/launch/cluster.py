@@ -85,7 +85,8 @@ def watch(p, head: str) -> int:
                 errors += 1
                 if errors >= 5:
                     raise failed(
-                        f"could not reach worker 0 of {head_vm.name} 5 times in a row; stopped watching"
+                        f"could not reach worker 0 of {head_vm.name} 5 times in a row; stopped "
+                        "watching"
                     )
                 continue
             errors = 0
@@ -114,21 +115,24 @@ def watch(p, head: str) -> int:
         again = ([head_vm] if step == "relaunch" else []) + lost
         if not again:
             continue
-        for v in again:
-            state = states[v.name]
-            why = (
-                f"TPU VM {v.name} is {state or 'gone'}"
-                if state != "READY"
-                else (f"the run on {v.name} stopped ({answer.strip().split('wide_tf: ')[-1]})")
-            )
-            c.note(f"{why}; launching again")
-            v.attached = False
+        _say_why(p, again, states, answer)
         relaunches += 1
         if relaunches > lim.max_relaunches:
             raise failed(
                 f"{head_vm.name} was launched again {lim.max_relaunches} times; stopped watching"
             )
-        head = launch_all(p, only=again)
+        launch_all(p, only=again)
+
+
+def _say_why(p, again, states, answer) -> None:
+    for v in again:
+        state = states[v.name]
+        if state == "READY":
+            why = f"the run on {v.name} stopped ({answer.strip().split('wide_tf: ')[-1]})"
+        else:
+            why = f"TPU VM {v.name} is {state or 'gone'}"
+        p.cloud.note(f"{why}; launching again")
+        v.attached = False
 
 
 def dry_run(p) -> None:

@@ -109,13 +109,17 @@ class Cloud:
         code, _, _ = self.run(cmd, limit)
         if code == TIMED_OUT:
             raise failed(
-                f"{what} did not finish in {limit:g}s and was stopped ({knob}=SECONDS sets the limit)"
+                f"{what} did not finish in {limit:g}s and was stopped ({knob}=SECONDS sets the "
+                "limit)"
             )
         return code
 
     def need(self) -> None:
         """One line and exit 1, not a 'command not found' in the middle of a launch."""
-        if not self.dry_run and shutil.which(self.gcloud, path=(self.env or os.environ).get("PATH")) is None:
+        if (
+            not self.dry_run
+            and shutil.which(self.gcloud, path=(self.env or os.environ).get("PATH")) is None
+        ):
             raise Stop(
                 1,
                 f"{PROG}: error: {self.gcloud} is not on PATH; install the Google Cloud CLI "

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pathlib
 import subprocess
-import tarfile
 import tempfile
 
 from wide_tf.launch.options import PROG, Stop, failed
@@ -45,6 +44,7 @@ class Here:
         return p.returncode, p.stdout + p.stderr
 
     def usable(self) -> None:
+        """Called when the check could not start: whether PYTHON has what it needs."""
         code, _ = self.run(["-c", "import absl, ml_collections"])
         if code:
             raise failed(
@@ -59,6 +59,8 @@ class Here:
         args = ["-m", "wide_tf.main", *flags, "--dry_run", f"--replicas={slice_.replicas}"]
         code, out = self.run([*args, f"--accelerator={slice_.family}"], extra_env)
         lines = out.splitlines()
+        if code and ("No module named" in out or code == 127 or not out.strip()):
+            self.usable()
         if code:
             said = [x for x in lines if x.startswith(("error: ", "memory: "))]
             line = (said[-1] if said else (lines[-1] if lines else "")).removeprefix("error: ")
@@ -86,16 +88,19 @@ def tracked(repo: pathlib.Path, path: str) -> bool:
 
 def make_archive(repo: pathlib.Path, folder: str, untracked: str = "") -> str:
     """The checkout's tracked files as they are in the working tree (no .venv, no runs/), and
-    the config file when git does not track it, as FOLDER/wide_tf.tar.gz."""
-    out = subprocess.run(
+    the config file when git does not track it, as FOLDER/wide_tf.tar.gz (git and tar, each an
+    argument list; the names travel NUL-separated on stdin)."""
+    names = subprocess.run(
         ["git", "-C", str(repo), "ls-files", "-z"], capture_output=True, check=True
-    ).stdout.decode()
-    names = [n for n in out.split("\0") if n] + ([untracked] if untracked else [])
+    ).stdout
+    names = b"\0".join(n for n in names.split(b"\0") if n and os.path.lexists(repo / n.decode()))
+    if untracked:
+        names += b"\0" + untracked.encode()
     path = os.path.join(folder, "wide_tf.tar.gz")
-    with tarfile.open(path, "w:gz") as tar:
-        for n in names:
-            if os.path.lexists(repo / n):  # a tracked file deleted in the working tree is left out
-                tar.add(repo / n, arcname=n, recursive=False)
+    subprocess.run(
+        ["tar", "--null", "-T", "-", "-czf", path], input=names, cwd=repo, check=True,
+        capture_output=True,
+    )  # fmt: skip
     return path
 
 

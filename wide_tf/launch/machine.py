@@ -223,7 +223,8 @@ def clear_old_request(v: Vmlaunch) -> bool:
         return False
     if qs in ("SUSPENDED", "SUSPENDING", "FAILED", "ACTIVE"):
         c.note(
-            f"the queued resource {v.name} is {qs} without its node; deleting it before queueing again"
+            f"the queued resource {v.name} is {qs} without its node; deleting it before queueing "
+            "again"
         )
         c.delete(v.name, queued=True)
         return False
@@ -269,7 +270,8 @@ def check_image_offered(v: Vmlaunch) -> None:
     code, listed, _ = call(cmd, v.limits.ssh, True, c.env)
     if code:
         c.note(
-            f"warning: could not list the TPU software versions in {c.zone}; creating with {sw.version} anyway"
+            f"warning: could not list the TPU software versions in {c.zone}; creating with "
+            f"{sw.version} anyway"
         )
         return
     if sw.version in listed.split():

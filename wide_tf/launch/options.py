@@ -14,10 +14,12 @@ USAGE = f"""usage: {PROG} --name=TPU_NAME --config=CONFIG[:VARIANT] --workdir=gs
          [--backend=tensorflow|jax]
          [--shards=N] [--spot | --no_spot] [--queued] [--watch] [--delete_when_done] [--check]
          [--keep_on_failure] [--stall_minutes=30]
-         [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION] [--python=3.11|3.12]
+         [--version=IMAGE] [--tf_version=2.19|2.20] [--tf_tpu=2.19.1] [--libtpu=VERSION]
+         [--python=3.11|3.12]
          [--pjrt=auto|on|off] [--project=PROJECT] [--no_validate] [--dry_run]
          [-- EXTRA_MAIN_FLAGS...]
-       {PROG} --name=TPU_NAME [--zone=...] [--project=...] [--queued] --status | --logs [--lines=N] [--follow] | --delete
+       {PROG} --name=TPU_NAME [--zone=...] [--project=...] [--queued]
+         --status | --logs [--lines=N] [--follow] | --delete
        {PROG} --workdir=gs://BUCKET/PATH --report
        {PROG} --list_slices     # the slices of docs/tpu.md's table: SLICE REPLICAS HOSTS"""
 

@@ -116,7 +116,6 @@ def validate_here(p: Plan, here: local.Here) -> None:
     # JAX on a multi-host slice runs as one of several processes, under which the package refuses
     # a study (checks/preflight.py): the check here runs in that environment too.
     jax_env = {"WIDE_TF_JAX_DISTRIBUTED": "1"} if sw.jax and sw.multi_host else {}
-    here.usable()
     here.dry_run(o.config, p.flags(o.name), sw.slice, "checked here", jax_env)
     if o.check and not (sw.jax and sw.multi_host):
         what = f"{o.config.split(':')[0]}:check (--check)"
@@ -126,7 +125,8 @@ def validate_here(p: Plan, here: local.Here) -> None:
         count = here.groups(p.flags(o.name))
         if count is None:
             here.note(
-                f"note: could not count {o.config}'s groups here; --shards={p.shards} is not checked against them"
+                f"note: could not count {o.config}'s groups here; --shards={p.shards} is not "
+                "checked against them"
             )
         elif p.shards > count:
             raise usage_error(
