@@ -513,12 +513,29 @@ def test_a_missing_flag_is_a_one_line_error(missing):
         ([*REQUIRED, "--shards=2", "--", "--shard=0/2"], "drop --shard=0/2"),
         ([*REQUIRED, "--status", "--delete"], "give one of"),
         ([*REQUIRED, "--bogus=1"], "unknown argument '--bogus=1'"),
+        # GCE's rules for names, zones and projects; gs:// names taken literally
+        (["--name=" + "w" * 64, *REQUIRED[1:]], "at most 63 characters"),
+        (["--name=wide-", *REQUIRED[1:]], "not ending in '-'"),
+        (["--name=4wide", *REQUIRED[1:]], "a lower-case letter, then"),
+        ([*REQUIRED, "--zone=us-central2"], "--zone=us-central2 is not a zone name"),
+        ([*REQUIRED, "--zone=../../etc"], "--zone=../../etc is not a zone name"),
+        ([*REQUIRED, "--project=proj"], "--project=proj is not a project ID (6 to 30"),
+        ([*REQUIRED, "--project=My_Project"], "--project=My_Project is not a project ID"),
+        ([*REQUIRED[:2], "--workdir=gs://b/../other"], "'.' and '..' are not folders in a bucket"),
+        ([*REQUIRED[:2], "--workdir=gs://bucket/./x"], "'.' and '..' are not folders"),
+        ([*REQUIRED[:2], "--workdir=gs://"], "--workdir=gs://: use a bucket name"),
+        ([*REQUIRED[:2], "--workdir=gs://b/w"], "--workdir=gs://b/w: use a bucket name"),
+        ([REQUIRED[0], "--config=../configs/wrn.py", REQUIRED[2]], "inside the checkout"),
+        ([*REQUIRED, "--name=other"], "--name is given twice"),
+        ([*REQUIRED, "--spot", "--no_spot"], "--no_spot is given twice (or with its opposite)"),
+        (["--status", "--name=wide-v4", "--zone=x;id"], "--zone=x;id is not a zone name"),
     ],
 )
 def test_bad_arguments_are_refused(args, needle):
+    """One line naming the problem and the fix, then the usage; exit 2; nothing printed or run."""
     p = _launch(*args, "--dry_run")
     assert p.returncode == 2 and needle in p.stderr.splitlines()[0], p.stderr
-    assert p.stdout == ""
+    assert p.stderr.splitlines()[1].startswith("usage: ") and p.stdout == ""
 
 
 def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():

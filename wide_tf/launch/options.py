@@ -183,16 +183,16 @@ def check_workdir(workdir: str) -> None:
         raise usage_error(f"--workdir={workdir} must be a gs:// path on a TPU VM")
     bucket, _, path = workdir[5:].partition("/")
     parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in [bucket, *parts]):
+        raise usage_error(
+            f"--workdir={workdir}: '.' and '..' are not folders in a bucket (gs:// names are "
+            "taken literally); give the path itself, e.g. --workdir=gs://BUCKET/wrn"
+        )
     if not BUCKET.fullmatch(bucket) or not all(PATH_PART.fullmatch(p) for p in parts):
         raise usage_error(
             f"--workdir={workdir}: use a bucket name (a-z, 0-9, '-', '_', '.') and a path of "
             "letters, digits and '-_.=+@,/' only (no spaces, quotes or shell characters), e.g. "
             "--workdir=gs://BUCKET/wrn"
-        )
-    if any(p in (".", "..") for p in parts):
-        raise usage_error(
-            f"--workdir={workdir}: '.' and '..' are not folders in a bucket (gs:// names are "
-            "taken literally); give the path itself, e.g. --workdir=gs://BUCKET/wrn"
         )
 
 
