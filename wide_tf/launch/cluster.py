@@ -151,8 +151,9 @@ def dry_run(p) -> None:
     else:
         machine.start_run(p.vms[0], _stamp(), p.vms[0].start_flags)
     if o.watch:
+        whose = "VMs'" if p.shards else "VM's"
         words = (
-            f"# --watch: every {p.limits.poll:g}s the VMs' states and the run's (above); "
+            f"# --watch: every {p.limits.poll:g}s the {whose} state and the run's (above); "
             "preempted, gone or\n#   stopped: launch again as above (at most "
             f"{p.limits.max_relaunches} times); exited 0: done;\n#   exited otherwise, or no "
             f"new log line for {p.stall_s} s (--stall_minutes): failed (exit 1)"
@@ -188,7 +189,7 @@ def dry_run_vm(p, v: Vmlaunch) -> None:
     c.comment = False
     extra = f"; printf '%s\\0' {p.untracked}" if p.untracked else ""
     c.print(
-        f"# (cd CHECKOUT && {{ git ls-files -z{extra}; }} | tar --null -T - -czf "
+        f"# (cd {p.repo} && {{ git ls-files -z{extra}; }} | tar --null -T - -czf "
         "/tmp/wide_tf_checkout.tar.gz)"
     )
     check = f", --check {lim.check:g}s" if o.check else ""
@@ -197,21 +198,4 @@ def dry_run_vm(p, v: Vmlaunch) -> None:
         f"# each remote step is stopped past its limit (copy, start and checks {lim.ssh:g}s, "
         f"install {lim.install:g}s{check}): exit 1{deleted}"
     )
-    if o.check:
-        c.print(f"# --check: {check_words(p)}, before the study")
     machine.bring_up(v)
-
-
-def check_words(p) -> str:
-    sw = p.sw
-    if sw.jax and sw.multi_host:
-        return (
-            "JAX's devices, process count and a psum on every worker (no :check study: a sweep "
-            "is refused over several processes)"
-        )
-    if sw.jax:
-        return (
-            "JAX's devices and a psum, then a :check run on the JAX backend, on worker 0 (no "
-            "study stage: wide_tf/launch/vm/check.py is TensorFlow's)"
-        )
-    return "the TPU system, a :check run and the study stage on worker 0"

@@ -297,6 +297,8 @@ def bring_up(v: Vmlaunch) -> None:
     if not v.check_line:
         return
     worker = "all" if v.sw.jax and v.sw.multi_host else "0"
+    if c.dry_run:
+        c.print(f"# --check: {check_words(v.sw)}, before the study")
     code, out, _ = c.run(v.ssh(worker, v.check_line), lim.check, capture=True)
     if c.dry_run:
         return
@@ -353,3 +355,17 @@ def last_lines(v: Vmlaunch, log: str) -> None:
     """The log's last 20 lines on stderr, if worker 0 answers in time."""
     _, out, _ = v.cloud.run(v.ssh("0", f"tail -n 20 {log}"), v.limits.ssh, capture=True)
     print(out, end="", file=v.cloud.err, flush=True)
+
+
+def check_words(sw: Software) -> str:
+    if sw.jax and sw.multi_host:
+        return (
+            "JAX's devices, process count and a psum on every worker (no :check study: a sweep "
+            "is refused over several processes)"
+        )
+    if sw.jax:
+        return (
+            "JAX's devices and a psum, then a :check run on the JAX backend, on worker 0 (no "
+            "study stage: wide_tf/launch/vm/check.py is TensorFlow's)"
+        )
+    return "the TPU system, a :check run and the study stage on worker 0"
