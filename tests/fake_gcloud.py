@@ -89,6 +89,9 @@ elif verb == "describe":
     print("\\t".join(fields))
 elif verb == "create":
     save(vm_file, {{"state": "READY", "spot": "--spot" in args, "queued": False}})
+    if os.environ.get("FAKE_CREATE_EXIT"):  # a create that fails after making a node
+        print("ERROR: (gcloud.compute.tpus.tpu-vm.create) operation failed", file=sys.stderr)
+        sys.exit(int(os.environ["FAKE_CREATE_EXIT"]))
 elif verb == "delete":
     save(vm_file, {{"state": ""}})
 elif verb == "start":

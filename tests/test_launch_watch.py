@@ -269,6 +269,18 @@ def test_a_failed_first_launch_deletes_the_vm(fake):
     assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
 
 
+def test_a_failed_create_is_deleted_or_named_with_its_bill(fake):
+    """gcloud create can fail after a node was made: the launch stops (exit 1) and the node is
+    deleted under --delete_when_done, or named with the command that deletes it."""
+    env = {"FAKE_CREATE_EXIT": "1"}
+    p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", env=env)
+    assert p.returncode == 1 and "creating wide-v4 failed" in p.stderr
+    assert [v for v, _ in _verbs(calls)] == ["describe", "create", "delete"]
+    p, calls = fake(*REQUIRED, env=env)
+    assert p.returncode == 1 and [v for v, _ in _verbs(calls)] == ["describe", "create"]
+    assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
+
+
 def test_a_refused_launch_leaves_someone_elses_vm_alone(fake):
     p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", state="CREATING")
     assert p.returncode == 3 and [v for v, _ in _verbs(calls)] == ["describe"]

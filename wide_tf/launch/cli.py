@@ -29,8 +29,8 @@ def main(argv=None, env=None, out=None, err=None) -> int:
     env = dict(os.environ if env is None else env)
     out, err = out or sys.stdout, err or sys.stderr
     argv = list(sys.argv[1:] if argv is None else argv)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _raise_terminated)
+    main_thread = threading.current_thread() is threading.main_thread()
+    old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
     try:
         o = options.parse(argv)
         if o.action == "help":
@@ -55,6 +55,9 @@ def main(argv=None, env=None, out=None, err=None) -> int:
         return 130
     except Terminated:
         return 143
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, old_term)
 
 
 def _raise_terminated(signum, frame):

@@ -153,14 +153,18 @@ def ensure_vm(v: Vmlaunch) -> None:
         v.cloud.note(f"TPU VM {v.name} is READY and idle; reusing it")
     elif action == "start":
         v.cloud.note(f"TPU VM {v.name} is STOPPED; starting it")
-        v.cloud.run(v.cloud.tpu("start", v.name, *v.cloud.where))
+        if v.cloud.run(v.cloud.tpu("start", v.name, *v.cloud.where))[0]:
+            raise failed(f"starting {v.name} failed; the output is above")
     else:
         if action == "recreate":
             v.cloud.note(
                 f"TPU VM {v.name} is {vm.state}; deleting and creating it again (the study "
                 f"resumes from {v.o.workdir})"
             )
-            v.cloud.delete(v.name, v.queued)
+            if v.cloud.delete(v.name, v.queued):
+                raise failed(
+                    f"deleting {v.name} before creating it again failed; the output is above"
+                )
         else:
             how = "queueing" if v.queued else "creating"
             v.cloud.note(f"no TPU VM {v.name} in {v.cloud.zone}; {how} it")
@@ -192,11 +196,15 @@ def create(v: Vmlaunch, spot: bool) -> None:
         if not pending:
             cmd = c.qr("create", v.name, *c.where, f"--node-id={v.name}")
             cmd += [f"--accelerator-type={v.o.accelerator}", f"--runtime-version={v.sw.version}"]
-            c.run(cmd + (["--spot"] if spot else []))
+            if c.run(cmd + (["--spot"] if spot else []))[0]:
+                raise failed(f"queueing {v.name} failed; the output is above")
         wait_for_queue(v)
     else:
         cmd = c.tpu("create", v.name, *c.where, f"--accelerator-type={v.o.accelerator}")
-        c.run(cmd + [f"--version={v.sw.version}"] + (["--spot"] if spot else []))
+        if c.run(cmd + [f"--version={v.sw.version}"] + (["--spot"] if spot else []))[0]:
+            # A failed create may still leave a node (or a half-made one): the finally deletes
+            # it under --delete_when_done, or names its bill.
+            raise failed(f"creating {v.name} failed; the output is above")
     if not c.dry_run:
         v.spot_memory.remember(v.name, spot)
 
@@ -226,7 +234,8 @@ def clear_old_request(v: Vmlaunch) -> bool:
             f"the queued resource {v.name} is {qs} without its node; deleting it before queueing "
             "again"
         )
-        c.delete(v.name, queued=True)
+        if c.delete(v.name, queued=True):
+            raise failed(f"deleting the queued resource {v.name} failed; the output is above")
         return False
     c.note(f"the queued resource {v.name} is {qs}; waiting for it instead of queueing again")
     return True
