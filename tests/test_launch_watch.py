@@ -508,3 +508,50 @@ WATCH_TABLE = [
 @pytest.mark.parametrize("state, answer, stall, step", WATCH_TABLE)
 def test_what_a_watch_does_after_a_poll(state, answer, stall, step):
     assert machine.watch_step(state, answer, stall) == step
+
+
+def _ssh_steps(calls):
+    """(verb, VM) of every call but the describes, the Ray starts named head or join."""
+    out = []
+    for c, (verb, _) in zip(calls, _verbs(calls)):
+        if verb == "ray":
+            verb = "ray-head" if "--head" in c[-1] else "ray-join"
+        if verb != "describe":
+            out.append((verb, c[2].split(":")[0] if verb == "scp" else c[1]))
+    return out
+
+
+def test_watch_brings_a_preempted_ray_worker_back_into_the_cluster(fake):
+    p, calls = fake(
+        "--name=wide", *REQUIRED[1:], "--shards=2", "--watch", "--delete_when_done",
+        states=["", "", "READY", "PREEMPTED"],
+        checks=["running 1", "running 1", "exited 0"],
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    steps = _ssh_steps(calls)
+    poll = steps.index(("check", "wide-0"), steps.index(("start", "wide-0")) + 2)
+    # the worker alone: deleted, created, installed, joined to the same head; no second start
+    assert steps[poll + 1 :] == [
+        ("delete", "wide-1"), ("create", "wide-1"), ("scp", "wide-1"), ("install", "wide-1"),
+        ("ray-join", "wide-1"), ("check", "wide-0"), ("delete", "wide-0"), ("delete", "wide-1"),
+    ]  # fmt: skip
+    assert "TPU VM wide-1 is PREEMPTED; launching again" in p.stderr
+
+
+def test_watch_rebuilds_the_cluster_around_a_new_head_and_resubmits(fake):
+    p, calls = fake(
+        "--name=wide", *REQUIRED[1:], "--shards=2", "--watch",
+        states=["", "", "PREEMPTED", "READY"],
+        checks=["running 1", "running 2", "exited 0"],
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    steps = _ssh_steps(calls)
+    again = steps.index(("delete", "wide-0"))
+    assert steps[again:] == [
+        ("delete", "wide-0"), ("create", "wide-0"), ("scp", "wide-0"), ("install", "wide-0"),
+        ("ray-head", "wide-0"), ("ray-join", "wide-1"), ("start", "wide-0"), ("check", "wide-0"),
+        ("check", "wide-0"),
+    ]  # fmt: skip
+    assert "TPU VM wide-0 is PREEMPTED; launching again" in p.stderr
+    # done without --delete_when_done: both VMs named with their bill
+    assert p.stderr.count("is still billed while it exists") == 2
