@@ -105,6 +105,21 @@ def check_command(
     return design_warnings(config) + check_workdir(config, workdir)
 
 
+def check_cluster(cluster, workers, shard, trial) -> None:
+    """--cluster hands the study's groups to a Ray cluster's hosts: --workers, --shard and
+    --trial choose processes or trials on one machine and mean nothing there."""
+    if cluster is None:
+        return
+    if not cluster.strip():
+        raise UsageError("--cluster is empty; give auto (this machine's Ray cluster) or HEAD:6379")
+    for name, value in (("workers", workers), ("shard", shard), ("trial", trial)):
+        if value is not None:
+            raise UsageError(
+                f"--{name} runs on one machine and --cluster hands every group to the cluster's "
+                f"hosts; drop one of them"
+            )
+
+
 def check_dry_run_only(dry_run: bool, accelerator, replicas) -> None:
     """--accelerator and --replicas check another machine: they mean nothing without --dry_run."""
     if accelerator is not None and not dry_run:

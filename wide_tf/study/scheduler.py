@@ -22,6 +22,7 @@ from wide_tf.store import workdir as wd
 from wide_tf.study import progress
 from wide_tf.study.trials import (
     Trial,
+    claim_order,
     expand_group,
     group_trials,
     in_shard,
@@ -118,16 +119,22 @@ class _Share:
         return expand_group(self.config, self.initial[g], results)
 
 
-def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s=None) -> int:
-    """The loop of every process of a study: claim the next open group (waiting while live workers
-    hold all of them), run it, release it; returns the number of trials run."""
+def open_share(config, workdir: str, trials, claims, follow: bool = True) -> _Share:
+    """One process's share of a study, ready to run groups: its runtime set up once (TensorFlow
+    and the strategy, or JAX's devices, serve every group), partial records set aside."""
     initial = group_trials(trials)
-    members = {t.member.name: t.member for t in trials}
-    share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
-    share.runtime = train_lib.runtime_for(config)  # once: TensorFlow and the strategy serve all
+    share = _Share(config, workdir, initial, claim_order(trials), claims, follow)
+    share.runtime = train_lib.runtime_for(config)
     for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
         logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
+    return share
+
+
+def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s=None) -> int:
+    """The loop of every process of a study: claim the next open group (waiting while live workers
+    hold all of them), run it, release it; returns the number of trials run."""
+    share = open_share(config, workdir, trials, claims, follow)
     stop_heartbeat = claims.start_heartbeat(heartbeat_s or claims_lib.HEARTBEAT_S)
     waited, noted = False, set()
     try:
@@ -170,13 +177,6 @@ def _log_notes(notes: list[str], noted: set) -> set:
     return set(notes)
 
 
-def _claim_order(groups: list[tuple[str, int]], members) -> list[tuple[str, int]]:
-    """Groups in the order workers claim them: longest first (smallest batch: the most steps;
-    then the deepest member: the slowest step), so that no long group starts last and the workers
-    finish together."""
-    return sorted(groups, key=lambda g: (g[1], -members[g[0]].depth, g[0]))
-
-
 def _same_member_first(groups: list, member: str | None) -> list:
     """`groups` with the open groups of `member` first, each part in claim order: the next batch
     size of the member a process just ran keeps its build (engine/reuse.py: the model, evaluation
@@ -217,6 +217,15 @@ def _run_claimed(share: _Share, g, prior) -> None:
         share.claims.release(key, claims_lib.FAILED)
         raise
     share.claims.release(key, claims_lib.DONE)
+
+
+def run_group(share: _Share, g) -> int:
+    """Runs group `g`, handed to this process by a driver (wide_tf/cluster/), to the end of its
+    learning-rate protocol; returns the trials it ran."""
+    before = share.ran
+    _run_group(share, g, claims_lib.group_key(g))
+    share.last_member = g[0]
+    return share.ran - before
 
 
 def _run_group(share: _Share, g, key) -> None:
