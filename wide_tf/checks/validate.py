@@ -89,8 +89,7 @@ def check_command(
     check_config_once(argv)
     check_shard(shard)
     check_workdir_scheme(workdir)
-    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
-    check_workers(workers, config, trial, None if dry_run else workdir)
+    check_workers(workers, config, trial)
     if dry_run:  # the checks for the target machine
         with for_target(replicas):
             check_config(config)

@@ -4,8 +4,8 @@ every group) and runs the (member, batch size) groups the driver hands it, each 
 learning-rate protocol, through the same loop as a local process (study/scheduler.py). It writes
 only into the workdir: each trial's folder and its record, whole, once (store/workdir.py).
 
-Plain Python here: the driver (cluster/ray_study.py) makes it a Ray actor with `ray.remote`, so
-this module imports no Ray and is read the same way on every node."""
+Plain Python here: the driver (cluster/ray_study.py) makes it a Ray actor with `ray.remote`; Ray
+is imported only inside the actor."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import os
 import socket
 
 from wide_tf.engine import backend
+from wide_tf.store import workdir as wd
 from wide_tf.study import worker
 
 
@@ -22,6 +23,9 @@ class Assigned:
 
     def still_mine(self, key: str) -> bool:
         return True
+
+    def record(self, workdir: str, key: str, result: dict) -> None:
+        wd.record_result(workdir, result)
 
 
 class Host:
@@ -44,9 +48,12 @@ class Host:
         self.workdir = workdir
         self.share = None  # opened at the first group: the runtime starts once per host
 
-    def where(self) -> str:
-        """host:pid of this actor (the driver's log lines name it; a restarted one answers)."""
-        return f"{socket.gethostname()}:{os.getpid()}"
+    def where(self) -> dict:
+        """This actor's node (Ray's id: the driver watches it) and host:pid (its log lines)."""
+        import ray
+
+        node = ray.get_runtime_context().get_node_id()
+        return {"node": node, "name": f"{socket.gethostname()}:{os.getpid()}"}
 
     def run_group(self, member: str, batch: int) -> dict:
         """Runs the group to the end of its protocol; {"ran": trials run, "host": where}."""
@@ -56,4 +63,4 @@ class Host:
             everything = trials.list_trials(self.config)
             self.share = scheduler.open_share(self.config, self.workdir, everything, Assigned())
         ran = scheduler.run_group(self.share, (member, int(batch)))
-        return {"ran": ran, "host": self.where()}
+        return {"ran": ran, "host": self.where()["name"]}

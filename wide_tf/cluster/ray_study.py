@@ -36,6 +36,8 @@ HOST_RESTARTS = 3
 # How long a driver waits for the name of a driver that has just died to be freed.
 OWNER_WAIT_S = 30.0
 PROGRESS_EVERY_S = 60.0
+# How often the driver looks for nodes that have left the cluster.
+NODE_CHECK_S = 5.0
 
 
 class ClusterProblem(validate.RuntimeProblem):
@@ -174,41 +176,42 @@ def run(config, workdir: str, address: str, verbose: bool = False, log=print) ->
 
 
 def drive(ray, hosts: list, groups: list, config, workdir: str, log) -> None:
-    """Hands `groups` to idle hosts until every one has been run; a group whose host was lost
-    goes back to the front of the queue, and the host comes back when Ray has restarted it."""
-    queue, idle = collections.deque(groups), list(hosts)
+    """Hands `groups` to ready hosts until every one has been run. A host is ready once it has
+    answered where it runs (its node); a group whose host was lost (its actor died, or its node
+    left the cluster) goes back to the front of the queue, and the host is asked again: it is
+    ready again once Ray has restarted it."""
+    queue, ready_hosts = collections.deque(groups), []
     busy: dict = {}  # a run_group call -> (its host, its group)
-    back: dict = {}  # a lost host's `where` call -> the host (it answers once restarted)
+    asking = {h.where.remote(): h for h in hosts}  # a `where` call -> its host
+    node_of: dict = {}  # host -> its node, once it has answered
     last = time.monotonic()
     while queue or busy:
-        while idle and queue:
-            h, g = idle.pop(0), queue.popleft()
+        while ready_hosts and queue:
+            h, g = ready_hosts.pop(0), queue.popleft()
             busy[h.run_group.remote(*g)] = (h, g)
-        if not busy and not back:
+        if not busy and not asking:
             raise ClusterProblem(
                 f"every host of the cluster is lost and {len(queue)} groups are left; the "
                 "records are kept: run the same command again once hosts are back"
             )
-        ready, _ = ray.wait(list(busy) + list(back), num_returns=1, timeout=PROGRESS_EVERY_S)
-        if not ready or time.monotonic() - last > PROGRESS_EVERY_S:
+        done, _ = ray.wait(list(busy) + list(asking), num_returns=1, timeout=NODE_CHECK_S)
+        if time.monotonic() - last > PROGRESS_EVERY_S:
             log(f"progress: {_describe(config, workdir)}, {len(busy)} groups running")
             last = time.monotonic()
-        for ref in ready:
-            if ref in back:
-                h = back.pop(ref)
+        for ref in done:
+            if ref in asking:
+                h = asking.pop(ref)
                 try:
-                    log(f"host {ray.get(ref)} is back")
-                    idle.append(h)
-                except ray.exceptions.RayActorError:  # restarts used up: the study goes on
+                    node_of[h] = ray.get(ref)["node"]
+                    ready_hosts.append(h)
+                except ray.exceptions.RayActorError:  # its restarts are used up
                     pass
                 continue
             h, g = busy.pop(ref)
             try:
                 out = ray.get(ref)
             except ray.exceptions.RayActorError as e:
-                log(f"host lost while running group {g[0]} (batch {g[1]}): {_first(e)}; re-queued")
-                queue.appendleft(g)
-                back[h.where.remote()] = h
+                _lost(h, g, _first(e), queue, asking, log)
                 continue
             except ray.exceptions.RayTaskError as e:
                 raise ClusterProblem(
@@ -216,7 +219,25 @@ def drive(ray, hosts: list, groups: list, config, workdir: str, log) -> None:
                     "trials are kept: fix the cause and run the same command again"
                 ) from None
             log(f"group {g[0]} (batch {g[1]}) done on {out['host']}: {out['ran']} trials run")
-            idle.append(h)
+            ready_hosts.append(h)
+        _drop_dead_nodes(ray, busy, node_of, queue, asking, log)
+
+
+def _lost(h, g, why: str, queue, asking, log) -> None:
+    log(f"host lost while running group {g[0]} (batch {g[1]}): {why}; the group is re-queued")
+    queue.appendleft(g)
+    asking[h.where.remote()] = h  # answered once Ray has restarted it
+
+
+def _drop_dead_nodes(ray, busy: dict, node_of: dict, queue, asking, log) -> None:
+    """Groups running on a node that has left the cluster are re-queued at once: a call to an
+    actor whose restart cannot be placed (no free host) would otherwise wait for ever."""
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+    for ref, (h, g) in list(busy.items()):
+        if node_of.get(h) is not None and node_of[h] not in alive:
+            busy.pop(ref)
+            node_of.pop(h)
+            _lost(h, g, "its node left the cluster", queue, asking, log)
 
 
 def _first(e: BaseException) -> str:

@@ -9,13 +9,15 @@ worker, wide_tf/study/worker.py) and opens the workdir's study once before eithe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid
+from collections.abc import Iterator
 
 from absl import logging
 
-from wide_tf.engine import preemption
+from wide_tf.engine import preemption, timing
 from wide_tf.engine import train as train_lib
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
@@ -31,6 +33,8 @@ from wide_tf.study.trials import (
     pick_trial,
 )
 
+# What a fence checks after (engine/timing.py's events): a host loop, an evaluation pass, a probe.
+FENCED = ("train", "eval", "probe")
 # Runs are started as train_lib.train_and_evaluate (not a bound name): the bench and the
 # interruption tests wrap that function on its module.
 
@@ -45,10 +49,6 @@ class WorkerStopped(preemption.Preempted):
         self.name, self.step = "worker", 0
 
 
-class LostClaim(Exception):
-    """Another worker took this worker's group over (its heartbeat was judged stale)."""
-
-
 def run_study(config, workdir: str, shard: str | None = None, only_trial: str | None = None):
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share; the
     one `--trial` names, without the rounds it may lead to) in this process; returns every
@@ -58,7 +58,7 @@ def run_study(config, workdir: str, shard: str | None = None, only_trial: str | 
     shard_i, shard_n = parse_shard(shard)
     progress.log_plan(config, trials, shard_i, shard_n)
     start = time.time()
-    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12], one_process=True)
+    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12])
     ran = _run_groups(config, workdir, in_shard(trials, shard), claims, only_trial is None)
     logging.info(
         "Study done in this process: %d trials run in %s.",
@@ -74,8 +74,8 @@ def run_worker(
     run_id: str,
     shard: str | None = None,
     poll_s: float = 2.0,
-    stale_s: float = claims_lib.STALE_S,
-    heartbeat_s: float = claims_lib.HEARTBEAT_S,
+    stale_s: float | None = None,
+    heartbeat_s: float | None = None,
 ) -> int:
     """One worker of a study: runs groups until every group of the study (this shard's) is
     finished, waiting meanwhile for groups that other workers hold, to take them over if their
@@ -207,8 +207,12 @@ def _run_claimed(share: _Share, g, prior) -> None:
     )
     try:
         _run_group(share, g, key)
-    except LostClaim:
-        logging.warning("Group %s was taken over by another worker; moving on.", key)
+    except claims_lib.LostClaim:
+        logging.warning(
+            "Group %s was taken over by another worker while this one had stopped beating: its "
+            "run stopped before writing anything more; moving on.",
+            key,
+        )
         return
     except (preemption.Preempted, KeyboardInterrupt):
         share.claims.release(key, claims_lib.STOPPED)
@@ -245,22 +249,38 @@ def _run_group(share: _Share, g, key) -> None:
         at_round = progress.estimate_progress(share.config, share.initial, results)
         for k, t in enumerate(pending):
             if not share.claims.still_mine(key):
-                raise LostClaim(key)
+                raise claims_lib.LostClaim(key)
             p = dataclasses.replace(at_round, done=at_round.done + k)
             eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
             done = len(known) - len(pending)
             progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
-            result = train_lib.train_and_evaluate(
-                t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
-            )
-            if _chief(share.runtime):  # the chief records
-                wd.record_result(share.workdir, result)
+            with _fence(share.claims, key):
+                result = train_lib.train_and_evaluate(
+                    t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
+                )
+            if _chief(share.runtime):  # the chief records, while the group is still its own
+                share.claims.record(share.workdir, key, result)
             # No clear_session() here: the next trial of the same member and batch size reuses
             # this one's model and traced step; train.py drops them (and clears the session)
             # when the next trial needs another model.
             share.mine[t.trial_id] = result
             results[t.trial_id] = result
             share.ran += 1
+
+
+@contextlib.contextmanager
+def _fence(claims, key: str) -> Iterator[None]:
+    """Inside: after each host loop, evaluation pass and probe of the run (engine/timing.py's
+    events), before the checkpoint, summaries or result that follow, the group is checked to be
+    still this process's; LostClaim stops the run there (a worker that was stopped past the
+    lease finds its group taken over and writes nothing more)."""
+
+    def check(kind, start, seconds, count):
+        if kind in FENCED and not claims.still_mine(key):
+            raise claims_lib.LostClaim(key)
+
+    with timing.listening(check):
+        yield
 
 
 def _chief(runtime) -> bool:
