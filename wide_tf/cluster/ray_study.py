@@ -163,13 +163,14 @@ def run(config, workdir: str, address: str, verbose: bool = False, log=print) ->
     backend.select(config)
     ray = connect(address)
     try:
-        hold_workdir(ray, workdir)
+        owner = hold_workdir(ray, workdir)  # kept: Ray ends an actor when no handle is left
         hosts = start_hosts(ray, config, workdir, verbose)
         log(f"Study on the Ray cluster: {len(hosts)} hosts.")
         start = time.time()
         while groups := open_groups(config, workdir):
             drive(ray, hosts, groups, config, workdir, log)
         log(f"Study done on the cluster in {progress.fmt_time(time.time() - start)}.")
+        del owner
     finally:
         ray.shutdown()  # the hosts and the owner die with this driver
     return Outcome(report_due=True)
