@@ -167,8 +167,15 @@ def run(config, workdir: str, address: str, verbose: bool = False, log=print) ->
         hosts = start_hosts(ray, config, workdir, verbose)
         log(f"Study on the Ray cluster: {len(hosts)} hosts.")
         start = time.time()
+        before = None
         while groups := open_groups(config, workdir):
+            if groups == before:  # every one was run to its end, and the records say otherwise
+                raise ClusterProblem(
+                    f"{len(groups)} groups are still open after their hosts ran them (first: "
+                    f"{groups[0][0]}, batch {groups[0][1]}); see the hosts' lines above"
+                )
             drive(ray, hosts, groups, config, workdir, log)
+            before = groups
         log(f"Study done on the cluster in {progress.fmt_time(time.time() - start)}.")
         del owner
     finally:
