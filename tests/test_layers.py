@@ -26,6 +26,8 @@ ALLOWED = {
     "analysis": {"schema", "store", "checks", "study.lr_grid"},
     "report": {"schema", "store", "checks", "study.lr_grid", "analysis", "tf_start"},
     "theory": {"schema", "store", "engine"},
+    # A study on a Ray cluster: the driver and the hosts' actor, over the study's own loop.
+    "cluster": {"schema", "store", "checks", "engine", "study", "tf_start"},
     "tools": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
     # errors.py turns any exception into one line, so it names every layer's error classes; like
     # main it sits on top, and nothing but main imports it.
@@ -59,6 +61,7 @@ TF_FREE = (
     "study.processes",
     "engine.preemption",
     "launch",
+    "cluster.ray_study",
 )
 
 

@@ -45,6 +45,12 @@ _WORKERS = flags.DEFINE_string(
     "GPU on a GPU machine, 1 on a TPU. --workers=1 runs in this process. With --shard=i/n the "
     "workers share shard i's groups.",
 )
+_CLUSTER = flags.DEFINE_string(
+    "cluster",
+    None,
+    "Run the study on a Ray cluster: auto (the one this machine is in) or HEAD:6379; one actor "
+    "per accelerator host takes (member, batch size) groups (docs/tpu.md, Ray). pip: wide_tf[ray].",
+)
 _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (id, or index in --list_trials).")
 _LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
@@ -83,6 +89,7 @@ def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
     flag = dict(dry_run=_DRY_RUN, workdir=_WORKDIR, shard=_SHARD, workers=_WORKERS, trial=_TRIAL)
     flag.update(listing=_LIST, accelerator=_ACCELERATOR, replicas=_REPLICAS)
+    validate.check_cluster(_CLUSTER.value, _WORKERS.value, _SHARD.value, _TRIAL.value)
     return validate.check_command(config, sys.argv, **{k: f.value for k, f in flag.items()})
 
 
@@ -161,6 +168,10 @@ def _run(config, verbose: bool) -> None:
             theory_check.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
             train.train_and_evaluate(config, _WORKDIR.value, checked=True)
+    elif _CLUSTER.value:  # a driver: the hosts of the cluster run the trials
+        from wide_tf.cluster import ray_study
+
+        _finish(ray_study.run(config, _WORKDIR.value, _CLUSTER.value, verbose, _log))
     else:  # its parent imports TensorFlow for the report alone, once every group is done
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)

@@ -136,9 +136,9 @@ def parse_workers(text) -> int | None:
     return n
 
 
-def check_workers(text, config=None, trial=None, workdir=None) -> None:
-    """--workers=N with N > 1 needs a study, one trial at a time per process, a strategy that one
-    process per core or GPU can use, and a workdir on which claims are atomic."""
+def check_workers(text, config=None, trial=None) -> None:
+    """--workers=N with N > 1 needs a study, one trial at a time per process, and a strategy that
+    one process per core or GPU can use (their claims are files of this machine: any workdir)."""
     n = parse_workers(text)
     if n is None or n == 1:
         return
@@ -154,13 +154,6 @@ def check_workers(text, config=None, trial=None, workdir=None) -> None:
             f"--workers={n} with runtime.strategy={config.runtime.strategy}: one process drives "
             "those devices; drop --workers (or use --workers=1)"
         )
-    if workdir:
-        from wide_tf.store import claims  # pure Python; google-cloud-storage only for gs://
-
-        try:
-            claims.check_store(workdir)
-        except claims.ClaimError as e:
-            raise UsageError(str(e)) from None
 
 
 def check_trial(text, config) -> None:

@@ -89,8 +89,7 @@ def check_command(
     check_config_once(argv)
     check_shard(shard)
     check_workdir_scheme(workdir)
-    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
-    check_workers(workers, config, trial, None if dry_run else workdir)
+    check_workers(workers, config, trial)
     if dry_run:  # the checks for the target machine
         with for_target(replicas):
             check_config(config)
@@ -103,6 +102,21 @@ def check_command(
     if listing:
         return []
     return design_warnings(config) + check_workdir(config, workdir)
+
+
+def check_cluster(cluster, workers, shard, trial) -> None:
+    """--cluster hands the study's groups to a Ray cluster's hosts: --workers, --shard and
+    --trial choose processes or trials on one machine and mean nothing there."""
+    if cluster is None:
+        return
+    if not cluster.strip():
+        raise UsageError("--cluster is empty; give auto (this machine's Ray cluster) or HEAD:6379")
+    for name, value in (("workers", workers), ("shard", shard), ("trial", trial)):
+        if value is not None:
+            raise UsageError(
+                f"--{name} runs on one machine and --cluster hands every group to the cluster's "
+                f"hosts; drop one of them"
+            )
 
 
 def check_dry_run_only(dry_run: bool, accelerator, replicas) -> None:

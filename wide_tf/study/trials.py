@@ -195,6 +195,14 @@ def group_trials(trials: list[Trial]) -> dict[tuple[str, int], list[Trial]]:
     return groups
 
 
+def claim_order(trials: list[Trial]) -> list[tuple[str, int]]:
+    """The groups of `trials` in the order processes claim them (or a driver hands them out):
+    longest first (smallest batch: the most steps; then the deepest member: the slowest step), so
+    that no long group starts last and the processes finish together."""
+    members = {t.member.name: t.member for t in trials}
+    return sorted(group_trials(trials), key=lambda g: (g[1], -members[g[0]].depth, g[0]))
+
+
 def expand_group(
     config, initial: list[Trial], results: dict[str, dict]
 ) -> tuple[list[Trial], list[Trial]]:

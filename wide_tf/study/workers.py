@@ -2,9 +2,8 @@
 default, which cores or GPU each one gets, starting them, forwarding SIGTERM/SIGINT to them,
 printing the whole study's progress, surfacing a failed worker, and saying whether the one report is
 due once all of them are done (main writes it). Which (member, batch size) group each worker runs
-is decided by the workers themselves through claims in the workdir (wide_tf/store/claims.py,
-wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
-workdir.
+is decided by the workers themselves through claims, files of this machine (wide_tf/store/claims.py,
+wide_tf/study/scheduler.py); several machines on one study are a Ray cluster's (wide_tf/cluster/).
 
 A worker is `python -m wide_tf.study.worker` (wide_tf/study/worker.py: it dies with its parent,
 and runs no check again) reading the config this parent checked, frozen into its logs folder
@@ -157,7 +156,7 @@ class _Signals:
         self._old = {}
 
 
-def count_for(config, requested: str | None, workdir: str, one_process: bool) -> int:
+def count_for(config, requested: str | None, one_process: bool) -> int:
     """The processes a study runs in: `requested` (--workers), or the machine's default (never
     more than the study has groups); 1 when `one_process` (--trial, --list_trials, a single run,
     the theory check)."""
@@ -167,14 +166,7 @@ def count_for(config, requested: str | None, workdir: str, one_process: bool) ->
     n = validate.parse_workers(requested)
     if n is not None:
         return max(1, min(n, groups))  # a worker more than there are groups would only wait
-    n = default_workers(config, groups)
-    if n > 1:
-        try:
-            validate.check_workers(str(n), config, None, workdir)
-        except validate.UsageError as e:  # e.g. gs:// without google-cloud-storage: one process
-            print(f"warning: running in one process, not {n}: {e}", file=sys.stderr, flush=True)
-            return 1
-    return n
+    return default_workers(config, groups)
 
 
 def count_groups(config) -> int:
@@ -358,14 +350,11 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
 
 
 def _claim_notes(workdir: str) -> list[str]:
-    """The claims a reader should know about (a heartbeat far in the future, a broken claim
-    file), for the progress line; none for a store the parent cannot read cheaply."""
-    if "://" in workdir:
-        return []
+    """The claim files a reader should know about (a broken one), for the progress line."""
     from wide_tf.store import claims
 
     try:
-        c = claims.observer(workdir)  # kept: each skew is named once
+        c = claims.observer(workdir)
         return c.notes(c.current())
     except OSError:
         return []
