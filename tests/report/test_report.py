@@ -268,8 +268,8 @@ def test_report_files_and_tables(full_report):
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
     for name, _, _, bc in MEMBERS:
         mb = expected_b_model_free(bc)
-        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.02)
-        assert float(members[name]["max_batch_low"]) <= 1.001 * float(members[name]["max_batch"])
+        assert float(members[name]["b_x"]) == pytest.approx(mb, rel=0.02)
+        assert float(members[name]["b_x_low"]) <= 1.001 * float(members[name]["b_x"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
         assert float(members[name]["b_crit_low"]) <= 1.001 * bc
         assert 0.999 * bc <= float(members[name]["b_crit_high"])
@@ -301,7 +301,8 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "mnist_embedded",
         "tuning [0]",
         "[1, 2]",
-        "eps (max_batch) | 0.25",
+        "B_x1.25 | the batch where epochs to target first reach x1.25 those of the two smallest "
+        "batches (eps = 0.25)",
         "mlp-d8-w128",
         "mlp-d2-w256",
         "100,008",
@@ -510,7 +511,7 @@ def test_report_without_config_uses_protocol_records(tmp_path):
         config=None,
     )
     md = open(report.write_report(wd, eps=0.5)).read()
-    assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
+    assert "config.json | missing" in md and "(eps = 0.5)" in md
     # how the trials ran comes from their records all the same
     assert "| Target | train_accuracy >= 0.99 (first seen" in md and "| Budget | 40.0 epochs" in md
     assert "Batch sizes" not in md  # the study's design is in config.json only

@@ -15,6 +15,7 @@ import matplotlib
 import numpy as np
 import tensorflow as tf
 from matplotlib import ticker
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: read by tests)
@@ -29,7 +30,11 @@ from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"
-WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
+# What "width" means per architecture: each figure names only the kinds it draws.
+WIDTH_NAMES = {
+    "mlp": "width (units per hidden layer)",
+    "wrn": "widening factor k (channels 16k, 32k, 64k)",
+}
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
 DPI = 200  # the PNGs' resolution; the PDFs are vector
 
@@ -43,6 +48,64 @@ def _colors(n: int):
     # Ordered colours (dark = narrow, bright = wide) so width reads off every plot.
     cmap = matplotlib.colormaps["viridis"]
     return [cmap(0.1 + 0.75 * i / max(n - 1, 1)) for i in range(n)]
+
+
+def width_label(summaries) -> str:
+    """The width axis's name for the architectures drawn (an MLP plot never mentions WRN)."""
+    arches = sorted({str(s.info.arch) for s in summaries if s.info.arch})
+    if len(arches) == 1:
+        return WIDTH_NAMES.get(arches[0], "width")
+    return "; ".join(f"{a}: {WIDTH_NAMES.get(a, 'width')}" for a in arches) or "width"
+
+
+def bx_name(eps: float) -> str:
+    """The model-free critical batch's one name in every output: B_x2 at eps = 1."""
+    return f"B_x{1 + eps:g}"
+
+
+def bound_side(curve, field: str) -> str | None:
+    """'above' when `field` of the member's curve is only a lower bound, 'below' when only an
+    upper bound, None when measured. B_x(1+eps) with no crossing up to the largest batch sits AT
+    that batch (not beyond it), so its status, not the range test, says it is censored."""
+    iv = getattr(curve, field)
+    if field == "b_model_free" and curve.b_model_free_status == 1:
+        return "above"
+    if iv.above_range:
+        return "above"
+    return "below" if iv.below_range else None
+
+
+def draw_bound(ax, x: float, y: float, side: str, color, axis: str = "y") -> None:
+    """A censored value as what it is: an open marker at the edge of the batches tried and an
+    arrow from it to the edge of the axes (along y, or along x for a batch on the x axis)."""
+    up = side == "above"
+    marker = {("y", True): "^", ("y", False): "v", ("x", True): ">", ("x", False): "<"}[(axis, up)]
+    ax.plot(
+        [x],
+        [y],
+        linestyle="none",
+        marker=marker,
+        markersize=10,
+        markerfacecolor="none",
+        markeredgewidth=1.5,
+        color=color,
+        gid="censored",
+    )
+    end = 1.0 if up else 0.0
+    xy, coords = (
+        ((x, end), ("data", "axes fraction"))
+        if axis == "y"
+        else ((end, y), ("axes fraction", "data"))
+    )
+    ax.annotate(
+        "",
+        xy=xy,
+        xycoords=coords,
+        xytext=(x, y),
+        textcoords="data",
+        arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.2, shrinkA=6, shrinkB=0),
+        gid="censored-arrow",
+    )
 
 
 def _label(s) -> str:
@@ -242,11 +305,19 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
     )
 
 
-def _draw_b_model_free(ax, cv, col) -> None:
-    """A member's (1 + eps) x E_ref threshold and B_x(1+eps) on it, with its interval."""
+def _draw_b_model_free(ax, cv, col) -> bool:
+    """A member's (1 + eps) x E_ref threshold and B_x(1+eps) on it, with its interval; a
+    censored one (no crossing up to the largest batch) as an open marker with an arrow to the
+    right edge. Returns whether it was censored."""
     ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
     mb = cv.b_model_free
-    if mb is not None and mb.low is not None:
+    if mb is None:
+        return False
+    side = bound_side(cv, "b_model_free")
+    if side is not None:
+        draw_bound(ax, _clipped(mb), cv.threshold_epochs, side, col, axis="x")
+        return True
+    if mb.low is not None:
         ax.errorbar(
             [mb.value],
             [cv.threshold_epochs],
@@ -256,15 +327,17 @@ def _draw_b_model_free(ax, cv, col) -> None:
             color=col,
             capsize=4,
         )
-    elif mb is not None:
+    else:
         ax.plot([mb.value], [cv.threshold_epochs], "*", markersize=13, color=col)
+    return False
 
 
 def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
     """Epochs to target vs batch: flat while scaling is perfect; B_x(1+eps) marked with its
-    interval on each member's (1 + eps) threshold."""
+    interval on each member's (1 + eps) threshold (censored: an open marker, an arrow right)."""
     fig, ax = _figure()
     marked: list = []
+    censored = crossed = False
     for s, col in zip(summaries, colors):
         _draw_medians(ax, s, col, epochs=True)
         cv = s.curve
@@ -278,12 +351,22 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
                 g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15, linewidth=0
             )
         if cv is not None and cv.threshold_epochs is not None:
-            _draw_b_model_free(ax, cv, col)
+            bound = _draw_b_model_free(ax, cv, col)
+            censored |= bound
+            crossed |= cv.b_model_free is not None and not bound
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
-    ax.plot(
-        [], [], "k*", linestyle="none", markersize=10, label=f"B_x{1 + eps:g} (model-free), 95% CI"
-    )
+    if crossed:
+        ax.plot([], [], "k*", linestyle="none", markersize=10, label=f"{bx_name(eps)}, 95% CI")
+    if censored:
+        ax.plot(
+            [],
+            [],
+            "k>",
+            linestyle="none",
+            markerfacecolor="none",
+            label=f"{bx_name(eps)} censored: no crossing up to the largest batch (a lower bound)",
+        )
     return _finish_batch_plot(
         fig,
         ax,
@@ -300,8 +383,8 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
 
 def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> tuple[bool, bool]:
     """One panel of batch_vs_width.png: `field` (b_crit or b_model_free) of every member against its
-    width, one colour per architecture, and the architecture's slope line. Returns (anything
-    drawn, any value beyond the batches tried)."""
+    width, one colour per architecture, and the architecture's slope line. A censored value is an
+    open marker with an arrow to the axes' edge. Returns (anything drawn, any censored value)."""
     drawn = bound = False
     for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
         col = f"C{i}"
@@ -313,11 +396,12 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             and s.curve is not None
             and getattr(s.curve, field) is not None
         ]
-        for k, s in enumerate(mine):
+        for s in mine:
             iv = getattr(s.curve, field)
             w, v = float(s.info.width), _clipped(iv)
-            if iv.is_bound:
-                ax.plot([w], [v], "^" if iv.above_range else "v", color=col, markersize=10)
+            side = bound_side(s.curve, field)
+            if side is not None:
+                draw_bound(ax, w, v, side, col)
                 bound = True
             else:
                 lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
@@ -331,7 +415,8 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
                 (w, v),
                 fontsize=7,
                 textcoords="offset points",
-                xytext=(5, 4) if k % 2 == 0 else (5, -10),  # alternate: neighbours do not collide
+                xytext=(6, 4),
+                gid="depth-label",
             )
             drawn = True
         sl = getattr(verdicts[arch].decision, slope_name) if verdicts.get(arch) else None
@@ -351,17 +436,44 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
     return drawn, bound
 
 
+def depth_labels(ax) -> list:
+    return [t for t in ax.texts if t.get_gid() == "depth-label"]
+
+
+def separate_labels(fig, pad_px: float = 1.0, max_rounds: int = 200) -> None:
+    """Moves the depth labels of each axes apart until no two text boxes overlap (members of close
+    widths and batches crowd the narrow end): each label, in order of its point, steps down below
+    the ones already placed that it meets, by its own height."""
+    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
+    canvas.draw()  # settles the limits and the tick labels, on which the boxes depend
+    renderer = canvas.get_renderer()
+    for ax in fig.axes:
+        labels = sorted(depth_labels(ax), key=lambda t: tuple(ax.transData.transform(t.xy)))
+        placed = []
+        for t in labels:
+            for _ in range(max_rounds):
+                box = t.get_window_extent(renderer)
+                hit = next((p for p in placed if box.overlaps(p)), None)
+                if hit is None:
+                    break
+                step_pt = (box.y1 - hit.y0 + pad_px) * 72.0 / fig.dpi
+                dx, dy = t.xyann
+                t.xyann = (dx, dy - step_pt)
+            placed.append(t.get_window_extent(renderer).padded(pad_px / 2))
+
+
 def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
-    """B_crit and B_x(1+eps) against width with 95% intervals; values beyond the batches
-    tried are drawn as arrows at the range edge; the slope across members in the legend."""
+    """B_crit and B_x(1+eps) against width with 95% intervals; censored values (beyond the batches
+    tried, or B_x(1+eps) never crossed inside them) are open markers at the range edge with an
+    arrow to the axes' edge; the slope across members in the legend."""
     fig = Figure(figsize=(11.5, 4.6))
     axes = fig.subplots(1, 2)
     panels = (
         ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
         (
             "b_model_free",
-            f"B_x{1 + eps:g} (examples per step)",
-            f"Model-free critical batch: epochs x{1 + eps:g} over perfect scaling",
+            f"{bx_name(eps)} (examples per step)",
+            f"{bx_name(eps)}: the batch where epochs to target reach x{1 + eps:g}",
             "model_free_slope",
         ),
     )
@@ -373,18 +485,27 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
             width_ticks(ax, summaries)
         else:
             _no_data(ax, "undefined for every member (see the tables)")
-        ax.set_xlabel(WIDTH_LABEL)
+        ax.set_xlabel(width_label(summaries))
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         if bound:
-            ax.plot([], [], "k^", label="beyond the batches tried (bound)")
+            ax.plot(
+                [],
+                [],
+                "k^",
+                markerfacecolor="none",
+                linestyle="none",
+                label="censored: only a bound (the true value lies along the arrow)",
+            )
         legend_outside(ax, below=True, fontsize=7)
+    separate_labels(fig)
     return _save(
         fig,
         outdir,
         "batch_vs_width.png",
-        "B_crit and the model-free critical batch vs width, with 95% intervals",
+        f"B_crit and {bx_name(eps)} vs width, with 95% intervals (open markers with arrows: "
+        "censored, only a bound)",
     )
 
 
@@ -497,7 +618,7 @@ def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
     _log2_axis(ax, "x")
     width_ticks(ax, with_bb)
     ax.set_yscale("log")
-    ax.set_xlabel(WIDTH_LABEL)
+    ax.set_xlabel(width_label(with_bb))
     ax.set_ylabel("batch bound n x diversity at init (examples)")
     ax.set_title(
         "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"

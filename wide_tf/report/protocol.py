@@ -351,6 +351,12 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         )
     else:
         rows += study_design_rows(config)
-    rows.append(("eps (max_batch)", f"{eps:g}"))
+    rows.append(
+        (
+            f"B_x{1 + eps:g}",
+            f"the batch where epochs to target first reach x{1 + eps:g} those of the two smallest "
+            f"batches (eps = {eps:g})",
+        )
+    )
     rows += provenance_rows(config, records)
     return rows

@@ -116,7 +116,7 @@ def _write_into(
     # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
     result["prediction"] = prediction.compare_study(config, records, result) if records else None
     if result["prediction"] is not None:
-        pred_plot = prediction.plot_prediction(result["prediction"], outdir)
+        pred_plot = prediction.plot_prediction(result["prediction"], outdir, eps)
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
     tbdir = os.path.join(outdir, "tb")
