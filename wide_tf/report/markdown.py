@@ -344,8 +344,11 @@ def md_tables(tb_written: bool) -> list[str]:
         lines.append(
             "- TensorBoard: `tensorboard --logdir=report/tb` (Time Series: one session per "
             "(member, batch) at its chosen rate, accuracy and loss of train, train_set and test "
-            "overlaid; HParams tab: one row per session, Show Metrics reaches its curves; Images "
-            "tab: these plots; every trial's curves: `tensorboard --logdir=trials`)"
+            "overlaid, and again under examples/ against the training examples seen; HParams tab: "
+            "one row per session, filtered and plotted by depth, width, batch and rate, Show "
+            "Metrics reaches its curves; each member's <member>/member session holds its B_x and "
+            "B_crit with their interval ends (member/ metrics); Images tab: these plots; every "
+            "trial's curves: `tensorboard --logdir=trials`)"
         )
     else:
         lines.append(

@@ -120,7 +120,9 @@ def _write_into(
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
     tbdir = os.path.join(outdir, "tb")
-    tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
+    tb_written = (
+        write_tensorboard(workdir, records, plots, tbdir, summaries, eps) if records else False
+    )
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
     heads = [
         (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline
