@@ -63,6 +63,7 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
+from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 LOCAL_VARIANTS = (
@@ -84,6 +85,7 @@ FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion7"))
 SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
 
 
+@loader.takes_args  # k=v after the variant: configs/x.py:VARIANT:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "local"
     config = defaults.base_config("mlp", "mnist_embedded")

@@ -60,9 +60,11 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
+from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 
+@loader.takes_args  # k=v after the variant: configs/x.py:VARIANT:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "paper"
     if variant == "predict":

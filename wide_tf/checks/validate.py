@@ -91,7 +91,7 @@ def check_command(
     check_workdir_scheme(workdir)
     # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
     check_workers(workers, config, trial, None if dry_run else workdir)
-    if dry_run:  # the checks for the target machine
+    if dry_run or listing:  # the checks for the target machine: a listing reads no data either
         with for_target(replicas):
             check_config(config)
         check_trial(trial, config)
