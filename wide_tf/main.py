@@ -239,6 +239,11 @@ def _run(config, verbose: bool) -> None:
                 flush=True,
             )
     else:  # its parent imports TensorFlow for the report alone, once every group is done
+        from wide_tf.study import progress
+
+        kept = progress.keep_log(_WORKDIR.value)
+        if kept:
+            logging.info("This command's log: %s", kept)
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(

@@ -47,6 +47,7 @@ class Probe:
             g["diversity"],
             g["batch_bound"],
             self.examples,
+            debug=True,
         )
 
 
