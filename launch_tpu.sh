@@ -65,13 +65,18 @@ readonly PROG="${0##*/}"
 SELF="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/${BASH_SOURCE[0]##*/}"
 REPO_DIR="${SELF%/*}"
 readonly SELF REPO_DIR
-# The package's requirements on the VM: setup.cfg's install_requires (read from it, one home),
-# less tensorflow (the TPU build replaces it) and less the tensorboard pin (tensorflow-tpu pins its
-# own TensorBoard minor). A hand-kept copy here once lacked scipy.
+# The package's requirements on the VM: pyproject.toml's [project] dependencies (read from it,
+# one home), less tensorflow (the TPU build replaces it) and less the tensorboard pin
+# (tensorflow-tpu pins its own TensorBoard minor). A hand-kept copy here once lacked scipy.
+# toml_list NAME: the quoted entries of the array NAME = [ ... ] (one a line, comments skipped).
+toml_list() {
+  awk -v name="$1" '$0 ~ "^" name "[ \t]*=[ \t]*\\[" { on = 1; next }
+       on && /^\]/ { on = 0 }
+       on && !/^[ \t]*#/ && match($0, /"[^"]+"/) { print substr($0, RSTART + 1, RLENGTH - 2) }' \
+    "$REPO_DIR/pyproject.toml"
+}
 requirements() {
-  awk '/^install_requires[ \t]*=/ { on = 1; next }
-       on && /^[^ \t#]/ { on = 0 }
-       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg"
+  toml_list dependencies
 }
 non_tf_deps() {
   requirements | grep -Ev '^(tensorflow|tensorboard)([=<>~!; ]|$)'
@@ -87,14 +92,12 @@ jax_deps() {
 }
 # google-cloud-storage on every VM (issue 38): with it, claims on gs:// are created atomically
 # (if_generation_match=0, wide_tf/store/claims.py); without it, two VMs sharing a bucket can both win
-# a group. setup.cfg's [gcs] extra is its one home once it exists; until then this requirement
+# a group. pyproject.toml's gcs extra is its one home once it exists; until then this requirement
 # (2.10 has the generation preconditions; pip resolves it beside cloud-tpu-client's
 # google-api-core 1.x on pods: google-cloud-storage 2.11 there, 3.x on a single host).
 gcs_deps() {
   local lines
-  lines="$(awk '/^[ \t]*gcs[ \t]*=/ { on = 1; v = $0; sub(/^[^=]*=[ \t]*/, "", v); if (v != "") print v; next }
-       on && /^[^ \t#]/ { on = 0 }
-       on && /^[ \t]+[^ \t#]/ { sub(/^[ \t]+/, ""); sub(/[ \t]+$/, ""); print }' "$REPO_DIR/setup.cfg")"
+  lines="$(toml_list gcs)"
   echo "${lines:-google-cloud-storage>=2.10}"
 }
 # Where TensorFlow's install page points pip for the libtpu builds that go with tensorflow-tpu
@@ -526,10 +529,10 @@ check_workdir
 CONFIG_FILE="${CONFIG%%:*}"
 [[ -f "$REPO_DIR/$CONFIG_FILE" ]] \
   || die "--config=$CONFIG: no file $CONFIG_FILE in $REPO_DIR (give it relative to the repository)"
-# setup.cfg: python_requires = >=3.11,<3.13 (Keras 3.15 needs 3.11; the package is not measured on
+# pyproject.toml: requires-python = ">=3.11,<3.13" (Keras 3.15 needs 3.11; the package is not measured on
 # 3.13).
 [[ "$PYTHON_VERSION" =~ ^3\.1[12]$ ]] \
-  || die "--python=$PYTHON_VERSION: setup.cfg allows Python 3.11 and 3.12 (Keras 3.15 needs 3.11); use --python=3.11"
+  || die "--python=$PYTHON_VERSION: pyproject.toml allows Python 3.11 and 3.12 (Keras 3.15 needs 3.11); use --python=3.11"
 [[ -z "$LIBTPU" || "$LIBTPU" =~ ^[0-9][0-9.a-z]*$ ]] || die "--libtpu=$LIBTPU: give a libtpu version (e.g. 0.0.14)"
 [[ "$PJRT" =~ ^(auto|on|off)$ ]] || die "--pjrt=$PJRT: choose auto, on or off"
 [[ "$BACKEND" =~ ^(tensorflow|jax)$ ]] || die "--backend=$BACKEND: choose tensorflow (the default) or jax"
@@ -1082,7 +1085,7 @@ PIP="$R_VENV/bin/python -m pip install -q"
 if ((JAX)); then mapfile -t NON_TF_DEPS < <(jax_deps); else mapfile -t NON_TF_DEPS < <(non_tf_deps); fi
 mapfile -t GCS_DEPS < <(gcs_deps)
 NON_TF_DEPS+=("${GCS_DEPS[@]}")
-((${#NON_TF_DEPS[@]})) || fail "could not read install_requires from $REPO_DIR/setup.cfg"
+((${#NON_TF_DEPS[@]})) || fail "could not read the dependencies from $REPO_DIR/pyproject.toml"
 DEPS=""  # double quotes: the remote shell must not glob or redirect on '*' and '>'
 for d in "${NON_TF_DEPS[@]}"; do DEPS+="\"$d\" "; done
 ((TF_POD)) && DEPS+="\"cloud-tpu-client>=0.10\" "

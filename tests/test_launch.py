@@ -55,7 +55,7 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert scp[2] == "wide-v4:/tmp/wide_tf.tar.gz" and scp[1].endswith(".tar.gz")
     with tarfile.open(fake.tmp_path / "copied.tar.gz") as tar:  # the checkout's tracked files
         names = set(tar.getnames())
-    assert {"launch_tpu.sh", "setup.cfg", "wide_tf/main.py", "configs/wrn.py"} <= names
+    assert {"launch_tpu.sh", "pyproject.toml", "wide_tf/main.py", "configs/wrn.py"} <= names
     assert not any(n.startswith((".git/", "runs/")) for n in names)
     inst = _command(install)
     # Python 3.11 (Keras 3.15 needs it) in a venv; TensorFlow's TPU build with the libtpu its
@@ -91,21 +91,24 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert "checked here: memory: the config fits 4 x v4 (32 GiB per chip" in p.stderr
 
 
-def test_the_install_takes_setup_cfgs_requirements():
-    """The VM gets setup.cfg's install_requires (read from it) less tensorflow and the tensorboard
-    pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked scipy."""
-    import configparser
+def _project() -> dict:
+    import tomllib
 
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
+    with open(REPO / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def test_the_install_takes_the_package_requirements():
+    """The VM gets pyproject.toml's dependencies (read from it) less tensorflow and the
+    tensorboard pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked
+    scipy."""
+    project = _project()
+    wanted = [
+        r for r in project["dependencies"] if not r.startswith(("tensorflow==", "tensorboard=="))
+    ]
     assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
-    # and google-cloud-storage: setup.cfg's [gcs] extra once it has one, else the launcher's pin
-    extras = cfg["options.extras_require"]
-    gcs = [x.strip() for x in extras.get("gcs", "").splitlines() if x.strip()[:1].isalpha()]
-    wanted += gcs or ["google-cloud-storage>=2.10"]
+    # and google-cloud-storage: the gcs extra once there is one, else the launcher's pin
+    wanted += project.get("optional-dependencies", {}).get("gcs") or ["google-cloud-storage>=2.10"]
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
     (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
@@ -448,8 +451,8 @@ def test_a_missing_flag_is_a_one_line_error(missing):
             [*REQUIRED, "--accelerator=v4-32", "--version=tpu-ubuntu2204-base"],
             "needs a TensorFlow pod image",
         ),
-        ([*REQUIRED, "--python=3.10"], "setup.cfg allows Python 3.11 and 3.12"),
-        ([*REQUIRED, "--python=3.13"], "setup.cfg allows Python 3.11 and 3.12"),
+        ([*REQUIRED, "--python=3.10"], "pyproject.toml allows Python 3.11 and 3.12"),
+        ([*REQUIRED, "--python=3.13"], "pyproject.toml allows Python 3.11 and 3.12"),
         ([*REQUIRED, "--tf_tpu=image"], "give a tensorflow-tpu version"),
         ([*REQUIRED, "--tf_tpu=2.16.1"], "not in the launcher's table"),
         ([*REQUIRED, "--delete_when_done"], "--delete_when_done needs --watch"),
@@ -644,17 +647,15 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
 
 def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
     """Issue 38: gs:// claims are atomic only with google-cloud-storage, which no VM had. The
-    install takes setup.cfg's [gcs] extra when there is one (here a copy of the launcher beside
-    a setup.cfg that has it), and verifies the import on the VM."""
+    install takes pyproject.toml's gcs extra when there is one (here a copy of the launcher beside
+    a pyproject.toml whose extra pins another version), and verifies the import on the VM."""
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "x.py").write_text("")
     shutil.copy(SCRIPT, tmp_path / "launch_tpu.sh")
-    cfg = (REPO / "setup.cfg").read_text()
-    cfg = cfg.replace(
-        "[options.extras_require]\n",
-        "[options.extras_require]\ngcs =\n    google-cloud-storage==3.17.*\n",
-    )
-    (tmp_path / "setup.cfg").write_text(cfg)
+    cfg = (REPO / "pyproject.toml").read_text()
+    gcs = cfg[cfg.index("\ngcs = [") : cfg.index("]", cfg.index("\ngcs = [")) + 1]
+    cfg = cfg.replace(gcs, '\ngcs = [\n    "google-cloud-storage==3.17.*",\n]')
+    (tmp_path / "pyproject.toml").write_text(cfg)
     args = ["--name=wide", "--config=configs/x.py", "--workdir=gs://b/w", "--no_validate"]
     p = _launch(*args, "--dry_run", script=tmp_path / "launch_tpu.sh")
     assert p.returncode == 0, p.stderr
@@ -680,14 +681,8 @@ def _jax_install_is_clean(inst):
     assert "uv venv --seed --python 3.11 ~/wide_tf_venv_jax;" in inst
     assert pip.startswith(f"~/wide_tf_venv_jax/bin/python -m pip install -q {JAX_PIN} ")
     assert '"tensorflow-cpu==2.21.*"' in pip and "libtpu" not in pip and " -f " not in pip
-    # setup.cfg's install_requires (read from it), TensorFlow as its CPU wheel at the same pin
-    import configparser
-
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in wanted]
+    # pyproject.toml's dependencies (read from it), TensorFlow as its CPU wheel at the same pin
+    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in _project()["dependencies"]]
     got = pip.split(f"{JAX_PIN} ", 1)[1].split()
     assert got[: len(wanted)] == [f'"{r}"' for r in wanted]
     assert "tensorflow-tpu" not in inst and '"tensorflow==' not in inst
