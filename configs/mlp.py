@@ -85,7 +85,7 @@ FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion7"))
 SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
 
 
-@loader.takes_args  # k=v after the variant: configs/x.py:VARIANT:seeds=3,epochs=20
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "local"
     config = defaults.base_config("mlp", "mnist_embedded")

@@ -64,7 +64,7 @@ from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 
-@loader.takes_args  # k=v after the variant: configs/x.py:VARIANT:seeds=3,epochs=20
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "paper"
     if variant == "predict":

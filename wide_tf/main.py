@@ -1,32 +1,27 @@
-"""Trains each member of a network family (deep and narrow to shallow and wide, at one parameter
-budget) at several batch sizes, tunes the learning rate per batch, and reports per member the
-largest batch that still trains in about as many epochs (B_x2; B_crit from a fit): does a wider
-network take larger batches?
+"""Trains each member of a network family (deep and narrow to shallow and wide, at one budget) at
+several batch sizes, the learning rate tuned per batch, and reports per member the largest batch
+that trains in about as many epochs (B_x2; B_crit from a fit): does width raise it?
 
   python -m wide_tf.main --config=FILE[:VARIANT[:k=v,...]] --workdir=DIR [flags]
   python -m wide_tf.main --config=configs/mlp.py:smoke --workdir=runs/smoke     # seconds
   python -m wide_tf.main --config=configs/mlp.py:local:seeds=3 --print_config   # look first
-  python -m wide_tf.main --suite=configs/answer.py --workdir=runs/answer         # several studies
 
-A run writes into DIR: the trials, their TensorBoard events, and DIR/report/ (report.md, the
-figures, CSV tables, report/tb for TensorBoard). An interrupted study resumes where it stopped
-when run again with the same command. Bad input is one line on stderr (exit status 2 for a
+A run writes into DIR: the trials and DIR/report/ (report.md, figures, tables, TensorBoard). The
+same command again resumes a stopped study. Bad input is one line on stderr (exit status 2 for a
 usage error, 1 for a runtime error; --verbose shows the traceback).
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-import textwrap
 
 from absl import app, flags, logging
 from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
-from wide_tf.checks import dry_run, validate
+from wide_tf.checks import dry_run, usage, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -56,18 +51,9 @@ _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (id, or index i
 _LIST = flags.DEFINE_bool(
     "list_trials", False, "Print the study's trials and exit (reads no data; needs no --workdir)."
 )
-_PRINT_CONFIG = flags.DEFINE_bool(
-    "print_config",
-    False,
-    "Print the resolved config (the variant, its k=v arguments and every --config.a.b override "
-    "applied) and exit; needs no --workdir.",
-)
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run",
-    False,
-    "Check the config (and --shard), exit before TensorFlow starts; writes nothing.",
-)
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Check all, exit before TensorFlow; write nothing.")
 _REPLICAS = flags.DEFINE_integer(
     "replicas",
     None,
@@ -100,7 +86,7 @@ def main(argv) -> None:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config, verbose = _CONFIG.value, _VERBOSE.value
     if _PRINT_CONFIG.value and config is not None:
-        print(config_text(config), end="", flush=True)
+        print(usage.config_text(config), end="", flush=True)
         return
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
@@ -124,67 +110,6 @@ def main(argv) -> None:
         if verbose:
             raise
         errors.fail(*errors.error_line(e, config))
-
-
-def config_text(config, indent: int = 0) -> str:
-    """The resolved config as YAML (every field; lists in brackets, text quoted), sorted by name:
-    what a run of this command would run, to read or to diff."""
-    out = []
-    for key in sorted(config.keys()):
-        value = config[key]
-        if hasattr(value, "keys"):
-            out.append(f"{' ' * indent}{key}:\n{config_text(value, indent + 2)}")
-        else:
-            out.append(f"{' ' * indent}{key}: {_yaml_value(value)}\n")
-    return "".join(out)
-
-
-def _yaml_value(v) -> str:
-    if isinstance(v, (tuple, list)):
-        return "[" + ", ".join(_yaml_value(x) for x in v) + "]"
-    try:
-        return json.dumps(v)
-    except TypeError:
-        return json.dumps(str(v))
-
-
-def _usage_text() -> str:
-    """--help for a user: what the command does, the configs beside this checkout or the current
-    folder and each variant in one line, the variant arguments, then the flags."""
-    from wide_tf.checks import loader
-
-    lines = [__doc__.rstrip(), "", "Configs (FILE) and their variants (:VARIANT):"]
-    for path in loader.config_files():
-        try:
-            module = loader.load_module(path)
-        except Exception:  # noqa: BLE001  (a broken config file is listed, not fatal to --help)
-            lines.append(f"  {path}  (does not load: --config={path} says why)")
-            continue
-        lines.append(f"  {path}")
-        entries = loader.variant_lines(module)
-        width = min(max((len(n) for n, _ in entries), default=0), 18)
-        for name, text in entries:
-            if len(name) > width:  # several names sharing an entry: the line under them
-                lines += [f"    {name}", f"    {' ' * width}  {text}".rstrip()]
-            else:
-                lines.append(f"    {name:<{width}}  {text}".rstrip())
-    lines += ["", "Variant arguments (after the variant, joined by ',' or ':'):"]
-    lines += [f"    {k:<8}  {doc}" for k, doc in loader.VARIANT_ARGS.items()]
-    lines += ["    a.b=v     any config field by its dotted path, e.g. train.max_epochs=20", ""]
-    lines += [
-        "Other commands:",
-        "  python -m wide_tf.report --workdir=DIR           the report again (another --eps)",
-        "  python -m wide_tf.analysis.simulate --help       a design's simulated power",
-        "  python -m wide_tf.analysis.predict_study --help  a predict study against the sweep",
-        "",
-        "Flags (--helpfull: every flag, absl's own included):",
-    ]
-    for holder in _USER_FLAGS:
-        flag = flags.FLAGS[holder.name]
-        kind = "--[no]" if isinstance(flag.default, bool) else "--"
-        lines.append(f"  {kind}{flag.name}")
-        lines += [f"      {t}" for t in textwrap.wrap(flag.help, 92)]
-    return "\n".join(lines) + "\n"
 
 
 def _suite(verbose: bool) -> int:
@@ -233,17 +158,11 @@ def _run(config, verbose: bool) -> None:
             theory_check.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
             train.train_and_evaluate(config, _WORKDIR.value)
-            print(
-                f"Run written to {_WORKDIR.value}: result.json (its record), its TensorBoard "
-                f"events (tensorboard --logdir={_WORKDIR.value})",
-                flush=True,
-            )
+            print(f"Run written to {_WORKDIR.value} (result.json, TensorBoard events)", flush=True)
     else:  # its parent imports TensorFlow for the report alone, once every group is done
         from wide_tf.study import progress
 
-        kept = progress.keep_log(_WORKDIR.value)
-        if kept:
-            logging.info("This command's log: %s", kept)
+        progress.keep_log(_WORKDIR.value)  # this command's own log, beside the workers'
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(
@@ -266,28 +185,9 @@ def _finish(outcome) -> None:
         sys.exit(outcome.exit_code)
 
 
-_USER_FLAGS = (
-    _CONFIG,
-    _WORKDIR,
-    _PRINT_CONFIG,
-    _LIST,
-    _DRY_RUN,
-    _WORKERS,
-    _SHARD,
-    _TRIAL,
-    _SUITE,
-    _NO_REPORT,
-    _REPLICAS,
-    _ACCELERATOR,
-    _VERBOSE,
-)
-_USER_HELP = ("-h", "--help", "-help", "-?")  # --helpshort, --helpfull: absl's own listing
-
-
 def run() -> None:
-    if any(a in _USER_HELP for a in sys.argv[1:]):
-        sys.stdout.write(_usage_text())
-        sys.exit(0)
+    mine = [flags.FLAGS[v.name] for v in globals().values() if isinstance(v, flags.FlagHolder)]
+    usage.exit_on_help(sys.argv, __doc__, mine)  # --help: for users; --helpfull: absl's own
     parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)

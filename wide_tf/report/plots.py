@@ -15,7 +15,6 @@ import matplotlib
 import numpy as np
 import tensorflow as tf
 from matplotlib import ticker
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: read by tests)
@@ -26,15 +25,18 @@ from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: re
     spaced_ticks,
     width_ticks,
 )
+from wide_tf.report.marks import (  # noqa: F401  (depth_labels: read by tests)
+    bound_side,
+    bx_name,
+    depth_labels,
+    draw_bound,
+    separate_labels,
+    width_label,
+)
 from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"
-# What "width" means per architecture: each figure names only the kinds it draws.
-WIDTH_NAMES = {
-    "mlp": "width (units per hidden layer)",
-    "wrn": "widening factor k (channels 16k, 32k, 64k)",
-}
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
 DPI = 200  # the PNGs' resolution; the PDFs are vector
 
@@ -48,64 +50,6 @@ def _colors(n: int):
     # Ordered colours (dark = narrow, bright = wide) so width reads off every plot.
     cmap = matplotlib.colormaps["viridis"]
     return [cmap(0.1 + 0.75 * i / max(n - 1, 1)) for i in range(n)]
-
-
-def width_label(summaries) -> str:
-    """The width axis's name for the architectures drawn (an MLP plot never mentions WRN)."""
-    arches = sorted({str(s.info.arch) for s in summaries if s.info.arch})
-    if len(arches) == 1:
-        return WIDTH_NAMES.get(arches[0], "width")
-    return "; ".join(f"{a}: {WIDTH_NAMES.get(a, 'width')}" for a in arches) or "width"
-
-
-def bx_name(eps: float) -> str:
-    """The model-free critical batch's one name in every output: B_x2 at eps = 1."""
-    return f"B_x{1 + eps:g}"
-
-
-def bound_side(curve, field: str) -> str | None:
-    """'above' when `field` of the member's curve is only a lower bound, 'below' when only an
-    upper bound, None when measured. B_x(1+eps) with no crossing up to the largest batch sits AT
-    that batch (not beyond it), so its status, not the range test, says it is censored."""
-    iv = getattr(curve, field)
-    if field == "b_model_free" and curve.b_model_free_status == 1:
-        return "above"
-    if iv.above_range:
-        return "above"
-    return "below" if iv.below_range else None
-
-
-def draw_bound(ax, x: float, y: float, side: str, color, axis: str = "y") -> None:
-    """A censored value as what it is: an open marker at the edge of the batches tried and an
-    arrow from it to the edge of the axes (along y, or along x for a batch on the x axis)."""
-    up = side == "above"
-    marker = {("y", True): "^", ("y", False): "v", ("x", True): ">", ("x", False): "<"}[(axis, up)]
-    ax.plot(
-        [x],
-        [y],
-        linestyle="none",
-        marker=marker,
-        markersize=10,
-        markerfacecolor="none",
-        markeredgewidth=1.5,
-        color=color,
-        gid="censored",
-    )
-    end = 1.0 if up else 0.0
-    xy, coords = (
-        ((x, end), ("data", "axes fraction"))
-        if axis == "y"
-        else ((end, y), ("axes fraction", "data"))
-    )
-    ax.annotate(
-        "",
-        xy=xy,
-        xycoords=coords,
-        xytext=(x, y),
-        textcoords="data",
-        arrowprops=dict(arrowstyle="-|>", color=color, linewidth=1.2, shrinkA=6, shrinkB=0),
-        gid="censored-arrow",
-    )
 
 
 def _label(s) -> str:
@@ -436,32 +380,6 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
     return drawn, bound
 
 
-def depth_labels(ax) -> list:
-    return [t for t in ax.texts if t.get_gid() == "depth-label"]
-
-
-def separate_labels(fig, pad_px: float = 1.0, max_rounds: int = 200) -> None:
-    """Moves the depth labels of each axes apart until no two text boxes overlap (members of close
-    widths and batches crowd the narrow end): each label, in order of its point, steps down below
-    the ones already placed that it meets, by its own height."""
-    canvas = fig.canvas if hasattr(fig.canvas, "get_renderer") else FigureCanvasAgg(fig)
-    canvas.draw()  # settles the limits and the tick labels, on which the boxes depend
-    renderer = canvas.get_renderer()
-    for ax in fig.axes:
-        labels = sorted(depth_labels(ax), key=lambda t: tuple(ax.transData.transform(t.xy)))
-        placed = []
-        for t in labels:
-            for _ in range(max_rounds):
-                box = t.get_window_extent(renderer)
-                hit = next((p for p in placed if box.overlaps(p)), None)
-                if hit is None:
-                    break
-                step_pt = (box.y1 - hit.y0 + pad_px) * 72.0 / fig.dpi
-                dx, dy = t.xyann
-                t.xyann = (dx, dy - step_pt)
-            placed.append(t.get_window_extent(renderer).padded(pad_px / 2))
-
-
 def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
     """B_crit and B_x(1+eps) against width with 95% intervals; censored values (beyond the batches
     tried, or B_x(1+eps) never crossed inside them) are open markers at the range edge with an
@@ -598,101 +516,11 @@ def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
     )
 
 
-def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
-    """The gradient-diversity batch bound at initialisation against width, per architecture."""
-    fig, ax = _figure()
-    for i, arch in enumerate(sorted({s.info.arch for s in with_bb})):
-        mine = [
-            s for s in with_bb if s.info.arch == arch and isinstance(s.info.width, (int, float))
-        ]
-        if mine:
-            ax.errorbar(
-                [s.info.width for s in mine],
-                [s.batch_bound_init for s in mine],
-                yerr=[s.batch_bound_init_std for s in mine],
-                fmt="o-",
-                capsize=3,
-                color=f"C{i}",
-                label=f"{arch} family" if arch else "family",
-            )
-    _log2_axis(ax, "x")
-    width_ticks(ax, with_bb)
-    ax.set_yscale("log")
-    ax.set_xlabel(width_label(with_bb))
-    ax.set_ylabel("batch bound n x diversity at init (examples)")
-    ax.set_title(
-        "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
-    return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
-
-
-def _representative_trial(s, records):
-    """The member's chosen-rate trial at its smallest batch (first seed), else any with history."""
-    mine = [
-        r
-        for r in records
-        if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))
-    ]
-    for c in s.cells:
-        if c.best_multiplier is None:
-            continue
-        chosen = [
-            r
-            for r in mine
-            if r["batch_size"] == c.batch_size
-            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == c.best_multiplier
-        ]
-        if chosen:
-            return min(chosen, key=lambda r: r.get("seed") or 0)
-    return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
-
-
-def _bound_history(s, records) -> tuple[dict | None, list[dict]]:
-    """The member's representative trial and its batch-bound measurements, in training order."""
-    rec = _representative_trial(s, records)
-    hist = [
-        h
-        for h in ((rec or {}).get("gradient") or {}).get("history") or []
-        if h.get("batch_bound") is not None and h.get("examples") is not None
-    ]
-    return rec, sorted(hist, key=lambda h: h["examples"])
-
-
-def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot | None:
-    """The batch bound during training of each member's representative trial; None (no figure)
-    when no such trial measured it more than once (at initialisation only: nothing to draw)."""
-    histories = [_bound_history(s, records) for s in summaries]
-    if not any(len(hist) > 1 for _, hist in histories):
-        return None
-    fig, ax = _figure()
-    for s, col, (rec, hist) in zip(summaries, colors, histories):
-        if hist:
-            x = np.array([h["examples"] for h in hist], dtype=float)
-            ax.plot(
-                np.maximum(x, 1.0),
-                [h["batch_bound"] for h in hist],
-                "-",
-                color=col,
-                label=f"{_label(s)}, B={rec['batch_size']}",
-            )
-    smallest = min((c.batch_size for s in summaries for c in s.cells), default=1)
-    ax.set_xscale("symlog", linthresh=max(1.0, float(smallest)))
-    ax.set_yscale("log")
-    ax.set_xlabel("training examples seen")
-    ax.set_ylabel("batch bound n x diversity (examples)")
-    ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
-    return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
-
-
 def make_plots(
     summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
 ) -> list[Plot]:
     """Writes the PNGs (and PDFs) into `outdir`; returns (file name, caption, PNG bytes) for
-    each."""
+    each. The gradient statistics' figures are report/gradient_plots.py's."""
     if not summaries:
         return []
     colors = _colors(len(summaries))
@@ -705,11 +533,4 @@ def make_plots(
         plot_test_accuracy(summaries, records, colors, outdir),
         plot_learning_rate(summaries, colors, outdir, nothing),
     ]
-    # Gradient statistics, when the trials measured them.
-    with_bb = [s for s in summaries if s.batch_bound_init is not None]
-    if with_bb:
-        plots.append(plot_batch_bound_vs_width(with_bb, outdir))
-        over_training = plot_batch_bound_over_training(summaries, records, colors, outdir)
-        if over_training is not None:
-            plots.append(over_training)
     return plots

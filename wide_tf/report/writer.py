@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from wide_tf.analysis import verdict
 from wide_tf.report import prediction, publish
+from wide_tf.report.gradient_plots import gradient_plots
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
 from wide_tf.report.protocol import (
@@ -113,6 +114,7 @@ def _write_into(
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
+    plots += gradient_plots(summaries, records, outdir) if summaries else []
     # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
     result["prediction"] = prediction.compare_study(config, records, result) if records else None
     if result["prediction"] is not None:

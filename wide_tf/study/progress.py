@@ -182,4 +182,5 @@ def keep_log(workdir: str, logs: str = "logs") -> str | None:
     handler.setFormatter(absl_handler.formatter or logging.PythonFormatter())
     handler.setLevel(py_logging.DEBUG)
     logging.get_absl_logger().addHandler(handler)
+    logging.info("This command's log: %s", path)
     return path
