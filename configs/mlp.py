@@ -68,6 +68,7 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
+from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 LOCAL_VARIANTS = (
@@ -91,6 +92,7 @@ FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion"))
 SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
 
 
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "local"
     config = defaults.base_config("mlp", "mnist_embedded")

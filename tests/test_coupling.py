@@ -211,7 +211,7 @@ class _Metrics:
     def scalars(self, kind, step, values):
         pass
 
-    def log(self, message, *args, warning=False):
+    def log(self, message, *args, warning=False, debug=False):
         self.lines.append(message % args)
 
     history = flush = close = lambda self, *a: None

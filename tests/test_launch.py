@@ -76,7 +76,7 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert scp[2] == "wide-v4:/tmp/wide_tf.tar.gz" and scp[1].endswith(".tar.gz")
     with tarfile.open(fake.tmp_path / "copied.tar.gz") as tar:  # the checkout's tracked files
         names = set(tar.getnames())
-    assert {"vm_setup.sh", "setup.cfg", "wide_tf/main.py", "configs/wrn.py"} <= names
+    assert {"vm_setup.sh", "pyproject.toml", "wide_tf/main.py", "configs/wrn.py"} <= names
     assert not any(n.startswith((".git/", "runs/")) for n in names)
     inst = _command(install)
     # Python 3.11 (Keras 3.15 needs it) in a venv (vm_setup.sh); TensorFlow's TPU build with the
@@ -116,20 +116,12 @@ def _install_words(line):
     return words[2 : words.index("--")], words[words.index("--") + 1 :]
 
 
-def test_the_install_takes_setup_cfgs_requirements():
-    """The VM gets setup.cfg's install_requires (read from it) less tensorflow and the tensorboard
+def test_the_install_takes_the_package_requirements():
+    """The VM gets pyproject.toml's dependencies (read from it) less tensorflow and the tensorboard
     pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked scipy."""
-    import configparser
-
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
+    deps, _ = remote.package_requirements(REPO)
+    wanted = [r for r in deps if not r.startswith(("tensorflow==", "tensorboard=="))]
     assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
-    # and google-cloud-storage: setup.cfg's [gcs] extra
-    extras = cfg["options.extras_require"]
-    wanted += [x.strip() for x in extras.get("gcs", "").splitlines() if x.strip()[:1].isalpha()]
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
     (install,) = [line for line in p.stdout.splitlines() if "vm_setup.sh" in line]
@@ -699,23 +691,23 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
     assert "-m wide_tf.main " + shlex.join(vm) in start
 
 
-def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
-    """gs:// claims are atomic only with google-cloud-storage. The install takes setup.cfg's [gcs]
-    extra (here a checkout whose setup.cfg names another pin), and on pods cloud-tpu-client."""
-    cfg = (REPO / "setup.cfg").read_text()
-    start = cfg.index("gcs =")
-    end = cfg.index("\n", cfg.index("google-cloud-storage", start))
-    (tmp_path / "setup.cfg").write_text(
-        cfg[:start] + "gcs =\n    google-cloud-storage==3.17.*" + cfg[end:]
-    )
-    sw = software.resolve(
-        __import__("wide_tf.launch.options").launch.options.Options(), memory.parse_slice("v4-8")
-    )
-    assert "google-cloud-storage==3.17.*" in remote.requirements(tmp_path, sw, ray=False)
+def test_pods_install_the_tpu_extra_and_shards_the_ray_extra(tmp_path):
+    """The install reads pyproject.toml's extras (here a checkout whose pyproject names other pins):
+    [tpu] on a TensorFlow pod (cloud-tpu-client for TPUClusterResolver), [ray] under --shards."""
+    text = (REPO / "pyproject.toml").read_text()
+    text = text.replace('"cloud-tpu-client>=0.10"', '"cloud-tpu-client==0.10.1"')
+    text = text.replace('"ray>=2.60,<3",\n]', '"ray==2.60.1",\n]')
+    (tmp_path / "pyproject.toml").write_text(text)
+    Options = __import__("wide_tf.launch.options").launch.options.Options
+    pod = software.resolve(Options(), memory.parse_slice("v4-32"))
+    assert "cloud-tpu-client==0.10.1" in remote.requirements(tmp_path, pod, ray=False)
+    host = software.resolve(Options(), memory.parse_slice("v4-8"))
+    assert "ray[default]==2.60.1" in remote.requirements(tmp_path, host, ray=True)
+    assert not any(r.startswith("ray") for r in remote.requirements(tmp_path, host, ray=False))
     p = _launch(*REQUIRED, "--accelerator=v4-32", "--dry_run")
     (install,) = [x for x in p.stdout.splitlines() if "vm_setup.sh" in x]
     pip, _ = _install_words(install)
-    assert "google-cloud-storage>=3,<4" in pip and "cloud-tpu-client>=0.10" in pip
+    assert "cloud-tpu-client>=0.10" in pip and "google-cloud-storage" not in " ".join(pip)
 
 
 def _jax_install_is_clean(inst):
@@ -724,13 +716,8 @@ def _jax_install_is_clean(inst):
     # its own venv: a VM reused from a TensorFlow launch keeps ~/wide_tf_venv's tensorflow-tpu
     assert "bash ~/wide_tf/vm_setup.sh ~/wide_tf_venv_jax 3.11 " in inst
     pip, setup = _install_words(inst)
-    import configparser
-
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in wanted]
+    deps, _ = remote.package_requirements(REPO)
+    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in deps]
     assert pip[0] == "jax[tpu]==0.10.2" and pip[1 : len(wanted) + 1] == wanted
     assert "tensorflow-cpu==2.21.*" in pip and not any("libtpu" in w for w in pip)
     assert "-f" not in pip and not any(w.startswith(("tensorflow-tpu", "cloud-tpu")) for w in pip)

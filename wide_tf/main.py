@@ -1,12 +1,15 @@
-"""Owns the command line: reads the absl flags (the only module that does), runs the checks, and
-makes one call: a study, a single run, the theory check, or a suite of studies (`--suite`).
+"""Trains each member of a network family (deep and narrow to shallow and wide, at one budget) at
+several batch sizes, the learning rate tuned per batch, and reports per member the largest batch
+that trains in about as many epochs (B_x2; B_crit from a fit): does width raise it?
 
-  python -m wide_tf.main --config=configs/mlp.py:local --workdir=runs/mlp_local
+  python -m wide_tf.main --config=FILE[:VARIANT[:k=v,...]] --workdir=DIR [flags]
+  python -m wide_tf.main --config=configs/mlp.py:smoke --workdir=runs/smoke     # seconds
+  python -m wide_tf.main --config=configs/mlp.py:local:seeds=3 --print_config   # look first
 
-Bad input ends in one line on stderr (wide_tf/errors.py), with exit status 2 for a usage error and
-1 for a runtime error; `--verbose` shows the traceback instead. The config, the overrides and the
-workdir are checked (wide_tf/checks/validate.py) before TensorFlow is imported, and TensorFlow's
-C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
+A run writes into DIR: the trials and DIR/report/ (report.md, figures, tables, TensorBoard). The
+same command again resumes a stopped study. Bad input is one line on stderr (exit status 2 for a
+usage error, 1 for a runtime error; --verbose shows the traceback).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ from ml_collections import config_flags
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
 from wide_tf.analysis import frozen
-from wide_tf.checks import dry_run, validate
+from wide_tf.checks import dry_run, usage, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -52,13 +55,12 @@ _CLUSTER = flags.DEFINE_string(
     "per accelerator host takes (member, batch size) groups (docs/tpu.md, Ray). pip: wide_tf[ray].",
 )
 _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (id, or index in --list_trials).")
-_LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
-_NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run",
-    False,
-    "Check the config (and --shard), exit before TensorFlow starts; writes nothing.",
+_LIST = flags.DEFINE_bool(
+    "list_trials", False, "Print the study's trials and exit (reads no data; needs no --workdir)."
 )
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
+_NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Check all, exit before TensorFlow; write nothing.")
 _REPLICAS = flags.DEFINE_integer(
     "replicas",
     None,
@@ -97,6 +99,9 @@ def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config, verbose = _CONFIG.value, _VERBOSE.value
+    if _PRINT_CONFIG.value and config is not None:
+        print(usage.config_text(config), end="", flush=True)
+        return
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
     try:
@@ -168,11 +173,15 @@ def _run(config, verbose: bool) -> None:
             theory_check.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
             train.train_and_evaluate(config, _WORKDIR.value, checked=True)
+            print(f"Run written to {_WORKDIR.value} (result.json, TensorBoard events)", flush=True)
     elif _CLUSTER.value:  # a driver: the hosts of the cluster run the trials
         from wide_tf.cluster import ray_study
 
         _finish(ray_study.run(config, _WORKDIR.value, _CLUSTER.value, verbose, _log))
     else:  # its parent imports TensorFlow for the report alone, once every group is done
+        from wide_tf.study import progress
+
+        progress.keep_log(_WORKDIR.value)  # this command's own log, beside the workers'
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(
@@ -196,6 +205,8 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
+    mine = [flags.FLAGS[v.name] for v in globals().values() if isinstance(v, flags.FlagHolder)]
+    usage.exit_on_help(sys.argv, __doc__, mine)  # --help: for users; --helpfull: absl's own
     parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)

@@ -268,8 +268,8 @@ def test_report_files_and_tables(full_report):
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
     for name, _, _, bc in MEMBERS:
         mb = expected_b_model_free(bc)
-        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.02)
-        assert float(members[name]["max_batch_low"]) <= 1.001 * float(members[name]["max_batch"])
+        assert float(members[name]["b_x"]) == pytest.approx(mb, rel=0.02)
+        assert float(members[name]["b_x_low"]) <= 1.001 * float(members[name]["b_x"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
         assert float(members[name]["b_crit_low"]) <= 1.001 * bc
         assert 0.999 * bc <= float(members[name]["b_crit_high"])
@@ -301,7 +301,8 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "mnist_embedded",
         "tuning [0]",
         "[1, 2]",
-        "eps (max_batch) | 0.25",
+        "B_x1.25 | the batch where epochs to target first reach x1.25 those of the two smallest "
+        "batches (eps = 0.25)",
         "mlp-d8-w128",
         "mlp-d2-w256",
         "100,008",
@@ -378,7 +379,9 @@ def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
         os.path.relpath(os.path.dirname(f), tb)
         for f in glob.glob(os.path.join(tb, "*", "*", "events.out.tfevents.*"))
     )
-    assert sessions == sorted(f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES)
+    assert sessions == sorted(
+        [f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES] + [f"{m[0]}/member" for m in MEMBERS]
+    )
     runs = {
         os.path.dirname(f) for f in glob.glob(os.path.join(tb, "**", "events.*"), recursive=True)
     }
@@ -510,7 +513,7 @@ def test_report_without_config_uses_protocol_records(tmp_path):
         config=None,
     )
     md = open(report.write_report(wd, eps=0.5)).read()
-    assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
+    assert "config.json | missing" in md and "(eps = 0.5)" in md
     # how the trials ran comes from their records all the same
     assert "| Target | train_accuracy >= 0.99 (first seen" in md and "| Budget | 40.0 epochs" in md
     assert "Batch sizes" not in md  # the study's design is in config.json only
@@ -633,3 +636,67 @@ def test_spaced_ticks_keep_the_ends_and_thin_the_crowded_middle():
     kept = spaced_ticks(widths)
     assert kept[0] == 64 and kept[-1] == 667 and 70 not in kept and len(kept) < len(widths)
     assert spaced_ticks([4, 8, 32, 64, 128, 176], 0.04) == [4, 8, 32, 64, 128, 176]
+
+
+def test_tensorboard_hparams_are_typed_and_members_carry_the_answer(full_report):
+    """Depth, width, batch and rate are typed HParams (the tab filters by them); each member's
+    session holds B_x(1+eps) and B_crit with their interval ends; the curves have an examples
+    axis (step x batch) beside the step axis."""
+    pytest.importorskip("tensorboard")
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    from wide_tf.report import tensorboard as tbmod
+
+    wd, _ = full_report
+    tb = os.path.join(wd, "report", "tb")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(
+        _plugin_values(_events(tb))[0].metadata.plugin_data.content
+    ).experiment
+    info = {h.name: h for h in exp.hparam_infos}
+    assert [v.number_value for v in info["depth"].domain_discrete.values] == [1, 2, 4, 8, 16]
+    assert [v.number_value for v in info["batch_size"].domain_discrete.values] == list(BATCHES)
+    assert info["width"].domain_interval.min_value == 90
+    assert info["width"].domain_interval.max_value == 362
+    assert info["learning_rate"].HasField("domain_interval")
+    assert info["depth"].type == api_pb2.DATA_TYPE_FLOAT64  # numeric: a range filter and an axis
+    assert {m.name.tag for m in exp.metric_infos} >= set(tbmod.MEMBER_DOCS)
+
+    name, _, _, bc = MEMBERS[2]
+    member_dir = os.path.join(tb, name, "member")
+    events = _events(member_dir)
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        _plugin_values(events)[0].metadata.plugin_data.content
+    ).session_start_info
+    assert start.hparams["width"].number_value == 181 and start.hparams["depth"].number_value == 4
+    scalars = {
+        v.tag: float(tf.make_ndarray(v.tensor))
+        for e in events
+        for v in e.summary.value
+        if v.tag.startswith("member/")
+    }
+    members = {r["member"]: r for r in read_csv(os.path.join(wd, "report", "members.csv"))}
+    assert scalars["member/b_x"] == pytest.approx(float(members[name]["b_x"]), rel=1e-6)
+    assert scalars["member/b_crit"] == pytest.approx(bc, rel=0.05)
+    assert scalars["member/b_x_low"] <= scalars["member/b_x"] <= scalars["member/b_x_high"]
+    assert scalars["member/b_x_censored"] == 0.0 and scalars["member/eps"] == 0.25
+
+
+def test_tensorboard_curves_have_an_examples_axis(tmp_path):
+    """Each curve again under examples/ at step = examples seen: batches share one axis."""
+    pytest.importorskip("tensorboard")
+    from wide_tf.engine.summaries import MetricsWriter
+    from wide_tf.report import tensorboard as tb
+
+    w = MetricsWriter(str(tmp_path / "trial"), True, "t")
+    for step in (5, 10):
+        w.scalars("eval", step, {"train_loss": 0.4, "train_accuracy": 0.9})
+    w.close()
+    session = tmp_path / "session"
+    assert tb.copy_curves(str(tmp_path / "trial"), str(session), batch_size=64) == 4
+    steps = {}
+    for e in _events(str(session / "train_set")):
+        for v in e.summary.value:
+            steps.setdefault(v.tag, []).append(e.step)
+    assert sorted(steps["accuracy"]) == [5, 10]
+    assert sorted(steps["examples/accuracy"]) == [320, 640]

@@ -90,7 +90,7 @@ def check_command(
     check_shard(shard)
     check_workdir_scheme(workdir)
     check_workers(workers, config, trial)
-    if dry_run:  # the checks for the target machine
+    if dry_run or listing:  # the checks for the target machine: a listing reads no data either
         with for_target(replicas):
             check_config(config)
         check_trial(trial, config)

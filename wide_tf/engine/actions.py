@@ -48,6 +48,7 @@ class Probe:
             g["diversity"],
             g["batch_bound"],
             self.examples,
+            debug=True,
         )
 
 

@@ -174,6 +174,7 @@ class Controller:
             f"{ev['test_accuracy']:.4f}" if "test_accuracy" in ev else "-",
             scalars["learning_rate"],
             scalars["examples_per_s"],
+            debug=True,
         )
 
     def write_result(self, st: RunState) -> dict:

@@ -71,8 +71,9 @@ class MetricsWriter:
                 wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records)
             )
 
-    def log(self, message: str, *args, warning: bool = False) -> None:
-        self._write_log("[%s] " + message, self.name, *args, warning=warning)
+    def log(self, message: str, *args, warning: bool = False, debug: bool = False) -> None:
+        # debug: detail (each evaluation's numbers, the gradient probe) that --verbosity=1 shows
+        self._write_log("[%s] " + message, self.name, *args, warning=warning, debug=debug)
 
     def flush(self) -> None:
         for w in self._writers.values():
@@ -84,5 +85,5 @@ class MetricsWriter:
         self._writers.clear()
 
 
-def _absl_log(message: str, *args, warning: bool = False) -> None:
-    (logging.warning if warning else logging.info)(message, *args)
+def _absl_log(message: str, *args, warning: bool = False, debug: bool = False) -> None:
+    (logging.warning if warning else logging.debug if debug else logging.info)(message, *args)

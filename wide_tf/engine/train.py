@@ -103,11 +103,11 @@ def new_model(config, info):
     )
 
 
-def _log(message: str, *args, warning: bool = False) -> None:
+def _log(message: str, *args, warning: bool = False, debug: bool = False) -> None:
     """Writes one of the run's log lines (all of them, the loop's too, through MetricsWriter.log):
     from here, so that absl's prefix names train.py, as it did before the run was split into
     modules (tests/checks/test_errors.py looks for it in a run's output)."""
-    (logging.warning if warning else logging.info)(message, *args)
+    (logging.warning if warning else logging.debug if debug else logging.info)(message, *args)
 
 
 def _check_ghost_batch(config, plan) -> None:

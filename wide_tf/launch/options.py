@@ -253,7 +253,7 @@ def check_versions(o: Options) -> None:
     # python_requires = >=3.11,<3.13 (Keras 3.15 needs 3.11; the package is not measured on 3.13).
     if o.python not in ("3.11", "3.12"):
         raise usage_error(
-            f"--python={o.python}: setup.cfg allows Python 3.11 and 3.12 (Keras 3.15 needs "
+            f"--python={o.python}: pyproject.toml allows Python 3.11 and 3.12 (Keras 3.15 needs "
             "3.11); use --python=3.11"
         )
     if o.libtpu and not re.fullmatch(r"[0-9][0-9.a-z]*", o.libtpu):

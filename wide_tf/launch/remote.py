@@ -4,10 +4,10 @@ cluster's start; each line built from argument lists, every word quoted for the 
 
 from __future__ import annotations
 
-import configparser
 import pathlib
 import re
 import shlex
+import tomllib
 
 from wide_tf.launch import software
 from wide_tf.launch.software import Software
@@ -57,30 +57,32 @@ RUNNER = (
 )
 
 
+def package_requirements(repo: pathlib.Path) -> tuple[list[str], dict[str, list[str]]]:
+    """pyproject.toml's dependencies and optional dependencies (the one home of the pins)."""
+    with open(repo / "pyproject.toml", "rb") as f:
+        project = tomllib.load(f)["project"]
+    return list(project["dependencies"]), dict(project.get("optional-dependencies", {}))
+
+
 def requirements(repo: pathlib.Path, sw: Software, ray: bool) -> list[str]:
-    """setup.cfg's install_requires (one home) for the VM: less tensorflow and the tensorboard pin
-    (the TPU build brings its own), or with TensorFlow's CPU wheel at the same pin under JAX (gs://
-    files, TensorBoard and TFDS need it; it never opens the TPU); plus google-cloud-storage
-    (setup.cfg's [gcs] extra), cloud-tpu-client on a TensorFlow pod, Ray under --shards."""
-    cfg = configparser.ConfigParser()
-    cfg.read(repo / "setup.cfg")
-
-    def entries(text: str) -> list[str]:
-        return [x.strip() for x in text.splitlines() if x.strip() and not x.strip()[0] == "#"]
-
-    extras = cfg["options.extras_require"] if cfg.has_section("options.extras_require") else {}
+    """The package's dependencies for the VM: less tensorflow and the tensorboard pin (the TPU
+    build brings its own), or with TensorFlow's CPU wheel at the same pin under JAX (gs:// files,
+    TensorBoard and TFDS need it; it never opens the TPU); plus cloud-tpu-client on a TensorFlow
+    pod and the [ray] extra under --shards."""
+    deps, extras = package_requirements(repo)
     out = []
-    for r in entries(cfg.get("options", "install_requires", fallback="")):
+    for r in deps:
         name = re.split(r"[=<>~!; \[]", r, maxsplit=1)[0]
         if sw.jax and name == "tensorflow":
             out.append("tensorflow-cpu" + r[len(name) :])
         elif sw.jax or name not in ("tensorflow", "tensorboard"):
             out.append(r)
-    out += entries(extras.get("gcs", "")) or ["google-cloud-storage>=2.10"]
     if sw.tf_pod:
-        out.append("cloud-tpu-client>=0.10")
-    if ray:  # setup.cfg's [ray] extra once there is one; Ray 2.60 is on PyPI (cp311 wheels)
-        out += entries(extras.get("ray", "")) or ["ray[default]==2.60.*"]
+        out += extras.get("tpu") or ["cloud-tpu-client>=0.10"]
+    if ray:  # Ray's dashboard and autoscaler pieces ride on ray[default]
+        out += [r.replace("ray", "ray[default]", 1) for r in extras.get("ray", [])] or [
+            "ray[default]==2.60.*"
+        ]
     return out
 
 

@@ -81,7 +81,7 @@ def main(argv=None) -> int:
         return _fail(f"{args.workdir} holds no finished trial; run the study first")
     result = verdict.analyze(records, members.DEFAULT_EPS)
     c = prediction.compare_study(config, records, result)
-    print("\n".join(prediction.md_prediction(c)))
+    print("\n".join(prediction.md_prediction(c, members.DEFAULT_EPS)))
     if args.source:
         print("\n".join(entry_lines(c, args.study or args.workdir, args.source)))
     return 0

@@ -41,7 +41,8 @@ HOW_TO_READ = f"""\
   are the geometric mean over its seeds (less noisy than the median the tables show), or the
   median where a seed is censored. At eps = 1 it is McCandlish et al.'s definition of the
   critical batch (epochs doubled) read off the data; Zhang et al. (2024) use eps = 0.2, about
-  B_crit / 5 on the same curve. "> B" means no crossing up to the largest batch tried.
+  B_crit / 5 on the same curve. ">= B" means no crossing up to the largest batch tried B: a
+  lower bound, drawn in the figures as an open marker with an arrow.
 - **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) in log space to every seed, censored
   runs counted one-sidedly. Its fit is tested by a **lack-of-fit F test** (cell means against the
   seed-to-seed spread within cells; a small p says the curve misses the cells by more than seed
@@ -94,6 +95,17 @@ def _cell_epochs(c) -> str:
     return "-"
 
 
+def fmt_b_x(cv) -> str:
+    """B_x(1+eps) with its interval; one that never crossed inside the batches tried reads as the
+    lower bound it is (">= 256"), not as "256 (95% CI 256 to 256)"."""
+    iv = cv.b_model_free
+    if cv.b_model_free_status == 1 and not iv.above_range:
+        return (
+            f">= {members.fmt_num(iv.range_hi)} (lower bound: no crossing up to the largest batch)"
+        )
+    return members.fmt_interval(iv)
+
+
 def md_members(summaries, eps: float) -> list[str]:
     lines = [f"## Members: the critical batch, model-free (B_x{1 + eps:g}) and fitted (B_crit)", ""]
     rows = []
@@ -106,7 +118,7 @@ def md_members(summaries, eps: float) -> list[str]:
                 _f(s.info.depth),
                 _f(s.info.width),
                 f"{s.info.params:,}" if s.info.params else "-",
-                members.fmt_interval(cv.b_model_free)
+                fmt_b_x(cv)
                 if cv and cv.b_model_free
                 else f"- ({cv.b_model_free_reason if cv else 'no data'})",
                 members.fmt_interval(cv.b_crit)
@@ -326,15 +338,18 @@ def md_tables(tb_written: bool) -> list[str]:
         "- [best_per_batch.csv](best_per_batch.csv): the chosen learning rate and seeds per "
         "(member, batch)",
         "- [all_trials.csv](all_trials.csv): every finished trial",
-        "- [members.csv](members.csv): B_crit, S_min, max_batch with 95% intervals, gradient "
-        "statistics",
+        "- [members.csv](members.csv): B_crit, S_min and B_x(1+eps) (columns b_x, b_x_low, "
+        "b_x_high, b_x_censored) with 95% intervals, gradient statistics",
     ]
     if tb_written:
         lines.append(
             "- TensorBoard: `tensorboard --logdir=report/tb` (Time Series: one session per "
             "(member, batch) at its chosen rate, accuracy and loss of train, train_set and test "
-            "overlaid; HParams tab: one row per session, Show Metrics reaches its curves; Images "
-            "tab: these plots; every trial's curves: `tensorboard --logdir=trials`)"
+            "overlaid, and again under examples/ against the training examples seen; HParams tab: "
+            "one row per session, filtered and plotted by depth, width, batch and rate, Show "
+            "Metrics reaches its curves; each member's <member>/member session holds its B_x and "
+            "B_crit with their interval ends (member/ metrics); Images tab: these plots; every "
+            "trial's curves: `tensorboard --logdir=trials`)"
         )
     else:
         lines.append(
@@ -355,7 +370,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
         lines += md_transients(summaries, records)
         lines += md_edges(summaries)
         lines += md_cells(summaries)
-        lines += prediction.md_prediction(result.get("prediction"))
+        lines += prediction.md_prediction(result.get("prediction"), eps)
         lines += cost.md_time(records)
         lines += md_plots(plots)
         lines += md_tables(tb_written)

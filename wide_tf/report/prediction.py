@@ -33,7 +33,7 @@ def _err(center: float, e) -> tuple[float, float]:
     return max(center - e.low, 0.0), max(e.high - center, 0.0)
 
 
-def plot_prediction(c: pr.Comparison, outdir: str):
+def plot_prediction(c: pr.Comparison, outdir: str, eps: float = 1.0):
     """The plot (file name, caption, PNG bytes), or None when no member has both sides."""
     pts = [
         m for m in c.members if m.at_target is not None and m.b_crit is not None and m.b_crit.value
@@ -78,7 +78,7 @@ def plot_prediction(c: pr.Comparison, outdir: str):
     ax.set_ylim(lo, hi)
     plots_lib._plain_log_axis(ax, "x")
     plots_lib._plain_log_axis(ax, "y")
-    ax.set_xlabel("measured B_crit (sweep fit, 95% CI; triangles: model-free batch)")
+    ax.set_xlabel(f"measured B_crit (sweep fit, 95% CI; triangles: {plots_lib.bx_name(eps)})")
     ax.set_ylabel("B_simple at the target (95% CI over seeds); squares: run average; x: at init")
     ax.set_title("Does the gradient noise scale predict the critical batch?")
     ax.grid(True, which="both", alpha=0.3)
@@ -109,9 +109,9 @@ HEADER = (
     "B_simple run average",
     "two-batch estimate (final)",
     "measured B_crit",
-    "model-free batch",
+    "B_x",
     "at target / B_crit",
-    "at target / model-free",
+    "at target / B_x",
     "run average / B_crit",
 )
 # A predict study measured one batch per member: nothing to compare with, so no such columns.
@@ -135,16 +135,18 @@ def _member_row(m) -> list:
     ]
 
 
-def md_member_table(c: pr.Comparison) -> list[str]:
+def md_member_table(c: pr.Comparison, eps: float = 1.0) -> list[str]:
     """The table of predicted against measured, one row per member."""
-    header, rows = list(HEADER), [_member_row(m) for m in c.members]
+    bx = plots_lib.bx_name(eps)
+    header = [h.replace("B_x", bx) for h in HEADER]
+    rows = [_member_row(m) for m in c.members]
     if not c.sweep:
         header, rows = header[:N_PREDICT_COLUMNS], [row[:N_PREDICT_COLUMNS] for row in rows]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
     return lines + ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
 
 
-def md_notes(c: pr.Comparison) -> list[str]:
+def md_notes(c: pr.Comparison, eps: float = 1.0) -> list[str]:
     """The bullets under the table: slopes, extrapolated runs, missing values, the plot, cost."""
     lines = [
         f"- Width slope of log B_simple at the target (random effects over members): "
@@ -152,7 +154,7 @@ def md_notes(c: pr.Comparison) -> list[str]:
     ]
     if c.sweep:
         lines.append(
-            "- The sweep's width slope of its log model-free batch (the verdict's): "
+            f"- The sweep's width slope of log {plots_lib.bx_name(eps)} (the verdict's): "
             f"{pr.fmt_slope(c.slope_model_free)}; of log B_crit: {pr.fmt_slope(c.slope_measured)}"
         )
     n_ex = c.n_extrapolated
@@ -180,7 +182,7 @@ def md_notes(c: pr.Comparison) -> list[str]:
     return lines
 
 
-def md_prediction(c: pr.Comparison | None) -> list[str]:
+def md_prediction(c: pr.Comparison | None, eps: float = 1.0) -> list[str]:
     """The section's lines (nothing when there is no comparison)."""
     if c is None:
         return []
@@ -188,14 +190,21 @@ def md_prediction(c: pr.Comparison | None) -> list[str]:
     lines += [pr.sentence(c), ""]
     if not c.has_history:
         return lines
-    lines += [METHOD, ""] + md_member_table(c) + [""] + md_notes(c)
+    lines += [METHOD, ""] + md_member_table(c, eps) + [""] + md_notes(c, eps)
     return lines + [""]
 
 
 def log_prediction(c: pr.Comparison) -> None:
-    """The prediction on the log at the end of a study (a predict study has no other verdict)."""
+    """The prediction on the log at the end of a study (a predict study has no other verdict).
+    A study that measured no B_simple along training gets one debug line, not a line per member
+    that reports nothing."""
+    if not c.has_history:
+        logging.debug("Noise-scale prediction: %s", pr.sentence(c))
+        return
     logging.info("Noise-scale prediction: %s", pr.sentence(c))
     for m in c.members:
+        if m.at_target is None:
+            continue
         logging.info(
             "  %s (width %s): predicted B_crit (B_simple at target) %s; measured %s",
             m.name,

@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from wide_tf.analysis import equivalence, frozen, verdict
 from wide_tf.report import prediction, publish
+from wide_tf.report.gradient_plots import gradient_plots
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
 from wide_tf.report.protocol import (
@@ -113,14 +114,17 @@ def _write_into(
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
+    plots += gradient_plots(summaries, records, outdir) if summaries else []
     # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
     result["prediction"] = prediction.compare_study(config, records, result) if records else None
     if result["prediction"] is not None:
-        pred_plot = prediction.plot_prediction(result["prediction"], outdir)
+        pred_plot = prediction.plot_prediction(result["prediction"], outdir, eps)
         plots += [pred_plot] if pred_plot else []
         prediction.log_prediction(result["prediction"])
     tbdir = os.path.join(outdir, "tb")
-    tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
+    tb_written = (
+        write_tensorboard(workdir, records, plots, tbdir, summaries, eps) if records else False
+    )
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)
     heads = [
         (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline

@@ -260,6 +260,7 @@ def _run_group(share: _Share, g, key) -> None:
                 )
             if _chief(share.runtime):  # the chief records, while the group is still its own
                 share.claims.record(share.workdir, key, result)
+                progress.log_run(result)  # the console's line (a worker's: its log's)
             # No clear_session() here: the next trial of the same member and batch size reuses
             # this one's model and traced step; train.py drops them (and clears the session)
             # when the next trial needs another model.

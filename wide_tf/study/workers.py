@@ -302,11 +302,18 @@ def supervise(
     return _outcome(started, config, workdir, initial, failed, log)
 
 
-def _progress(config, workdir: str, initial):
+def _progress(config, workdir: str, initial, seen: set | None = None, log=None):
+    """The study's progress; with `seen` (trial ids already told), one console line per run
+    finished since (progress.run_line), whichever worker ran it."""
     from wide_tf.store import workdir as wd
     from wide_tf.study import progress
 
     results = {r["trial_id"]: r for r in wd.read_results(workdir, whole=True)}
+    if seen is not None and log is not None:
+        for tid, r in results.items():
+            if tid not in seen:
+                seen.add(tid)
+                log(progress.run_line(r))
     return progress.estimate_progress(config, initial, results)
 
 
@@ -316,7 +323,8 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
     from wide_tf.study import progress
 
     procs, paths, signals = started.procs, started.paths, started.signals
-    done_before = _progress(config, workdir, initial).done
+    seen: set = set()
+    done_before = _progress(config, workdir, initial, seen).done  # runs of an earlier command
     failed: dict[int, int] = {}
     last_line, last_print, last_done = "", 0.0, -1
     while True:
@@ -331,9 +339,9 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
                     )
         now = time.time()
         if now - last_print >= 5.0 or not running:
-            p = _progress(config, workdir, initial)
+            p = _progress(config, workdir, initial, seen, log)
             left = progress.time_left(now - started.start, p.done - done_before, p)
-            line = f"progress: {p.describe()}, {len(running)} workers running" + (
+            line = f"progress: {p.describe()}, {progress.workers_running(len(running))}" + (
                 "" if left is None else f", about {progress.fmt_time(left)} left"
             )
             line += "".join(f"; {note}" for note in _claim_notes(workdir))

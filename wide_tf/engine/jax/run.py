@@ -1,9 +1,10 @@
 """Owns the JAX backend of one run: its runtime (the local devices), its Trainer (the compiled loop
 of engine/jax/step.py over the training set held on the devices), its Evaluator (bounded passes
 over the evaluation sets on the devices; the snapshot is a reference, since JAX arrays are never
-written in place) and its Checkpointer (NumPy .npz files, no TensorFlow), as engine/interface.py
-declares them. The build (model, optimizer, compiled functions, device data) is kept for the next
-run with the same compile key (engine/compile_key.py), as engine/tf/reuse.py keeps TensorFlow's."""
+written in place) and its Checkpointer (NumPy .npz files keyed by variable path, no TensorFlow),
+as engine/interface.py declares them. The build (model, optimizer, compiled functions, device
+data) is kept for the next run with the same compile key (engine/compile_key.py), as
+engine/tf/reuse.py keeps TensorFlow's."""
 
 from __future__ import annotations
 
@@ -332,13 +333,65 @@ class Evaluator(BaseEvaluator):
 
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.npz$")
+# A checkpoint's arrays are keyed GROUP/VARIABLE_PATH (trainable/dense_1/kernel, optimizer/
+# momentum/dense_1_kernel_momentum, snapshot/trainable/...): a model or optimizer that lists its
+# variables in another order restores each value to its own variable, and a missing or foreign
+# one is named instead of landing on its neighbour.
+GROUPS = ("trainable", "non_trainable", "optimizer")
+
+
+class CheckpointMismatch(ValueError):
+    """The checkpoint's variables are not the model's and optimizer's: which ones differ."""
+
+
+def variable_names(variables, owner: str | None = None) -> list[str]:
+    """Each variable's path (Keras's: layer / variable), less its `owner`'s name in front (the
+    optimizer's: sgd, sgd_1, ... in the order a process builds them, so a resumed run's may
+    differ), which must be unique, as a checkpoint key."""
+    cut = f"{owner}/" if owner else None
+    names = [str(v.path) for v in variables]
+    names = [n[len(cut) :] if cut and n.startswith(cut) else n for n in names]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CheckpointMismatch(
+            f"variables share a path ({', '.join(repeated[:3])}): a checkpoint cannot tell them "
+            "apart; give their layers distinct names"
+        )
+    return names
+
+
+def pack(groups: dict[str, tuple[list[str], list]]) -> dict[str, np.ndarray]:
+    """{group: (names, values)} -> {'group/name': array}."""
+    out = {}
+    for group, (names, values) in groups.items():
+        if len(names) != len(values):
+            raise CheckpointMismatch(f"{group}: {len(values)} values for {len(names)} variables")
+        out.update({f"{group}/{n}": np.asarray(v) for n, v in zip(names, values)})
+    return out
+
+
+def unpack(data: dict, group: str, names: list[str], path: str = "the checkpoint") -> list:
+    """The values of `group` in the order of `names` (this build's variables), by name;
+    CheckpointMismatch naming what is missing or left over."""
+    prefix = f"{group}/"
+    stored = {k[len(prefix) :] for k in data if k.startswith(prefix)}
+    missing, extra = [n for n in names if n not in stored], sorted(stored - set(names))
+    if missing or extra:
+        raise CheckpointMismatch(
+            f"{path} does not hold this run's {group} variables"
+            + (f"; missing {', '.join(missing[:3])}" if missing else "")
+            + (f"; not in the model {', '.join(extra[:3])}" if extra else "")
+            + "; delete the run's checkpoints/ folder to start it afresh"
+        )
+    return [data[prefix + n] for n in names]
 
 
 class Checkpointer:
     """engine/interface.Checkpointer on JAX: WORKDIR/checkpoints/ckpt-STEP.npz holds the model's,
-    the optimizer's and the snapshot's arrays and the RunState as JSON, written atomically (the
-    two latest are kept). NumPy's format, read and written through the workdir store (a gs://
-    workdir through tf.io.gfile where TensorFlow is installed)."""
+    the optimizer's and the snapshot's arrays, each keyed by its variable's path (GROUPS), and the
+    RunState as JSON, written atomically (the two latest are kept). NumPy's format, read and
+    written through the workdir store (a gs:// workdir through tf.io.gfile where TensorFlow is
+    installed)."""
 
     KEEP = 2
 
@@ -350,6 +403,16 @@ class Checkpointer:
         found = (_CKPT.match(name) for name in wd.listdir(self.directory))
         return sorted(int(m.group(1)) for m in found if m)
 
+    def names(self) -> dict[str, list[str]]:
+        """This build's variable paths per group, in the order its state lists the values."""
+        stepper = self.build.stepper
+        model, optimizer = stepper.model, stepper.optimizer
+        return {
+            "trainable": variable_names(model.trainable_variables),
+            "non_trainable": variable_names(model.non_trainable_variables),
+            "optimizer": variable_names(optimizer.variables, optimizer.name),
+        }
+
     def load(self) -> RunState | None:
         steps = self._steps()
         if not steps:
@@ -357,20 +420,14 @@ class Checkpointer:
         path = wd.join(self.directory, f"ckpt-{steps[-1]}.npz")
         with np.load(io.BytesIO(wd.read_bytes(path))) as f:
             data = {k: f[k] for k in f.files}
-        stepper = self.build.stepper
-
-        def group(prefix):
-            return [data[f"{prefix}{i}"] for i in range(int(data[f"{prefix}count"]))]
-
-        state = {
-            "trainable": group("t"),
-            "non_trainable": group("n"),
-            "optimizer": group("o"),
-            "diverged": np.asarray(False),
-        }
+        stepper, names = self.build.stepper, self.names()
+        state = {g: unpack(data, g, names[g], path) for g in GROUPS}
+        state["diverged"] = np.asarray(False)
         self.holder.state = jax.device_put(state, stepper.replicated)
-        if int(data["s_count"]):
-            trainable, non_trainable = group("st"), group("sn")
+        if any(k.startswith("snapshot/") for k in data):
+            snap = {k[len("snapshot/") :]: v for k, v in data.items() if k.startswith("snapshot/")}
+            trainable = unpack(snap, "trainable", names["trainable"], path)
+            non_trainable = unpack(snap, "non_trainable", names["non_trainable"], path)
             self.holder.snapshot = jax.device_put((trainable, non_trainable), stepper.replicated)
         iterations = int(state["optimizer"][stepper._iterations])
         state = RunState.from_json(bytes(data["run_state"]).decode(), iterations)
@@ -380,21 +437,18 @@ class Checkpointer:
     def save(self, state: RunState) -> None:
         if not self.chief:
             return
-        device = jax.device_get(self.holder.state)
+        device, names = jax.device_get(self.holder.state), self.names()
         out = {"run_state": np.frombuffer(state.to_json().encode(), np.uint8)}
-        for prefix, values in (
-            ("t", device["trainable"]),
-            ("n", device["non_trainable"]),
-            ("o", device["optimizer"]),
-        ):
-            out[f"{prefix}count"] = np.asarray(len(values))
-            out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+        out.update(pack({g: (names[g], device[g]) for g in GROUPS}))
         snapshot = self.holder.snapshot
-        out["s_count"] = np.asarray(0 if snapshot is None else 1)
         if snapshot is not None:
-            for prefix, values in (("st", snapshot[0]), ("sn", snapshot[1])):
-                out[f"{prefix}count"] = np.asarray(len(values))
-                out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+            snap = pack(
+                {
+                    "trainable": (names["trainable"], jax.device_get(snapshot[0])),
+                    "non_trainable": (names["non_trainable"], jax.device_get(snapshot[1])),
+                }
+            )
+            out.update({f"snapshot/{k}": v for k, v in snap.items()})
         buffer = io.BytesIO()
         np.savez(buffer, **out)
         wd.makedirs(self.directory)

@@ -52,8 +52,6 @@ def versions(runtime: str) -> str:
     """One line: what the venv holds, read by importing it (the install's proof)."""
     import importlib.metadata as md
 
-    import google.cloud.storage as gcs
-
     if runtime == "jax":
         os.environ["KERAS_BACKEND"] = "jax"
         import jax
@@ -62,14 +60,14 @@ def versions(runtime: str) -> str:
         return (
             f"wide_tf install: {sys.version.split()[0]} JAX {jax.__version__} libtpu "
             f"{md.version('libtpu')} Keras {keras.__version__} tensorflow-cpu "
-            f"{md.version('tensorflow-cpu')} google-cloud-storage {gcs.__version__}"
+            f"{md.version('tensorflow-cpu')}"
         )
     import keras
     import tensorflow as tf
 
     return (
         f"wide_tf install: {sys.version.split()[0]} TensorFlow {tf.__version__} Keras "
-        f"{keras.__version__} google-cloud-storage {gcs.__version__}"
+        f"{keras.__version__}"
     )
 
 
