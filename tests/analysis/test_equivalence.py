@@ -95,12 +95,12 @@ def test_rule_power_on_simulated_studies_with_a_known_answer():
 
 def test_rule_power_command_line(capsys, tmp_path):
     out = tmp_path / "r.json"
-    args = ["--config=configs/wrn.py:smoke", "--s_min=40", "--studies=1", "--bootstrap=20"]
-    assert rule_power.main(args + ["--b_crit_ref=10", f"--json={out}"]) == 0
+    args = ["--config=configs/mlp.py:smoke", "--s_min=40", "--studies=1", "--bootstrap=20"]
+    assert rule_power.main(args + ["--b_crit_ref=20", f"--json={out}"]) == 0
     text = capsys.readouterr().out
     assert "Equivalence margin" in text and "| widest x1.8 |" in text
     assert out.exists()
-    assert rule_power.main(args + ["--b_crit_ref=10", "--generators=nope"]) == 2
+    assert rule_power.main(args + ["--b_crit_ref=20", "--generators=nope"]) == 2
     assert "error: --generators=nope" in capsys.readouterr().err
     assert rule_power.main(args + ["--b_crit_ref=5000"]) == 2  # past every batch: no margin
     assert "moves no member's B_x2 inside the batches" in capsys.readouterr().err

@@ -60,7 +60,9 @@ def test_another_config_is_refused_naming_the_field(tmp_path):
 
 def test_stamp_reaches_the_provenance_and_the_label(monkeypatch):
     doc = _doc()
-    monkeypatch.delenv(frozen.ENV, raising=False)
+    # Set through monkeypatch first, so the stamp below is undone after the test (a session's
+    # later studies, run as children of this process, must not inherit it).
+    monkeypatch.setenv(frozen.ENV, "")
     assert "frozen" not in provenance.collect([])
     s = frozen.stamp(doc, "d.json")
     assert provenance.collect([])["frozen"] == s and s["hash"] == doc["hash"]

@@ -170,7 +170,10 @@ def check_run(config, path: str | None, argv) -> dict | None:
     if path is None:
         guess = default_file(config_spec(argv))
         path = guess if guess and os.path.isfile(guess) else None
-    return stamp(check(config, path), path) if path else None
+    if not path:  # an exploratory run never carries a stamp it inherited
+        os.environ.pop(ENV, None)
+        return None
+    return stamp(check(config, path), path)
 
 
 def stamp(doc: dict, path: str) -> dict:
