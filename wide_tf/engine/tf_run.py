@@ -15,6 +15,7 @@ import tensorflow as tf
 from wide_tf.engine import host_scalars, reuse, schedules, timing
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
+from wide_tf.store import remove
 from wide_tf.store import workdir as wd
 
 
@@ -198,8 +199,8 @@ class Checkpointer:
         self.manager.save(checkpoint_number=state.step)
 
     def close(self) -> None:
-        if self.scratch is not None and tf.io.gfile.exists(self.scratch):
-            tf.io.gfile.rmtree(self.scratch)
+        if self.scratch is not None:
+            remove.remove_tree(self.scratch)  # a link planted at its name is unlinked only
 
 
 @dataclasses.dataclass

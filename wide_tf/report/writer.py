@@ -91,6 +91,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
             f"there, or pass --eps"
         )
     eps = eps_from_config(config) if eps is None else float(eps)
+    publish.refuse_link(wd.join(workdir, wd.REPORT))  # before any work: the swap refuses it too
     tmpdir = publish.new_tmpdir(workdir)
     try:
         _write_into(tmpdir, config, records, (n_bad, partial), eps, workdir)
