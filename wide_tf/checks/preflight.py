@@ -265,6 +265,8 @@ def check_same_study(config, workdir: str) -> bool:
         return False
     try:
         theirs = wd.read_json(cfg_path)
+    except wd.NotARegularFile as e:
+        raise RuntimeProblem(f"{e} (it should be this study's config.json)") from None
     except (OSError, ValueError) + wd.read_errors() as e:
         raise RuntimeProblem(
             f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
@@ -293,20 +295,23 @@ def _results_warnings(workdir: str) -> list[str]:
     results = os.path.join(workdir, "results.jsonl")
     if not os.path.exists(results):
         return warnings
-    with open(results, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                ok = isinstance(rec, dict) and "trial_id" in rec
-            except ValueError:
-                ok = False
-            if not ok:
-                warnings.append(
-                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
-                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
-                )
+    try:
+        lines = wd.read_checked(results).splitlines()
+    except OSError as e:
+        return [*warnings, f"{results} {wd.unreadable(e)}"]
+    for i, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = wd.loads_checked(raw)
+            ok = isinstance(rec, dict) and "trial_id" in rec
+        except ValueError:
+            ok = False
+        if not ok:
+            warnings.append(
+                f"{results} line {i} is not a whole result (corrupted or cut short); it is "
+                f"ignored and its trial is taken from trials/<id>/result.json or run again"
+            )
     return warnings
 
 
@@ -321,8 +326,7 @@ def _result_files_warnings(workdir: str) -> list[str]:
     for name in names:
         path = os.path.join(folder, name)
         try:
-            with open(path, encoding="utf-8") as f:
-                why = wd.record_problem(json.load(f))
+            why = wd.record_problem(wd.read_json(path))
         except (ValueError, UnicodeDecodeError) as e:
             why = f"not JSON ({type(e).__name__})"
         except OSError as e:
@@ -346,8 +350,7 @@ def _check_run_files(workdir: str) -> list[str]:
     )
     for path in result_files:
         try:
-            with open(path) as f:
-                json.load(f)
+            wd.read_json(path)
         except (OSError, ValueError) as e:
             if os.path.dirname(path) != workdir.rstrip(os.sep):  # a trial's: the study heals it
                 warnings.append(

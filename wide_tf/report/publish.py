@@ -181,12 +181,13 @@ def _try_create(path: str, body: dict) -> bool:
 def _read(path: str) -> dict | None:
     """The lock's body; {} when it exists but cannot be read as one; None when absent."""
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
-    except tf.errors.NotFoundError:
+        text = wd.read_checked(path)  # a FIFO or a huge file planted as the lock is not waited on
+    except (tf.errors.NotFoundError, FileNotFoundError):
         return None
+    except wd.NotARegularFile:
+        return {}
     try:
-        body = json.loads(text)
+        body = wd.loads_checked(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return body if isinstance(body, dict) else {}

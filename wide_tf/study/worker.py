@@ -22,6 +22,7 @@ import os
 import sys
 
 from wide_tf.engine import backend  # os and sys only: nothing of Keras or TensorFlow
+from wide_tf.store import workdir as wd
 
 PARENT_ENV = "WIDE_TF_PARENT_PID"
 ENV = "WIDE_TF_WORKER"  # the worker's WorkerSpec, as JSON
@@ -135,8 +136,7 @@ def main(argv: list[str]) -> None:
     die_with_parent(os.environ.get(PARENT_ENV))
     args = _arguments(argv)
     try:
-        with open(args["config_json"], encoding="utf-8") as f:
-            frozen = json.load(f)
+        frozen = wd.read_json(args["config_json"])
         spec = WorkerSpec.from_env(os.environ[ENV])
     except (OSError, ValueError, KeyError) as e:
         sys.exit(
