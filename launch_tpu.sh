@@ -53,7 +53,7 @@
 #   cloud.google.com/tpu/docs/runtimes, "PyTorch and JAX"); jax[tpu] pinned, whose tpu extra pins
 #   the libtpu it was built against; no tensorflow-tpu, no PJRT variables. A multi-host slice runs
 #   the same command on every worker with WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize()
-#   in engine/jax_run.py): one run over the slice; a study (a sweep) is refused there (each host
+#   in engine/jax/run.py): one run over the slice; a study (a sweep) is refused there (each host
 #   would claim its own group), N x single host with --shards=N runs it.
 #
 # Tested without gcloud or a TPU (tests/test_launch.py: a fake gcloud records the calls); never
@@ -79,7 +79,7 @@ non_tf_deps() {
 # --backend=jax: the same requirements with TensorFlow's CPU-only wheel at the same pin
 # (tensorflow==2.21.* -> tensorflow-cpu==2.21.*, no CUDA libraries, never the TPU build). It is
 # not the JAX run's engine: a gs:// workdir is read and written through tf.io.gfile
-# (wide_tf/store/workdir.py), TensorBoard's event files on gs:// need it (engine/jax_run.py), the
+# (wide_tf/store/workdir.py), TensorBoard's event files on gs:// need it (engine/jax/run.py), the
 # report (wide_tf/report) and TFDS data sets (tensorflow-datasets, configs/wrn.py's CIFAR-10) use
 # it. It gets no PJRT variables, so it never opens the TPU, which JAX's libtpu holds.
 jax_deps() {
@@ -1113,7 +1113,7 @@ fi
 if ((TF_POD)); then
   INSTALL+="; echo 'export TPU_NAME=$NAME TPU_LOAD_LIBRARY=0' >> $R_ENV"
 fi
-# JAX on a multi-host slice: every worker's process calls jax.distributed.initialize() (engine/jax_run.py).
+# JAX on a multi-host slice: every worker's process calls jax.distributed.initialize() (engine/jax/run.py).
 ((JAX && MULTI_HOST)) && INSTALL+="; echo 'export WIDE_TF_JAX_DISTRIBUTED=1' >> $R_ENV"
 # For the Python side (its logs and --check): the runtime the launcher set up and the pinned pair.
 if ((JAX)); then

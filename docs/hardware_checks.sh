@@ -28,7 +28,7 @@ for cfg in configs/wrn.py configs/wrn.py:check; do
 done
 echo "## 3. One GPU (one worker per GPU holds the whole batch)"
 echo "# exit 3 is the config as written (train.max_device_batch=0); a GPU run with 0 gets the"
-echo "# suggested cap by itself (engine/strategy.max_device_batch) and records it in result.json's"
+echo "# suggested cap by itself (engine/tf/strategy.max_device_batch) and records it in result.json's"
 echo "# batch_plan."
 echo
 for acc in a100-40gb a100-80gb h100-80gb h200 v100-16gb t4 l4; do

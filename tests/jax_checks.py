@@ -75,8 +75,10 @@ def parallel(out, norm="none"):
     too."""
     import jax
 
-    from wide_tf.engine import arrays, jax_data, jax_step, schedules, train
+    from wide_tf.engine import arrays, schedules, train
     from wide_tf.engine import optim as optim_lib
+    from wide_tf.engine.jax import data as jax_data
+    from wide_tf.engine.jax import step as jax_step
     from wide_tf.engine.state import BatchPlan
     from wide_tf.schema import datasets
 
@@ -138,7 +140,8 @@ def probe(out):
     """The exact probe's sums on fixed weights, for the test to compare with TensorFlow's."""
     import keras
 
-    from wide_tf.engine import arrays, jax_run, train
+    from wide_tf.engine import arrays, train
+    from wide_tf.engine.jax import run as jax_run
 
     config = tiny_config()
     config.train.probe_chunk = 100
@@ -167,7 +170,8 @@ def recompute(out):
     first dense layer's outputs over the subset (the mean and the average per-batch variance)."""
     import keras
 
-    from wide_tf.engine import arrays, jax_run, train
+    from wide_tf.engine import arrays, train
+    from wide_tf.engine.jax import run as jax_run
     from wide_tf.engine.models.norm import batch_norm_layers
     from wide_tf.engine.state import BatchPlan, RunPlan
     from wide_tf.schema import datasets

@@ -33,7 +33,7 @@ def _countdown(n):
 def _install(point: str, n: int) -> None:
     due = _countdown(n)
     if point == "trial":
-        from wide_tf.engine import steps
+        from wide_tf.engine.tf import step as steps
 
         original = steps.Stepper.train
 

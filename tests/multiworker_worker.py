@@ -1,5 +1,6 @@
 """One process of the multi-worker test (tests/engine/test_multiworker.py): a few Stepper updates of
-a small MLP under the strategy that wide_tf.engine.strategy.setup_runtime builds, weights written to
+a small MLP under the strategy that wide_tf.engine.tf.strategy.setup_runtime builds, weights
+written to
 .npz.
 
     python tests/multiworker_worker.py multi_worker OUT.npz   # TF_CONFIG in the environment
@@ -21,7 +22,7 @@ SEED = 3
 def main(strategy_name: str, out_path: str) -> dict:
     import ml_collections
 
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
     from wide_tf.schema import defaults
 
     # First TensorFlow work of the program: MultiWorkerMirroredStrategy must be created before any
@@ -36,7 +37,7 @@ def main(strategy_name: str, out_path: str) -> dict:
     import tensorflow as tf
 
     from wide_tf.engine.models import build_model
-    from wide_tf.engine.steps import BatchPlan, Stepper
+    from wide_tf.engine.tf.step import BatchPlan, Stepper
 
     rng = np.random.default_rng(0)
     n = GLOBAL_BATCH * STEPS

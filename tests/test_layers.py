@@ -112,6 +112,52 @@ def test_every_import_follows_the_layer_rules():
     assert violations() == []
 
 
+# The engine's backend folders (docs/layout.md): the shared driver imports neither (the registry,
+# engine/backend.py, finds a backend by name with importlib at run time), a backend folder does
+# not import the other, and host arrays come from engine/arrays.py, the one reader of sources.py.
+BACKEND_FOLDERS = ("wide_tf.engine.tf", "wide_tf.engine.jax")
+
+
+def _in(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def engine_violations(root: pathlib.Path = PACKAGE) -> list[str]:
+    out = []
+    for path in sorted(root.rglob("*.py")):
+        src = _module_name(path, root.parent)
+        for dst in sorted(_imports(path, root.parent)):
+            home = next((f for f in BACKEND_FOLDERS if _in(src, f)), None)
+            for folder in BACKEND_FOLDERS:
+                if _in(dst, folder) and home != folder and _in(src, "wide_tf.engine"):
+                    out.append(f"{src} imports {dst} (a backend folder)")
+            if dst == "wide_tf.engine.sources" and src != "wide_tf.engine.arrays":
+                out.append(f"{src} imports {dst} (only engine.arrays reads sources)")
+    return out
+
+
+def test_the_shared_engine_imports_no_backend_folder_and_only_arrays_reads_sources():
+    assert engine_violations() == []
+
+
+def test_a_planted_backend_import_and_a_planted_sources_reader_are_caught(tmp_path):
+    pkg = tmp_path / "wide_tf"
+    for sub in ("engine/tf", "engine/jax"):
+        (pkg / sub).mkdir(parents=True)
+    for p in (pkg, pkg / "engine", pkg / "engine" / "tf", pkg / "engine" / "jax"):
+        (p / "__init__.py").write_text("")
+    (pkg / "engine" / "sources.py").write_text("")
+    (pkg / "engine" / "arrays.py").write_text("from wide_tf.engine import sources\n")
+    (pkg / "engine" / "loop.py").write_text("from wide_tf.engine.tf import run\n")
+    (pkg / "engine" / "tf" / "run.py").write_text("from wide_tf.engine.jax import data\n")
+    (pkg / "engine" / "jax" / "data.py").write_text("from wide_tf.engine import sources\n")
+    assert engine_violations(pkg) == [
+        "wide_tf.engine.jax.data imports wide_tf.engine.sources (only engine.arrays reads sources)",
+        "wide_tf.engine.loop imports wide_tf.engine.tf.run (a backend folder)",
+        "wide_tf.engine.tf.run imports wide_tf.engine.jax.data (a backend folder)",
+    ]
+
+
 def test_a_planted_upward_import_is_caught(tmp_path):
     # A copy of two modules, one of which reaches up a layer: the rule must see it.
     pkg = tmp_path / "wide_tf"

@@ -16,8 +16,8 @@ PACKAGE = ROOT / "wide_tf"
 UNUSED_BY_DESIGN = {
     # Independent checks of the fast per-example gradient path: the tests' oracles.
     "wide_tf/engine/measure/diversity.py:stats_from_per_example_gradients",
-    "wide_tf/engine/measure/per_example.py:per_example_grad_sq_norms",
-    "wide_tf/engine/measure/per_example.py:per_example_grad_sq_norms_reference",
+    "wide_tf/engine/tf/per_example.py:per_example_grad_sq_norms",
+    "wide_tf/engine/tf/per_example.py:per_example_grad_sq_norms_reference",
     "wide_tf/theory/bound.py:per_example_gradients",
     # The DerSimonian-Laird estimator, the closed-form check of meta's REML tau^2.
     "wide_tf/analysis/stats/meta.py:tau2_dl",

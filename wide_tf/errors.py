@@ -163,7 +163,9 @@ def _error_classes():
     import TensorFlow, so they are looked up only once an error has happened."""
     import tensorflow as tf
 
-    from wide_tf.engine import data, steps, strategy, train
+    from wide_tf.engine import train
+    from wide_tf.engine.tf import data, strategy
+    from wide_tf.engine.tf import step as steps
     from wide_tf.report.protocol import ReportError
     from wide_tf.study import trials
 

@@ -748,7 +748,8 @@ def test_the_engine_reads_the_spec_registries():
     """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
     modules hold those objects, not copies (the registries themselves:
     tests/schema/test_registries.py); and the study's identity is the one the workdir check uses."""
-    from wide_tf.engine import data, optim, strategy
+    from wide_tf.engine import optim
+    from wide_tf.engine.tf import data, strategy
     from wide_tf.schema import choices, datasets, optimizers
 
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES

@@ -15,7 +15,7 @@ from tensorflow.python.distribute import collective_util
 from tensorflow.python.distribute import cross_device_ops as cdo
 
 from wide_tf.engine.models import build_model
-from wide_tf.engine.steps import BatchPlan, Stepper
+from wide_tf.engine.tf.step import BatchPlan, Stepper
 
 DEVICES = ["/cpu:0", "/cpu:1"]
 rng = np.random.default_rng(0)

@@ -1,12 +1,12 @@
 """result.json records the batch layout really used (`batch_plan`): the micro-batch cap in force,
-the config's or the GPU default the memory model chose (engine/strategy.max_device_batch), and
+the config's or the GPU default the memory model chose (engine/tf/strategy.max_device_batch), and
 the micro-batch split, where the protocol shows only the config's train.max_device_batch."""
 
 import json
 
-from wide_tf.engine import strategy as strategy_lib
 from wide_tf.engine import train
-from wide_tf.engine.steps import BatchPlan
+from wide_tf.engine.tf import strategy as strategy_lib
+from wide_tf.engine.tf.step import BatchPlan
 from wide_tf.schema import defaults
 from wide_tf.schema import result as result_schema
 

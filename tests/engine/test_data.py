@@ -1,4 +1,4 @@
-"""Tests of wide_tf.engine.data: coverage, order, resume, sharding, evaluation and offline
+"""Tests of wide_tf.engine.tf.data: coverage, order, resume, sharding, evaluation and offline
 failure."""
 
 import socket
@@ -9,8 +9,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from wide_tf.engine import data, sources
-from wide_tf.engine.stream import InMemoryTrainStream
+from wide_tf.engine import sources
+from wide_tf.engine.tf import data
+from wide_tf.engine.tf.stream import InMemoryTrainStream
 from wide_tf.schema import defaults
 
 

@@ -1,4 +1,5 @@
-"""Evaluation sets held on the devices (engine/steps.DeviceEvalSet): the same sums, bit for bit, as
+"""Evaluation sets held on the devices (engine/tf/step.DeviceEvalSet): the same sums, bit for bit,
+as
 the streaming pass they replace, bounded passes that stop where it stopped, and the one-program
 pass (the TPU's: the loop inside the replica function, stopped on all-reduced sums) on one CPU."""
 
@@ -7,9 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.engine import data
 from wide_tf.engine.models import build_model
-from wide_tf.engine.steps import BatchPlan, DeviceEvalSet, Stepper, weighted_sums
+from wide_tf.engine.tf import data
+from wide_tf.engine.tf.step import BatchPlan, DeviceEvalSet, Stepper, weighted_sums
 from wide_tf.schema import datasets as datasets_spec
 from wide_tf.schema import defaults
 
@@ -96,7 +97,7 @@ def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
     cfg = _cfg()
     model, first = _model_and_stepper(two)
     streamed = data.make_eval_dataset(cfg, "test", 64, two)
-    with two.scope():  # the next batch size: a new Stepper on the same model (engine/reuse.py)
+    with two.scope():  # the next batch size: a new Stepper on the same model (engine/tf/reuse.py)
         second = Stepper(
             model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets_spec.of(cfg)
         )
@@ -108,7 +109,7 @@ def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
 @pytest.mark.parametrize("devices", [[], ["/cpu:0", "/cpu:1"]])
 def test_a_run_holds_both_sets_and_evaluates_them_as_streamed(tmp_path, devices):
     from wide_tf.engine import train
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
 
     if devices:
         _two()

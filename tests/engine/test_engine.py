@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine.models import build_model
-from wide_tf.engine.steps import BatchPlan, BatchSplitError, Stepper
+from wide_tf.engine.tf.step import BatchPlan, BatchSplitError, Stepper
 
 
 def _data(n=64, seed=0):

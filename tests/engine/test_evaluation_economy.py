@@ -10,10 +10,12 @@ import numpy as np
 import pytest
 
 from wide_tf.checks import loader
-from wide_tf.engine import data as data_lib
-from wide_tf.engine import evaluation, snapshot, steps, train
-from wide_tf.engine.steps import WHOLE_PASS
-from wide_tf.engine.strategy import setup_runtime
+from wide_tf.engine import evaluation, train
+from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine.tf import snapshot
+from wide_tf.engine.tf import step as steps
+from wide_tf.engine.tf.step import WHOLE_PASS
+from wide_tf.engine.tf.strategy import setup_runtime
 from wide_tf.schema import defaults
 from wide_tf.schema import result as result_schema
 from wide_tf.schema import targets as targets_lib

@@ -1,11 +1,11 @@
-"""The GPU default of train.max_device_batch (engine/strategy.py): the memory model's largest
+"""The GPU default of train.max_device_batch (engine/tf/strategy.py): the memory model's largest
 micro-batch on the GPU found by its CUDA name, only when the config sets none and the batch does
 not fit whole."""
 
 import pytest
 
 from wide_tf.checks import loader
-from wide_tf.engine.strategy import Runtime, max_device_batch
+from wide_tf.engine.tf.strategy import Runtime, max_device_batch
 from wide_tf.schema import memory, rules
 
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -52,7 +52,7 @@ def test_an_unknown_gpu_is_capped_from_the_memory_its_driver_reports(monkeypatch
     """Issue 35: a GPU outside the table got no cap and ran out of memory at 16,384. Its total
     memory is read (nvidia-smi, stubbed here as a 40 GiB device): the same cap as the table's A100
     at about that size; unreadable, the run is refused with a line naming the field."""
-    from wide_tf.engine import strategy
+    from wide_tf.engine.tf import strategy
     from wide_tf.schema import hardware
 
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
@@ -84,7 +84,7 @@ def test_a_newly_tabled_gpu_gets_its_cap_by_name():
 
 
 def test_float32_on_an_ampere_gpu_is_recorded_as_tf32(monkeypatch):
-    from wide_tf.engine import strategy
+    from wide_tf.engine.tf import strategy
 
     tf = strategy.tf
     assert "TF32" in Runtime(None, "gpu", 1, True, "float32", tf32=True).describe()

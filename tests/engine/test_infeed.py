@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from wide_tf.engine import data
 from wide_tf.engine.models import build_model
-from wide_tf.engine.steps import BatchPlan, Stepper
+from wide_tf.engine.tf import data
+from wide_tf.engine.tf.step import BatchPlan, Stepper
 from wide_tf.schema import defaults
 
 
@@ -108,5 +108,5 @@ def test_no_comment_cites_the_retired_uint8_limit():
 
     root = pathlib.Path(__file__).resolve().parents[2]
     stale = "TPUs take " + "no uint8"
-    for path in (root / "wide_tf/engine/data.py", root / "docs/tpu.md"):
+    for path in (root / "wide_tf/engine/tf/data.py", root / "docs/tpu.md"):
         assert stale not in " ".join(path.read_text().split()), path

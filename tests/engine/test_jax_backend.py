@@ -86,7 +86,7 @@ def test_the_jax_probe_agrees_with_tensorflows_on_the_same_weights(checks):
 
     from tests.jax_checks import tiny_config
     from wide_tf.engine import arrays, train
-    from wide_tf.engine.measure import diversity
+    from wide_tf.engine.tf import per_example
 
     config = tiny_config()
     config.runtime.backend = "tensorflow"
@@ -98,7 +98,7 @@ def test_the_jax_probe_agrees_with_tensorflows_on_the_same_weights(checks):
     from wide_tf.schema import datasets
 
     xs = arrays.normalize(x, datasets.of(config.data))
-    ref = diversity.gradient_stats(model, xs, np.asarray(y, np.int32), chunk_size=100)
+    ref = per_example.gradient_stats(model, xs, np.asarray(y, np.int32), chunk_size=100)
     probe = found["probe"]
     assert probe["n"] == len(y)
     assert probe["s1"] == pytest.approx(ref["sum_sq_norms"], rel=1e-4)

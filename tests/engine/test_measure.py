@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
-from wide_tf.engine.measure import diversity, noise_scale, per_example
+from wide_tf.engine.measure import diversity, noise_scale
+from wide_tf.engine.tf import per_example
 
 RTOL = 1e-4
 
@@ -102,7 +103,7 @@ def test_fast_norms_match_jacobian_reference_and_brute_force_stats(name):
     np.testing.assert_allclose(sq, ref_sq, rtol=RTOL)
     for s, g in zip(sum_grads, ref_grads):
         np.testing.assert_allclose(s, g.sum(axis=0), rtol=1e-3, atol=1e-6 * np.abs(g).max())
-    stats = diversity.gradient_stats(model, x, y, chunk_size=5)
+    stats = per_example.gradient_stats(model, x, y, chunk_size=5)
     brute = diversity.stats_from_per_example_gradients(ref_grads)
     for key in (
         "diversity",
@@ -162,7 +163,7 @@ def test_unsupported_layer_is_named():
     h = keras.layers.LayerNormalization(name="ln")(keras.layers.Dense(8)(inp))
     model = keras.Model(inp, keras.layers.Dense(3)(h))
     with pytest.raises(per_example.UnsupportedModelError, match="'ln' of type LayerNormalization"):
-        diversity.gradient_stats(model, *_data((10,), classes=3))
+        per_example.gradient_stats(model, *_data((10,), classes=3))
 
 
 def test_shared_layer_is_refused():

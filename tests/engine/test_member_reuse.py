@@ -1,9 +1,10 @@
 """A study's groups of one member follow each other: the next batch size keeps the member's model,
 optimizer, evaluation sets, probe and snapshot (their traced functions), with a new Stepper for
-the batch's shapes (engine/reuse.py), and records exactly what a fresh build records."""
+the batch's shapes (engine/tf/reuse.py), and records exactly what a fresh build records."""
 
-from wide_tf.engine import reuse, timing, train
-from wide_tf.engine.strategy import setup_runtime
+from wide_tf.engine import timing, train
+from wide_tf.engine.tf import reuse
+from wide_tf.engine.tf.strategy import setup_runtime
 from wide_tf.schema import defaults
 
 

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine.models import build_model, norm
-from wide_tf.engine.steps import BatchPlan, Stepper
+from wide_tf.engine.tf.step import BatchPlan, Stepper
 
 GLOBAL_BATCH = 32
 

@@ -8,12 +8,13 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf.engine import compile_key, reuse, timing, train
-from wide_tf.engine.probe import GradientProbe
+from wide_tf.engine import compile_key, timing, train
 from wide_tf.engine.result import describe_protocol
 from wide_tf.engine.state import RunPlan, RunState
-from wide_tf.engine.steps import Stepper
 from wide_tf.engine.summaries import MetricsWriter
+from wide_tf.engine.tf import reuse
+from wide_tf.engine.tf.probe import GradientProbe
+from wide_tf.engine.tf.step import Stepper
 from wide_tf.schema import defaults, plan
 from wide_tf.schema import result as result_schema
 
@@ -231,7 +232,7 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
         c.optim.schedule, c.optim.warmup_epochs = "cosine", 0.5
         return c
 
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
 
     runtime = setup_runtime(config(1.0, 0).runtime)  # one per process, as in a study
     train.clear_cache()
@@ -290,7 +291,7 @@ def test_the_reuse_key_is_every_field_but_the_declared_exclusions():
     excluded one shares the kept build (that such a run equals a fresh one is the test above)."""
     from types import SimpleNamespace
 
-    from wide_tf.engine.steps import BatchPlan
+    from wide_tf.engine.tf.step import BatchPlan
 
     runtime = SimpleNamespace(strategy=object(), mixed_precision="float32", jit_compile=False)
     info = SimpleNamespace(num_classes=10, input_shape=(8, 8, 1))
@@ -400,7 +401,7 @@ def test_runs_of_one_seed_measure_the_initial_model_once(tmp_path, monkeypatch):
         GradientProbe, "__call__", lambda *a: calls.append("probe") or real_probe(*a)
     )
     monkeypatch.setattr(Stepper, "evaluate", lambda *a: calls.append("eval") or real_eval(*a))
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
 
     runtime = setup_runtime(config(1.0, 0).runtime)
     train.clear_cache()
@@ -458,9 +459,9 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
 
 
 def test_compiled_probe_matches_the_host_measurement():
-    from wide_tf.engine import data as data_lib
-    from wide_tf.engine.measure import diversity
     from wide_tf.engine.models import build_model
+    from wide_tf.engine.tf import data as data_lib
+    from wide_tf.engine.tf import per_example
 
     config = _single("digits_embedded", probe_size=300, probe_chunk=128)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -468,7 +469,7 @@ def test_compiled_probe_matches_the_host_measurement():
         model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
     probe = GradientProbe(config, model, strategy)
     x, y = data_lib.load_arrays(config.data, "train", limit=300)
-    ref = diversity.gradient_stats(model, x, y, chunk_size=128)
+    ref = per_example.gradient_stats(model, x, y, chunk_size=128)
     got = probe(model)
     for k in ("diversity", "batch_bound", "noise_scale"):
         assert got[k] == pytest.approx(float(ref[k]), rel=1e-4)

@@ -11,7 +11,8 @@ import tensorflow as tf
 
 from wide_tf.checks import preflight
 from wide_tf.checks.problems import RuntimeProblem
-from wide_tf.engine import arrays, data, sources
+from wide_tf.engine import arrays, sources
+from wide_tf.engine.tf import data
 from wide_tf.schema import datasets, defaults, identity
 
 
@@ -45,7 +46,7 @@ def fresh_caches():
     yield
     sources._EMBEDDED_CACHE.clear()
     arrays._TRAIN_CACHE.clear()
-    data._ARRAYS_CACHE.clear()
+    arrays._ARRAYS_CACHE.clear()
 
 
 def cfg(folder, **kw):

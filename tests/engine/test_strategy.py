@@ -1,4 +1,5 @@
-"""wide_tf.engine.strategy on CPU: which strategy each runtime.strategy gives, the per-platform XLA
+"""wide_tf.engine.tf.strategy on CPU: which strategy each runtime.strategy gives, the per-platform
+XLA
 and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
 
 import os
@@ -7,8 +8,8 @@ import keras
 import pytest
 import tensorflow as tf
 
-from wide_tf.engine import strategy as strategy_lib
-from wide_tf.engine.strategy import StrategyError, setup_runtime
+from wide_tf.engine.tf import strategy as strategy_lib
+from wide_tf.engine.tf.strategy import StrategyError, setup_runtime
 from wide_tf.schema import defaults
 
 

@@ -8,13 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from wide_tf.engine import data as data_lib
-from wide_tf.engine import preemption, reuse, train
+from wide_tf.engine import preemption, train
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.state import RunState
-from wide_tf.engine.strategy import setup_runtime
 from wide_tf.engine.targets import interpolated_crossing
+from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine.tf import reuse
+from wide_tf.engine.tf.strategy import setup_runtime
 from wide_tf.schema import defaults
 
 TARGET_KEYS = {

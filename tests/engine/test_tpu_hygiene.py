@@ -7,10 +7,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from wide_tf.engine import data, probe
 from wide_tf.engine.models import build_model
 from wide_tf.engine.models.norm import GhostBatchNormalization
-from wide_tf.engine.steps import BatchPlan, Stepper
+from wide_tf.engine.tf import data, probe
+from wide_tf.engine.tf.step import BatchPlan, Stepper
 
 
 def _op_types(concrete) -> list:

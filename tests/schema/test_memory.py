@@ -143,7 +143,7 @@ def test_the_counts_are_the_keras_models_layer_sizes():
     """The closed forms against the models the engine builds: the sum over layers of each output's
     size per example; and the micro-batch rule against the engine's BatchPlan."""
     from wide_tf.engine import models
-    from wide_tf.engine.steps import BatchPlan
+    from wide_tf.engine.tf.step import BatchPlan
 
     cases = [
         ("wrn", 40, 1.64, (32, 32, 3), "ghost"),

@@ -1,6 +1,6 @@
 """The order in which a process claims groups: longest first (smallest batch, then the deepest
 member), except that the next open group of the member it just ran comes first, so the member's
-build (engine/reuse.py) is kept and only the step is traced again."""
+build (engine/tf/reuse.py) is kept and only the step is traced again."""
 
 from types import SimpleNamespace
 

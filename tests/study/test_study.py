@@ -178,7 +178,7 @@ def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
     import keras
 
     # Two members: the second is a new build after clear_session() (the same member at another
-    # batch keeps its build, engine/reuse.py).
+    # batch keeps its build, engine/tf/reuse.py).
     config = _smoke(batch_sizes=[32])
     config.sweep.family.depths = [1, 2]
     config.train.max_epochs = 1.0

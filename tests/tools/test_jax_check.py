@@ -1,5 +1,5 @@
 """`launch_tpu.sh --check --backend=jax`'s device stage (wide_tf/tools/jax_check.py) on CPU: JAX's
-devices through engine/jax_run.setup_runtime, here as two JAX processes of two virtual CPU devices
+devices through engine/jax/run.setup_runtime, here as two JAX processes of two virtual CPU devices
 each under WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize(), the multi-host path of a TPU
 slice): each sees all four devices, the psum over them meets across the processes, and no
 TensorFlow is loaded; a wrong count is exit 3; usage errors are one line (issue 34, item 6)."""

@@ -83,7 +83,7 @@ def check_hardware(config) -> None:
             ) from None
 
 
-# engine/jax_run.DISTRIBUTED_ENV: this JAX process is one of several (launch_tpu.sh --backend=jax
+# engine/jax/run.DISTRIBUTED_ENV: this JAX process is one of several (launch_tpu.sh --backend=jax
 # sets it on every worker of a multi-host slice). Read here without importing JAX.
 JAX_DISTRIBUTED_ENV = "WIDE_TF_JAX_DISTRIBUTED"
 

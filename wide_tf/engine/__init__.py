@@ -1,6 +1,7 @@
-"""The engine: one training run on either Keras backend (TensorFlow: tf_run.py and its strategy,
-data and steps; JAX: jax_run.py, jax_step.py, jax_data.py) around the shared Controller, with the
-models, optimizers and measurements both use.
+"""The engine: one training run on either Keras backend around the shared Controller. The shared
+driver lives here (loop, actions, evaluation economy, targets, result, the run interface, models,
+optimizers, host arrays); each backend is a folder (tf/: TensorFlow, jax/: JAX) that
+engine/backend.py's registry finds by name.
 
 It imports schema and store only, never checks, study, analysis or report.
 """

@@ -1,11 +1,18 @@
-"""Owns the choice of Keras's backend for this process: runtime.backend ('tensorflow' or 'jax') into
+"""Owns the registry of backends (runtime.backend's name -> the folder under engine/ that runs it)
+and the choice of Keras's backend for this process: runtime.backend ('tensorflow' or 'jax') into
 KERAS_BACKEND before Keras is first imported (Keras reads it once, at import). Imports neither
-Keras nor TensorFlow; the command line and the worker entry point call `select` first."""
+Keras nor TensorFlow, nor a backend folder until `load` is called; the command line and the worker
+entry point call `select` first."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+
+# runtime.backend -> its folder under engine/. Each folder's run.py offers the same five names:
+# setup_runtime, device_cap, is_chief, make and clear_cache (engine/train.py calls nothing else).
+FOLDERS = {"tensorflow": "tf", "jax": "jax"}
 
 
 class BackendError(RuntimeError):
@@ -33,3 +40,20 @@ def select(config) -> str:
             )
     os.environ["KERAS_BACKEND"] = name
     return name
+
+
+def _module_name(name: str) -> str:
+    if name not in FOLDERS:
+        raise BackendError(f"runtime.backend={name!r} is not one of {sorted(FOLDERS)}")
+    return f"wide_tf.engine.{FOLDERS[name]}.run"
+
+
+def load(name: str):
+    """The run module of backend `name` (imported here, on first use: a backend's folder loads
+    its framework, which a process of the other backend never imports)."""
+    return importlib.import_module(_module_name(name))
+
+
+def loaded() -> list:
+    """The run modules of the backends this process has already imported."""
+    return [sys.modules[m] for m in map(_module_name, FOLDERS) if m in sys.modules]

@@ -1,7 +1,7 @@
 """Owns which config fields change a run's compiled program, for every backend: KEY_EXCLUDED (the
 fields a kept build takes by resetting values, not by compiling again) and the config's part of
-the key under which a build is kept across the runs of a study (engine/reuse.py on TensorFlow,
-engine/jax_run.py on JAX). No TensorFlow."""
+the key under which a build is kept across the runs of a study (engine/tf/reuse.py on TensorFlow,
+engine/jax/run.py on JAX). No TensorFlow."""
 
 from __future__ import annotations
 

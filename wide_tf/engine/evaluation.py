@@ -35,7 +35,7 @@ _TRAIN_METRICS = tuple(
 
 
 def bound(unreached, n: int) -> tuple[float, float]:
-    """The bound of a pass over the `n` examples of the training set (engine/steps.go_on) that
+    """The bound of a pass over the `n` examples of the training set (engine/tf/step.go_on) that
     goes on while one of `unreached` ((metric, value) pairs) can still be met: [the fewest hits
     whose accuracy meets an accuracy target, the largest float32 loss sum whose mean meets a loss
     target]; the values are those the trainer computes (hits / n, float(loss sum) / n)."""

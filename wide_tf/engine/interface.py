@@ -1,6 +1,6 @@
 """Owns the seam between one run's shared driver and its backend (the Orbit way): what the
 Controller (engine/loop.py) and the evaluation economy (engine/evaluation.py) may ask of a
-Trainer, an Evaluator and a Checkpointer. A backend (engine/tf_run.py: TensorFlow) implements the
+Trainer, an Evaluator and a Checkpointer. A backend (engine/tf/run.py: TensorFlow) implements the
 three; the Controller, its actions, the economy, the targets and the result record are shared.
 tests/test_coupling.py holds the rule that nothing shared reaches past these methods."""
 

@@ -1,6 +1,6 @@
 """Where the examples come from: a prepared TFDS copy (checked before anything could download), the
 real data sets that Python packages ship, or idx files installed on this machine (both offline).
-One reader per loader of schema/datasets.py (`READERS`). Arrays only; engine/data.py makes the
+One reader per loader of schema/datasets.py (`READERS`). Arrays only; engine/tf/data.py makes the
 pipelines."""
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ engine's public entry points, which the study, main, the report and the tests im
 
 from __future__ import annotations
 
-import sys
 import time
 
 from absl import logging
@@ -33,20 +32,10 @@ def _check(config, info) -> None:
         raise ConfigError(str(e)) from None
 
 
-def _jax(config) -> bool:
-    return backend.of(config) == "jax"
-
-
 def setup_runtime(runtime_cfg, backend_name: str = "tensorflow"):
-    """The runtime of this process's backend: TensorFlow's strategy (engine/strategy.py) or
-    JAX's local devices (engine/jax_run.py); each module is imported only for its backend."""
-    if backend_name == "jax":
-        from wide_tf.engine import jax_run
-
-        return jax_run.setup_runtime(runtime_cfg)
-    from wide_tf.engine import strategy
-
-    return strategy.setup_runtime(runtime_cfg)
+    """The runtime of this process's backend: TensorFlow's strategy (engine/tf/strategy.py) or
+    JAX's local devices (engine/jax/run.py); each folder is imported only for its backend."""
+    return backend.load(backend_name).setup_runtime(runtime_cfg)
 
 
 def runtime_for(config):
@@ -55,32 +44,22 @@ def runtime_for(config):
 
 def clear_cache() -> None:
     """Drops the kept model and compiled functions of whichever backend ran here."""
-    for name in ("wide_tf.engine.reuse", "wide_tf.engine.jax_run"):
-        module = sys.modules.get(name)
-        if module is not None:
-            module.clear_cache()
+    for module in backend.loaded():
+        module.clear_cache()
 
 
 def setup(config, workdir: str, runtime, trial: dict | None = None):
-    """One run set up: its plan (RunPlan), its backend (engine/tf_run.py on TensorFlow,
-    engine/jax_run.py on JAX: Trainer, Evaluator, Checkpointer around the kept build) and the
-    shared Controller that drives them (engine/loop.py). Returns (controller, backend)."""
+    """One run set up: its plan (RunPlan), its backend (the registry's, engine/backend.py:
+    engine/tf/run.py on TensorFlow, engine/jax/run.py on JAX: Trainer, Evaluator, Checkpointer
+    around the kept build) and the shared Controller that drives them (engine/loop.py). Returns
+    (controller, backend)."""
     trial = trial or {}
     started = time.perf_counter()
     info = arrays.dataset_info(config.data)
     _check(config, info)
-    if _jax(config):
-        from wide_tf.engine import jax_run as backend_run
-
-        cap = int(config.train.max_device_batch)  # no GPU default table on JAX yet: the config's
-        chief = runtime.chief
-    else:
-        from wide_tf.engine import strategy as strategy_lib
-        from wide_tf.engine import tf_run as backend_run
-
-        cap = strategy_lib.max_device_batch(config, runtime)  # a GPU default when 0
-        # Multi-worker: only the chief writes into the workdir (see engine/tf_run.Checkpointer).
-        chief = runtime.strategy.extended.should_checkpoint
+    backend_run = backend.load(backend.of(config))
+    cap = backend_run.device_cap(config, runtime)
+    chief = backend_run.is_chief(runtime)
     batch_plan = BatchPlan.make(config.train.global_batch, runtime.num_replicas, cap)
     _check_ghost_batch(config, batch_plan)
     plan = RunPlan.make(

@@ -1,6 +1,6 @@
 """Owns the data sets a config may name: their shapes, classes, split sizes, normalisation, the
 loader that reads each, and the data options that change what a model sees (average pooling). The
-config checks read it before TensorFlow starts, engine/data.py builds its pipelines from it, the
+config checks read it before TensorFlow starts, engine/tf/data.py builds its pipelines from it, the
 planner and the simulator size a study with it."""
 
 from __future__ import annotations

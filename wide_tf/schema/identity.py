@@ -17,7 +17,7 @@ OPERATIONAL = {
     "train": ("steps_per_loop", "checkpoint_every_steps"),
 }
 # runtime.backend (tensorflow or jax) is the exception in its operational section: the two backends
-# train on the same examples in another order (engine/jax_data.py) with other float rounding, so a
+# train on the same examples in another order (engine/jax/data.py) with other float rounding, so a
 # study's records never mix them. It enters the identity only when it is not TensorFlow, so the
 # studies written before the field existed keep their identity and trial ids.
 BACKEND_NEUTRAL = "tensorflow"
@@ -39,7 +39,7 @@ def _without(d: dict, parts: dict) -> dict:
 
 
 # train.max_device_batch splits each replica's batch into micro-batches whose gradients are summed
-# (engine/accumulate.py). That is exact where no layer looks across the examples of a micro-batch
+# (engine/tf/accumulate.py). That is exact where no layer looks across the examples of a micro-batch
 # except through virtual batches the split keeps whole: no normalisation ('none'), or ghost batch
 # norm, whose virtual batch divides every micro-batch (schema/rules.py, check_batch) and whose
 # moving statistics are stepped once per optimizer step (tests/engine/test_micro_batch.py: every

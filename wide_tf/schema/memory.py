@@ -269,7 +269,8 @@ def activation_elements(
 
 
 def policy_for(platform: str, requested: str = "auto") -> str:
-    """The dtype policy a run gets (engine/strategy.py: auto is bfloat16 on TPU, else float32)."""
+    """The dtype policy a run gets (engine/tf/strategy.py: auto is bfloat16 on TPU, else
+    float32)."""
     if requested in ("auto", None, ""):
         return "mixed_bfloat16" if platform == "tpu" else "float32"
     return requested
@@ -283,7 +284,7 @@ def step_bytes(elements: int, params: int, micro_batch: int, policy: str) -> int
 def micro_batches(per_replica: int, cap: int) -> int:
     """How many equal micro-batches a replica's batch is split into under
     train.max_device_batch=cap (0: no cap): the one rule, schema/rules.py's, that the config checks
-    and engine/steps.py's BatchPlan use too."""
+    and engine/tf/step.py's BatchPlan use too."""
     return rules.micro_batches(per_replica, cap)
 
 
@@ -301,7 +302,7 @@ def cap_for(per_replica_batches, largest: int, multiple: int = 1) -> int:
     """The largest train.max_device_batch, at most `largest` (largest_batch's answer), under which
     every per-replica batch splits into equal micro-batches that are whole multiples of
     `multiple` (the ghost batch); 0 when none does. checks/hardware_fit.py's suggestion and the
-    GPU default (engine/strategy.py) both use it."""
+    GPU default (engine/tf/strategy.py) both use it."""
     for cap in range(largest // multiple * multiple, 0, -multiple):
         if all((p // micro_batches(p, cap)) % multiple == 0 for p in per_replica_batches):
             return cap

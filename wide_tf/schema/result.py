@@ -49,7 +49,7 @@ GRADIENT = (
 TIME_KINDS = ("setup", "compile", "train", "eval", "probe", "checkpoint", "other")
 TIME = tuple(Field(k, "number") for k in TIME_KINDS)
 
-# How the run's batch was laid out on the hardware (engine/steps.BatchPlan): the micro-batch cap
+# How the run's batch was laid out on the hardware (engine/tf/step.BatchPlan): the micro-batch cap
 # really used (train.max_device_batch, or the GPU default the memory model chose when it is 0).
 BATCH_PLAN = (
     Field("max_device_batch", "int", doc="the cap in force; 0: none (the replica's batch whole)"),
@@ -99,7 +99,7 @@ FIELDS = (
     # (records written before it lack it, and the report counts them as older files: not required)
     Field("protocol", "dict", required=False, doc="engine.result.describe_protocol"),
     # (records written before it lack it: not required)
-    Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.steps.BatchPlan"),
+    Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.state.BatchPlan"),
     # Where the record came from: code, command, versions, machine (records before it lack it).
     Field("provenance", "dict", required=False, doc="spec.provenance.collect"),
 )

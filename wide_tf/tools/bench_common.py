@@ -76,7 +76,8 @@ def _arrays(case: Case, n: int, seed: int):
 
 
 def _train_dataset(x, y, batch: int) -> tf.data.Dataset:
-    # The shape of a real run's stream (wide_tf.engine.data): in memory, repeating, fixed batches,
+    # The shape of a real run's stream (wide_tf.engine.tf.data): in memory, repeating, fixed
+    # batches,
     # prefetched.
     return (
         tf.data.Dataset.from_tensor_slices((x, y))

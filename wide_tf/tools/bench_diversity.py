@@ -10,8 +10,7 @@ import keras
 import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
-from wide_tf.engine.measure import diversity
-from wide_tf.engine.measure import per_example as per_example_lib
+from wide_tf.engine.tf import per_example as per_example_lib
 from wide_tf.tools.bench_common import Case, _arrays, _median
 
 # The target for the fast path: one exact measurement costs at most this many train steps.
@@ -134,7 +133,7 @@ def bench_diversity(
     xt, yt = tf.constant(x), tf.constant(y)
     train_step = _train_step(model)
     step = lambda: float(train_step(xt, yt))  # noqa: E731
-    fast = lambda: diversity.gradient_stats(model, x, y, chunk_size=chunk_size)  # noqa: E731
+    fast = lambda: per_example_lib.gradient_stats(model, x, y, chunk_size=chunk_size)  # noqa: E731
     step_s, fast_s = _interleaved(step, fast, repeats)
     per_round = [f / s for f, s in zip(fast_s, step_s)]
     rows = [

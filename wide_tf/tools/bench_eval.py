@@ -52,10 +52,10 @@ class _Setup:
         import numpy as np
         import tensorflow as tf
 
-        from wide_tf.engine import data
         from wide_tf.engine.models import build_model
-        from wide_tf.engine.snapshot import Snapshot
-        from wide_tf.engine.steps import DeviceEvalSet
+        from wide_tf.engine.tf import data
+        from wide_tf.engine.tf.snapshot import Snapshot
+        from wide_tf.engine.tf.step import DeviceEvalSet
         from wide_tf.schema import datasets as datasets_spec
 
         self.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -92,7 +92,7 @@ class _Setup:
 
     def stepper(self, batch: int):
         """The Stepper of `batch` (one per batch size, as a study's groups make them)."""
-        from wide_tf.engine.steps import BatchPlan, Stepper
+        from wide_tf.engine.tf.step import BatchPlan, Stepper
 
         if batch in self._steppers:
             return self._steppers[batch]
@@ -109,7 +109,7 @@ class _Setup:
 
 def _old_pass(stepper, dataset, bound):
     """The streamed pass as the code before compiled it: once per Stepper (per batch size)."""
-    from wide_tf.engine import steps
+    from wide_tf.engine.tf import step as steps
 
     fn = getattr(stepper, "_bench_old_fn", None)
     if fn is None:
@@ -124,7 +124,7 @@ def _old_pass(stepper, dataset, bound):
 
 
 def _new_pass(stepper, held, bound):
-    from wide_tf.engine import steps
+    from wide_tf.engine.tf import step as steps
 
     return held.sums(steps._bound_tensor(bound, held.num_examples)).numpy()
 
@@ -254,7 +254,8 @@ def _run_config(quick: bool):
 def _streamed_sets():
     """The code before, in this process: sets streamed through tf.data, the streamed pass
     compiled once per Stepper. Returns the undo."""
-    from wide_tf.engine import data, reuse, steps
+    from wide_tf.engine.tf import data, reuse
+    from wide_tf.engine.tf import step as steps
 
     saved = (reuse._eval_set, steps.Stepper.eval_fn)
 
@@ -312,7 +313,7 @@ def _one_run(config, runtime, streamed: bool) -> tuple[dict, dict]:
 def bench_run(quick: bool, rounds: int) -> list[dict]:
     """Whole runs, before and after interleaved: evaluation passes, their seconds, reads, traces,
     and whether the records agree."""
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
     from wide_tf.tools.bench_common import _median
 
     config = _run_config(quick)

@@ -9,7 +9,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine.steps import BatchPlan, Stepper
+from wide_tf.engine.tf.step import BatchPlan, Stepper
 from wide_tf.tools.bench_common import Case, _arrays, _median, _optimizer, _train_dataset
 
 
@@ -73,7 +73,8 @@ class _FitContender:
         keras.utils.set_random_seed(seed)
         with strategy.scope():
             self.model = case.build()
-            # jit_compile=False as the loop on CPU (wide_tf.engine.strategy); 'auto' also resolves
+            # jit_compile=False as the loop on CPU (wide_tf.engine.tf.strategy); 'auto' also
+            # resolves
             # to it on CPU.
             self.model.compile(
                 optimizer=_optimizer(case.batch),

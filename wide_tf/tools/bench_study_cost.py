@@ -47,7 +47,7 @@ def slice_groups(config, groups: int) -> list[list]:
     """`groups` (member, batch) groups of the study's initial grid: member k at batch k (each
     cycling), so every member and every batch appear (the smallest batch, whose runs keep the
     probe, about as often as in the study): every tuning trial of each."""
-    from wide_tf.engine import data as data_lib
+    from wide_tf.engine.tf import data as data_lib
 
     info = data_lib.dataset_info(config.data)
     trials = trials_lib.expand(config, info.num_classes, info.input_shape)
@@ -91,7 +91,7 @@ class Side:
 def bench_study_cost(config_spec: str = DEFAULT_CONFIG, groups: int = DEFAULT_GROUPS) -> list[dict]:
     """Rows for the bench's table and JSON: one per side, then the comparison."""
     from wide_tf.engine import train
-    from wide_tf.engine.strategy import setup_runtime
+    from wide_tf.engine.tf.strategy import setup_runtime
 
     config = loader.load_config(
         os.path.join(REPO, config_spec) if ":" in config_spec else config_spec

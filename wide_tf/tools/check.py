@@ -7,7 +7,7 @@ back, and which TPU runtime came up.
 
 The worst row is hardware_fit's: the member and batch size whose step the memory model gives the
 most bytes per replica (the largest member at the largest batch per replica, after the config's
-train.max_device_batch, or on a GPU the default micro-batch engine/strategy.py would choose). Its
+train.max_device_batch, or on a GPU the default micro-batch engine/tf/strategy.py would choose). Its
 model is stepped on synthetic examples of the study's shapes, travelling as the real infeed's
 packed images do, with the optimizer the study builds: memory and speed do not depend on the pixel
 values. Nothing of the study is written but WORKDIR/check/ (removed again after the read-back).
@@ -81,7 +81,7 @@ def _iterator(tf, strategy, config, per_replica: int):
     """Synthetic batches of the study's shapes, packed as the infeed packs images."""
     import numpy as np
 
-    from wide_tf.engine import data
+    from wide_tf.engine.tf import data
 
     spec = datasets.get(config.data.name)
     rng = np.random.default_rng(0)
@@ -122,7 +122,7 @@ def _build(config, runtime, row, cap):
 
     from wide_tf.engine import optim as optim_lib
     from wide_tf.engine.models import build_model
-    from wide_tf.engine.steps import BatchPlan, Stepper
+    from wide_tf.engine.tf.step import BatchPlan, Stepper
 
     member = next(m for m in hardware_fit.members(config) if m.name == row.member)
     plan = BatchPlan.make(row.batch, runtime.num_replicas, cap)
@@ -183,7 +183,7 @@ def run(config, workdir: str, out=print) -> None:
     import keras
     import tensorflow as tf
 
-    from wide_tf.engine import strategy as strategy_lib
+    from wide_tf.engine.tf import strategy as strategy_lib
 
     start = time.perf_counter()
     runtime = strategy_lib.setup_runtime(config.runtime)

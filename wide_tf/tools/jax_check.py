@@ -1,5 +1,5 @@
 """Owns the device stage of `launch_tpu.sh --check --backend=jax`: JAX's devices as a run of this
-package takes them (engine/jax_run.setup_runtime: every local device, or every process's under
+package takes them (engine/jax/run.setup_runtime: every local device, or every process's under
 WIDE_TF_JAX_DISTRIBUTED=1, after jax.distributed.initialize()), their kinds, the process count and
 index, the JAX and libtpu versions, the first device's memory limit, and one psum over all of
 them, against the replica count the launcher checked the config for. No TensorFlow: a line says
@@ -46,7 +46,7 @@ def report(expected: int, strategy: str = "auto") -> int:
     from jax.sharding import Mesh, NamedSharding
     from jax.sharding import PartitionSpec as P
 
-    from wide_tf.engine import jax_run
+    from wide_tf.engine.jax import run as jax_run
 
     cfg = types.SimpleNamespace(strategy=strategy, mixed_precision="auto")
     runtime = jax_run.setup_runtime(cfg)

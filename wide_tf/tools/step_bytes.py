@@ -59,7 +59,7 @@ def _run(out: dict, name, arch, depth, width, norm, opt_name, replicas, micro, f
 
     from wide_tf.engine import optim
     from wide_tf.engine.models import build_model
-    from wide_tf.engine.steps import BatchPlan, Stepper
+    from wide_tf.engine.tf.step import BatchPlan, Stepper
     from wide_tf.schema import defaults
 
     if replicas == 1:

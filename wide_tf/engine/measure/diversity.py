@@ -17,7 +17,7 @@ not 1/(n-1): then noise_scale + 1 = (sum_sq_norms / n) / |G|^2 = n sum_sq_norms 
 batch_bound holds exactly. It is also the normalisation for which the two-batch estimator
 (noise_scale.py) is unbiased when batches are drawn with replacement from the probe set.
 
-Batch normalization is measured in inference mode (moving statistics): see per_example.py.
+Batch normalization is measured in inference mode (moving statistics): see engine/tf/per_example.py.
 """
 
 from __future__ import annotations
@@ -45,30 +45,6 @@ def stats_from_norms(sq_norms, sum_grad_sq_norm: float, n: int | None = None) ->
         "mean_grad_sq_norm": mean_sq,
         "trace_cov": trace_cov,
     }
-
-
-def gradient_stats(
-    model, x, y, chunk_size: int = 256, jit_compile: bool = False, return_per_example: bool = False
-) -> dict:
-    """Exact diversity, batch bound and noise scale of ``model`` on the probe set (x, y).
-
-    One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded;
-    the last chunk is padded with weight-0 examples so the compiled function is traced once per
-    model). Batch norm is in inference mode. Returns the keys listed in the module docstring plus
-    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
-    ``per_example_sq_norms`` (float64 array). Computed in float32 whatever the mixed-precision
-    policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
-    measurement).
-    """
-    from wide_tf.engine.measure import per_example  # TensorFlow: stats_from_norms needs none
-
-    sq, losses, sum_grads = per_example.run_chunks(model, x, y, chunk_size, jit_compile)
-    q = float(sum(np.sum(g * g) for g in sum_grads))
-    out = stats_from_norms(sq, q)
-    out["mean_loss"] = float(np.mean(losses))
-    if return_per_example:
-        out["per_example_sq_norms"] = sq
-    return out
 
 
 def stats_from_per_example_gradients(grads) -> dict:

@@ -24,7 +24,7 @@ from wide_tf.schema.architectures import check_norm
 BN_MOMENTUM = 0.9
 BN_EPSILON = 1e-5
 
-# The micro-batch accumulation (engine/accumulate.py) traces each micro-batch inside
+# The micro-batch accumulation (engine/tf/accumulate.py) traces each micro-batch inside
 # `deferred_statistics()`; the norm layers then record their training statistics there instead of
 # stepping their moving averages, which accumulate.py updates once per optimizer step. Thread-local:
 # MirroredStrategy traces each replica's step in its own thread. Plain Python: under JAX the same
@@ -153,7 +153,8 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
     a configuration before training; here it is checked while tracing, or in the graph). The
     moving statistics are updated with the mean over groups of the group means and
     variances (averaged over replicas too, under a multi-replica strategy), once per optimizer
-    step also when the step is split into micro-batches (engine/accumulate.py); inference uses them
+    step also when the step is split into micro-batches (engine/tf/accumulate.py); inference uses
+    them
     exactly like BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are
     those of BatchNormalization, so parameter counts and checkpoints line up, and code that
     handles BatchNormalization in inference mode handles this layer too.

@@ -13,16 +13,16 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import data as data_lib
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine import schedules
-from wide_tf.engine import stream as stream_lib
-from wide_tf.engine.bn_stats import BatchNormRecompute
 from wide_tf.engine.compile_key import config_key
 from wide_tf.engine.models.norm import batch_norm_layers
-from wide_tf.engine.probe import GradientProbe
-from wide_tf.engine.snapshot import Snapshot
-from wide_tf.engine.steps import DeviceEvalSet, Stepper
+from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine.tf import stream as stream_lib
+from wide_tf.engine.tf.bn_stats import BatchNormRecompute
+from wide_tf.engine.tf.probe import GradientProbe
+from wide_tf.engine.tf.snapshot import Snapshot
+from wide_tf.engine.tf.step import DeviceEvalSet, Stepper
 from wide_tf.schema import datasets as datasets_spec
 
 

@@ -2,7 +2,7 @@
 noise scale, the gradient probe), its Evaluator (the bounded passes over the evaluation sets with
 the batch-norm statistics train.target_bn asks for, the snapshot) and its Checkpointer
 (tf.train.CheckpointManager; multi-worker scratch folders), as engine/interface.py declares them.
-The model, optimizer and compiled functions come from engine/reuse.py, kept across runs."""
+The model, optimizer and compiled functions come from engine/tf/reuse.py, kept across runs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import host_scalars, reuse, schedules, timing
+from wide_tf.engine import host_scalars, schedules, timing
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
+from wide_tf.engine.tf import reuse, strategy
 from wide_tf.store import remove
 from wide_tf.store import workdir as wd
 
@@ -118,7 +119,7 @@ def _model_policy(model) -> str:
 
 class Evaluator:
     """engine/interface.Evaluator on TensorFlow: each set's pass is one compiled loop that stops
-    once `bound` says no target can be met (engine/steps.go_on), under the batch-norm statistics
+    once `bound` says no target can be met (engine/tf/step.go_on), under the batch-norm statistics
     of train.target_bn (the training run's own are put back after)."""
 
     def __init__(self, config, built, account):
@@ -215,7 +216,7 @@ class Backend:
 
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the model, optimizer and compiled step (kept from the last run
-    when they can be: engine/reuse.py), and the three objects around them."""
+    when they can be: engine/tf/reuse.py), and the three objects around them."""
     built = reuse.build(
         config, runtime, info, batch_plan, plan.steps_per_epoch, plan.total_steps, new_model
     )
@@ -223,3 +224,23 @@ def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log
     trainer = Trainer(config, runtime, info, batch_plan, plan, built, account)
     checkpointer = Checkpointer(built, workdir, runtime.strategy, chief, log)
     return Backend(trainer, Evaluator(config, built, account), checkpointer, built)
+
+
+def setup_runtime(runtime_cfg):
+    """TensorFlow's runtime: the distribution strategy runtime.strategy names."""
+    return strategy.setup_runtime(runtime_cfg)
+
+
+def device_cap(config, runtime) -> int:
+    """The largest per-device batch: the config's, or a GPU default when 0."""
+    return strategy.max_device_batch(config, runtime)
+
+
+def is_chief(runtime) -> bool:
+    """Multi-worker: only the chief writes into the workdir (see Checkpointer)."""
+    return runtime.strategy.extended.should_checkpoint
+
+
+def clear_cache() -> None:
+    """Drops the kept build (engine/tf/reuse.py)."""
+    reuse.clear_cache()

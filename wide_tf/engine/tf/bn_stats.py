@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import data as data_lib
 from wide_tf.engine import timing
 from wide_tf.engine.models.norm import batch_norm_layers
+from wide_tf.engine.tf import data as data_lib
 
 
 def layer_stats(layer) -> tuple:

@@ -3,7 +3,8 @@
 augmentation, and the evaluation and probe sets as padded device arrays. No TensorFlow: the arrays
 come from engine/arrays.py and the orders from NumPy.
 
-The semantics are engine/data.py's (docs/science.md, "Quantities"): epochs are concatenated before
+The semantics are engine/tf/data.py's (docs/science.md, "Quantities"): epochs are concatenated
+before
 batching, so global batch t is examples [t*B, (t+1)*B) of the stream epoch 0, epoch 1, ...; each
 epoch's order is a stateless function of (seed, epoch); `data.shuffle_buffer` is the local shuffle
 (each example moves by fewer than that many places) or a uniform permutation. The orders are NumPy's
@@ -18,7 +19,7 @@ import numpy as np
 from wide_tf.engine import arrays
 from wide_tf.schema import datasets as datasets_spec
 
-_PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02  # engine/data.py's salts, the same streams' names
+_PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02  # engine/tf/data.py's salts, the same streams' names
 
 
 def epoch_order(n: int, seed: int, epoch: int, shuffle_buffer: int) -> np.ndarray:
@@ -71,7 +72,8 @@ def normalize(images, spec):
 
 def augment(images, index, epochs, seed: int, spec):
     """Pad (black) and random crop, and a left-right flip where the data set allows, per example,
-    keyed by (seed, epoch, example index): engine/data.augment_image's recipe, with JAX's keys."""
+    keyed by (seed, epoch, example index): engine/tf/data.augment_image's recipe, with JAX's
+    keys."""
     import jax
     import jax.numpy as jnp
 
@@ -95,8 +97,9 @@ def augment(images, index, epochs, seed: int, spec):
 def eval_arrays(data_cfg, split: str, batch_size: int, limit: int | None = None):
     """(uint8 images [nb, bs, H, W, C], labels [nb, bs], weights [nb, bs], examples) of an
     evaluation split in canonical order, padded with weight-0 zero images to whole batches (as
-    engine/data.pad_for_evaluation pads). In-memory splits only: the training subset, and the test
-    split of an in-memory data set (TFDS test splits are read through engine/data.py on
+    engine/tf/data.pad_for_evaluation pads). In-memory splits only: the training subset, and the
+    test
+    split of an in-memory data set (TFDS test splits are read through engine/tf/data.py on
     TensorFlow only)."""
     spec = datasets_spec.of(data_cfg)
     if split == "train":

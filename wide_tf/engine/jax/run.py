@@ -1,9 +1,9 @@
 """Owns the JAX backend of one run: its runtime (the local devices), its Trainer (the compiled loop
-of engine/jax_step.py over the training set held on the devices), its Evaluator (bounded passes
+of engine/jax/step.py over the training set held on the devices), its Evaluator (bounded passes
 over the evaluation sets on the devices; the snapshot is a reference, since JAX arrays are never
 written in place) and its Checkpointer (NumPy .npz files, no TensorFlow), as engine/interface.py
 declares them. The build (model, optimizer, compiled functions, device data) is kept for the next
-run with the same compile key (engine/compile_key.py), as engine/reuse.py keeps TensorFlow's."""
+run with the same compile key (engine/compile_key.py), as engine/tf/reuse.py keeps TensorFlow's."""
 
 from __future__ import annotations
 
@@ -23,8 +23,10 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, host_scalars, jax_data, jax_step, schedules, timing
+from wide_tf.engine import arrays, compile_key, host_scalars, schedules, timing
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine.jax import data as jax_data
+from wide_tf.engine.jax import step as jax_step
 from wide_tf.engine.measure import diversity
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.models.norm import batch_norm_layers
@@ -142,7 +144,7 @@ class _Build:
         )
         spec = optim_lib.optimizer_spec(config.optim.name)
         # A float learning rate (a variable of the optimizer's): the step writes the schedule's
-        # value into it before each update, from numbers that are arguments (jax_step.py).
+        # value into it before each update, from numbers that are arguments (step.py).
         self.optimizer = spec.build(config.optim, 0.0, self.model.trainable_variables)
         self.optimizer.build(self.model.trainable_variables)
         self.spec = datasets_spec.of(config.data)
@@ -484,3 +486,12 @@ def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log
     trainer = Trainer(config, runtime, batch_plan, plan, build, holder)
     checkpointer = Checkpointer(build, holder, workdir, chief, log)
     return Backend(trainer, Evaluator(config, build, holder), checkpointer, build)
+
+
+def device_cap(config, runtime) -> int:
+    """The largest per-device batch: the config's (no GPU default table on JAX yet)."""
+    return int(config.train.max_device_batch)
+
+
+def is_chief(runtime) -> bool:
+    return runtime.chief

@@ -8,9 +8,10 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import data as data_lib
 from wide_tf.engine import timing
-from wide_tf.engine.measure import diversity, per_example
+from wide_tf.engine.measure import diversity
+from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine.tf import per_example
 
 
 class GradientProbe:

@@ -1,6 +1,6 @@
 """Owns the JAX backend's compiled computations: the multi-step training loop (data parallel over
 the local devices with shard_map, gradients summed by a psum inside XLA; micro-batches by
-lax.scan with the batch-norm statistics merged as engine/accumulate.py merges them; divergence
+lax.scan with the batch-norm statistics merged as engine/tf/accumulate.py merges them; divergence
 caught on the device), the bounded evaluation pass, and the exact per-example gradient probe
 (jax.vmap of jax.grad). One Keras model and optimizer, called statelessly
 (`stateless_call`, `stateless_apply`), so the layers, the loss and the optimizers are the package's
@@ -18,8 +18,9 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import jax_data, timing
+from wide_tf.engine import timing
 from wide_tf.engine.host_scalars import TRAIN_SCALARS
+from wide_tf.engine.jax import data as jax_data
 from wide_tf.engine.loss import hits, per_example_loss
 from wide_tf.engine.models import norm
 from wide_tf.engine.state import BatchPlan
@@ -39,7 +40,7 @@ def _nothing():
 
 def _go_on(sums, bound):
     """Whether a pass whose [loss sum, hits, examples] so far are `sums` can still meet a target
-    (engine/steps.go_on's rule: every example to come a hit, or every one a zero loss)."""
+    (engine/tf/step.go_on's rule: every example to come a hit, or every one a zero loss)."""
     best_hits = sums[1] + (bound[2] - sums[2])
     return (best_hits >= bound[0]) | (sums[0] <= bound[1])
 
@@ -148,7 +149,7 @@ class JaxStepper:
         for layer, (means, variances) in zip(layers, stats):
             # The step's statistics from the micro-batches' (equal sizes): the mean of the means,
             # and the mean of the variances plus, for batch norm, the variance of the means
-            # (engine/accumulate._merge's pairwise update, in closed form).
+            # (engine/tf/accumulate._merge's pairwise update, in closed form).
             mean, var = jnp.mean(means, axis=0), jnp.mean(variances, axis=0)
             if not isinstance(layer, norm.GhostBatchNormalization):
                 var = var + jnp.mean(jnp.square(means - mean), axis=0)
@@ -221,7 +222,7 @@ class JaxStepper:
         return acc
 
     def _body(self, state, acc, data, index, epochs, hyper):
-        """One update on the global batch of example indices `index` (engine/jax_data.TrainOrder);
+        """One update on the global batch of example indices `index` (engine/jax/data.TrainOrder);
         the sums of a live step added: once the run diverges, the later steps change nothing and
         count for nothing (the first diverged step is applied and counted, as on TensorFlow)."""
         images, labels = data
@@ -310,7 +311,7 @@ class JaxEvaluation:
 
     def _eval_pass(self, trainable, non_trainable, images, labels, weights, bound):
         """[loss sum, hits, examples] over the set's batches, until `bound` says no target can
-        be met (engine/steps.go_on's rule), in one device program."""
+        be met (engine/tf/step.go_on's rule), in one device program."""
         timing.note_trace()
 
         def body(carry):
@@ -356,7 +357,7 @@ class JaxEvaluation:
 
 class JaxRecompute:
     """train.target_bn='recompute' on JAX: the batch-norm statistics the evaluations use, set from
-    a fixed training subset (engine/bn_stats.BatchNormRecompute's rule: each layer's moving mean
+    a fixed training subset (engine/tf/bn_stats.BatchNormRecompute's rule: each layer's moving mean
     and variance become the plain average of its per-batch training-mode statistics, of its ghost
     groups' for ghost batch norm). The training run's own statistics are untouched: JAX's state is
     never written in place, so the evaluation simply reads a recomputed copy."""

@@ -1,11 +1,11 @@
-"""Owns the in-memory training stream: engine/data.py's training batches for one CPU replica,
+"""Owns the in-memory training stream: engine/tf/data.py's training batches for one CPU replica,
 produced inside the traced training loop from variables instead of by a tf.data iterator."""
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-from wide_tf.engine import data
+from wide_tf.engine.tf import data
 from wide_tf.schema import datasets as datasets_spec
 
 
@@ -18,7 +18,7 @@ class InMemoryTrainStream:
     Opening a distributed dataset's iterator cost 0.1-0.25 s per run here (its threads and
     functions), a tenth of a local-study run; closing an augmenting one, whose threads run ahead
     on a worker's one core, took 10-60 s of a 45-90 s WRN run. One stream is kept per (member,
-    batch) build (engine/reuse.py) and `start`ed per run by three assigns, so the traced loop,
+    batch) build (engine/tf/reuse.py) and `start`ed per run by three assigns, so the traced loop,
     which sees the same Python object, is kept too. Needs global_batch <= num_train (a batch
     spans at most two epochs: the orders of the current and the next epoch are held, recomputed
     when the stream enters a new epoch)."""

@@ -1,5 +1,5 @@
 """Owns the compiled distributed computations of a run: the training step (its micro-batch
-accumulation is engine/accumulate.py), the multi-step host loop around `strategy.run`, and
+accumulation is engine/tf/accumulate.py), the multi-step host loop around `strategy.run`, and
 evaluation."""
 
 from __future__ import annotations
@@ -11,13 +11,14 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import accumulate, timing
-from wide_tf.engine import data as data_lib
-from wide_tf.engine.accumulate import sq_norm
+from wide_tf.engine import timing
 from wide_tf.engine.host_scalars import TRAIN_SCALARS
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
 from wide_tf.engine.state import BatchPlan, BatchSplitError  # noqa: F401  (the step's plan)
+from wide_tf.engine.tf import accumulate
+from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine.tf.accumulate import sq_norm
 
 
 def _is_tpu(strategy) -> bool:
@@ -116,7 +117,7 @@ class Stepper:
         # it is what Keras 3 refuses under tf.distribute. On one GPU (OneDeviceStrategy) the nested
         # step should compile as it does on one CPU; on several, its all-reduce inside XLA fails
         # ("merge_call called while defining a new graph", reproduced on two logical CPUs), so
-        # engine/strategy.py refuses jit_compile there. Neither was ever run on a GPU.
+        # engine/tf/strategy.py refuses jit_compile there. Neither was ever run on a GPU.
         self.jit_compile = bool(jit_compile) and not _is_tpu(strategy)
         # The optimizer's own scalars (optim.OptimizerSpec.diagnostics), kept like the norms.
         self.diagnostics = diagnostics
@@ -286,7 +287,7 @@ class Stepper:
     def eval_fn(self, dataset):
         """The compiled pass over a streamed set (data.EvalDataset), kept with the set: its trace
         depends on the model, strategy, XLA setting and the set's batches, not on the training
-        batch, so a member's next batch size (a new Stepper, engine/reuse.py) reuses it."""
+        batch, so a member's next batch size (a new Stepper, engine/tf/reuse.py) reuses it."""
         key = (self.model, self.strategy, self.jit_compile, self.input_spec)
         kept = dataset.compiled
         if kept is None or any(a is not b for a, b in zip(kept[0], key)):
@@ -316,7 +317,7 @@ class DeviceEvalSet:
     """An evaluation set held on the devices, evaluated without tf.data: every replica keeps its
     share of every padded batch as one tensor there (as the gradient probe keeps its set), and a
     pass is one call of a function compiled once per set and model (kept with the member's build
-    across its batch sizes, engine/reuse.py), with one device-to-host read.
+    across its batch sizes, engine/tf/reuse.py), with one device-to-host read.
 
     Replica r holds rows [b*B + r*B/R, b*B + (r+1)*B/R) of global batch b (B the evaluation batch,
     R the replicas): the per-replica batches the distributed tf.data pipeline handed it, so the

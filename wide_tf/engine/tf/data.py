@@ -41,19 +41,17 @@ import tensorflow as tf
 
 from wide_tf.engine.arrays import (  # noqa: F401  (re-exported: the engine's data entry points)
     DatasetInfo,
+    DataUnavailableError,
     data_options,
     dataset_info,
+    eval_arrays,
+    eval_padding,
+    load_arrays,
     memory_test,
+    pad_for_evaluation,
     steps_per_epoch,
+    tfds_split,
     train_arrays,
-)
-from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the engine's data error)
-    DataUnavailableError,
-    _tfds_builder,
-    _tfds_mocked,
-    _tfds_split,
-    _to_numpy,
-    pool_images,
 )
 from wide_tf.schema import datasets as datasets_spec
 
@@ -167,7 +165,7 @@ def augment_key(seed, epoch, index):
 
 def epoch_order(n, seed, epoch, shuffle_buffer):
     """Index order of one epoch: a pure function of (seed, epoch, n, shuffle_buffer)."""
-    # `seed` a Python int or an int64 tensor (engine/stream.py's variable): the same key.
+    # `seed` a Python int or an int64 tensor (engine/tf/stream.py's variable): the same key.
     salted = tf.stack([tf.convert_to_tensor(seed, tf.int64), tf.constant(_PERM_SALT, tf.int64)])
     key = tf.random.experimental.stateless_fold_in(salted, epoch)
     u = tf.random.stateless_uniform([n], seed=key, dtype=tf.float64)
@@ -277,37 +275,17 @@ def _eval_source(data_cfg, split, limit):
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
         return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
-    builder = _tfds_builder(data_cfg)
-    n = _tfds_split(builder, split)[1]
+    n = tfds_split(data_cfg, split)[1]
     if limit is not None:
         n = min(n, int(limit))
 
     pool = data_options(data_cfg)[2]
 
     def factory():
-        ds = _tfds_split(builder, split)[0].take(n)
+        ds = tfds_split(data_cfg, split)[0].take(n)
         return ds.map(lambda x, y: (pool_image_tf(x, pool), y)) if pool > 1 else ds
 
     return factory, n
-
-
-_TEST_CACHE = {}
-
-
-def _test_arrays(data_cfg):
-    """A TFDS test split as uint8 images and int32 labels, read once per process (evaluation
-    runs on a cadence in every run of a study; re-reading the split each time cost more than the
-    forward passes). None for mocked data, which change between tests."""
-    if _tfds_mocked():
-        return None
-    spec = _of(data_cfg)
-    pool = data_options(data_cfg)[2]
-    key = (data_cfg.name, data_cfg.data_dir or None, pool)
-    if key not in _TEST_CACHE:
-        split = _tfds_split(_tfds_builder(data_cfg), "test")
-        images, labels = _to_numpy(*split, datasets_spec.get(spec.name))
-        _TEST_CACHE[key] = pool_images(images, pool), labels
-    return _TEST_CACHE[key]
 
 
 def pool_image_tf(image, pool: int):
@@ -318,41 +296,6 @@ def pool_image_tf(image, pool: int):
     total = tf.reduce_sum(blocks, axis=[1, 3])
     k = pool * pool
     return tf.cast((total + k // 2) // k, tf.uint8)
-
-
-def _eval_arrays(data_cfg, split, limit):
-    """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
-    TFDS test splits, cached once per process)."""
-    spec = _of(data_cfg)
-    if split == "train":
-        images, labels = train_arrays(data_cfg)
-    elif split == "test" and spec.in_memory:
-        images, labels = memory_test(data_cfg)
-    elif split == "test" and _test_arrays(data_cfg) is not None:
-        images, labels = _test_arrays(data_cfg)
-    else:
-        return None
-    if limit is not None:
-        images, labels = images[:limit], labels[:limit]
-    return images, labels
-
-
-def eval_padding(num_examples: int, batch_size: int) -> int:
-    """How many padding examples fill the last evaluation batch."""
-    return (-num_examples) % batch_size
-
-
-def pad_for_evaluation(images, labels, batch_size: int, dtype=None):
-    """(images, int32 labels, float32 weights), padded to a multiple of `batch_size` with zero
-    images of label 0 and weight 0: every batch has the same static shape and sum(weights) is the
-    number of examples. The images keep their dtype unless `dtype` is given."""
-    images = np.asarray(images, dtype)
-    n, pad = len(labels), eval_padding(len(labels), batch_size)
-    return (
-        np.concatenate([images, np.zeros((pad,) + images.shape[1:], images.dtype)]),
-        np.concatenate([np.asarray(labels, np.int32), np.zeros(pad, np.int32)]),
-        np.concatenate([np.ones(n, np.float32), np.zeros(pad, np.float32)]),
-    )
 
 
 def _in_memory_eval_fn(arrays, batch_size):
@@ -395,7 +338,7 @@ def packed_eval_arrays(data_cfg, split: str, limit: int | None = None):
     first `limit`, as the streaming evaluation pipeline sends them (make_eval_dataset): what an
     evaluation set held on several devices keeps (steps.DeviceEvalSet). None when the split is
     not held in memory (an uncached TFDS test split)."""
-    arrays = _eval_arrays(data_cfg, split, limit)
+    arrays = eval_arrays(data_cfg, split, limit)
     if arrays is None:
         return None
     images, labels = arrays
@@ -430,7 +373,7 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
-    arrays = _eval_arrays(data_cfg, split, limit)
+    arrays = eval_arrays(data_cfg, split, limit)
     if arrays is not None:
         n = len(arrays[1])
         return EvalDataset(
@@ -463,33 +406,3 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     return EvalDataset(
         strategy.distribute_datasets_from_function(dataset_fn), (n + pad) // batch_size, n
     )
-
-
-_ARRAYS_CACHE = {}
-
-
-def load_arrays(data_cfg, split: str, limit: int | None = None):
-    """(x float32 normalised NHWC, y int32) of a split in canonical order, first `limit` if given.
-
-    Cached per process (not for mocked data): every run of a study asks for the same evaluation
-    and probe sets. The arrays are shared: do not modify them."""
-    spec = _of(data_cfg)
-    key = (data_cfg.name, data_cfg.data_dir or None, data_options(data_cfg), split, limit)
-    cacheable = spec.in_memory or not _tfds_mocked()
-    if cacheable and key in _ARRAYS_CACHE:
-        return _ARRAYS_CACHE[key]
-    arrays = _eval_arrays(data_cfg, split, limit)
-    if arrays is not None:
-        images, labels = arrays
-    else:
-        factory, n = _eval_source(data_cfg, split, limit)
-        images, labels = _to_numpy(factory(), n, spec)
-    x = (images.astype(np.float32) / spec.scale - np.asarray(spec.mean, np.float32)) / np.asarray(
-        spec.std, np.float32
-    )
-    out = (x.astype(np.float32, copy=False), np.asarray(labels, np.int32))
-    if cacheable:
-        for a in out:
-            a.setflags(write=False)
-        _ARRAYS_CACHE[key] = out
-    return out

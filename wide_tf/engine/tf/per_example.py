@@ -45,6 +45,7 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
+from wide_tf.engine.measure.diversity import stats_from_norms
 
 
 class UnsupportedModelError(ValueError):
@@ -542,3 +543,26 @@ def per_example_grad_sq_norms_naive(model, x, y) -> np.ndarray:
         [float(one(tf.constant(x[i : i + 1]), tf.constant(y[i : i + 1]))) for i in range(len(x))],
         np.float64,
     )
+
+
+def gradient_stats(
+    model, x, y, chunk_size: int = 256, jit_compile: bool = False, return_per_example: bool = False
+) -> dict:
+    """Exact diversity, batch bound and noise scale of ``model`` on the probe set (x, y).
+
+    One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded;
+    the last chunk is padded with weight-0 examples so the compiled function is traced once per
+    model). Batch norm is in inference mode. Returns the keys listed in measure/diversity.py's
+    docstring plus
+    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
+    ``per_example_sq_norms`` (float64 array). Computed in float32 whatever the mixed-precision
+    policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
+    measurement).
+    """
+    sq, losses, sum_grads = run_chunks(model, x, y, chunk_size, jit_compile)
+    q = float(sum(np.sum(g * g) for g in sum_grads))
+    out = stats_from_norms(sq, q)
+    out["mean_loss"] = float(np.mean(losses))
+    if return_per_example:
+        out["per_example_sq_norms"] = sq
+    return out
