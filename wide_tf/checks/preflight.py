@@ -340,10 +340,14 @@ def _result_files_warnings(workdir: str) -> list[str]:
     return warnings
 
 
+_CKPT_STEP = re.compile(r"^ckpt-(\d+)\.")
+
+
 def _check_run_files(workdir: str) -> list[str]:
     """An unreadable result.json of a trial is a warning (the study moves it aside itself and runs
-    that trial again); the single run's unreadable result.json and an empty (truncated)
-    checkpoint file are refused. No advice deletes anything a run could resume from."""
+    that trial again); the single run's unreadable result.json is refused; an empty (truncated)
+    checkpoint file is a warning when an older checkpoint is beside it (the run resumes from
+    that one), else refused. No advice deletes anything a run could resume from."""
     warnings = []
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
         os.path.join(workdir, "trials", "*", "result.json")
@@ -370,6 +374,18 @@ def _check_run_files(workdir: str) -> list[str]:
     for path in ckpt_files:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)
+            step = _CKPT_STEP.match(os.path.basename(path))
+            others = {
+                m.group(1)
+                for m in map(_CKPT_STEP.match, os.listdir(folder))
+                if m and (step is None or m.group(1) != step.group(1))
+            }
+            if others:  # the run resumes from an older one (engine/restore.py)
+                warnings.append(
+                    f"checkpoint file {path} is empty (truncated): the run skips that checkpoint "
+                    f"and resumes from the newest one that reads whole"
+                )
+                continue
             raise RuntimeProblem(
                 f"checkpoint file {path} is empty (truncated): the run cannot resume from it; "
                 f"restore the file, or move {folder} aside (it is kept, not read) and run the "

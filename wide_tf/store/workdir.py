@@ -155,6 +155,22 @@ def read_checked(path: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
             os.close(fd)
 
 
+def check_regular(path: str, max_bytes: int = MAX_FILE_BYTES) -> None:
+    """Raises NotARegularFile unless `path` is a regular file of at most `max_bytes` (or a gs://
+    object): the check before a file is handed to a reader that opens it itself (TensorFlow's
+    checkpoint reader)."""
+    if "://" in path:
+        fs = _fs(path)
+        if fs.isdir(path):
+            raise NotARegularFile(path, "a folder, not a regular file")
+        _check_size(path, fs.stat(path).length, max_bytes)
+        return
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotARegularFile(path, f"{_kind(info.st_mode)}, not a regular file")
+    _check_size(path, info.st_size, max_bytes)
+
+
 def _check_size(path: str, size: int, max_bytes: int) -> None:
     if size > max_bytes:
         raise NotARegularFile(
@@ -215,6 +231,11 @@ def listdir(path: str) -> list[str]:
     """The names in a folder ([] when it does not exist)."""
     fs = _fs(path)
     return sorted(fs.listdir(path)) if fs.exists(path) else []
+
+
+def rename(src: str, dst: str) -> None:
+    """Renames `src` to `dst` (refused when `dst` exists)."""
+    _fs(src).rename(src, dst, overwrite=False)
 
 
 def remove(path: str) -> None:

@@ -15,6 +15,7 @@ import re
 import sys
 import time
 import types
+import zipfile
 
 import jax
 import jax.numpy as jnp
@@ -23,7 +24,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, host_scalars, schedules, timing
+from wide_tf.engine import arrays, compile_key, host_scalars, restore, schedules, timing
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.jax import data as jax_data
 from wide_tf.engine.jax import step as jax_step
@@ -396,13 +397,29 @@ class Checkpointer:
         return sorted(int(m.group(1)) for m in found if m)
 
     def load(self) -> RunState | None:
-        steps = self._steps()
-        if not steps:
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        paths = [wd.join(self.directory, f"ckpt-{s}.npz") for s in reversed(self._steps())]
+        errors = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)
+        candidates = [(p, [p]) for p in paths]
+        path, loaded = restore.newest_readable(
+            candidates, self._read, errors, self.log, set_aside=self.chief
+        )
+        if path is None:
             return None
-        path = wd.join(self.directory, f"ckpt-{steps[-1]}.npz")
+        state, snapshot, run_state = loaded
+        stepper = self.build.stepper
+        self.holder.state = jax.device_put(state, stepper.replicated)
+        if snapshot is not None:
+            self.holder.snapshot = jax.device_put(snapshot, stepper.replicated)
+        self.log("resumed from %s at step %d", path, run_state.step)
+        return run_state
+
+    def _read(self, path: str):
+        """(the train state, the snapshot or None, the RunState) of one checkpoint, every array
+        read (a cut-short file fails here, before anything is placed on the devices)."""
         with np.load(io.BytesIO(wd.read_bytes(path))) as f:
             data = {k: f[k] for k in f.files}
-        stepper = self.build.stepper
 
         def group(prefix):
             return [data[f"{prefix}{i}"] for i in range(int(data[f"{prefix}count"]))]
@@ -413,14 +430,9 @@ class Checkpointer:
             "optimizer": group("o"),
             "diverged": np.asarray(False),
         }
-        self.holder.state = jax.device_put(state, stepper.replicated)
-        if int(data["s_count"]):
-            trainable, non_trainable = group("st"), group("sn")
-            self.holder.snapshot = jax.device_put((trainable, non_trainable), stepper.replicated)
-        iterations = int(state["optimizer"][stepper._iterations])
-        state = RunState.from_json(bytes(data["run_state"]).decode(), iterations)
-        self.log("resumed from %s at step %d", path, state.step)
-        return state
+        snapshot = (group("st"), group("sn")) if int(data["s_count"]) else None
+        iterations = int(state["optimizer"][self.build.stepper._iterations])
+        return state, snapshot, RunState.from_json(bytes(data["run_state"]).decode(), iterations)
 
     def save(self, state: RunState) -> None:
         if not self.chief:

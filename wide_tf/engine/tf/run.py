@@ -12,7 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import host_scalars, schedules, timing
+from wide_tf.engine import host_scalars, restore, schedules, timing
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.engine.tf import reuse, strategy
@@ -183,17 +183,32 @@ class Checkpointer:
         )
 
     def load(self) -> RunState | None:
-        latest = tf.train.latest_checkpoint(self.directory)
-        if not latest:
-            return None
-        self.built.checkpoint.restore(latest).assert_existing_objects_matched()
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        candidates = [
+            (wd.join(self.directory, f"ckpt-{s}"), restore.files_of(self.directory, s))
+            for s in restore.steps_on_disk(self.directory)
+        ]
+        errors = (tf.errors.OpError, ValueError, AssertionError, IndexError, UnicodeDecodeError)
+        latest, state = restore.newest_readable(
+            candidates, self._load, errors, self.log, set_aside=self.scratch is None
+        )
+        if latest is not None:
+            self.log("resumed from %s at step %d", latest, state.step)
+        return state
+
+    def _load(self, path: str) -> RunState:
+        # Every tensor is read (and its checksum checked) before any variable is assigned, so a
+        # checkpoint cut short leaves the model as it was for the next candidate.
+        reader = tf.train.load_checkpoint(path)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+        self.built.checkpoint.restore(path).assert_existing_objects_matched()
         # A diverged run's optimizer may have run past the step it diverged at (see Stepper): the
         # state's step is the one that counts.
-        state = RunState.from_json(
+        return RunState.from_json(
             self.built.host_var.numpy().decode(), int(self.built.optimizer.iterations.numpy())
         )
-        self.log("resumed from %s at step %d", latest, state.step)
-        return state
 
     def save(self, state: RunState) -> None:
         self.built.host_var.assign(state.to_json())
