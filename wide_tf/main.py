@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
-from wide_tf.checks import dry_run, validate
+from wide_tf.checks import dry_run, loader, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -177,6 +177,7 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
+    sys.argv[:] = loader.with_found_config(sys.argv)  # configs/... from any folder
     parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)

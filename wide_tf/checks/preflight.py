@@ -194,13 +194,48 @@ def check_trial(text, config) -> None:
 
 
 def check_workdir_scheme(workdir) -> None:
-    """Only local folders and gs:// are stores this package writes."""
+    """Only local folders and gs:// are stores this package writes; a gs:// path names a bucket
+    that Cloud Storage's naming rules allow and no `.` or `..` part (object names are not paths:
+    `gs://b/../x` is an object under a folder named `..`, not `gs://x`)."""
     if workdir and "://" in workdir and not workdir.startswith("gs://"):
         scheme = workdir.split("://", 1)[0]
         raise UsageError(
             f"--workdir={workdir}: {scheme}:// is not supported; use a local folder or "
             "gs://bucket/path"
         )
+    if workdir and workdir.startswith("gs://"):
+        problem = gcs_path_problem(workdir)
+        if problem:
+            raise UsageError(
+                f"--workdir={workdir}: {problem}; e.g. --workdir=gs://my-bucket/runs/a"
+            )
+
+
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets#naming): lowercase
+# letters, digits, '-', '_' and '.', starting and ending with a letter or digit, 3-63 characters
+# (up to 222 with dots, each dot-separated part at most 63), not an IP address, not "goog..." and
+# not containing "google".
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def gcs_path_problem(path: str) -> str:
+    """Why `path` (gs://...) is not a usable workdir; '' when it is."""
+    bucket, _, rest = path[len("gs://") :].partition("/")
+    if not bucket:
+        return "names no bucket"
+    if not _BUCKET.match(bucket) or any(len(p) > 63 or not p for p in bucket.split(".")):
+        return (
+            f"{bucket!r} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, "
+            f"'-', '_' or '.', starting and ending with a letter or digit)"
+        )
+    if (len(bucket) > 63 and "." not in bucket) or re.fullmatch(r"[0-9.]+", bucket):
+        return f"{bucket!r} is not a Cloud Storage bucket name (too long, or an IP address)"
+    if bucket.startswith("goog") or "google" in bucket:
+        return f"{bucket!r} is not a Cloud Storage bucket name (no 'goog' prefix or 'google')"
+    parts = [p for p in rest.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return "has a '.' or '..' part, which Cloud Storage keeps as a folder name, not a step up"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------
