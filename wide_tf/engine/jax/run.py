@@ -24,7 +24,15 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, host_scalars, restore, schedules, timing
+from wide_tf.engine import (
+    arrays,
+    compile_key,
+    host_scalars,
+    preemption,
+    restore,
+    schedules,
+    timing,
+)
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.jax import data as jax_data
 from wide_tf.engine.jax import step as jax_step
@@ -476,6 +484,7 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the kept build when the compile key matches (its compiled
     functions reused), else a new one; the run's state from its seed's initial weights."""
+    preemption.set_collective(*preemption.jax_collective())  # hosts agree where they stop
     key = json.dumps(
         {
             "config": compile_key.config_key(config),

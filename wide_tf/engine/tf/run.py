@@ -12,7 +12,7 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import host_scalars, restore, schedules, timing
+from wide_tf.engine import host_scalars, preemption, restore, schedules, timing
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.engine.tf import reuse, strategy
@@ -232,6 +232,7 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the model, optimizer and compiled step (kept from the last run
     when they can be: engine/tf/reuse.py), and the three objects around them."""
+    preemption.set_collective(preemption.tf_collective(runtime.strategy))  # hosts agree
     built = reuse.build(
         config, runtime, info, batch_plan, plan.steps_per_epoch, plan.total_steps, new_model
     )
