@@ -149,7 +149,7 @@ def read_checked(path: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             fd = -1  # closed with f
-            return f.read(max_bytes + 1)
+            return f.read()  # its size was checked on this descriptor
     finally:
         if fd >= 0:
             os.close(fd)
