@@ -72,6 +72,7 @@ def newest_readable(
             )
         return name, result
     if first is not None:
+        first.checkpoint_path = skipped[0][0]  # errors.py names it in the one line
         raise first
     return None, None
 
