@@ -211,10 +211,10 @@ def check_workdir_scheme(workdir) -> None:
             )
 
 
-# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets#naming): lowercase
-# letters, digits, '-', '_' and '.', starting and ending with a letter or digit, 3-63 characters
-# (up to 222 with dots, each dot-separated part at most 63), not an IP address, not "goog..." and
-# not containing "google".
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets, "Bucket names"):
+# lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit, 3-63
+# characters (up to 222 with dots, each dot-separated part at most 63), not an IP address, not
+# "goog..." and not containing "google".
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
 
 

@@ -47,7 +47,7 @@ says `TRUE` at `instance/preempted` when the VM is being preempted, and names an
 maintenance event at `instance/maintenance-event` (`TERMINATE_ON_HOST_MAINTENANCE` when the VM
 will be stopped; `MIGRATE_ON_HOST_MAINTENANCE` for a live migration, which needs no stop)
 (https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice,
-https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted).
+https://cloud.google.com/compute/docs/instances/create-use-preemptible).
 `watch_gce_notice()` long-polls both (`?wait_for_change=true`) in a daemon thread and sets the same
 flag as SIGTERM; it starts only where the metadata server answers (GCE_METADATA_HOST, else
 metadata.google.internal), so elsewhere it costs one failed connection at start.
