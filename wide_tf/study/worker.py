@@ -25,7 +25,6 @@ import threading
 import time
 
 from wide_tf.engine import backend  # os and sys only: nothing of Keras or TensorFlow
-from wide_tf.store import workdir as wd
 
 PARENT_ENV = "WIDE_TF_PARENT_PID"
 ENV = "WIDE_TF_WORKER"  # the worker's WorkerSpec, as JSON
@@ -169,6 +168,8 @@ def thaw(frozen: dict):
 
 def main(argv: list[str]) -> None:
     die_with_parent(os.environ.get(PARENT_ENV))
+    from wide_tf.store import workdir as wd  # after the death signals are set
+
     args = _arguments(argv)
     try:
         frozen = wd.read_json(args["config_json"])
