@@ -18,6 +18,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
+from wide_tf.analysis import frozen
 from wide_tf.checks import dry_run, loader, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
@@ -67,6 +68,12 @@ _ACCELERATOR = flags.DEFINE_string(
 _SUITE = flags.DEFINE_string(
     "suite", None, "A suite of studies instead of --config (configs/answer.py): WORKDIR/<study>/."
 )
+_FROZEN = flags.DEFINE_string(
+    "frozen",
+    None,
+    "A frozen design: run only the config frozen in it and stamp every record with its hash "
+    "(default: frozen/<stem>_<variant>.json beside the config, if it exists).",
+)
 _VERBOSE = flags.DEFINE_bool(
     "verbose", False, "On an error, show the Python traceback; also TensorFlow's start-up lines."
 )
@@ -86,10 +93,11 @@ def main(argv) -> None:
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
     try:
+        frozen.check_run(config, _FROZEN.value, sys.argv)  # a frozen study runs only as frozen
         warnings = _checks(config)  # once: the workers of --workers=N read what passed here
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
-    except validate.Problem as e:
+    except (validate.Problem, frozen.FrozenError) as e:
         if verbose:
             raise
         errors.fail(str(e), e.exit_code)
@@ -152,7 +160,7 @@ def _run(config, verbose: bool) -> None:
         if config.get("kind", "study") == "theory":
             theory_check.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
-            train.train_and_evaluate(config, _WORKDIR.value)
+            train.train_and_evaluate(config, _WORKDIR.value, checked=True)
     else:  # its parent imports TensorFlow for the report alone, once every group is done
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)

@@ -14,6 +14,7 @@ from wide_tf.analysis import critical_batch as cb
 from wide_tf.analysis import members as M
 from wide_tf.analysis import simulate
 from wide_tf.analysis import verdict as A
+from wide_tf.analysis.equivalence import Equivalence
 from wide_tf.study import lr_grid
 
 
@@ -377,10 +378,16 @@ def test_verdicts_supported_contradicted_and_no_effect():
     v = A.analyze(family(-1.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
     assert v.outcome == A.CONTRADICTED, v.text
     _assert_verdict_shape(v)
-    v = A.analyze(family(0.0, 0.05, rng), n_boot=200)["verdicts"]["mlp"]
-    assert v.outcome == A.NO_EFFECT, v.text
+    flat = family(0.0, 0.05, rng)
+    v = A.analyze(flat, n_boot=200)["verdicts"]["mlp"]
+    # An interval holding 0 with no margin stated in advance says nothing: inconclusive.
+    assert v.outcome == A.INCONCLUSIVE and "no equivalence margin" in v.text, v.text
     _assert_verdict_shape(v)
     assert v.decision.model_free_slope.low < 0 < v.decision.model_free_slope.high
+    eq = Equivalence(margin=1.0, power_null=0.9, size_margin=0.01)
+    v = A.analyze(flat, n_boot=200, equivalence=eq)["verdicts"]["mlp"]
+    assert v.outcome == A.NO_EFFECT, v.text
+    _assert_verdict_shape(v)
 
 
 def test_verdict_inconclusive_cases():

@@ -1,7 +1,8 @@
 """Evaluation sets held on the devices (engine/tf/step.DeviceEvalSet): the same sums, bit for bit,
-as
-the streaming pass they replace, bounded passes that stop where it stopped, and the one-program
+as the streaming pass they replace, bounded passes that stop where it stopped, and the one-program
 pass (the TPU's: the loop inside the replica function, stopped on all-reduced sums) on one CPU."""
+
+import dataclasses
 
 import keras
 import numpy as np
@@ -129,9 +130,9 @@ def test_a_run_holds_both_sets_and_evaluates_them_as_streamed(tmp_path, devices)
             streamed = data.make_eval_dataset(config.data, split, 96, strategy, limit=limit)
             expected = built.stepper.evaluate(streamed)
             if devices:  # the same per-replica batches: bit for bit
-                assert judged[split] == expected, split
+                assert dataclasses.asdict(judged[split]) == expected, split
             else:  # host-normalised floats (as before) against the device's normalisation
-                assert judged[split]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
-                assert judged[split]["examples"] == expected["examples"]
+                assert judged[split].loss == pytest.approx(expected["loss"], rel=1e-6)
+                assert judged[split].examples == expected["examples"]
     finally:
         train.clear_cache()

@@ -1,6 +1,5 @@
 """wide_tf.engine.tf.strategy on CPU: which strategy each runtime.strategy gives, the per-platform
-XLA
-and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
+XLA and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
 
 import os
 

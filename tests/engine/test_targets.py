@@ -250,8 +250,8 @@ def test_recomputed_statistics_are_the_average_of_the_subsets_batch_statistics(n
         layer.moving_variance.assign(var.astype(np.float32))
     direct = {k: built.stepper.evaluate(sets[k]) for k in ("train", "test")}
     for k in ("train", "test"):
-        assert judged[k]["loss"] == pytest.approx(direct[k]["loss"], rel=1e-4), k
-        assert judged[k]["accuracy"] == pytest.approx(direct[k]["accuracy"], abs=1.5 / 1437), k
+        assert judged[k].loss == pytest.approx(direct[k]["loss"], rel=1e-4), k
+        assert judged[k].accuracy == pytest.approx(direct[k]["accuracy"], abs=1.5 / 1437), k
     # ... and differ from the training run's moving averages (so the test can fail).
     trained = {w.path: value for w, value in zip(model.weights, weights)}
     for layer, (mean, _) in zip(norms, by_hand):

@@ -5,6 +5,7 @@ and the protocol every record carries (describe_protocol)."""
 from __future__ import annotations
 
 from wide_tf.engine import timing
+from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
 from wide_tf.schema import optimizers as optimizers_spec
@@ -95,10 +96,17 @@ def _evaluations_to_target(st, eval_steps) -> int | None:
     return sum(1 for s in eval_steps if 0 < s <= s_target)
 
 
-def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts: dict) -> dict:
+def _noise_scale_ema(st: RunState) -> float | None:
+    """The two-batch noise scale's moving average at the end (the estimator's state is the
+    run's: RunState.noise)."""
+    value = TwoBatchNoiseScale.from_dict(st.noise).value if st.noise else None
+    return None if value is None else float(value)
+
+
+def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts) -> dict:
     """The record of a finished run: its trial's fields, then every field of the schema in its
     order. `targets`: every target's record, the primary first (engine/targets.Targets.records);
-    `facts`: the backend's (engine/interface.Trainer.describe)."""
+    `facts`: the backend's RunFacts (engine/interface.Trainer.describe)."""
     t, batch, n_train = config.train, plan.batch, plan.num_train
     last = st.history[-1]
     values = {
@@ -106,10 +114,10 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "arch": config.model.arch,
         "depth": config.model.depth,
         "width": config.model.width,
-        "params": facts["params"],
+        "params": facts.params,
         "batch_size": batch,
         "lr_multiplier": config.optim.lr_multiplier,
-        "learning_rate": facts["learning_rate"],
+        "learning_rate": facts.learning_rate,
         "optimizer": config.optim.name,
         "seed": t.seed,
         "num_train": n_train,
@@ -128,14 +136,14 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "wall_time_s": st.wall_time_s,
         "time_s": timing.settle(st.time_s, st.wall_time_s),
         "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
-        "gradient": {"history": st.gradient, "noise_scale_ema": facts["noise_scale_ema"]},
-        "runtime": facts["runtime"],
+        "gradient": {"history": st.gradient, "noise_scale_ema": _noise_scale_ema(st)},
+        "runtime": facts.runtime,
         # The policy the model was really built with (not only the one asked for).
-        "dtype_policy": facts["dtype_policy"],
+        "dtype_policy": facts.dtype_policy,
         "protocol": describe_protocol(config),
         # The batch's layout really used: the micro-batch cap in force (protocol's
         # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
-        "batch_plan": facts["batch_plan"],
+        "batch_plan": facts.batch_plan,
         "provenance": provenance.collect(),
     }
     unknown = set(values) - set(schema.NAMES)

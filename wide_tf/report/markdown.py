@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from wide_tf.analysis import cells, decision, members
+from wide_tf.analysis import cells, decision, frozen, members
 from wide_tf.report import cost, prediction
 from wide_tf.report.protocol import config_value, protocol_rows
 
@@ -50,21 +50,22 @@ HOW_TO_READ = f"""\
   from their sampling distributions; bias-corrected percentiles). A value outside the batches
   tried is a bound ("> 176"), not a number.
 - **The verdict** is a random-effects meta-regression of log B_x(1+eps) on log width across the
-  members (on log depth in a depth family, whose width is constant; each member's own variance
-  plus the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on
-  members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
-  detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
+  members (on log depth in a depth family, whose width is constant; each member's own variance plus
+  the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on members
+  minus 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
+  detectable effect* when it holds 0 and the study was frozen with an equivalence margin that its
+  interval's end lies inside (the design's simulated power >= 80% at a zero truth, size <= 5% at the
+  margin), and *inconclusive* when it holds 0 otherwise, when the decisive direction rests on one
   member (a leave-one-out slope of the other sign), when the members other than the one of the
-  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
-  B_crit slope (over the members whose B_crit lies inside the batches tried) points the other
-  way, when a member whose value is a lower bound sits where its true value would pull the slope
-  back to 0, or when a learning-rate cell is still at its grid's edge. A bound enters the slope
-  at its bound, named; a member that fails the lack-of-fit test is named as a caveat. The power
-  lines simulate this study's design at its own noise (the slope found 80% of the time, and how
-  often a true slope equal to the observed one is decided); the overhead line gives the slope
-  and its interval with k steps added to every run (a curve in k, not one "k that erases it");
-  the member it rests on is read by the rule's own check ({_LEVEL:.0%}), never by a 95% verdict
-  without that member. On
+  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the B_crit
+  slope (over the members whose B_crit lies inside the batches tried) points the other way, when a
+  member whose value is a lower bound sits where its true value would pull the slope back to 0, or
+  when a learning-rate cell is still at its grid's edge. A bound enters the slope at its bound,
+  named; a member that fails the lack-of-fit test is named as a caveat. The power lines simulate
+  this study's design at its own noise (the slope found 80% of the time, and how often a true slope
+  equal to the observed one is decided); the overhead line gives the slope and its interval with k
+  steps added to every run (a curve in k, not one "k that erases it"); the member it rests on is
+  read by the rule's own check ({_LEVEL:.0%}), never by a verdict of its own without that member. On
   simulated studies, including ones whose curves differ from the fitted model, the rule's error
   rates are in docs/power_table.txt (`python -m wide_tf.analysis.simulate`).
 """
@@ -346,6 +347,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
     """The whole of report.md. `partial`: one 'trial_id (why)' per record left out as not whole."""
     summaries = result["summaries"]
     lines = md_header(config, records, n_bad, result["verdicts"], partial)
+    lines += [f"**Design:** {frozen.label(config, records)}.", ""]
     lines += md_protocol(config, records, eps)
     if records:
         lines += md_targets(result.get("per_target") or {})

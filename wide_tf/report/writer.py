@@ -8,7 +8,7 @@ import os
 
 import tensorflow as tf
 
-from wide_tf.analysis import verdict
+from wide_tf.analysis import equivalence, frozen, verdict
 from wide_tf.report import prediction, publish
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
@@ -110,7 +110,7 @@ def _write_into(
     """Every file of the report, into `outdir`; report.md last. `skipped`: (unreadable records,
     partial ones); `workdir`: where the trials' curves are read for TensorBoard."""
     n_bad, partial = skipped
-    result = verdict.analyze(records, eps)
+    result = verdict.analyze(records, eps, equivalence=frozen_equivalence(config, records))
     summaries = result["summaries"]
     write_csv(os.path.join(outdir, "all_trials.csv"), TRIAL_COLUMNS, trial_rows(records))
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
@@ -131,6 +131,13 @@ def _write_into(
     ]
     wd.write_text_atomic(os.path.join(outdir, VERDICT), "".join(h + "\n" for h in heads))
     wd.write_text_atomic(os.path.join(outdir, "report.md"), md)
+
+
+def frozen_equivalence(config, records) -> equivalence.Equivalence | None:
+    """The equivalence margin a frozen design stated, when every record carries its stamp
+    (`wide_tf.analysis.frozen.stamp_of`); None for an exploratory study."""
+    stamp, _ = frozen.stamp_of(config, records)
+    return equivalence.Equivalence.from_dict((stamp or {}).get("equivalence"))
 
 
 def verdict_line(workdir: str) -> str:

@@ -241,8 +241,8 @@ def _run_group(share: _Share, g, key) -> None:
             eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
             done = len(known) - len(pending)
             progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
-            result = train_lib.train_and_evaluate(
-                t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
+            result = train_lib.train_and_evaluate(  # the command line checked the rules
+                t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta(), True
             )
             if _chief(share.runtime):  # the chief records
                 wd.record_result(share.workdir, result)

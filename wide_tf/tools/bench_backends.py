@@ -69,7 +69,7 @@ def child(backend: str, batch: int, steps: int, tf_devices: int | None) -> dict:
             start = time.perf_counter()
             run.trainer.train(steps)
             times.append((time.perf_counter() - start) / steps)
-        replicas = run.trainer.describe()["batch_plan"]["replicas"]
+        replicas = run.trainer.describe().batch_plan["replicas"]
     return {"first_s": first, "step_s": statistics.median(times), "replicas": replicas}
 
 

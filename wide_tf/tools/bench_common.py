@@ -77,8 +77,7 @@ def _arrays(case: Case, n: int, seed: int):
 
 def _train_dataset(x, y, batch: int) -> tf.data.Dataset:
     # The shape of a real run's stream (wide_tf.engine.tf.data): in memory, repeating, fixed
-    # batches,
-    # prefetched.
+    # batches, prefetched.
     return (
         tf.data.Dataset.from_tensor_slices((x, y))
         .repeat()

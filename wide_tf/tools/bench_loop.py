@@ -74,8 +74,7 @@ class _FitContender:
         with strategy.scope():
             self.model = case.build()
             # jit_compile=False as the loop on CPU (wide_tf.engine.tf.strategy); 'auto' also
-            # resolves
-            # to it on CPU.
+            # resolves to it on CPU.
             self.model.compile(
                 optimizer=_optimizer(case.batch),
                 loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),

@@ -7,13 +7,13 @@ run with the same compile key (engine/compile_key.py), as engine/tf/reuse.py kee
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import os
 import re
 import sys
-import time
 import types
 import zipfile
 
@@ -24,20 +24,12 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import (
-    arrays,
-    compile_key,
-    host_scalars,
-    preemption,
-    restore,
-    schedules,
-    timing,
-)
+from wide_tf.engine import arrays, compile_key, preemption, restore, schedules, timing
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.jax import data as jax_data
 from wide_tf.engine.jax import step as jax_step
 from wide_tf.engine.measure import diversity
-from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.schema import datasets as datasets_spec
@@ -237,26 +229,24 @@ def clear_cache() -> None:
         keras.backend.clear_session()
 
 
-class _Holder:
+class _Holder(Account):
     """The run's device state (jax_step.JaxStepper's dict), which the trainer advances, the
-    evaluator reads and the checkpointer saves and restores; and the snapshot's weights."""
+    evaluator reads and the checkpointer saves and restores; the snapshot's weights; and the
+    run's time account."""
 
     def __init__(self):
+        super().__init__()
         self.state = None
         self.snapshot = None  # (trainable, non_trainable) of the held step
-        self.time_s: dict = {}
 
 
-class Trainer:
+class Trainer(BaseTrainer):
     """engine/interface.Trainer on JAX: `train(n)` is one call of the compiled loop."""
 
     def __init__(self, config, runtime, batch_plan: BatchPlan, plan: RunPlan, build, holder):
-        self.config, self.runtime, self.batch_plan, self.plan = config, runtime, batch_plan, plan
+        super().__init__(config, runtime, batch_plan, plan, holder, build.at_init)
         self.build, self.holder = build, holder
-        self.state = RunState()
-        self.noise = None
         self.order = None
-        self.setup_s = 0.0
         t = config.train
         self.hyper = {
             "schedule": _numbers(
@@ -268,117 +258,74 @@ class Trainer:
             "seed": jnp.int32(t.seed),
         }
 
-    def restore(self, state: RunState) -> None:
-        self.state = state
-        self.holder.time_s = state.time_s
-        timing.add(state.time_s, "setup", self.setup_s)
-        self.noise = TwoBatchNoiseScale(decay=self.config.train.noise_scale_ema)
-        if state.noise:
-            self.noise = TwoBatchNoiseScale.from_dict(state.noise)
+    def _open(self, step: int) -> None:
         n = len(arrays.train_arrays(self.config.data)[1])
         self.order = jax_data.TrainOrder(
             n, self.plan.batch, self.config.train.seed, self.config.data.shuffle_buffer
         )
 
-    def train(self, num_steps: int) -> dict:
-        st = self.state
+    def _call(self, num_steps: int):
         rows = max(int(self.plan.steps_per_loop), num_steps)
-        index, epochs = self.order.take(st.step, num_steps)
+        index, epochs = self.order.take(self.state.step, num_steps)
         pad = ((0, rows - num_steps), (0, 0))
         block = (np.pad(index, pad), np.pad(epochs, pad))
-        t0 = time.time()
-        with timing.timed("train", st.time_s) as timed:
+
+        def call():
             self.holder.state, scalars = self.build.stepper.train(
                 self.holder.state, self.build.train_data, block, num_steps, self.hyper
             )
-            timed["count"] = int(scalars["steps"])
-        dt = time.time() - t0
-        st.step += int(scalars["steps"])
-        st.train_time_s += dt
-        diagnostics = self.build.stepper.diagnostics
-        out, updated = host_scalars.from_sums(
-            scalars,
-            dt,
-            self.batch_plan,
-            self.plan.batch,
-            self.noise,
-            diagnostics.names if diagnostics is not None else (),
-        )
-        if updated:
-            st.noise = self.noise.to_dict()
-        out["diverged"] = bool(scalars["diverged"])
-        return out
+            return scalars
 
-    def measure(self, step: int) -> dict:
-        with timing.timed("probe", self.state.time_s) as timed:
-            chunks, n = self.build.probe_chunks(self.config)
+        return call
 
-            def compute():
-                s1, q, _ = self.build.probe.probe(self.holder.state, chunks)
-                stats = diversity.stats_from_norms([s1], q, n=n)
-                return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+    def _diagnostics(self):
+        return self.build.stepper.diagnostics
 
-            g = host_scalars.at_init(
-                self.build.at_init, self.config.train.seed, step, "gradient", compute
-            )
-            timed["count"] = n
-        return g
+    def _probe(self):
+        chunks, n = self.build.probe_chunks(self.config)
 
-    def describe(self) -> dict:
-        model = self.build.model
-        noise = None if self.noise is None else self.noise.value
-        layer = next((c for c in model.layers if c.weights), model)
-        peak = schedules.peak_learning_rate(self.config.optim, self.plan.batch)
-        probe = self.build.probe_chunks(self.config)[1] if self.plan.probe else None
-        return {
-            "model": model.name,
-            "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-            "learning_rate": float(peak),
-            "probe_examples": probe,
-            "runtime": self.runtime.describe(),
-            "dtype_policy": layer.dtype_policy.name,
-            "batch_plan": self.batch_plan.describe(),
-            "noise_scale_ema": None if noise is None else float(noise),
-        }
+        def compute():
+            s1, q, _ = self.build.probe.probe(self.holder.state, chunks)
+            stats = diversity.stats_from_norms([s1], q, n=n)
+            return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+        return compute, n
+
+    def _model(self):
+        return self.build.model
+
+    def _probe_examples(self) -> int | None:
+        return self.build.probe_chunks(self.config)[1] if self.plan.probe else None
 
     def finish(self) -> None:
         self.order = None
 
 
-class Evaluator:
+class Evaluator(BaseEvaluator):
     """engine/interface.Evaluator on JAX: each set's pass is one compiled while-loop that stops
-    once `bound` says no target can be met."""
+    once `bound` says no target can be met. A pass reads the state's arrays (`weights`)."""
 
     def __init__(self, config, build, holder):
-        self.seed, self.build, self.holder = config.train.seed, build, holder
-        self.examples = {k: s.num_examples for k, s in build.eval_sets.items()}
+        super().__init__(config, build.eval_sets, holder, build.at_init)
+        self.build, self.holder = build, holder
 
-    def evaluate(self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False):
-        sets = tuple(sets)
-        if snapshot:
-            trainable, non_trainable = self.holder.snapshot
-            return self._passes(
-                {"trainable": trainable, "non_trainable": non_trainable}, sets, bound
-            )
-        key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
-        compute = lambda: self._passes(self.holder.state, sets, bound)  # noqa: E731
-        return host_scalars.at_init(self.build.at_init, self.seed, step, key, compute)
+    def _weights(self):
+        return self.holder.state
 
-    def _passes(self, state, names, bound) -> dict | None:
+    @contextlib.contextmanager
+    def _snapshot(self):
+        trainable, non_trainable = self.holder.snapshot
+        yield {"trainable": trainable, "non_trainable": non_trainable}
+
+    @contextlib.contextmanager
+    def _statistics(self, state):
         if self.build.recompute is not None:  # train.target_bn='recompute'
             with timing.timed("eval", self.holder.time_s):
                 state = self.build.recompute(state)
-        out = {}
-        for k in names:
-            with timing.timed("eval", self.holder.time_s) as timed:
-                got = self.build.evaluation.evaluate(
-                    state, self.build.eval_sets[k], bound if k == "train" else None
-                )
-                timed["count"] = 0 if got is None else int(got["examples"])
-            if got is None:
-                return None
-            out[k] = got
-        return out
+        yield state
+
+    def _pass(self, state, eval_set, bound):
+        return self.build.evaluation.evaluate(state, eval_set, bound)
 
     def hold(self) -> None:
         # JAX arrays are immutable: the snapshot is the current state's arrays themselves.

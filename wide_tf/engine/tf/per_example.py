@@ -553,8 +553,7 @@ def gradient_stats(
     One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded;
     the last chunk is padded with weight-0 examples so the compiled function is traced once per
     model). Batch norm is in inference mode. Returns the keys listed in measure/diversity.py's
-    docstring plus
-    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
+    docstring plus ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
     ``per_example_sq_norms`` (float64 array). Computed in float32 whatever the mixed-precision
     policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
     measurement).

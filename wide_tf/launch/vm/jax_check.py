@@ -1,11 +1,11 @@
-"""Owns the device stage of `launch_tpu.sh --check --backend=jax`: JAX's devices as a run of this
+"""Owns the device stage of `--check --backend=jax` (the launcher): JAX's devices as a run of this
 package takes them (engine/jax/run.setup_runtime: every local device, or every process's under
 WIDE_TF_JAX_DISTRIBUTED=1, after jax.distributed.initialize()), their kinds, the process count and
 index, the JAX and libtpu versions, the first device's memory limit, and one psum over all of
 them, against the replica count the launcher checked the config for. No TensorFlow: a line says
 whether any module of it was loaded.
 
-  python -m wide_tf.tools.jax_check --replicas=N
+  python -m wide_tf.launch.vm.jax_check --replicas=N
 
 Every process of a multi-host slice runs it (JAX's programs are the same on every host); each
 prints its own lines. Exit status: 0 as expected, 3 another device count or a wrong psum, 2 a
@@ -40,7 +40,7 @@ def _memory(device) -> str:
 
 def report(expected: int, strategy: str = "auto") -> int:
     """Prints the check's lines; returns the exit status (0, or 3 when the devices differ)."""
-    os.environ.setdefault("KERAS_BACKEND", "jax")  # jax_run imports Keras
+    os.environ.setdefault("KERAS_BACKEND", "jax")  # engine.jax.run imports Keras
     import jax
     import numpy as np
     from jax.sharding import Mesh, NamedSharding

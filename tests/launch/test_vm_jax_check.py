@@ -1,8 +1,8 @@
-"""`launch_tpu.sh --check --backend=jax`'s device stage (wide_tf/tools/jax_check.py) on CPU: JAX's
-devices through engine/jax/run.setup_runtime, here as two JAX processes of two virtual CPU devices
-each under WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize(), the multi-host path of a TPU
-slice): each sees all four devices, the psum over them meets across the processes, and no
-TensorFlow is loaded; a wrong count is exit 3; usage errors are one line (issue 34, item 6)."""
+"""The device stage of the launcher's `--check --backend=jax` (wide_tf/launch/vm/jax_check.py) on
+CPU: JAX's devices through engine/jax/run.setup_runtime, here as two JAX processes of two virtual
+CPU devices each under WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize(), the multi-host
+path of a TPU slice): each sees all four devices, the psum over them meets across the processes,
+and no TensorFlow is loaded; a wrong count is exit 3; usage errors are one line."""
 
 import os
 import socket
@@ -11,7 +11,7 @@ import sys
 
 from helpers import REPO
 
-from wide_tf.tools import jax_check
+from wide_tf.launch.vm import jax_check
 
 
 def _free_port() -> int:
@@ -32,7 +32,13 @@ def test_two_jax_processes_see_every_device_and_meet_in_one_psum():
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "wide_tf.tools.jax_check", f"--replicas={n}", "--strategy=cpu"],
+            [
+                sys.executable,
+                "-m",
+                "wide_tf.launch.vm.jax_check",
+                f"--replicas={n}",
+                "--strategy=cpu",
+            ],
             cwd=REPO,
             env=dict(env, JAX_PROCESS_ID=str(i)),
             stdout=subprocess.PIPE,

@@ -1,12 +1,12 @@
-"""`--check`'s study stage (wide_tf/tools/check.py) on the CPU with a tiny config: the worst row of
-the memory model stepped, the peak said to be not reported on a CPU, 20 steps timed, a checkpoint
-written to the workdir and read back; the TPU runtime as the environment and the process show it
-(issue 35, item 2)."""
+"""`--check`'s study stage (wide_tf/launch/vm/check.py) on the CPU with a tiny config: the worst
+row of the memory model stepped, the peak said to be not reported on a CPU, 20 steps timed, a
+checkpoint written to the workdir and read back; the TPU runtime as the environment and the
+process show it."""
 
 import pytest
 
 from wide_tf.checks import loader
-from wide_tf.tools import check
+from wide_tf.launch.vm import check
 
 
 def test_the_stage_steps_the_worst_row_and_round_trips_a_checkpoint(tmp_path):

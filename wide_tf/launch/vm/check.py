@@ -3,7 +3,8 @@ machine's accelerator, its measured peak memory beside the model's figure, the c
 the seconds of 20 steps, a checkpoint written to the workdir (a gs:// path on a TPU VM) and read
 back, and which TPU runtime came up.
 
-  python -m wide_tf.tools.check --config=configs/wrn.py --workdir=gs://BUCKET/wrn [--config.a.b=V]
+  python -m wide_tf.launch.vm.check --config=configs/wrn.py --workdir=gs://BUCKET/wrn \
+      [--config.a.b=V]
 
 The worst row is hardware_fit's: the member and batch size whose step the memory model gives the
 most bytes per replica (the largest member at the largest batch per replica, after the config's
@@ -215,7 +216,7 @@ def run(config, workdir: str, out=print) -> None:
 def main(argv=None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if any(a in ("-h", "--help") for a in args):
-        print(f"usage: python -m wide_tf.tools.check {USAGE}")
+        print(f"usage: python -m wide_tf.launch.vm.check {USAGE}")
         return 0
     spec = next((a.split("=", 1)[1] for a in args if a.startswith("--config=")), None)
     workdir = next((a.split("=", 1)[1] for a in args if a.startswith("--workdir=")), None)
