@@ -250,7 +250,8 @@ def _damaged_checkpoint(e) -> str | None:
     """The path of the checkpoint that `e` was raised reading, or '' if unknown; None when `e` did
     not come from reading a checkpoint (a truncated file raises anything from IndexError to
     DataLossError there)."""
-    tb, found, path = e.__traceback__, False, ""
+    path = getattr(e, "checkpoint_path", "")  # set by engine/restore.py when every one failed
+    tb, found = e.__traceback__, bool(path)
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
         if "/checkpoint/" in name or "checkpoint_reader" in name or "checkpoint_management" in name:

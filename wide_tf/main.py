@@ -22,7 +22,7 @@ from ml_collections import config_flags
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
 from wide_tf.analysis import frozen
-from wide_tf.checks import dry_run, usage, validate
+from wide_tf.checks import dry_run, loader, usage, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -205,6 +205,7 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
+    sys.argv[:] = loader.with_found_config(sys.argv)  # configs/... from any folder
     mine = [flags.FLAGS[v.name] for v in globals().values() if isinstance(v, flags.FlagHolder)]
     usage.exit_on_help(sys.argv, __doc__, mine)  # --help: for users; --helpfull: absl's own
     parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies

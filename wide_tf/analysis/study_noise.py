@@ -92,13 +92,13 @@ def summarize(records: Sequence[dict]) -> NoiseSummary:
 
 def read_records(workdir: str) -> list[dict]:
     import glob
-    import json
     import os
+
+    from wide_tf.store import workdir as wd
 
     recs = []
     for path in sorted(glob.glob(os.path.join(workdir, "results", "*.json"))):
-        with open(path) as f:
-            recs.append(json.load(f))
+        recs.append(wd.read_json(path))
     if not recs:
         raise OSError(f"no results/*.json in {workdir}")
     return recs

@@ -51,7 +51,11 @@ def _check_list(where: str, domain: fields.NumList, value) -> None:
     if domain.increasing and values != sorted(values):
         raise UsageError(f"{where}={values} must increase; fix the list in the config file")
     if domain.unique and len(set(values)) != len(values):
-        raise UsageError(f"{where}={values} repeats a seed; list each seed once")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        raise UsageError(
+            f"{where}={values} repeats {', '.join(map(str, repeated))}; list each value once "
+            f"(--config.{where}=...)"
+        )
 
 
 def _check_jit(where: str, jit) -> None:

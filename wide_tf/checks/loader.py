@@ -15,7 +15,9 @@ import re
 
 from wide_tf.checks.problems import UsageError, suggest
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The checkout that holds the package (configs/ sits beside wide_tf/ in a source checkout):
+# a relative --config is looked up in the current folder first, then here.
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 class ConfigFileError(UsageError, FileNotFoundError):
@@ -102,6 +104,11 @@ def load_module(path: str, function: str = "get_config", what: str = "config"):
     module = importlib.util.module_from_spec(module_spec)
     try:
         module_spec.loader.exec_module(module)
+    except (SystemExit, KeyboardInterrupt) as e:
+        raise UsageError(
+            f"{what} file {path} raises {type(e).__name__} on import; a {what} file defines "
+            f"its settings, it must not exit: fix the file"
+        ) from None
     except SyntaxError as e:
         raise UsageError(
             f"{what} file {path} does not parse: {e.msg} at line {e.lineno}; fix the file"
@@ -117,12 +124,49 @@ def load_module(path: str, function: str = "get_config", what: str = "config"):
     return module
 
 
+def found_spec(spec: str) -> str:
+    """`spec` with its file as found (resolve_path: the current folder, then the checkout), for
+    the config flag, which reads the file again; `spec` itself when there is no such file."""
+    try:
+        path, arg = resolve_path(spec)
+    except UsageError:
+        return spec
+    return path if arg is None else f"{path}:{arg}"
+
+
+def with_found_config(argv: list[str]) -> list[str]:
+    """`argv` with --config's file as found (found_spec), so that a command run from any folder
+    reads configs/... of the checkout when the current folder has none."""
+    out, take = [], False
+    for arg in argv:
+        if take:
+            out.append(found_spec(arg))
+            take = False
+        elif arg.startswith(("--config=", "-config=")):
+            name, _, spec = arg.partition("=")
+            out.append(f"{name}={found_spec(spec)}")
+        else:
+            take = arg in ("--config", "-config")
+            out.append(arg)
+        if arg == "--":
+            out += argv[len(out) :]
+            break
+    return out
+
+
 def load_config(spec: str):
     """`path[:variant]` -> the ConfigDict that `get_config(variant)` returns (unlocked)."""
     path, arg = resolve_path(spec)
     module = load_module(path)
+    where = f"--config={spec}: get_config({arg!r})"
     try:
-        return module.get_config(arg)
+        config = module.get_config(arg)
+    except (SystemExit, KeyboardInterrupt) as e:  # the config's own code: not a way to stop main
+        raise UsageError(
+            f"{where} raised {type(e).__name__}"
+            + (f"({e.code!r})" if isinstance(e, SystemExit) else "")
+            + "; a config file returns its settings, it must not exit: fix the file"
+        ) from None
     except Exception as e:  # noqa: BLE001  (an unknown variant, or any error of the config's own code)
         if str(e).startswith(("variant argument", "unknown variant argument")):
             raise UsageError(f"--config={spec}: {e}") from None
@@ -148,6 +192,12 @@ def load_config(spec: str):
             f"--config={spec}: get_config({arg!r}) failed ({type(e).__name__}: {e}); fix the "
             f"variant or the file"
         ) from None
+    if not (hasattr(config, "keys") and hasattr(config, "get")):
+        raise UsageError(
+            f"{where} returned {type(config).__name__}, not a config (an ml_collections "
+            f"ConfigDict); end get_config with `return config`"
+        )
+    return config
 
 
 # ----------------------------------------------------------------------------------------------

@@ -187,13 +187,48 @@ def check_trial(text, config) -> None:
 
 
 def check_workdir_scheme(workdir) -> None:
-    """Only local folders and gs:// are stores this package writes."""
+    """Only local folders and gs:// are stores this package writes; a gs:// path names a bucket
+    that Cloud Storage's naming rules allow and no `.` or `..` part (object names are not paths:
+    `gs://b/../x` is an object under a folder named `..`, not `gs://x`)."""
     if workdir and "://" in workdir and not workdir.startswith("gs://"):
         scheme = workdir.split("://", 1)[0]
         raise UsageError(
             f"--workdir={workdir}: {scheme}:// is not supported; use a local folder or "
             "gs://bucket/path"
         )
+    if workdir and workdir.startswith("gs://"):
+        problem = gcs_path_problem(workdir)
+        if problem:
+            raise UsageError(
+                f"--workdir={workdir}: {problem}; e.g. --workdir=gs://my-bucket/runs/a"
+            )
+
+
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets, "Bucket names"):
+# lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit, 3-63
+# characters (up to 222 with dots, each dot-separated part at most 63), not an IP address, not
+# "goog..." and not containing "google".
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def gcs_path_problem(path: str) -> str:
+    """Why `path` (gs://...) is not a usable workdir; '' when it is."""
+    bucket, _, rest = path[len("gs://") :].partition("/")
+    if not bucket:
+        return "names no bucket"
+    if not _BUCKET.match(bucket) or any(len(p) > 63 or not p for p in bucket.split(".")):
+        return (
+            f"{bucket!r} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, "
+            f"'-', '_' or '.', starting and ending with a letter or digit)"
+        )
+    if (len(bucket) > 63 and "." not in bucket) or re.fullmatch(r"[0-9.]+", bucket):
+        return f"{bucket!r} is not a Cloud Storage bucket name (too long, or an IP address)"
+    if bucket.startswith("goog") or "google" in bucket:
+        return f"{bucket!r} is not a Cloud Storage bucket name (no 'goog' prefix or 'google')"
+    parts = [p for p in rest.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return "has a '.' or '..' part, which Cloud Storage keeps as a folder name, not a step up"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -258,6 +293,8 @@ def check_same_study(config, workdir: str) -> bool:
         return False
     try:
         theirs = wd.read_json(cfg_path)
+    except wd.NotARegularFile as e:
+        raise RuntimeProblem(f"{e} (it should be this study's config.json)") from None
     except (OSError, ValueError) + wd.read_errors() as e:
         raise RuntimeProblem(
             f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
@@ -286,20 +323,23 @@ def _results_warnings(workdir: str) -> list[str]:
     results = os.path.join(workdir, "results.jsonl")
     if not os.path.exists(results):
         return warnings
-    with open(results, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                ok = isinstance(rec, dict) and "trial_id" in rec
-            except ValueError:
-                ok = False
-            if not ok:
-                warnings.append(
-                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
-                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
-                )
+    try:
+        lines = wd.read_checked(results).splitlines()
+    except OSError as e:
+        return [*warnings, f"{results} {wd.unreadable(e)}"]
+    for i, raw in enumerate(lines, 1):
+        if not raw.strip():
+            continue
+        try:
+            rec = wd.loads_checked(raw)
+            ok = isinstance(rec, dict) and "trial_id" in rec
+        except ValueError:
+            ok = False
+        if not ok:
+            warnings.append(
+                f"{results} line {i} is not a whole result (corrupted or cut short); it is "
+                f"ignored and its trial is taken from trials/<id>/result.json or run again"
+            )
     return warnings
 
 
@@ -314,8 +354,7 @@ def _result_files_warnings(workdir: str) -> list[str]:
     for name in names:
         path = os.path.join(folder, name)
         try:
-            with open(path, encoding="utf-8") as f:
-                why = wd.record_problem(json.load(f))
+            why = wd.record_problem(wd.read_json(path))
         except (ValueError, UnicodeDecodeError) as e:
             why = f"not JSON ({type(e).__name__})"
         except OSError as e:
@@ -329,18 +368,21 @@ def _result_files_warnings(workdir: str) -> list[str]:
     return warnings
 
 
+_CKPT_STEP = re.compile(r"^ckpt-(\d+)\.")
+
+
 def _check_run_files(workdir: str) -> list[str]:
     """An unreadable result.json of a trial is a warning (the study moves it aside itself and runs
-    that trial again); the single run's unreadable result.json and an empty (truncated)
-    checkpoint file are refused. No advice deletes anything a run could resume from."""
+    that trial again); the single run's unreadable result.json is refused; an empty (truncated)
+    checkpoint file is a warning when an older checkpoint is beside it (the run resumes from
+    that one), else refused. No advice deletes anything a run could resume from."""
     warnings = []
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
         os.path.join(workdir, "trials", "*", "result.json")
     )
     for path in result_files:
         try:
-            with open(path) as f:
-                json.load(f)
+            wd.read_json(path)
         except (OSError, ValueError) as e:
             if os.path.dirname(path) != workdir.rstrip(os.sep):  # a trial's: the study heals it
                 warnings.append(
@@ -360,6 +402,18 @@ def _check_run_files(workdir: str) -> list[str]:
     for path in ckpt_files:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)
+            step = _CKPT_STEP.match(os.path.basename(path))
+            others = {
+                m.group(1)
+                for m in map(_CKPT_STEP.match, os.listdir(folder))
+                if m and (step is None or m.group(1) != step.group(1))
+            }
+            if others:  # the run resumes from an older one (engine/restore.py)
+                warnings.append(
+                    f"checkpoint file {path} is empty (truncated): the run skips that checkpoint "
+                    f"and resumes from the newest one that reads whole"
+                )
+                continue
             raise RuntimeProblem(
                 f"checkpoint file {path} is empty (truncated): the run cannot resume from it; "
                 f"restore the file, or move {folder} aside (it is kept, not read) and run the "

@@ -101,7 +101,9 @@ class Checkpoints:
         ):
             self.save(st)
             self.last_step, self.last_time = st.step, self.clock()
-        if preemption.requested():  # SIGTERM: checkpoint now and stop (engine/preemption.py)
+        # SIGTERM or a platform notice on any host: every host checkpoints at this same step and
+        # stops (engine/preemption.py's agreement).
+        if preemption.stop_agreed(st.step):
             if self.last_step != st.step:
                 self.save(st)
             raise preemption.Preempted(plan.name, st.step)

@@ -59,6 +59,8 @@ def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, li
             config = wd.read_json(cfg_path)
         except json.JSONDecodeError as e:
             raise ReportError(f"{cfg_path} is not valid JSON ({e})") from None
+        except wd.NotARegularFile as e:
+            raise ReportError(str(e)) from None
         if not isinstance(config, dict):
             raise ReportError(
                 f"{cfg_path} holds {type(config).__name__}, not a study's settings (a JSON "
@@ -92,6 +94,7 @@ def write_report(workdir: str, eps: float | None = None) -> str:
             f"there, or pass --eps"
         )
     eps = eps_from_config(config) if eps is None else float(eps)
+    publish.refuse_link(wd.join(workdir, wd.REPORT))  # before any work: the swap refuses it too
     tmpdir = publish.new_tmpdir(workdir)
     try:
         _write_into(tmpdir, config, records, (n_bad, partial), eps, workdir)
@@ -147,5 +150,7 @@ def verdict_line(workdir: str) -> str:
     path = wd.join(workdir, wd.REPORT, VERDICT)
     if not tf.io.gfile.exists(path):
         return ""
-    with tf.io.gfile.GFile(path, "r") as f:
-        return f.read().strip()
+    try:
+        return wd.read_checked(path).decode("utf-8", errors="replace").strip()
+    except wd.read_errors():
+        return ""

@@ -313,7 +313,10 @@ SWEEP = (
     _F("sweep.family.width", 0.0, FREE, "kind='depth': the fixed width"),
     _F("sweep.family.tolerance", 0.05, FREE, "the budget's relative tolerance"),
     _F(
-        "sweep.batch_sizes", (), NumList(_batch(), empty=_empty("sweep.batch_sizes")), "the batches"
+        "sweep.batch_sizes",
+        (),
+        NumList(_batch(), empty=_empty("sweep.batch_sizes"), unique=True),
+        "the batches",
     ),
     _F(
         "sweep.lr_multipliers",

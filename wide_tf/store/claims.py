@@ -58,6 +58,7 @@ from collections.abc import Iterator
 
 from wide_tf.store import workdir as wd
 
+
 CLAIMS_DIR = "claims"
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 # Heartbeat period and staleness timeout. A heartbeat comes from a background thread, so a long
@@ -185,9 +186,8 @@ class _LocalStore:
         os.replace(tmp, path)
 
     def read(self, name: str) -> bytes | None:
-        try:
-            with open(os.path.join(self.folder, name), "rb") as f:
-                return f.read()
+        try:  # a FIFO or a huge file raises NotARegularFile (an OSError): a broken claim
+            return wd.read_checked(os.path.join(self.folder, name))
         except FileNotFoundError:
             return None
 
@@ -237,7 +237,7 @@ def _parse(raw: bytes | None) -> tuple[dict, str]:
     if not raw:
         return {}, "is empty"
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = wd.loads_checked(raw)  # depth-checked: a deep file is "not JSON", not a crash
     except UnicodeDecodeError:
         return {}, "is not UTF-8 text"
     except json.JSONDecodeError as e:

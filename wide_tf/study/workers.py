@@ -35,6 +35,7 @@ import uuid
 
 from wide_tf.checks import validate
 from wide_tf.schema import hardware, provenance
+from wide_tf.store import workdir as wd
 from wide_tf.study import worker
 from wide_tf.study.worker import WorkerSpec
 
@@ -100,8 +101,8 @@ def log_dir(workdir: str) -> tuple[str, bool]:
 def _last_line(path: str) -> str:
     """The line that explains a worker's failure: its last `error:` line, else its last line."""
     try:
-        with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f if ln.strip()]
+        text = wd.read_checked(path, wd.MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     except OSError:
         return ""
     errors = [ln for ln in lines if ln.startswith("error:")]
@@ -305,7 +306,6 @@ def supervise(
 def _progress(config, workdir: str, initial, seen: set | None = None, log=None):
     """The study's progress; with `seen` (trial ids already told), one console line per run
     finished since (progress.run_line), whichever worker ran it."""
-    from wide_tf.store import workdir as wd
     from wide_tf.study import progress
 
     results = {r["trial_id"]: r for r in wd.read_results(workdir, whole=True)}

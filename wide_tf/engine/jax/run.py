@@ -16,6 +16,7 @@ import os
 import re
 import sys
 import types
+import zipfile
 
 import jax
 import jax.numpy as jnp
@@ -24,7 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, schedules, timing
+from wide_tf.engine import arrays, compile_key, preemption, restore, schedules, timing
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.jax import data as jax_data
@@ -414,25 +415,41 @@ class Checkpointer:
         }
 
     def load(self) -> RunState | None:
-        steps = self._steps()
-        if not steps:
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        paths = [wd.join(self.directory, f"ckpt-{s}.npz") for s in reversed(self._steps())]
+        errors = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)
+        candidates = [(p, [p]) for p in paths]
+        path, loaded = restore.newest_readable(
+            candidates, self._read, errors, self.log, set_aside=self.chief
+        )
+        if path is None:
             return None
-        path = wd.join(self.directory, f"ckpt-{steps[-1]}.npz")
+        state, snapshot, run_state = loaded
+        stepper = self.build.stepper
+        self.holder.state = jax.device_put(state, stepper.replicated)
+        if snapshot is not None:
+            self.holder.snapshot = jax.device_put(snapshot, stepper.replicated)
+        self.log("resumed from %s at step %d", path, run_state.step)
+        return run_state
+
+    def _read(self, path: str):
+        """(the train state, the snapshot or None, the RunState) of one checkpoint, every array
+        read (a cut-short file fails here, before anything is placed on the devices)."""
         with np.load(io.BytesIO(wd.read_bytes(path))) as f:
             data = {k: f[k] for k in f.files}
         stepper, names = self.build.stepper, self.names()
         state = {g: unpack(data, g, names[g], path) for g in GROUPS}
         state["diverged"] = np.asarray(False)
-        self.holder.state = jax.device_put(state, stepper.replicated)
+        snapshot = None
         if any(k.startswith("snapshot/") for k in data):
             snap = {k[len("snapshot/") :]: v for k, v in data.items() if k.startswith("snapshot/")}
-            trainable = unpack(snap, "trainable", names["trainable"], path)
-            non_trainable = unpack(snap, "non_trainable", names["non_trainable"], path)
-            self.holder.snapshot = jax.device_put((trainable, non_trainable), stepper.replicated)
+            snapshot = (
+                unpack(snap, "trainable", names["trainable"], path),
+                unpack(snap, "non_trainable", names["non_trainable"], path),
+            )
         iterations = int(state["optimizer"][stepper._iterations])
-        state = RunState.from_json(bytes(data["run_state"]).decode(), iterations)
-        self.log("resumed from %s at step %d", path, state.step)
-        return state
+        return state, snapshot, RunState.from_json(bytes(data["run_state"]).decode(), iterations)
 
     def save(self, state: RunState) -> None:
         if not self.chief:
@@ -473,6 +490,7 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the kept build when the compile key matches (its compiled
     functions reused), else a new one; the run's state from its seed's initial weights."""
+    preemption.set_collective(*preemption.jax_collective())  # hosts agree where they stop
     key = json.dumps(
         {
             "config": compile_key.config_key(config),

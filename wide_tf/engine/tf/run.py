@@ -11,10 +11,11 @@ import dataclasses
 
 import tensorflow as tf
 
-from wide_tf.engine import timing
+from wide_tf.engine import preemption, restore, timing
 from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.engine.tf import reuse, strategy
+from wide_tf.store import remove
 from wide_tf.store import workdir as wd
 
 
@@ -110,25 +111,40 @@ class Checkpointer:
         )
 
     def load(self) -> RunState | None:
-        latest = tf.train.latest_checkpoint(self.directory)
-        if not latest:
-            return None
-        self.built.checkpoint.restore(latest).assert_existing_objects_matched()
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        candidates = [
+            (wd.join(self.directory, f"ckpt-{s}"), restore.files_of(self.directory, s))
+            for s in restore.steps_on_disk(self.directory)
+        ]
+        errors = (tf.errors.OpError, ValueError, AssertionError, IndexError, UnicodeDecodeError)
+        latest, state = restore.newest_readable(
+            candidates, self._load, errors, self.log, set_aside=self.scratch is None
+        )
+        if latest is not None:
+            self.log("resumed from %s at step %d", latest, state.step)
+        return state
+
+    def _load(self, path: str) -> RunState:
+        # Every tensor is read (and its checksum checked) before any variable is assigned, so a
+        # checkpoint cut short leaves the model as it was for the next candidate.
+        reader = tf.train.load_checkpoint(path)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+        self.built.checkpoint.restore(path).assert_existing_objects_matched()
         # A diverged run's optimizer may have run past the step it diverged at (see Stepper): the
         # state's step is the one that counts.
-        state = RunState.from_json(
+        return RunState.from_json(
             self.built.host_var.numpy().decode(), int(self.built.optimizer.iterations.numpy())
         )
-        self.log("resumed from %s at step %d", latest, state.step)
-        return state
 
     def save(self, state: RunState) -> None:
         self.built.host_var.assign(state.to_json())
         self.manager.save(checkpoint_number=state.step)
 
     def close(self) -> None:
-        if self.scratch is not None and tf.io.gfile.exists(self.scratch):
-            tf.io.gfile.rmtree(self.scratch)
+        if self.scratch is not None:
+            remove.remove_tree(self.scratch)  # a link planted at its name is unlinked only
 
 
 @dataclasses.dataclass
@@ -144,6 +160,7 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the model, optimizer and compiled step (kept from the last run
     when they can be: engine/tf/reuse.py), and the three objects around them."""
+    preemption.set_collective(preemption.tf_collective(runtime.strategy))  # hosts agree
     built = reuse.build(
         config, runtime, info, batch_plan, plan.steps_per_epoch, plan.total_steps, new_model
     )

@@ -23,6 +23,7 @@ import time
 
 from wide_tf.checks import hardware_fit, loader
 from wide_tf.schema import datasets, memory
+from wide_tf.store import remove
 
 STEPS_FIRST = 3  # the compiled program's first call: trace, compile, 3 steps
 STEPS_TIMED = 20
@@ -109,7 +110,7 @@ def _checkpoint(tf, model, optimizer, workdir: str, out) -> None:
     read = time.perf_counter() - start
     if not (weight.numpy() == before).all():
         raise RuntimeError(f"the checkpoint read back from {path} differs from what was written")
-    tf.io.gfile.rmtree(folder)
+    remove.remove_tree(folder)  # never through a link planted at WORKDIR/check
     out(
         f"check: checkpoint {size / 1e6:.1f} MB written to {path} in {wrote:.1f} s, read back "
         f"in {read:.1f} s, the same weights (then removed)"
