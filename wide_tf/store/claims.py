@@ -58,7 +58,6 @@ from collections.abc import Iterator
 
 from wide_tf.store import workdir as wd
 
-
 CLAIMS_DIR = "claims"
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 # Heartbeat period and staleness timeout. A heartbeat comes from a background thread, so a long
