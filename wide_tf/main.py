@@ -18,7 +18,7 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
-from wide_tf.checks import dry_run, validate
+from wide_tf.checks import command_line, dry_run, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -180,7 +180,17 @@ def run() -> None:
     parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)
-    app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, flags.FLAGS))
+    app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+    """The flags, or one `error:` line (checks/command_line.py) unless --verbose."""
+    try:
+        return command_line.parse_flags(argv, flags.FLAGS)
+    except validate.Problem as e:
+        if command_line.verbose_in(argv):
+            raise
+        errors.fail(str(e), e.exit_code)
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ it stays part of the study and the refusal says why (issue 35, item 4)."""
 import pytest
 
 from wide_tf.checks import loader, preflight
-from wide_tf.checks.problems import UsageError
 from wide_tf.schema import families, identity
+from wide_tf.schema.problems import UsageError
 from wide_tf.study import trials
 
 

@@ -4,8 +4,9 @@ replica count, before TensorFlow starts."""
 import pytest
 from helpers import run_main
 
-from wide_tf.checks import dry_run, loader, problems
+from wide_tf.checks import dry_run, loader
 from wide_tf.checks.hardware_fit import EXIT_DOES_NOT_FIT
+from wide_tf.schema import problems
 
 
 @pytest.mark.parametrize(

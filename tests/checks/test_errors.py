@@ -6,6 +6,7 @@ that no TensorFlow work was done; a few run it as a subprocess, with a fake `ten
 first on the path that fails on import, to pin the command's own contract (exit status, one line
 on stderr, no traceback)."""
 
+import ast
 import json
 import os
 import subprocess
@@ -488,12 +489,12 @@ def workdirs(tmp_path_factory):
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """`python -m wide_tf.main ARGS` in this process: run(args) -> (exit status, stdout, stderr),
-    with the flags parsed as the command parses them (`errors.parse_flags`). Unless
+    with the flags parsed as the command parses them (`main._parse_flags`). Unless
     `tensorflow=True`, TensorFlow's start (and the workers') fails the test: a case that passes
     was decided before either."""
     from absl import flags
 
-    from wide_tf import errors, main, tf_start
+    from wide_tf import main, tf_start
     from wide_tf.engine import preemption
     from wide_tf.study import workers
 
@@ -513,7 +514,7 @@ def cli(monkeypatch, capsys):
         monkeypatch.setattr(sys, "argv", argv)
         code = 0
         try:
-            main.main(errors.parse_flags(argv, flags.FLAGS))
+            main.main(main._parse_flags(argv))
         except SystemExit as e:
             code = e.code
         finally:
@@ -903,3 +904,64 @@ def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
         assert all(w in lines[0] for w in words), lines[0]
     assert sorted(os.listdir(tmp_path)) == ["link"]  # nothing created
+
+
+# Exceptions that are signals between the package's own parts, never shown as an error line:
+# SIGTERM's checkpoint-and-exit (exit 143, main; a worker's between trials) and a group taken
+# over by another worker.
+SIGNALS = {
+    "wide_tf/engine/preemption.py:Preempted",
+    "wide_tf/study/scheduler.py:WorkerStopped",
+    "wide_tf/study/scheduler.py:LostClaim",
+}
+_BASES = {"Problem", "UsageError", "RuntimeProblem"}
+
+
+def exceptions_without_a_base(root: Path) -> list[str]:
+    """'path:class' of every exception class under root/wide_tf whose bases, followed through
+    the package's own classes, never reach schema/problems.py's Problem (read with `ast`)."""
+    bases = {}
+    for path in sorted((root / "wide_tf").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                names = [
+                    b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                    for b in node.bases
+                ]
+                bases[(path.relative_to(root).as_posix(), node.name)] = names
+    by_name = {name: b for (_, name), b in bases.items()}
+
+    def reaches(names, seen=()) -> bool | None:
+        """True: a base reaches Problem; False: an exception that does not; None: not one."""
+        out = None
+        for n in names:
+            if n in _BASES:
+                return True
+            if n in by_name and n not in seen:
+                got = reaches(by_name[n], (*seen, n))
+                out = got if got is not None else out
+            elif n.endswith(("Error", "Exception")) or n in ("Exception", "BaseException"):
+                out = False if out is None else out
+        return out
+
+    return sorted(
+        f"{p}:{name}"
+        for (p, name), b in bases.items()
+        if name not in _BASES and reaches(b) is False
+    )
+
+
+def test_every_error_of_the_package_subclasses_a_usage_or_runtime_base():
+    assert set(exceptions_without_a_base(REPO)) == SIGNALS
+
+
+def test_an_error_on_a_builtin_base_is_caught(tmp_path):
+    (tmp_path / "wide_tf" / "engine").mkdir(parents=True)
+    (tmp_path / "wide_tf" / "engine" / "x.py").write_text(
+        "class Fine(RuntimeProblem):\n    pass\n\n\nclass Bad(ValueError):\n    pass\n\n\n"
+        "class AlsoBad(Bad):\n    pass\n\n\nclass NotAnError:\n    pass\n"
+    )
+    assert exceptions_without_a_base(tmp_path) == [
+        "wide_tf/engine/x.py:AlsoBad",
+        "wide_tf/engine/x.py:Bad",
+    ]

@@ -7,7 +7,7 @@ import pytest
 from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.checks.loader import load_config
-from wide_tf.checks.problems import UsageError
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress
 from wide_tf.study import scheduler as study

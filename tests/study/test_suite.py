@@ -16,8 +16,8 @@ from tests.helpers import REPO, run_main, start_main
 from wide_tf.analysis import members as M
 from wide_tf.analysis import pooled, simulate
 from wide_tf.analysis import verdict as analysis
-from wide_tf.checks.problems import UsageError
 from wide_tf.report import suite as suite_report
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import suite
 

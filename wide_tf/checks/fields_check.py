@@ -5,8 +5,9 @@ schema/rules.py's; checks/validate.py runs both."""
 
 from __future__ import annotations
 
-from wide_tf.checks.problems import UsageError, suggest
 from wide_tf.schema import choices, defaults, fields, rules
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 
 _FIX = "build the config from wide_tf.schema.defaults.base_config(), which sets every field"
 

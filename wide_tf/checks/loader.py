@@ -10,7 +10,8 @@ import importlib.util
 import os
 import re
 
-from wide_tf.checks.problems import UsageError, suggest
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 
 _REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -13,8 +13,8 @@ import re
 import tempfile
 
 from wide_tf.checks.overrides import is_sweep
-from wide_tf.checks.problems import RuntimeProblem, UsageError
 from wide_tf.schema import datasets, families, hardware, identity
+from wide_tf.schema.problems import RuntimeProblem, UsageError
 from wide_tf.store import workdir as wd
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import os
 import sys
 
+from wide_tf.schema.problems import RuntimeProblem
 
-class BackendError(RuntimeError):
+
+class BackendError(RuntimeProblem):
     """Keras is already running under another backend in this process."""
 
 

@@ -13,13 +13,14 @@ import numpy as np
 from absl import logging
 
 from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema.problems import RuntimeProblem
 
 _spec = datasets_spec.get
 _SPLIT_SEED = 1806  # the embedded sets' fixed 80/20 stratified split
 _NETWORK_PROBE = ("storage.googleapis.com", 443)
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(RuntimeProblem):
     """The requested data set cannot be read here (not prepared, no network)."""
 
 

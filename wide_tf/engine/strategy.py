@@ -13,9 +13,10 @@ from absl import logging
 
 from wide_tf.schema import datasets, families, hardware, memory
 from wide_tf.schema.choices import PRECISIONS, STRATEGIES
+from wide_tf.schema.problems import RuntimeProblem
 
 
-class StrategyError(RuntimeError):
+class StrategyError(RuntimeProblem):
     """The requested strategy cannot be set up on this machine."""
 
 

@@ -13,6 +13,7 @@ from wide_tf.analysis import members
 from wide_tf.schema import fields, provenance
 from wide_tf.schema import optimizers as optimizers_spec
 from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.schema.targets import comparison
 
 # The sweep fields that have a row of their own; the others are shown as "Family / sweep".
@@ -37,7 +38,7 @@ def config_value(config: dict | None, dotted: str, default=None):
     return node
 
 
-class ReportError(RuntimeError):
+class ReportError(RuntimeProblem):
     """The workdir cannot be reported on (missing, holds no study, another writer holds the
     report lock), or a setting of the report is out of range."""
 

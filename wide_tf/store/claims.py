@@ -62,17 +62,18 @@ import threading
 import time
 import uuid
 
+from wide_tf.schema.problems import RuntimeProblem
+
 CLAIMS_DIR = "claims"
 RUNNING, DONE, FAILED, STOPPED = "running", "done", "failed", "stopped"
 # Heartbeat period and staleness timeout. A heartbeat comes from a background thread, so a long
 # trial does not delay it; the timeout allows for a heavily loaded machine or a slow bucket.
-HEARTBEAT_S = 10.0
-STALE_S = 120.0
+HEARTBEAT_S, STALE_S = 10.0, 120.0
 # A heartbeat further than this in the future is named (clocks of hosts sharing a workdir differ).
 MAX_SKEW_S = 30.0
 
 
-class ClaimError(RuntimeError):
+class ClaimError(RuntimeProblem):
     """Claims cannot be made on this workdir; the message says what to do."""
 
 

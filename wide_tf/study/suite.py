@@ -26,8 +26,8 @@ import sys
 import time
 
 from wide_tf.checks import loader, validate
-from wide_tf.checks.problems import UsageError
 from wide_tf.schema import provenance
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.store.suite import (  # noqa: F401 (Entry and the record: a suite file imports them here)
     SUITE_FILE,

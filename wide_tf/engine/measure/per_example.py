@@ -45,9 +45,10 @@ import numpy as np
 import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
+from wide_tf.schema.problems import UsageError
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UsageError):
     """The model holds a layer with trainable weights that the fast path cannot handle."""
 
 
