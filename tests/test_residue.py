@@ -34,12 +34,15 @@ NAMED_BUT_ABSENT = {"docs/troubleshooting.md: configs/mpl.py"}
 
 
 def _sources():
-    return sorted(PACKAGE.rglob("*.py")) + sorted((ROOT / "configs").rglob("*.py"))
+    """The package, and what uses it from a checkout: the configs and the benchmarks (tools/)."""
+    return [*sorted(PACKAGE.rglob("*.py")), *sorted((ROOT / "configs").rglob("*.py"))] + sorted(
+        (ROOT / "tools").rglob("*.py")
+    )
 
 
 def unused_definitions(files=None, root: pathlib.Path = ROOT) -> list[str]:
     """'path:name' of every top-level function, class or assigned name of the package that no
-    module of the package or configs loads (a name or an attribute)."""
+    module of the package, the configs or tools/ loads (a name or an attribute)."""
     trees = {p: ast.parse(p.read_text()) for p in (files or _sources())}
     used = set()
     for tree in trees.values():
@@ -50,7 +53,7 @@ def unused_definitions(files=None, root: pathlib.Path = ROOT) -> list[str]:
                 used.add(n.attr)
     out = []
     for path, tree in trees.items():
-        if "configs" in path.relative_to(root).parts[:1]:
+        if path.relative_to(root).parts[0] in ("configs", "tools"):
             continue
         for node in tree.body:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):

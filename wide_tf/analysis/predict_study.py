@@ -89,7 +89,7 @@ WRN_FLOP_PER_EXAMPLE = 1.3e9
 WRN_EVAL_OVERHEAD = 0.26
 V4_CHIP_PEAK_FLOPS = 275e12
 UTILISATION = (0.02, 0.10)
-# One exact probe example costs about 2 training examples (wide_tf.tools.bench: exact diversity /
+# One exact probe example costs about 2 training examples (tools.bench.speed: exact diversity /
 # one training step 1.6-2.0 for WRN-16-2 and the large MLP at B = 256 and 1,024;
 # docs/benchmarks.md).
 PROBE_COST_PER_EXAMPLE = 2.0

@@ -7,9 +7,9 @@ files compared byte for byte. Run on two versions of the code (issue 33's keras.
 docs/design.md):
 
     git archive OLD | tar -x -C /tmp/old
-    PYTHONPATH=/tmp/old python wide_tf/tools/step_bytes.py /tmp/old.npz
-    python -m wide_tf.tools.step_bytes /tmp/new.npz
-    python -m wide_tf.tools.step_bytes --compare /tmp/old.npz /tmp/new.npz
+    PYTHONPATH=/tmp/old python tools/bench/step_bytes.py /tmp/old.npz
+    python -m tools.bench.step_bytes /tmp/new.npz
+    python -m tools.bench.step_bytes --compare /tmp/old.npz /tmp/new.npz
 
 (The first form runs this file against the old package.) About 3 CPU-minutes; `--only=ghost,lars`
 keeps the runs whose name holds one of the words.

@@ -4,8 +4,8 @@ the gradient probe along training in every run, evaluation batches of 1,024) and
 study's own, group by group in turn, in one process; the ratio of their CPU and wall seconds,
 where the seconds went (result.json's "time_s"), and whether every target's record is identical.
 
-    python -m wide_tf.tools.bench --only=study_cost                # the local study, 42 trials
-    python -m wide_tf.tools.bench --only=study_cost --groups=3     # fewer groups (minutes)
+    python -m tools.bench.speed --only=study_cost                # the local study, 42 trials
+    python -m tools.bench.speed --only=study_cost --groups=3     # fewer groups (minutes)
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import os
 import tempfile
 import time
 
+from tools.bench.common import REPO
+from tools.bench.compare_records import record_key
 from wide_tf.checks import loader
 from wide_tf.schema import result as result_schema
 from wide_tf.study import trials as trials_lib
-from wide_tf.tools.bench_common import REPO
-from wide_tf.tools.compare_records import record_key
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
 # One (member, batch) group per member, its batch spread over the sweep's, every tuning trial of
