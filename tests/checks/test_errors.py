@@ -750,10 +750,10 @@ def test_the_engine_reads_the_spec_registries():
     modules hold those objects, not copies (the registries themselves:
     tests/schema/test_registries.py); and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy
-    from wide_tf.schema import choices, datasets, optimizers
+    from wide_tf.schema import datasets, fields, optimizers
 
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
-    assert strategy.STRATEGIES is choices.STRATEGIES
+    assert strategy.STRATEGIES is fields.STRATEGIES
     assert data.DATASETS is datasets.DATASETS
 
 

@@ -48,7 +48,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
         for ev in tf.compat.v1.train.summary_iterator(f):
             tags |= {v.tag for v in ev.summary.value}
     assert {
-        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (schema/events.py)
+        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (schema/targets.py)
         "accuracy",
         "learning_rate",
         "grad_norm",

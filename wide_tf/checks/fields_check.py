@@ -5,7 +5,7 @@ schema/rules.py's; checks/validate.py runs both."""
 
 from __future__ import annotations
 
-from wide_tf.schema import choices, defaults, fields, rules
+from wide_tf.schema import defaults, fields, rules
 from wide_tf.schema.fields import suggest
 from wide_tf.schema.problems import UsageError
 
@@ -56,7 +56,7 @@ def _check_list(where: str, domain: fields.NumList, value) -> None:
 
 
 def _check_jit(where: str, jit) -> None:
-    if not (isinstance(jit, bool) or str(jit).lower() in choices.JIT_COMPILE):
+    if not (isinstance(jit, bool) or str(jit).lower() in fields.JIT_COMPILE):
         raise UsageError(
             f"{where}={jit!r} is not valid; use auto, True or False (--config.{where}=...)"
         )
@@ -116,7 +116,7 @@ def check_theory(config) -> None:
     if "label_noise" in t:
         _raise(fields.Num(low=0).error("theory.label_noise", t.label_noise))
     for kind in t.get("kinds", []):
-        _raise(fields.Choice(choices.THEORY_KINDS).error("theory.kinds", kind))
+        _raise(fields.Choice(fields.THEORY_KINDS).error("theory.kinds", kind))
 
 
 def _empty(key: str) -> str:

@@ -32,7 +32,7 @@ from wide_tf.checks.preflight import (
     check_workers,
     parse_workers,
 )
-from wide_tf.schema import architectures, choices, datasets, fields, identity, rules
+from wide_tf.schema import architectures, datasets, fields, identity, rules
 from wide_tf.schema.fields import suggest
 from wide_tf.schema.problems import Problem, RuntimeProblem, UsageError
 
@@ -150,7 +150,7 @@ def check_config(config, overrides=()) -> None:
     if overrides:  # (main's were checked as its flags were parsed: command_line.parse_flags)
         check_overrides(config, overrides)
     kind = config.get("kind", "study")
-    kind_error = fields.Choice(choices.KINDS).error("kind", kind)
+    kind_error = fields.Choice(fields.KINDS).error("kind", kind)
     if kind_error:
         raise UsageError(kind_error)
     if kind == "theory":

@@ -17,7 +17,7 @@ from keras import ops
 
 from wide_tf.engine.schedules import build_schedule
 from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema.choices import TRUST_RATIO_FORMS
+from wide_tf.schema.fields import TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
 # from weight decay. By rank rather than by name: layer names change with the architecture, ranks

@@ -12,7 +12,7 @@ import tensorflow as tf
 from absl import logging
 
 from wide_tf.schema import datasets, families, hardware, memory
-from wide_tf.schema.choices import PRECISIONS, STRATEGIES
+from wide_tf.schema.fields import PRECISIONS, STRATEGIES
 from wide_tf.schema.problems import RuntimeProblem
 
 

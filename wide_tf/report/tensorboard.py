@@ -1,7 +1,7 @@
 """Owns the report's TensorBoard folder, WORKDIR/report/tb/, made to be usable on open: one
 session per (member, batch size) at its chosen learning rate (the seed whose steps to target are
 the median), whose training curves are copied from that trial with one tag set (accuracy and
-loss in train/, train_set/ and test/ overlay: schema/events.py) and which carries the HParams
+loss in train/, train_set/ and test/ overlay: schema/targets.py) and which carries the HParams
 (member, batch, rate, provenance) and their metrics, so "Show Metrics" reaches the curves; and
 the report's plots as images. A study of 9 members x 6 batches is 4 x 54 + 1 runs, under
 TensorBoard's default limit of 500 runs (above it every run is unticked and the charts open
@@ -16,7 +16,7 @@ import os
 import tensorflow as tf
 
 from wide_tf.analysis import cells
-from wide_tf.schema import events, provenance
+from wide_tf.schema import provenance, targets
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
@@ -120,7 +120,7 @@ def _scalar_value(tag: str, v, metadata):
 
 
 def copy_curves(trial_dir: str, session_dir: str) -> int:
-    """Copies a trial's scalars into session_dir/<run>/ in today's layout (schema/events.py; older
+    """Copies a trial's scalars into session_dir/<run>/ in today's layout (schema/targets.py; older
     workdirs' eval/ and batch_* tags mapped); returns the number of values copied."""
     from tensorboard.compat.proto import event_pb2, summary_pb2
     from tensorboard.plugins.scalar import metadata as scalar_metadata
@@ -128,14 +128,14 @@ def copy_curves(trial_dir: str, session_dir: str) -> int:
 
     meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
     by_run: dict[str, list] = {}
-    for folder in events.FOLDERS:
+    for folder in targets.FOLDERS:
         for f in sorted(tf.io.gfile.glob(wd.join(trial_dir, folder, "events.out.tfevents.*"))):
             for raw in tf.data.TFRecordDataset(f):
                 ev = event_pb2.Event.FromString(raw.numpy())
                 for v in ev.summary.value:
                     if not (v.HasField("tensor") or v.HasField("simple_value")):
                         continue
-                    run, tag = events.place(folder, v.tag)
+                    run, tag = targets.place(folder, v.tag)
                     by_run.setdefault(run, []).append(
                         (ev.step, ev.wall_time, _scalar_value(tag, v, meta))
                     )
