@@ -23,8 +23,8 @@ UNUSED_BY_DESIGN = {
     "wide_tf/analysis/stats/meta.py:tau2_dl",
     # The averaged two-batch estimate with its standard error, documented in docs/prediction.md.
     "wide_tf/engine/measure/noise_scale.py:averaged_estimate",
-    # The schema's required fields (a fact of schema/result.py that its tests read).
-    "wide_tf/schema/result.py:REQUIRED",
+    # The schema's required fields (a fact of schema/result_fields.py that its tests read).
+    "wide_tf/schema/result_fields.py:REQUIRED",
     # schema/datasets.py's loaders are being made to drive engine/sources.py (a data set's entry
     # names its loader: issue 33 item 3, another change).
     "wide_tf/schema/datasets.py:LOADERS",

@@ -108,22 +108,22 @@ def main(argv) -> None:
 
 
 def _suite(verbose: bool) -> int:
-    """--suite: each study in a child process (study/suite.py), then the suite's table."""
-    from wide_tf.study import suite
+    """--suite: each study in a child process (study/suite_runner.py), then the suite's table."""
+    from wide_tf.study import suite_runner
 
     given = dict(config=_CONFIG, shard=_SHARD, trial=_TRIAL, list_trials=_LIST, dry_run=_DRY_RUN)
     given.update(workdir=_WORKDIR, workers=_WORKERS)
     try:
-        code = suite.command(_SUITE.value, {k: f.value for k, f in given.items()}, _log)
+        code = suite_runner.command(_SUITE.value, {k: f.value for k, f in given.items()}, _log)
     except validate.Problem as e:
         if verbose:
             raise
         errors.fail(str(e), e.exit_code)
     if code == 0 and not _NO_REPORT.value and not _DRY_RUN.value:
         tf_start.import_tensorflow(verbose)
-        from wide_tf.report import suite as suite_report
+        from wide_tf.report import answer
 
-        logging.info("Suite report: %s", suite_report.write_suite_report(_WORKDIR.value))
+        logging.info("Suite report: %s", answer.write_suite_report(_WORKDIR.value))
     return code
 
 
@@ -147,10 +147,10 @@ def _run(config, verbose: bool) -> None:
             tf_start.import_tensorflow(verbose)
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
         from wide_tf.engine import train
-        from wide_tf.theory import check as theory_check
+        from wide_tf.theory import runner
 
         if config.get("kind", "study") == "theory":
-            theory_check.run_theory(config, _WORKDIR.value)
+            runner.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
             train.train_and_evaluate(config, _WORKDIR.value)
     else:  # its parent imports TensorFlow for the report alone, once every group is done
@@ -177,7 +177,7 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
-    parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
+    parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite_runner.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)
     app.run(main, flags_parser=_parse_flags)

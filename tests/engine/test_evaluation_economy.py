@@ -14,8 +14,7 @@ from wide_tf.engine import data as data_lib
 from wide_tf.engine import evaluation, snapshot, steps, train
 from wide_tf.engine.steps import WHOLE_PASS
 from wide_tf.engine.strategy import setup_runtime
-from wide_tf.schema import defaults
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import defaults, result_fields
 from wide_tf.schema import targets as targets_lib
 from wide_tf.study import trials as trials_lib
 
@@ -179,7 +178,7 @@ def test_a_run_accounts_for_its_seconds_by_kind(tmp_path):
     runtime = setup_runtime(config.runtime)
     r = train.train_and_evaluate(config, str(tmp_path), runtime)
     t = r["time_s"]
-    assert list(t) == list(result_schema.TIME_KINDS)
+    assert list(t) == list(result_fields.TIME_KINDS)
     assert all(v >= 0 for v in t.values())
     assert t["compile"] > 0 and t["train"] > 0 and t["eval"] > 0 and t["probe"] > 0
     inside = sum(v for k, v in t.items() if k != "setup")

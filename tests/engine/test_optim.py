@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine import optim, schedules
-from wide_tf.schema import defaults
-from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema import defaults, optimizers
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference
@@ -472,9 +471,9 @@ def test_registry_names_and_diagnostics():
     """Every optimizer of the spec (which validate.py reads, no TensorFlow there) has a builder,
     in the spec's order, and builds; only LARS reports diagnostics, its trust ratios'
     min/mean/max, inside a tf.function."""
-    assert tuple(optim.OPTIMIZERS) == optimizers_spec.NAMES
-    assert set(optim._BUILDERS) == set(optimizers_spec.NAMES)  # no builder without a spec entry
-    for name in optimizers_spec.NAMES:
+    assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
+    assert set(optim._BUILDERS) == set(optimizers.NAMES)  # no builder without a spec entry
+    for name in optimizers.NAMES:
         assert isinstance(
             optim.build_optimizer(_cfg(name=name), 256, 10, 100), keras.optimizers.Optimizer
         )

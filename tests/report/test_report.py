@@ -44,7 +44,7 @@ def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> floa
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
     """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds. Whole
-    records (schema/result.py's schema): the report leaves out any other."""
+    records (schema/result_fields.py's schema): the report leaves out any other."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:

@@ -3,7 +3,7 @@ name, and the facts the other layers read from them."""
 
 import pytest
 
-from wide_tf.schema import datasets, defaults, fields, optimizers, schedules
+from wide_tf.schema import datasets, defaults, fields, lr_schedules, optimizers
 
 
 def test_every_data_set_has_consistent_shapes_sizes_and_normalisation():
@@ -50,7 +50,7 @@ def test_optimizers_declare_their_fields_and_momentum():
 def test_choice_names_are_unique_and_the_defaults_are_among_them():
     o, t, rt = defaults.optim_config(), defaults.train_config(), defaults.runtime_config()
     for names, default in [
-        (schedules.NAMES, o.schedule),
+        (lr_schedules.NAMES, o.schedule),
         (fields.SCALING_RULES, o.scaling),
         (fields.TRUST_RATIO_FORMS, o.lars_trust_ratio),
         (fields.WARMUP_FIXED, o.warmup_fixed),

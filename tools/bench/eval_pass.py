@@ -56,11 +56,11 @@ class _Setup:
         from wide_tf.engine.models import build_model
         from wide_tf.engine.snapshot import Snapshot
         from wide_tf.engine.steps import DeviceEvalSet
-        from wide_tf.schema import datasets as datasets_spec
+        from wide_tf.schema import datasets
 
         self.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         self._steppers = {}
-        self.spec = datasets_spec.get("mnist")
+        self.spec = datasets.get("mnist")
         shape = self.spec.input_shape
         self.n, self.eval_batch, width = (1000, 128, 32) if quick else (10_000, 1024, 512)
         self.batch_sizes = (64, 256) if quick else (256, 4096, 16384)

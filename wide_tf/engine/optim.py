@@ -16,7 +16,7 @@ from absl import logging
 from keras import ops
 
 from wide_tf.engine.schedules import build_schedule
-from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema import optimizers
 from wide_tf.schema.fields import TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
@@ -492,7 +492,7 @@ _BUILDERS = {
     "adamw": OptimizerSpec(build=_adamw),
     "lamb": OptimizerSpec(build=_lamb),
 }
-OPTIMIZERS = {name: _BUILDERS[name] for name in optimizers_spec.NAMES if name in _BUILDERS}
+OPTIMIZERS = {name: _BUILDERS[name] for name in optimizers.NAMES if name in _BUILDERS}
 
 
 def optimizer_spec(name: str) -> OptimizerSpec:

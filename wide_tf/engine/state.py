@@ -158,7 +158,7 @@ class BatchPlan:
         return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
 
     def describe(self) -> dict:
-        """The plan as result.json records it (schema/result.py, BATCH_PLAN)."""
+        """The plan as result.json records it (schema/result_fields.py, BATCH_PLAN)."""
         return {
             "max_device_batch": self.max_device_batch,
             "replicas": self.num_replicas,

@@ -10,9 +10,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
-from wide_tf.schema import fields, provenance
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import fields, lr_schedules, optimizers, provenance
 from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.schema.targets import comparison
 
@@ -136,7 +134,7 @@ def _divergence(p: dict, r: dict) -> str | None:
 
 
 def _optimizer(p: dict, r: dict) -> str | None:
-    return optimizers_spec.describe(p)  # from the optimizer's registry entry
+    return optimizers.describe(p)  # from the optimizer's registry entry
 
 
 def _scaling(p: dict, r: dict) -> str | None:
@@ -147,7 +145,7 @@ def _scaling(p: dict, r: dict) -> str | None:
 
 def _schedule(p: dict, r: dict) -> str | None:
     sched = p.get("schedule")
-    return schedules_spec.describe(sched, p.get("schedule_settings") or {}) if sched else None
+    return lr_schedules.describe(sched, p.get("schedule_settings") or {}) if sched else None
 
 
 def _norm(p: dict, r: dict) -> str | None:
@@ -200,7 +198,7 @@ TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | N
     ("Divergence", ("diverge_loss",), _divergence),
     (
         "Optimizer",
-        ("optimizer", *optimizers_spec.SHARED_HYPER, *optimizers_spec.OPTIMIZERS),
+        ("optimizer", *optimizers.SHARED_HYPER, *optimizers.OPTIMIZERS),
         _optimizer,
     ),
     ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),

@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 
 from wide_tf.analysis import verdict
-from wide_tf.report import prediction, publish
+from wide_tf.report import prediction_section, publish
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
 from wide_tf.report.protocol import (
@@ -35,7 +35,7 @@ VERDICT = "verdict.txt"  # the verdict's headline sentence, one line per archite
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, whole records, number of unreadable result records). A record that
-    is not whole against schema/result.py's schema (a stub, one missing its numbers) is no finished
+    is not whole against schema/result_fields.py (a stub, one missing its numbers) is no finished
     trial: it is left out (see `read_workdir_partial`)."""
     config, records, bad, _ = read_workdir_partial(workdir)
     return config, records, bad
@@ -113,12 +113,14 @@ def _write_into(
     write_csv(os.path.join(outdir, "best_per_batch.csv"), BEST_COLUMNS, best_rows(summaries))
     write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
-    # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
-    result["prediction"] = prediction.compare_study(config, records, result) if records else None
+    # The noise-scale prediction of B_crit: its section in report.md, its plot here.
+    result["prediction"] = (
+        prediction_section.compare_study(config, records, result) if records else None
+    )
     if result["prediction"] is not None:
-        pred_plot = prediction.plot_prediction(result["prediction"], outdir)
+        pred_plot = prediction_section.plot_prediction(result["prediction"], outdir)
         plots += [pred_plot] if pred_plot else []
-        prediction.log_prediction(result["prediction"])
+        prediction_section.log_prediction(result["prediction"])
     tbdir = os.path.join(outdir, "tb")
     tb_written = write_tensorboard(workdir, records, plots, tbdir) if records else False
     md = render_markdown(config, records, n_bad, result, plots, eps, tb_written, partial)

@@ -10,7 +10,7 @@ import difflib
 import math
 from collections.abc import Callable
 
-from wide_tf.schema import architectures, datasets, families, optimizers, schedules, targets
+from wide_tf.schema import architectures, datasets, families, lr_schedules, optimizers, targets
 
 # The names every choice field accepts that are not a registry of their own (optimizers, schedules,
 # data sets, architectures, family kinds and target metrics are): the config checks and the engine
@@ -224,7 +224,7 @@ OPTIM = (
     _F("optim.lars_trust_ratio", "you", Choice(TRUST_RATIO_FORMS), "LARS's ratio form"),
     _F("optim.lars_epsilon", 0.0, Num(low=0), "LARS's denominator epsilon"),
     _F("optim.lars_clip", False, FREE, "LARC: clip the local lr at the global one"),
-    _F("optim.schedule", "constant", Choice(schedules.NAMES), "the decay after warm-up"),
+    _F("optim.schedule", "constant", Choice(lr_schedules.NAMES), "the decay after warm-up"),
     _F("optim.warmup_epochs", 0.0, _epochs(), "warm-up length in epochs"),
     _F("optim.warmup_steps", 0, _steps(), "warm-up length in steps"),
     _F("optim.warmup_fixed", "epochs", Choice(WARMUP_FIXED), "which warm-up is fixed"),

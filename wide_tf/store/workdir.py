@@ -12,7 +12,7 @@ import sys
 import time
 import uuid
 
-from wide_tf.schema import result as result_spec
+from wide_tf.schema import result_fields
 
 CONFIG = "config.json"
 RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
@@ -162,10 +162,10 @@ def record_result(workdir: str, result: dict) -> None:
 
 
 def record_problem(rec) -> str:
-    """Why `rec` is not a whole result record (schema/result.py's schema); empty when it is."""
+    """Why `rec` is not a whole result record (schema/result_fields.py); empty when it is."""
     if not isinstance(rec, dict):
         return f"holds {type(rec).__name__}, not a result record"
-    problems = result_spec.problems(rec)
+    problems = result_fields.problems(rec)
     if not problems:
         return ""
     more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
@@ -221,7 +221,7 @@ def read_results_counted(
     workdir: str, whole: bool = False, cache: dict | None = None
 ) -> tuple[list[dict], int]:
     """(every recorded result, number of unreadable ones skipped). `whole`: also skip (and count)
-    a record that is not whole against schema/result.py's schema (the scheduler's view: such a
+    a record that is not whole against schema/result_fields.py (the scheduler's view: such a
     trial is not done). `cache` (file name -> record, or None for a bad one; the caller keeps it
     between calls): a results/ file is written once, whole (record_result), so a name seen before
     is not read again; a study's scheduler reads the results after every round of every group,
