@@ -1,7 +1,7 @@
 """`python tests/slow_clock.py MAIN_FLAGS...`: runs `python -m wide_tf.main MAIN_FLAGS...` as if on
 another machine whose clock runs WIDE_TF_CLOCK_OFFSET_S seconds off (negative: behind): time.time
 is shifted (time.monotonic is not, as on a real host), and the claims carry another boot's
-identity (another kernel). Used by tests/study/test_claims.py (issue 38: a slow-clock host)."""
+identity (another kernel). Used by tests/study/test_claims.py (a slow-clock host)."""
 
 import os
 import sys

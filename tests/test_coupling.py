@@ -1,4 +1,4 @@
-"""The run's seam (issue 33): the Controller, its actions, the evaluation economy and the result
+"""The run's seam: the Controller, its actions, the evaluation economy and the result
 builder reach a backend only through engine/interface.py, read the run as plain data, and load no
 TensorFlow; a pure-Python backend runs a whole run through the shared driver; the progress line
 keeps its wall-clock cadence (a fake clock)."""

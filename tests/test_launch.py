@@ -315,7 +315,7 @@ def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
     assert creates == ["wide-0", "wide-1", "wide-2"]
     starts = [_command(c) for c in calls if _verbs([c])[0][0] == "start"]
     # Every VM runs the whole study on the one workdir and claims its next group from the pool
-    # (issue 38: before, --shard=i/3, a static hash split that left VMs 2 to 10 groups apart).
+    # (before, --shard=i/3, a static hash split that left VMs 2 to 10 groups apart).
     assert len(starts) == 3 and not any("--shard=" in s for s in starts)
     assert all("wide_tf_run ~/wide_tf_logs/" in s and "logs/wide-" in s for s in starts)
     assert all("--workdir=gs://bucket/wrn" in s for s in starts)
@@ -548,7 +548,7 @@ FLAGS = (
     ],
 )
 def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, experimental):
-    """Issue 35: tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
+    """Tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
     with the recipe's TF_XLA_FLAGS on every single host, v4 included (before: 2.20.0 + 0.0.14,
     and v4 through the stream executor); v6e and pods named experimental."""
     p = _launch(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-central2-b", "--dry_run")
@@ -601,7 +601,7 @@ def test_check_prints_which_runtime_came_up(fake):
     ],
 )
 def test_what_cannot_start_on_the_vm_is_refused_before_any_gcloud_call(fake, args, needle):
-    """Issue 38: the workdir and config went unquoted into the VM's shell line; slices that do
+    """The workdir and config went unquoted into the VM's shell line; slices that do
     not exist and any --version went to `gcloud create`; `-- --workers=2` passed the workstation's
     check (run without the VM's flags) and was refused on the VM. Now: one line, exit 2, no call."""
     base = [a for a in REQUIRED if not any(a.startswith(b.split("=")[0] + "=") for b in args)]
@@ -643,7 +643,7 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
 
 
 def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
-    """Issue 38: gs:// claims are atomic only with google-cloud-storage, which no VM had. The
+    """Gs:// claims are atomic only with google-cloud-storage, which no VM had. The
     install takes setup.cfg's [gcs] extra when there is one (here a copy of the launcher beside
     a setup.cfg that has it), and verifies the import on the VM."""
     (tmp_path / "configs").mkdir()
@@ -668,7 +668,7 @@ def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
     assert "google-cloud-storage" in install and "cloud-tpu-client" in install
 
 
-# ---- --backend=jax (issue 34 item 6) ---------------------------------------------------------
+# ---- --backend=jax ---------------------------------------------------------
 JAX_PIN = '"jax[tpu]==0.10.2"'
 
 

@@ -245,7 +245,7 @@ def test_watch_launches_again_after_a_run_exits_143(fake):
     assert "stopped (exited 143); launching again" in p.stderr
 
 
-# Issue 35: a failed or hung first launch kept billing.
+# A failed or hung first launch kept billing.
 
 
 def test_a_failed_first_launch_deletes_the_vm(fake):
@@ -361,7 +361,7 @@ def test_the_pid_check_reports_the_logs_idle_seconds(tmp_path):
 
 
 def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
-    # Issue 35: Google deletes a preempted spot node; `describe` then says NOT_FOUND and a manual
+    # Google deletes a preempted spot node; `describe` then says NOT_FOUND and a manual
     # relaunch without --spot created an on-demand VM, although docs/tpu.md said the choice is
     # kept. Now this machine keeps the choice it made (or last saw) per project, zone and name.
     p, calls = fake(*REQUIRED, "--spot")

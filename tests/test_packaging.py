@@ -1,5 +1,5 @@
 """setup.cfg's extras agree with the package's own pins: installing one beside install_requires
-resolves and leaves one TensorFlow. (Before issue 35 the `tpu` extra asked for tensorflow-tpu
+resolves and leaves one TensorFlow. (Before, the `tpu` extra asked for tensorflow-tpu
 2.20.0, whose metadata pins TensorBoard 2.20 against our 2.21 and which installs into the same
 `tensorflow` folder as the pinned CPU wheel.)"""
 

@@ -311,7 +311,7 @@ CASES = [
         ["cannot write in /proc"],
     ),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
-    # Issue 25's bad input: each one line, before TensorFlow, the workdir untouched.
+    # The bad input: each one line, before TensorFlow, the workdir untouched.
     ("config_json_null", [SMOKE, "--workdir={null_json}"], 1, ["holds NoneType", "move it aside"]),
     ("config_json_list", [SMOKE, "--workdir={list_json}"], 1, ["holds list", "a JSON object"]),
     ("workdir_s3", [SMOKE, "--workdir=s3://bucket/x"], 2, ["s3:// is not supported", "gs://"]),
@@ -390,8 +390,8 @@ CASES = [
         ["does not divide over 3 replicas (--replicas)"],
     ),
     ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
-    # Numbers that passed every check and then never ended or crashed after TensorFlow started
-    # (issue 38): each field's bound in schema/fields.py refuses them at --dry_run.
+    # Numbers that passed every check and then never ended or crashed after TensorFlow started:
+    # each field's bound in schema/fields.py refuses them at --dry_run.
     *[
         (f"runaway_{flag.split('=')[0]}", [cfg, f"--config.{flag}", "--dry_run"], 2, words)
         for cfg, flag, words in (
@@ -462,7 +462,6 @@ def workdirs(tmp_path_factory):
     wd = tmp / "study"
     (wd / "trials" / "t0").mkdir(parents=True)
     (wd / "config.json").write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-    (wd / "results.jsonl").write_text(json.dumps({"trial_id": "t0", "status": "reached"}) + "\n")
     (wd / "trials" / "t0" / "result.json").write_text(json.dumps({"trial_id": "t0"}))
     broken = tmp / "broken"
     (broken / "trials" / "t1").mkdir(parents=True)
@@ -710,15 +709,14 @@ def test_new_fields_confirm_seeds_and_min_steps_are_checked_when_present():
         validate.check_config(config)
 
 
-def test_corrupted_results_line_is_a_warning_and_nothing_changes(tmp_path):
+def test_a_torn_result_file_is_a_warning_and_nothing_changes(tmp_path):
     config = _config("configs/mlp.py:smoke")
     (tmp_path / "config.json").write_text(config.to_json_best_effort())
-    (tmp_path / "results.jsonl").write_text(
-        '{"trial_id": "a"}\n{"trial_id": "b", "st\n{"trial_id": "c"}\n'
-    )
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "b.json").write_text('{"trial_id": "b", "st')
     before = _snapshot(tmp_path)
     warnings = validate.check_workdir(config, str(tmp_path))
-    assert len(warnings) == 1 and "line 2" in warnings[0] and "run again" in warnings[0]
+    assert len(warnings) == 1 and "b.json" in warnings[0] and "runs" in warnings[0]
     assert _snapshot(tmp_path) == before
 
 
@@ -746,7 +744,7 @@ def test_unwritable_workdir(tmp_path):
 
 
 def test_the_engine_reads_the_spec_registries():
-    """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
+    """The names and data sets have one home, the schema (which validate.py reads): the TensorFlow
     modules hold those objects, not copies (the registries themselves:
     tests/schema/test_registries.py); and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import data, optim, strategy
@@ -781,7 +779,7 @@ def test_every_shipped_config_passes(tmp_path):
 
 
 def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path, cli):
-    """--trial that matches no trial (now found before TensorFlow starts, issue 25): one line,
+    """--trial that matches no trial (now found before TensorFlow starts): one line,
     exit 2, nothing written."""
     wd = tmp_path / "study"
     status, _, err = cli([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], tensorflow=True)
@@ -887,7 +885,7 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
 
 
 def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder(tmp_path, cli):
-    """Issue 38: a dangling symlink as --workdir was blamed on "something removed it" after
+    """A dangling symlink as --workdir was blamed on "something removed it" after
     TensorFlow started, and an over-long --workdir passed the checks and failed after creating
     folders."""
     link = tmp_path / "link"

@@ -1,4 +1,4 @@
-"""The evaluation economy (engine/evaluation.py, issue 23): passes over the training set that stop
+"""The evaluation economy (engine/evaluation.py): passes over the training set that stop
 once no target can be met leave every target's record exactly as whole passes do (every status,
 reached, not reached and diverged; a crossing right after a pass that stopped early is
 interpolated against the snapshot's whole pass), and a run's seconds are accounted by kind."""

@@ -468,8 +468,8 @@ def test_build_optimizer_by_name():
 
 
 def test_registry_names_and_diagnostics():
-    """Every optimizer of the spec (which validate.py reads, no TensorFlow there) has a builder,
-    in the spec's order, and builds; only LARS reports diagnostics, its trust ratios'
+    """Every optimizer of the schema (which validate.py reads, no TensorFlow there) has a builder,
+    in the schema's order, and builds; only LARS reports diagnostics, its trust ratios'
     min/mean/max, inside a tf.function."""
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
     assert set(optim._BUILDERS) == set(optimizers.NAMES)  # no builder without a spec entry
@@ -533,7 +533,7 @@ def test_describe_exclusions_by_rank():
 
 def test_weight_decay_exclusion_uses_keras_public_api_only():
     """The exclusions go through Keras's public `exclude_from_weight_decay`: no private Keras
-    attribute or method of the weight-decay machinery is read or written (issue 37)."""
+    attribute or method of the weight-decay machinery is read or written."""
     import inspect
 
     source = inspect.getsource(optim)

@@ -1,4 +1,4 @@
-"""The registries drive the record (issue 33 item 3): the protocol block of result.json and the
+"""The registries drive the record: the protocol block of result.json and the
 report's protocol table read the chosen optimizer's and schedule's declared fields; nothing names
 an optimizer or a schedule in code."""
 

@@ -1,4 +1,4 @@
-"""The answer suite across data sets and architectures (issue 36, item 3): each row names its data
+"""The answer suite across data sets and architectures: each row names its data
 set, and the readings that combine studies (the two-factor fit, the budget families compared)
 never mix members of different data sets or architectures."""
 

@@ -64,7 +64,7 @@ def test_choice_names_are_unique_and_the_defaults_are_among_them():
 
 
 def test_every_count_and_epoch_field_is_bounded_above():
-    """Issue 38: a count without an upper bound (steps, epochs, seeds, batch sizes, example
+    """A count without an upper bound (steps, epochs, seeds, batch sizes, example
     cadences) passed every check and then never ended or crashed after TensorFlow started."""
     from wide_tf.schema import fields
 

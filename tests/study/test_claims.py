@@ -1,7 +1,7 @@
-"""One owner per group (issue 25): claims are created whole (a reader never sees half a claim and
+"""One owner per group: claims are created whole (a reader never sees half a claim and
 takes it over), a heartbeat stamped in the future cannot hold a group for ever and is named, a
 garbled claim file is named in one line, and two `--workers=1` commands on one workdir train every
-trial once. Across machines (issue 38): a host whose clock runs behind keeps its groups while its
+trial once. Across machines: a host whose clock runs behind keeps its groups while its
 heartbeat moves, a claim of another boot or PID namespace is never judged by its pid, the skew is
 named once, an unreadable claim file is one broken claim."""
 
@@ -272,7 +272,7 @@ class _NoAtomicCreate(claims._LocalStore):
 
 
 def test_a_second_process_on_a_store_without_atomic_create_is_refused(tmp_path):
-    """Issue 38: on gs:// without google-cloud-storage two processes could both win a group.
+    """On gs:// without google-cloud-storage two processes could both win a group.
     A process that finds another's claim moving is refused in one line; one that finds only a
     dead holder's claim (unchanged for the timeout) goes on."""
     folder = tmp_path / "claims"

@@ -84,7 +84,7 @@ def _processes_naming(text: str) -> list[int]:
 
 
 def test_a_suite_killed_by_sigkill_leaves_no_study_running(tmp_path):
-    """Issue 38: the suite started each study as `python -m wide_tf.main` without the death
+    """The suite started each study as `python -m wide_tf.main` without the death
     signal, so a suite killed by SIGKILL left its study (and the study's workers) computing,
     unsupervised. Now the study dies with the suite: no process is left 10 s later."""
     spec = tmp_path / "two.py"
@@ -238,7 +238,7 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path,
     line = [ln for ln in text.splitlines() if ln.startswith("- **plain SGD**")][0]
     width_part = float(re.search(r"a width part ([+-][0-9.]+)", line).group(1))
     assert width_part > 0.4  # B_crit ~ width: the budget slope sits on width
-    # Issue 36: the pooled pair is the headline (before the table); the check without the
+    # The pooled pair is the headline (before the table); the check without the
     # heaviest member is the rule's at 85%, never a 95% verdict; the replicate's members share
     # their random effects (one member, measured twice).
     assert text.index("## Each study with its replicate") < text.index("## Protocol x family")

@@ -1,7 +1,6 @@
 """`--check`'s study stage (wide_tf/tools/check.py) on the CPU with a tiny config: the worst row of
 the memory model stepped, the peak said to be not reported on a CPU, 20 steps timed, a checkpoint
-written to the workdir and read back; the TPU runtime as the environment and the process show it
-(issue 35, item 2)."""
+written to the workdir and read back; the TPU runtime as the environment and the process show it."""
 
 import pytest
 

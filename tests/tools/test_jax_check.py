@@ -2,7 +2,7 @@
 devices through engine/jax_run.setup_runtime, here as two JAX processes of two virtual CPU devices
 each under WIDE_TF_JAX_DISTRIBUTED=1 (jax.distributed.initialize(), the multi-host path of a TPU
 slice): each sees all four devices, the psum over them meets across the processes, and no
-TensorFlow is loaded; a wrong count is exit 3; usage errors are one line (issue 34, item 6)."""
+TensorFlow is loaded; a wrong count is exit 3; usage errors are one line."""
 
 import os
 import socket

@@ -1,4 +1,4 @@
-"""Owns the backend benchmark (issue 34): one WRN training step at a large batch, on JAX over 8
+"""Owns the backend benchmark: one WRN training step at a large batch, on JAX over 8
 virtual CPU devices (shard_map) against TensorFlow's MirroredStrategy over 2 logical CPU devices,
 per example, through the package's own run (engine/train.setup: the Trainer either backend makes).
 Each measurement runs in its own child process (a process runs one Keras backend), the two

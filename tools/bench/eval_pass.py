@@ -1,4 +1,4 @@
-"""Owns the evaluation benchmark (issue 35, item 5): an evaluation pass at a large evaluation batch
+"""Owns the evaluation benchmark: an evaluation pass at a large evaluation batch
 on two replicas, the set streamed through tf.data (a new iterator per pass, the pass compiled once
 per Stepper, i.e. per batch size: the code before) against the set held on the devices
 (steps.DeviceEvalSet, compiled once per set), interleaved in one process, with the snapshot the

@@ -3,7 +3,7 @@ optimizer, each replica's copy), the step scalars, the schedule's values and the
 of 27 short runs through the compiled step (MLP and WRN; no norm, batch and ghost batch norm; SGD,
 momentum with warm-up, Nesterov, LARS, AdamW; constant, cosine, polynomial and multistep
 schedules; one and two replicas, one and two micro-batches), written to one .npz; and two such
-files compared byte for byte. Run on two versions of the code (issue 33's keras.ops port:
+files compared byte for byte. Run on two versions of the code (the keras.ops port:
 docs/design.md):
 
     git archive OLD | tar -x -C /tmp/old

@@ -25,7 +25,7 @@ members' slopes, with its reasons and caveats. `wide_tf.analysis.verdict` descri
   interval holds 0; *inconclusive* otherwise, with the reason.
 * **Lack of fit is a caveat, not a gate.** The earlier rule kept only members whose curve passed
   the lack-of-fit test in the B_crit check and required 3 of them; the test cannot tell a cell
-  effect from misfit, so more seeds rejected more members and *lowered* the power (issue 22: 28%
+  effect from misfit, so more seeds rejected more members and *lowered* the power (28%
   -> 2% at width^0.5 from 5 to 10 seeds). A member failing it is named in the caveats.
 
 Pure NumPy/SciPy on member summaries; no TensorFlow.
@@ -175,7 +175,7 @@ def heaviest_check(name: str | None, rest: meta.MetaSlope | None, sign: int) -> 
     """The rule's check in words: the slope without the member of the highest leverage, its
     interval at HEAVIEST_LEVEL, and whether it is on the decisive side (`sign` of the main
     slope's decision; 0: nothing decisive to check). No 95% verdict is formed without that member:
-    its level is the rule's (the verdict's lines move between machines at 95%, issue 36)."""
+    its level is the rule's (the verdict's lines move between machines at 95%)."""
     if name is None:
         return "no member to leave out"
     if rest is None:

@@ -2,9 +2,9 @@
 per member, B_simple measured at every evaluation), and its cost against the full sweep, planned
 from the configs alone (docs/prediction.md, "The predict study").
 
-Configs import this module before TensorFlow starts, so it imports nothing heavy: the spec's budget
-rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a data
-set's size.
+Configs import this module before TensorFlow starts, so it imports nothing heavy: the schema's
+budget rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a
+data set's size.
 
     python -m wide_tf.analysis.predict_study --config=configs/mlp.py:local   # what its predict
                                                                              # study costs

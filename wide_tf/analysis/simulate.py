@@ -266,14 +266,6 @@ class Calibration:
     median_min_detectable: float | None
     examples_per_study: float = 0.0  # mean over studies of sum(steps x batch) over its runs
 
-    @property
-    def decisive_rate(self) -> float:
-        return (self.supported + self.contradicted) / self.n_studies
-
-    @property
-    def supported_rate(self) -> float:
-        return self.supported / self.n_studies
-
 
 def calibrate(
     design: Design,
@@ -457,7 +449,7 @@ def _setup(a) -> tuple[Design, list[str]] | str:
 
 # numpy's generators take a seed that is an integer >= 0.
 _seed = integer(0)
-# Bounds on the flags that could run away (issue 38: --noise=1e308 overflowed, --bootstrap=1e11
+# Bounds on the flags that could run away (--noise=1e308 overflowed, --bootstrap=1e11
 # asked for 745 GiB, --replicates and --extra_seeds were unbounded). MAX_COUNT studies or
 # replicates take hours already (200 x 200 take minutes); a seed-noise sigma of MAX_NOISE on log
 # steps-to-target is a 150-fold spread per seed, about 40x the generators' own (0.12,

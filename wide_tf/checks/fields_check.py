@@ -74,7 +74,7 @@ def check_value(config, f: fields.Field) -> None:
         _check_list(f.path, domain, value)
     elif domain == fields.JIT:
         _check_jit(f.path, value)
-    # FREE, and the targets (whose value depends on the metric): spec.rules.check_targets.
+    # FREE, and the targets (whose value depends on the metric): schema/rules.py's check_targets.
 
 
 def check_values(config) -> None:
@@ -89,7 +89,7 @@ def check_values(config) -> None:
 
 
 def parse_target(where: str, spec) -> tuple[str, float]:
-    """An entry of train.extra_targets, "metric:value", as (metric, value) (spec.rules has the
+    """An entry of train.extra_targets, "metric:value", as (metric, value) (schema/rules.py has the
     grammar); a UsageError naming `where` if it is malformed."""
     try:
         return rules.parse_target(where, spec)

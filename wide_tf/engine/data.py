@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-# The data sets' shapes, classes, sizes and normalisation: one home, the spec registry.
+# The data sets' shapes, classes, sizes and normalisation: one home, the schema's registry.
 DATASETS = datasets.DATASETS
 
 # Salts that separate the random streams derived from one seed (_SUBSET_SEED: engine/arrays.py).

@@ -480,8 +480,8 @@ def _lamb(o, learning_rate, variables):
     return _decay_excluded(opt, variables)
 
 
-# How to build each optimizer of the spec (schema/optimizers.py: its name, fields and momentum),
-# keyed in the spec's order; tests/engine/test_optim.py checks that every spec optimizer has a
+# How to build each optimizer of the schema (schema/optimizers.py: its name, fields and momentum),
+# keyed in the schema's order; tests/engine/test_optim.py checks that every schema optimizer has a
 # builder.
 _BUILDERS = {
     "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),

@@ -26,7 +26,7 @@ class ConfigError(UsageError):
 
 
 def _check(config, info) -> None:
-    """The config checks' cross-field rules (spec.rules), on this run's training set; the batch's
+    """The config checks' rules (schema/rules.py), on this run's training set; the batch's
     split over the replicas is checked once they are known (BatchPlan, below)."""
     try:
         rules.check(config, info.num_train, replicas=None)

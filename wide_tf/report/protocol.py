@@ -45,7 +45,7 @@ def eps_problem(eps) -> str | None:
     """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (schema/fields.py): a
     finite number in [MIN_EPS, MAX_EPS]; 0 puts the threshold on perfect scaling itself, nan made
     every table B_xnan, a negative one raised in the analysis, and 1e26 or 1e-320 wrote a report
-    of nothing but censored bounds over the study's own (issue 38)."""
+    of nothing but censored bounds over the study's own."""
     rng = f"use a finite number >= {fields.MIN_EPS:g} and <= {fields.MAX_EPS:g}, e.g. 0.25 or 1"
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         return f"eps={eps!r} is not a number; {rng}"

@@ -106,7 +106,7 @@ def _outcome_of(cell, rec: dict) -> dict:
 
 
 def _scalar_value(tag: str, v, metadata):
-    """A copy of a scalar summary value under `tag` (tensor or legacy simple_value)."""
+    """A copy of a scalar summary value under `tag` (a tensor, or a simple_value)."""
     from tensorboard.compat.proto import summary_pb2
     from tensorboard.util import tensor_util
 

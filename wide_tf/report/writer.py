@@ -47,9 +47,7 @@ def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, li
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
     cfg_path = wd.join(workdir, wd.CONFIG)
     has_cfg = tf.io.gfile.exists(cfg_path)
-    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(
-        wd.join(workdir, wd.RESULTS_DIR)
-    )
+    has_res = tf.io.gfile.isdir(wd.join(workdir, wd.RESULTS_DIR))
     if not has_cfg and not has_res:
         raise ReportError(f"{workdir!r} holds neither config.json nor results: not a study workdir")
     config = None
@@ -64,7 +62,7 @@ def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, li
                 f"object); restore it from the study, or remove it to report from the results alone"
             )
     records, bad, partial = [], 0, []
-    if has_res:  # results/<trial_id>.json (and a legacy results.jsonl), through workdir.py
+    if has_res:  # results/<trial_id>.json, through workdir.py
         found, bad = wd.read_results_counted(workdir)
         for r in found:  # the scheduler's own check: such a trial runs again
             why = wd.record_problem(r)

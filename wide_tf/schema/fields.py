@@ -134,7 +134,7 @@ def _int(low=0, **kw) -> Num:
     return Num(low=low, integer=True, **kw)
 
 
-# Upper bounds on every count that could run away (issue 38: train.min_steps=1e20 never ended,
+# Upper bounds on every count that could run away (train.min_steps=1e20 never ended,
 # train.max_epochs=1e308 overflowed after TensorFlow started, train.seed=1e20 broke the RNG). Each
 # lies far past any run this package plans and inside the arithmetic that consumes it.
 MAX_STEPS = 10**9  # optimizer steps: a local study's runs take 10^2-10^4, ImageNet-scale ~10^6
@@ -239,7 +239,7 @@ OPTIM = (
     _F("optim.end_lr_fraction", 0.0, Num(low=0, high=1), "the final lr over the peak"),
 )
 TRAIN = (
-    _F("train.global_batch", 128, FREE, "the batch (a sweep sets it); checked by spec.rules"),
+    _F("train.global_batch", 128, FREE, "the batch (a sweep sets it); checked by schema/rules.py"),
     _F(
         "train.max_device_batch",
         0,

@@ -15,7 +15,6 @@ import uuid
 from wide_tf.schema import result_fields
 
 CONFIG = "config.json"
-RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
 RESULTS_DIR = "results"  # one <trial_id>.json per finished trial
 TRIALS = "trials"
 REPORT = "report"
@@ -178,7 +177,7 @@ def _load(path: str):
 
 
 def unreadable(e: BaseException) -> str:
-    """The warning's tail for a results/ entry that cannot be read (issue 38: a folder named
+    """The warning's tail for a results/ entry that cannot be read (a folder named
     <id>.json, or a file without read permission, stopped every worker)."""
     why = getattr(e, "strerror", None) or getattr(e, "message", None) or type(e).__name__
     return (
@@ -227,28 +226,11 @@ def read_results_counted(
     is not read again; a study's scheduler reads the results after every round of every group,
     and reading all of them each time cost a third of a local study's time.
 
-    Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
-    legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
-    An unreadable or partial file (or line), or a record without a trial_id, is skipped and
-    counted, never fatal. Sorted by trial id, so the order does not depend on the listing."""
+    Reads WORKDIR/results/*.json. An unreadable or partial file, or a record without a trial_id,
+    is skipped and counted, never fatal. Sorted by trial id, so the order does not depend on the
+    listing."""
     by_id: dict = {}
     bad, fs = 0, _fs(workdir)
-    legacy = join(workdir, RESULTS)
-    if fs.exists(legacy):
-        with fs.GFile(legacy, "r") as f:
-            text = f.read()
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if not isinstance(rec, dict) or "trial_id" not in rec:
-                bad += 1
-                continue
-            by_id[rec["trial_id"]] = rec
     folder = join(workdir, RESULTS_DIR)
     names = fs.listdir(folder) if fs.isdir(folder) else []
     for name in sorted(names):
