@@ -318,3 +318,46 @@ def test_a_legacy_reader_is_caught(tmp_path):
         "wide_tf/a.py:5: legacy",
         "wide_tf/a.py:5: results.jsonl",
     ]
+
+
+# ---- module names -------------------------------------------------------------------------------
+
+# Basenames two modules share on purpose, with the reason.
+REPEATED_BY_DESIGN = {
+    # The metrics a run may target and their directions (schema), and a run's crossings of them
+    # (engine).
+    "targets": {"wide_tf/schema/targets.py", "wide_tf/engine/targets.py"},
+}
+
+
+def repeated_basenames(root: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
+    """{basename: its modules} for every module basename the package uses twice or more, once at
+    least outside engine/ (whose backend folders mirror each other's names on purpose; a
+    package's __init__ and __main__ aside): `suite` in three layers reads as one module."""
+    seen: dict[str, set[str]] = {}
+    for path in sorted(root.rglob("*.py")):
+        if path.stem not in ("__init__", "__main__"):
+            seen.setdefault(path.stem, set()).add(path.relative_to(root.parent).as_posix())
+    engine = f"{root.name}/engine/"
+    return {
+        name: paths
+        for name, paths in seen.items()
+        if len(paths) > 1 and any(not p.startswith(engine) for p in paths)
+    }
+
+
+def test_no_module_basename_repeats_without_its_reason():
+    assert repeated_basenames() == REPEATED_BY_DESIGN
+
+
+def test_a_repeated_basename_is_caught(tmp_path):
+    # Two layers' suite.py are caught; the backend folders' mirrored step.py are not.
+    for folder, name in [("study", "suite"), ("store", "suite")] + [
+        ("engine/tf", "step"),
+        ("engine/jax", "step"),
+    ]:
+        (tmp_path / "wide_tf" / folder).mkdir(parents=True)
+        (tmp_path / "wide_tf" / folder / f"{name}.py").write_text("")
+    assert repeated_basenames(tmp_path / "wide_tf") == {
+        "suite": {"wide_tf/study/suite.py", "wide_tf/store/suite.py"}
+    }
