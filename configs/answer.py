@@ -23,7 +23,7 @@ Variants (after the colon):
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
-from wide_tf.study.suite import Entry
+from wide_tf.study.suite_runner import Entry
 
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 

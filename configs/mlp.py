@@ -249,7 +249,7 @@ def _mnist7(config):
     config.data.name = "mnist_embedded"
     config.data.pool = 4  # 28x28 -> 7x7: widths 833 (depth 1) to 80 (depth 8)
     s.family.depths = [1, 2, 3, 4, 5, 6, 7, 8]  # depth 12 does not reach 97% in 30 epochs
-    # The pilot (issue 36): the one-layer member's epochs double between batches 128 and 500,
+    # The pilot: the one-layer member's epochs double between batches 128 and 500,
     # so its B_crit is of order 250; 500 = n / 8 keeps (n - B) / (n - 1) = 0.88 of the noise.
     s.batch_sizes = [8, 16, 32, 64, 128, 256, 500]
     t.target_value = 0.95

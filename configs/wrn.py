@@ -26,7 +26,7 @@ Variants (after the colon):
           a fixed 16,000-image subset, WRN-10, -16 and -28 at 50k parameters, batches 32 to
           2,048 (n / 8), target 90% training accuracy, two seeds. A check of the JAX path on a
           GPU at batches in the thousands, not a designed study: its power was not simulated.
-  mnist7  the ResNet study on real images (issue 36): `local`'s six members (WRN-10, -16,
+  mnist7  the ResNet study on real images: `local`'s six members (WRN-10, -16,
           -22, -28, -40, -52 at 50k parameters, k 0.79 to 0.25) on the 5,000 embedded MNIST
           digits (4,000 for training) average-pooled to 7x7, batches 32 to 496 (the multiple of
           the ghost batch 8 nearest n / 8 = 500), 95% training accuracy, runs stopped there;

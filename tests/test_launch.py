@@ -328,8 +328,9 @@ def test_shards_bring_up_a_ray_cluster_and_submit_the_study_to_it(fake):
     assert creates == ["wide-0", "wide-1", "wide-2"]
     assert all(c[-1] == "--spot" for c in calls if c[0] == "create")
     verbs = _verbs(calls)
-    # Every VM installed (Ray with it: pyproject.toml's [ray] extra), then Ray's head on wide-0's worker 0 at its internal
-    # address, the others joined to it, the study started once, on the head, with --cluster.
+    # Every VM installed (Ray with it: pyproject.toml's [ray] extra), then Ray's head on wide-0's
+    # worker 0 at its internal address, the others joined to it, the study started once, on the
+    # head, with --cluster.
     assert all(
         "'ray[default]>=2.60,<3'" in _command(c) for c, v in zip(calls, verbs) if v[0] == "install"
     )

@@ -249,7 +249,7 @@ def test_watch_launches_again_after_a_run_exits_143(fake):
     assert "stopped (exited 143); launching again" in p.stderr
 
 
-# a failed or hung first launch kept billing.
+# A failed or hung first launch kept billing.
 
 
 def test_a_failed_first_launch_deletes_the_vm(fake):

@@ -29,9 +29,9 @@ ALLOWED = {
     # A study on a Ray cluster: the driver and the hosts' actor, over the study's own loop.
     "cluster": {"schema", "store", "checks", "engine", "study", "tf_start"},
     "tools": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
-    # errors.py turns any exception into one line, so it names every layer's error classes; like
-    # main it sits on top, and nothing but main imports it.
-    "errors": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
+    # errors.py turns any exception into one line by its base (schema/problems.py), which every
+    # layer's errors subclass: it needs the lowest layer only. Only the entry points import it.
+    "errors": {"schema"},
     "tf_start": {"schema"},  # TensorFlow's quiet import reads the GPU probe
     # The launcher runs on a workstation: the slice table is schema's; the rest of the package
     # it reaches only through `python -m wide_tf.main` (a process), never by import.

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from wide_tf.analysis import simulate, study_noise
+from wide_tf.analysis import seed_variance, simulate
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
 
@@ -46,7 +46,7 @@ def test_the_scale_is_read_off_a_finished_study(tmp_path):
     (tmp_path / "results").mkdir()
     for i, r in enumerate(recs):
         (tmp_path / "results" / f"{i}.json").write_text(json.dumps(r))
-    noise = study_noise.summarize(study_noise.read_records(str(tmp_path)))
+    noise = seed_variance.summarize(seed_variance.read_records(str(tmp_path)))
     sc = scale_lib.scale_from(str(tmp_path), simulate._summaries_of(str(tmp_path)), noise)
     assert 35.0 < sc.b_crit_ref < 100.0 and 70.0 < sc.s_min < 140.0
     assert 0.08 < sc.noise.sigma < 0.25

@@ -12,8 +12,7 @@ import tensorflow as tf
 from wide_tf.engine.models import build_model
 from wide_tf.engine.tf import data
 from wide_tf.engine.tf.step import BatchPlan, DeviceEvalSet, Stepper, weighted_sums
-from wide_tf.schema import datasets as datasets_spec
-from wide_tf.schema import defaults
+from wide_tf.schema import datasets, defaults
 
 
 def _cfg():
@@ -27,7 +26,7 @@ def _model_and_stepper(strategy):
         opt = keras.optimizers.SGD(0.1)
         opt.build(model.trainable_variables)
         plan = BatchPlan.make(16, strategy.num_replicas_in_sync)
-        stepper = Stepper(model, opt, strategy, plan, input_spec=datasets_spec.of(_cfg()))
+        stepper = Stepper(model, opt, strategy, plan, input_spec=datasets.of(_cfg()))
     return model, stepper
 
 
@@ -41,7 +40,7 @@ def test_two_replicas_hold_the_packed_set_and_sum_as_the_stream_did():
     two = _two()
     cfg = _cfg()
     model, stepper = _model_and_stepper(two)
-    spec = datasets_spec.of(cfg)
+    spec = datasets.of(cfg)
     streamed = data.make_eval_dataset(cfg, "test", 64, two)  # 359 examples: a padded last batch
     held = DeviceEvalSet(*data.packed_eval_arrays(cfg, "test"), 64, two, model, spec)
     assert held.num_batches == streamed.num_batches == 6
@@ -100,7 +99,7 @@ def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
     streamed = data.make_eval_dataset(cfg, "test", 64, two)
     with two.scope():  # the next batch size: a new Stepper on the same model (engine/tf/reuse.py)
         second = Stepper(
-            model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets_spec.of(cfg)
+            model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets.of(cfg)
         )
     assert first.evaluate(streamed) == second.evaluate(streamed)
     assert second.eval_fn(streamed) is first.eval_fn(streamed)

@@ -1,4 +1,4 @@
-"""Targets past the transients (issue 16): several targets judged on one run's evaluations,
+"""Targets past the transients: several targets judged on one run's evaluations,
 batch-norm statistics recomputed on training data for the evaluations that judge them, the
 momentum warm-up, and what result.json says about them."""
 

@@ -44,7 +44,7 @@ def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> floa
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
     """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds. Whole
-    records (schema/result.py's schema): the report leaves out any other."""
+    records (schema/result_fields.py's schema): the report leaves out any other."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:
@@ -203,8 +203,11 @@ def make_workdir(path, records, config=CONFIG):
         with open(os.path.join(path, "config.json"), "w") as f:
             json.dump(config, f)
     if records is not None:
-        with open(os.path.join(path, "results.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+        os.makedirs(os.path.join(path, "results"), exist_ok=True)
+        for i, r in enumerate(records):
+            name = f"{r.get('trial_id', f'record{i}')}.json"
+            with open(os.path.join(path, "results", name), "w") as f:
+                json.dump(r, f)
     return str(path)
 
 
@@ -342,7 +345,7 @@ def _plugin_values(events, plugin="hparams"):
 def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
     """One session per (member, batch) at its chosen rate (the median seed's trial), the HParams
     on it, the experiment config at tb/'s root: 25 sessions + the plots, under the 500 runs
-    TensorBoard ticks on open (issue 37)."""
+    TensorBoard ticks on open."""
     pytest.importorskip("tensorboard")
     import tensorflow as tf
     from tensorboard.plugins.hparams import plugin_data_pb2
@@ -424,7 +427,7 @@ def test_tensorboard_copies_curves_with_one_tag_set(tmp_path):
     import tensorflow as tf
 
     for kind, tag, value in (("train", "batch_loss", 0.5), ("eval", "test_accuracy", 0.85)):
-        writer = tf.summary.create_file_writer(str(old / kind))  # a workdir before issue 37
+        writer = tf.summary.create_file_writer(str(old / kind))  # an older workdir's layout
         with writer.as_default():
             tf.summary.scalar(tag, value, step=5)
         writer.close()
@@ -473,8 +476,8 @@ def test_report_empty_results(tmp_path):
     md = open(report.write_report(wd)).read()
     assert "No trials finished yet" in md and "train_accuracy >= 0.99" in md
     assert read_csv(os.path.join(wd, "report", "all_trials.csv")) == []
-    # no results.jsonl at all: the same
-    os.remove(os.path.join(wd, "results.jsonl"))
+    # no results/ at all: the same
+    os.rmdir(os.path.join(wd, "results"))
     assert "No trials finished yet" in open(report.write_report(wd)).read()
 
 
@@ -534,7 +537,7 @@ def test_bad_workdir_errors(tmp_path):
         report.write_report(str(tmp_path / "nope"))
     with pytest.raises(report.ReportError):
         report.write_report(str(tmp_path))  # exists but holds no study
-    # An empty TF_CPP_MIN_LOG_LEVEL (issue 38: TensorFlow read it as 0) is no choice: the command
+    # An empty TF_CPP_MIN_LOG_LEVEL (TensorFlow read it as 0) is no choice: the command
     # itself keeps TensorFlow's start-up lines out (wide_tf/tf_start.py), so its stderr is the one
     # error line. A folder that exists: the report imports TensorFlow to read it.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="")
@@ -580,7 +583,6 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
     wd = make_workdir(tmp_path, recs)
     blank = {k: v for k, v in recs[0].items() if k not in ("steps", "final", "status")}
     blank["trial_id"] = "blank-b32"
-    os.makedirs(os.path.join(wd, "results"))
     for rec in ({"trial_id": "stub-b64"}, blank):
         with open(os.path.join(wd, "results", f"{rec['trial_id']}.json"), "w") as f:
             json.dump(rec, f)
@@ -594,7 +596,7 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
 
 
 def test_figures_are_fit_for_a_paper(tmp_path, monkeypatch):
-    """Issue 37: a PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
+    """A PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
     that never overlap; legends outside the data; test accuracy at the chosen rate with the
     seeds' range as a band."""
     from PIL import Image

@@ -1,4 +1,4 @@
-"""Issue 38's lesser faults, each as it was seen: the parent's stop on a worker that cannot act on
+"""The lesser faults, each as it was seen: the parent's stop on a worker that cannot act on
 SIGTERM, what the parent says after a second SIGTERM, a result file that is a folder."""
 
 import os

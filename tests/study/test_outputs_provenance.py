@@ -1,4 +1,4 @@
-"""What a user meets after a study (issue 37): provenance in config.json, every result.json, the
+"""What a user meets after a study: provenance in config.json, every result.json, the
 report's protocol table and TensorBoard's HParams; TensorBoard's curated sessions with one tag
 set. Read from the session's finished smoke study (tests/conftest.py), plus the probes alone."""
 

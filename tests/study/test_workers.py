@@ -277,7 +277,7 @@ _SPIED = ",".join(_CHECKS + ("wide_tf.study.scheduler:run_worker",))
 
 
 def _assert_once_per_process(log: str, parent: int, trials: int) -> None:
-    """Issue 33: the parent checks once; a worker reads its parent's config and checks nothing
+    """The parent checks once; a worker reads its parent's config and checks nothing
     (schema/rules.py's check runs again only inside each training run, engine/train.py's, at the
     replica count the run sees: once per trial)."""
     by_pid: dict[int, list[str]] = {}

@@ -30,7 +30,7 @@ members' slopes, with its reasons and caveats. `wide_tf.analysis.verdict` descri
   and of the Fashion-MNIST MLP pair; at 95% in 0-5% (docs/results/calibration.md).
 * **Lack of fit is a caveat, not a gate.** The earlier rule kept only members whose curve passed
   the lack-of-fit test in the B_crit check and required 3 of them; the test cannot tell a cell
-  effect from misfit, so more seeds rejected more members and *lowered* the power (issue 22: 28%
+  effect from misfit, so more seeds rejected more members and *lowered* the power (28%
   -> 2% at width^0.5 from 5 to 10 seeds). A member failing it is named in the caveats.
 
 Pure NumPy/SciPy on member summaries; no TensorFlow.

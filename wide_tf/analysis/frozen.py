@@ -31,6 +31,7 @@ import os
 import sys
 
 from wide_tf.schema import provenance
+from wide_tf.schema.problems import UsageError
 
 FORMAT = "wide_tf frozen design 1"
 ENV = provenance.FROZEN_ENV
@@ -39,7 +40,7 @@ LOCAL_FIELDS = (("data", "data_dir"), ("data", "download"))
 HASH_CHARS = 12  # the short hash the report prints
 
 
-class FrozenError(ValueError):
+class FrozenError(UsageError):
     """A frozen design that is missing, damaged, or not the config being run (one line)."""
 
     exit_code = 2

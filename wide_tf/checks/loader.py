@@ -13,7 +13,8 @@ import importlib.util
 import os
 import re
 
-from wide_tf.checks.problems import UsageError, suggest
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 
 # The checkout that holds the package (configs/ sits beside wide_tf/ in a source checkout):
 # a relative --config is looked up in the current folder first, then here.

@@ -3,7 +3,8 @@ with the nearest one suggested, and that none sets a field a sweep sets for ever
 
 from __future__ import annotations
 
-from wide_tf.checks.problems import UsageError, suggest
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 from wide_tf.schema.rules import has_sweep
 
 # Fields a sweep sets per trial: an override of one of them would be silently replaced.

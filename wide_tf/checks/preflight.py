@@ -13,8 +13,8 @@ import re
 import tempfile
 
 from wide_tf.checks.overrides import is_sweep
-from wide_tf.checks.problems import RuntimeProblem, UsageError
 from wide_tf.schema import datasets, families, hardware, identity
+from wide_tf.schema.problems import RuntimeProblem, UsageError
 from wide_tf.store import workdir as wd
 
 
@@ -315,35 +315,9 @@ def check_same_study(config, workdir: str) -> bool:
     return True
 
 
-def _results_warnings(workdir: str) -> list[str]:
-    """A warning for each line of results.jsonl that is not a whole result, and for each
-    results/<id>.json that is partial (the study sets it aside and runs its trial again: said
-    here, in the console, not only in a worker's log) or cannot be read."""
-    warnings = _result_files_warnings(workdir)
-    results = os.path.join(workdir, "results.jsonl")
-    if not os.path.exists(results):
-        return warnings
-    try:
-        lines = wd.read_checked(results).splitlines()
-    except OSError as e:
-        return [*warnings, f"{results} {wd.unreadable(e)}"]
-    for i, raw in enumerate(lines, 1):
-        if not raw.strip():
-            continue
-        try:
-            rec = wd.loads_checked(raw)
-            ok = isinstance(rec, dict) and "trial_id" in rec
-        except ValueError:
-            ok = False
-        if not ok:
-            warnings.append(
-                f"{results} line {i} is not a whole result (corrupted or cut short); it is "
-                f"ignored and its trial is taken from trials/<id>/result.json or run again"
-            )
-    return warnings
-
-
 def _result_files_warnings(workdir: str) -> list[str]:
+    """A warning for each results/<id>.json that is partial (the study sets it aside and runs its
+    trial again: said here, in the console, not only in a worker's log) or cannot be read."""
     folder = os.path.join(workdir, wd.RESULTS_DIR)
     names = (
         sorted(n for n in os.listdir(folder) if n.endswith(".json"))
@@ -460,8 +434,7 @@ def check_workdir(config, workdir: str) -> list[str]:
     the same study is `check_same_study`'s, run once by the study: trials.check_workdir);
     RuntimeProblem for a folder that cannot be written, an unreadable single-run result.json,
     and an empty (truncated) checkpoint file; a trial's unreadable result.json is a warning (the
-    study moves it aside and runs the trial again), and so are unreadable lines of results.jsonl
-    (the study ignores them and runs those trials again)."""
+    study moves it aside and runs the trial again)."""
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
@@ -477,4 +450,4 @@ def check_workdir(config, workdir: str) -> list[str]:
     if not os.path.isdir(workdir):
         return []
     _check_run_kind(config, workdir)  # (the same study: once, where config.json is written)
-    return _results_warnings(workdir) + _check_run_files(workdir)
+    return _result_files_warnings(workdir) + _check_run_files(workdir)

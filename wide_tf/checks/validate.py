@@ -32,8 +32,9 @@ from wide_tf.checks.preflight import (
     check_workers,
     parse_workers,
 )
-from wide_tf.checks.problems import Problem, RuntimeProblem, UsageError, suggest
-from wide_tf.schema import architectures, choices, datasets, fields, identity, rules
+from wide_tf.schema import architectures, datasets, fields, identity, rules
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import Problem, RuntimeProblem, UsageError
 
 __all__ = [
     "Problem",
@@ -84,7 +85,7 @@ def check_command(
 ) -> list[str]:
     """Everything main checks before TensorFlow starts, in order (the flags' values as given);
     returns the warning lines. The --config.* overrides in `argv` were checked once already, by
-    errors.parse_flags before absl applied them (so a bad path is one line): not again here."""
+    command_line.parse_flags before absl applied them (a bad path is one line): not again here."""
     check_dry_run_only(dry_run, accelerator, replicas)
     check_config_once(argv)
     check_shard(shard)
@@ -160,10 +161,10 @@ def _replicas(config) -> tuple[int, str]:
 def check_config(config, overrides=()) -> None:
     """Raises a Problem for the first thing in `config` (and the overrides that made it) that
     cannot work; returns None when the config is fit to run."""
-    if overrides:  # (main's were checked as its flags were parsed: errors.parse_flags)
+    if overrides:  # (main's were checked as its flags were parsed: command_line.parse_flags)
         check_overrides(config, overrides)
     kind = config.get("kind", "study")
-    kind_error = fields.Choice(choices.KINDS).error("kind", kind)
+    kind_error = fields.Choice(fields.KINDS).error("kind", kind)
     if kind_error:
         raise UsageError(kind_error)
     if kind == "theory":

@@ -1,6 +1,6 @@
 """Owns the result record of a run (result.json), built against the one schema in
-wide_tf/schema/result.py from plain data (the config, the plan, the state, the backend's facts),
-and the protocol every record carries (describe_protocol)."""
+wide_tf/schema/result_fields.py from plain data (the config, the plan, the state, the backend's
+facts), and the protocol every record carries (describe_protocol)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,7 @@ from wide_tf.engine import timing
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema import provenance
-from wide_tf.schema import result as schema
-from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import lr_schedules, optimizers, provenance, result_fields
 from wide_tf.schema import targets as targets_lib
 
 _comparison = targets_lib.comparison
@@ -21,7 +18,7 @@ def momentum_ramp_steps(optim_cfg) -> float | None:
     """1 / (1 - momentum): the steps over which heavy-ball momentum builds up to its full effect
     (the weight of past gradients sums to it), for the optimizers that use optim.momentum; None
     for the others. A steps-to-target of this order may be a transient of the optimizer."""
-    if not optimizers_spec.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
+    if not optimizers.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
         return None
     return 1.0 / (1.0 - float(optim_cfg.momentum))
 
@@ -59,12 +56,12 @@ def describe_protocol(config) -> dict:
         "diverge_loss": t.diverge_loss,
         "eval_train_limit": t.eval_train_limit,
         # The numbers of the schedule in use (its registry entry's fields).
-        "schedule_settings": {k: o[k] for k in schedules_spec.SCHEDULES[o.schedule].hyper},
+        "schedule_settings": {k: o[k] for k in lr_schedules.SCHEDULES[o.schedule].hyper},
         # The gradient statistics: how often, and on how many examples (n of the batch bound).
         "gradient_every_examples": t.gradient_every_examples,
         "probe_size": t.probe_size,
         # The optimizer's hyper-parameters as its registry entry declares them (schema/optimizers).
-        **optimizers_spec.protocol_block(o),
+        **optimizers.protocol_block(o),
     }
 
 
@@ -131,7 +128,7 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "diverged_at_step": st.diverged_at,
         "steps": st.step,
         "epochs": st.step * batch / n_train,
-        "final": {k: last.get(k) for k in (f.name for f in schema.FINAL)},
+        "final": {k: last.get(k) for k in (f.name for f in result_fields.FINAL)},
         "best_test_accuracy": st.best_test_accuracy,
         "wall_time_s": st.wall_time_s,
         "time_s": timing.settle(st.time_s, st.wall_time_s),
@@ -146,10 +143,10 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "batch_plan": facts.batch_plan,
         "provenance": provenance.collect(),
     }
-    unknown = set(values) - set(schema.NAMES)
-    assert not unknown, f"fields missing from wide_tf/schema/result.py: {sorted(unknown)}"
+    unknown = set(values) - set(result_fields.NAMES)
+    assert not unknown, f"fields missing from wide_tf/schema/result_fields.py: {sorted(unknown)}"
     record = dict(trial)
-    record.update({name: values[name] for name in schema.NAMES if name in values})
+    record.update({name: values[name] for name in result_fields.NAMES if name in values})
     record.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
     if st.diverged_at is not None:
         record["final"] = {k: None for k in record["final"]}  # no meaningful model to evaluate

@@ -14,12 +14,13 @@ from wide_tf.engine.state import BatchPlan, RunPlan
 from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.targets import Targets
 from wide_tf.schema import rules
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 
 __all__ = ["ConfigError", "clear_cache", "setup", "train_and_evaluate"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A run's config asks for something that cannot be done; the message says what to change."""
 
 

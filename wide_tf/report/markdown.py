@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from wide_tf.analysis import cells, decision, frozen, members
-from wide_tf.report import cost, prediction
+from wide_tf.report import cost, prediction_section
 from wide_tf.report.protocol import config_value, protocol_rows
 
 
@@ -271,7 +271,7 @@ def md_edges(summaries) -> list[str]:
 
 
 def _partial_note(partial) -> str:
-    """The records that are not whole (schema/result.py): left out; a re-run runs their trials."""
+    """The records that are not whole (schema/result_fields.py): left out; a re-run runs them."""
     if not partial:
         return ""
     more = f" and {len(partial) - 5} more" if len(partial) > 5 else ""
@@ -370,7 +370,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
         lines += md_transients(summaries, records)
         lines += md_edges(summaries)
         lines += md_cells(summaries)
-        lines += prediction.md_prediction(result.get("prediction"), eps)
+        lines += prediction_section.md_prediction(result.get("prediction"), eps)
         lines += cost.md_time(records)
         lines += md_plots(plots)
         lines += md_tables(tb_written)

@@ -9,9 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
-from wide_tf.schema import fields, provenance
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import fields, lr_schedules, optimizers, provenance
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.schema.targets import comparison
 
 # The sweep fields that have a row of their own; the family and the others have rows in words.
@@ -36,7 +35,7 @@ def config_value(config: dict | None, dotted: str, default=None):
     return node
 
 
-class ReportError(RuntimeError):
+class ReportError(RuntimeProblem):
     """The workdir cannot be reported on (missing, holds no study, another writer holds the
     report lock), or a setting of the report is out of range."""
 
@@ -45,7 +44,7 @@ def eps_problem(eps) -> str | None:
     """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (schema/fields.py): a
     finite number in [MIN_EPS, MAX_EPS]; 0 puts the threshold on perfect scaling itself, nan made
     every table B_xnan, a negative one raised in the analysis, and 1e26 or 1e-320 wrote a report
-    of nothing but censored bounds over the study's own (issue 38)."""
+    of nothing but censored bounds over the study's own."""
     rng = f"use a finite number >= {fields.MIN_EPS:g} and <= {fields.MAX_EPS:g}, e.g. 0.25 or 1"
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         return f"eps={eps!r} is not a number; {rng}"
@@ -134,7 +133,7 @@ def _divergence(p: dict, r: dict) -> str | None:
 
 
 def _optimizer(p: dict, r: dict) -> str | None:
-    return optimizers_spec.describe(p)  # from the optimizer's registry entry
+    return optimizers.describe(p)  # from the optimizer's registry entry
 
 
 def _scaling(p: dict, r: dict) -> str | None:
@@ -145,7 +144,7 @@ def _scaling(p: dict, r: dict) -> str | None:
 
 def _schedule(p: dict, r: dict) -> str | None:
     sched = p.get("schedule")
-    return schedules_spec.describe(sched, p.get("schedule_settings") or {}) if sched else None
+    return lr_schedules.describe(sched, p.get("schedule_settings") or {}) if sched else None
 
 
 def _norm(p: dict, r: dict) -> str | None:
@@ -200,7 +199,7 @@ TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | N
     ("Divergence", ("diverge_loss",), _divergence),
     (
         "Optimizer",
-        ("optimizer", *optimizers_spec.SHARED_HYPER, *optimizers_spec.OPTIMIZERS),
+        ("optimizer", *optimizers.SHARED_HYPER, *optimizers.OPTIMIZERS),
         _optimizer,
     ),
     ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),

@@ -45,7 +45,7 @@ from wide_tf.store import workdir as wd
 LOCK = "report.lock"
 TMP_PREFIX = ".report.tmp-"  # + <host>-<pid>-<random>: a writer's folder while it writes
 OLD_PREFIX = ".report.old-"  # the previous report while the new one is renamed into place
-# The theory check (wide_tf/theory/check.py) writes theory.{md,csv,png} into WORKDIR/report/ as
+# The theory check (wide_tf/theory/runner.py) writes theory.{md,csv,png} into WORKDIR/report/ as
 # well; a report written over its workdir keeps them, as it did before the swap.
 KEEP_PREFIXES = ("theory.",)
 LOCK_STALE_S = 300.0  # a swap takes milliseconds locally, seconds to a minute on GCS

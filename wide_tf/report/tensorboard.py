@@ -1,7 +1,7 @@
 """Owns the report's TensorBoard folder, WORKDIR/report/tb/, made to be usable on open: one
 session per (member, batch size) at its chosen learning rate (the seed whose steps to target are
 the median), whose training curves are copied from that trial with one tag set (accuracy and
-loss in train/, train_set/ and test/ overlay: schema/events.py), again against the training
+loss in train/, train_set/ and test/ overlay: schema/targets.py), again against the training
 examples seen (tags under examples/: batches compare on one axis), and which carries the HParams
 (member, batch, rate, provenance) and their metrics, so "Show Metrics" reaches the curves; one
 session per member (`<member>/member`) whose metrics are the study's answer for it: B_x(1+eps)
@@ -20,7 +20,7 @@ import os
 import tensorflow as tf
 
 from wide_tf.analysis import cells
-from wide_tf.schema import events, provenance
+from wide_tf.schema import provenance, targets
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
@@ -127,7 +127,7 @@ def _outcome_of(cell, rec: dict) -> dict:
 
 
 def _scalar_value(tag: str, v, metadata):
-    """A copy of a scalar summary value under `tag` (tensor or legacy simple_value)."""
+    """A copy of a scalar summary value under `tag` (a tensor, or a simple_value)."""
     from tensorboard.compat.proto import summary_pb2
     from tensorboard.util import tensor_util
 
@@ -141,7 +141,7 @@ def _scalar_value(tag: str, v, metadata):
 
 
 def copy_curves(trial_dir: str, session_dir: str, batch_size: int | None = None) -> int:
-    """Copies a trial's scalars into session_dir/<run>/ in today's layout (schema/events.py; older
+    """Copies a trial's scalars into session_dir/<run>/ in today's layout (schema/targets.py; older
     workdirs' eval/ and batch_* tags mapped); with `batch_size`, each again under examples/<tag>
     at step = training examples seen (step x batch), so that the curves of every batch size share
     one axis. Returns the number of values copied (the step-axis ones)."""
@@ -151,14 +151,14 @@ def copy_curves(trial_dir: str, session_dir: str, batch_size: int | None = None)
 
     meta = scalar_metadata.create_summary_metadata(display_name=None, description=None)
     by_run: dict[str, list] = {}
-    for folder in events.FOLDERS:
+    for folder in targets.FOLDERS:
         for f in sorted(tf.io.gfile.glob(wd.join(trial_dir, folder, "events.out.tfevents.*"))):
             for raw in tf.data.TFRecordDataset(f):
                 ev = event_pb2.Event.FromString(raw.numpy())
                 for v in ev.summary.value:
                     if not (v.HasField("tensor") or v.HasField("simple_value")):
                         continue
-                    run, tag = events.place(folder, v.tag)
+                    run, tag = targets.place(folder, v.tag)
                     by_run.setdefault(run, []).append(
                         (ev.step, ev.wall_time, _scalar_value(tag, v, meta))
                     )

@@ -9,7 +9,7 @@ import os
 import tensorflow as tf
 
 from wide_tf.analysis import equivalence, frozen, verdict
-from wide_tf.report import prediction, publish
+from wide_tf.report import prediction_section, publish
 from wide_tf.report.gradient_plots import gradient_plots
 from wide_tf.report.markdown import render_markdown
 from wide_tf.report.plots import make_plots
@@ -36,7 +36,7 @@ VERDICT = "verdict.txt"  # the verdict's headline sentence, one line per archite
 
 def read_workdir(workdir: str) -> tuple[dict | None, list[dict], int]:
     """(config dict or None, whole records, number of unreadable result records). A record that
-    is not whole against schema/result.py's schema (a stub, one missing its numbers) is no finished
+    is not whole against schema/result_fields.py (a stub, one missing its numbers) is no finished
     trial: it is left out (see `read_workdir_partial`)."""
     config, records, bad, _ = read_workdir_partial(workdir)
     return config, records, bad
@@ -48,9 +48,7 @@ def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, li
         raise ReportError(f"workdir {workdir!r} does not exist or is not a directory")
     cfg_path = wd.join(workdir, wd.CONFIG)
     has_cfg = tf.io.gfile.exists(cfg_path)
-    has_res = tf.io.gfile.exists(wd.join(workdir, wd.RESULTS)) or tf.io.gfile.isdir(
-        wd.join(workdir, wd.RESULTS_DIR)
-    )
+    has_res = tf.io.gfile.isdir(wd.join(workdir, wd.RESULTS_DIR))
     if not has_cfg and not has_res:
         raise ReportError(f"{workdir!r} holds neither config.json nor results: not a study workdir")
     config = None
@@ -67,7 +65,7 @@ def read_workdir_partial(workdir: str) -> tuple[dict | None, list[dict], int, li
                 f"object); restore it from the study, or remove it to report from the results alone"
             )
     records, bad, partial = [], 0, []
-    if has_res:  # results/<trial_id>.json (and a legacy results.jsonl), through workdir.py
+    if has_res:  # results/<trial_id>.json, through workdir.py
         found, bad = wd.read_results_counted(workdir)
         for r in found:  # the scheduler's own check: such a trial runs again
             why = wd.record_problem(r)
@@ -118,12 +116,14 @@ def _write_into(
     write_csv(os.path.join(outdir, "members.csv"), MEMBER_COLUMNS, member_rows(summaries, eps))
     plots = make_plots(summaries, records, eps, target_label(config), outdir, result["verdicts"])
     plots += gradient_plots(summaries, records, outdir) if summaries else []
-    # The noise-scale prediction of B_crit (issue 18): its section in report.md, its plot here.
-    result["prediction"] = prediction.compare_study(config, records, result) if records else None
+    # The noise-scale prediction of B_crit: its section in report.md, its plot here.
+    result["prediction"] = (
+        prediction_section.compare_study(config, records, result) if records else None
+    )
     if result["prediction"] is not None:
-        pred_plot = prediction.plot_prediction(result["prediction"], outdir, eps)
+        pred_plot = prediction_section.plot_prediction(result["prediction"], outdir, eps)
         plots += [pred_plot] if pred_plot else []
-        prediction.log_prediction(result["prediction"])
+        prediction_section.log_prediction(result["prediction"])
     tbdir = os.path.join(outdir, "tb")
     tb_written = (
         write_tensorboard(workdir, records, plots, tbdir, summaries, eps) if records else False

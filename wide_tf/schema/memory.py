@@ -97,7 +97,7 @@ DEVICES: dict[str, Device] = {
         ),
         _gpu("h100-80gb", 80, "NVIDIA H100 data sheet (80 GB HBM3, SXM and PCIe)"),
         _gpu("h200", 141, "NVIDIA H200 data sheet (141 GB HBM3e)"),
-        # Issue 35: the GPUs rented most often beside those. The searches found NVIDIA's figures
+        # The GPUs rented most often beside those. The searches found NVIDIA's figures
         # through resellers' and reviewers' copies of the data sheets, named here.
         _gpu(
             "l40s",

@@ -14,10 +14,9 @@ import sys
 import time
 import uuid
 
-from wide_tf.schema import result as result_spec
+from wide_tf.schema import result_fields
 
 CONFIG = "config.json"
-RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
 RESULTS_DIR = "results"  # one <trial_id>.json per finished trial
 TRIALS = "trials"
 REPORT = "report"
@@ -285,10 +284,10 @@ def record_result(workdir: str, result: dict) -> None:
 
 
 def record_problem(rec) -> str:
-    """Why `rec` is not a whole result record (schema/result.py's schema); empty when it is."""
+    """Why `rec` is not a whole result record (schema/result_fields.py); empty when it is."""
     if not isinstance(rec, dict):
         return f"holds {type(rec).__name__}, not a result record"
-    problems = result_spec.problems(rec)
+    problems = result_fields.problems(rec)
     if not problems:
         return ""
     more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
@@ -300,7 +299,7 @@ def _load(path: str):
 
 
 def unreadable(e: BaseException) -> str:
-    """The warning's tail for a results/ entry that cannot be read (issue 38: a folder named
+    """The warning's tail for a results/ entry that cannot be read (a folder named
     <id>.json, or a file without read permission, stopped every worker)."""
     why = getattr(e, "strerror", None) or getattr(e, "message", None) or type(e).__name__
     return (
@@ -343,36 +342,17 @@ def read_results_counted(
     workdir: str, whole: bool = False, cache: dict | None = None
 ) -> tuple[list[dict], int]:
     """(every recorded result, number of unreadable ones skipped). `whole`: also skip (and count)
-    a record that is not whole against schema/result.py's schema (the scheduler's view: such a
+    a record that is not whole against schema/result_fields.py (the scheduler's view: such a
     trial is not done). `cache` (file name -> record, or None for a bad one; the caller keeps it
     between calls): a results/ file is written once, whole (record_result), so a name seen before
     is not read again; a study's scheduler reads the results after every round of every group,
     and reading all of them each time cost a third of a local study's time.
 
-    Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
-    legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
-    An unreadable or partial file (or line), or a record without a trial_id, is skipped and
-    counted, never fatal. Sorted by trial id, so the order does not depend on the listing."""
+    Reads WORKDIR/results/*.json. An unreadable or partial file, or a record without a trial_id,
+    is skipped and counted, never fatal. Sorted by trial id, so the order does not depend on the
+    listing."""
     by_id: dict = {}
     bad, fs = 0, _fs(workdir)
-    legacy = join(workdir, RESULTS)
-    if fs.exists(legacy):
-        try:
-            text = read_checked(legacy).decode("utf-8", errors="replace")
-        except read_errors():
-            text, bad = "", bad + 1
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = loads_checked(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if not isinstance(rec, dict) or "trial_id" not in rec:
-                bad += 1
-                continue
-            by_id[rec["trial_id"]] = rec
     folder = join(workdir, RESULTS_DIR)
     names = fs.listdir(folder) if fs.isdir(folder) else []
     for name in sorted(names):

@@ -13,11 +13,12 @@ import ml_collections
 
 from wide_tf.checks import preflight
 from wide_tf.schema import datasets, families, identity, provenance
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
 
-class StudyError(ValueError):
+class StudyError(UsageError):
     """The study cannot run as asked; the message says what to change."""
 
 

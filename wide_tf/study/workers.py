@@ -111,7 +111,7 @@ def _last_line(path: str) -> str:
 
 def _no_output(path: str) -> str:
     """What to say of a failed worker whose log is empty: the disk holding the log, when it is
-    full, is why (issue 38: a re-run on a still-full disk said only "(no output)")."""
+    full, is why (a re-run on a still-full disk said only "(no output)")."""
     folder = os.path.dirname(path)
     try:
         st = os.statvfs(folder)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from wide_tf.engine import arrays
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 _PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02  # engine/tf/data.py's salts, the same streams' names
 
@@ -99,7 +99,7 @@ def eval_arrays(data_cfg, split: str, batch_size: int, limit: int | None = None)
     engine/tf/data.pad_for_evaluation pads). In-memory splits only: the training subset, and the
     test split of an in-memory data set (TFDS test splits are read through engine/tf/data.py on
     TensorFlow only)."""
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     if split == "train":
         images, labels = arrays.train_arrays(data_cfg)
     elif spec.in_memory:

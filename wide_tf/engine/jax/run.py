@@ -33,7 +33,8 @@ from wide_tf.engine.jax import step as jax_step
 from wide_tf.engine.measure import diversity
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.store import workdir as wd
 
 
@@ -149,7 +150,7 @@ class _Build:
         # value into it before each update, from numbers that are arguments (step.py).
         self.optimizer = spec.build(config.optim, 0.0, self.model.trainable_variables)
         self.optimizer.build(self.model.trainable_variables)
-        self.spec = datasets_spec.of(config.data)
+        self.spec = datasets.of(config.data)
         self.stepper = jax_step.JaxStepper(
             self.model,
             self.optimizer,
@@ -341,7 +342,7 @@ _CKPT = re.compile(r"^ckpt-(\d+)\.npz$")
 GROUPS = ("trainable", "non_trainable", "optimizer")
 
 
-class CheckpointMismatch(ValueError):
+class CheckpointMismatch(RuntimeProblem):
     """The checkpoint's variables are not the model's and optimizer's: which ones differ."""
 
 

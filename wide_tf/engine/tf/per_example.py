@@ -46,9 +46,10 @@ import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
 from wide_tf.engine.measure.diversity import stats_from_norms
+from wide_tf.schema.problems import UsageError
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UsageError):
     """The model holds a layer with trainable weights that the fast path cannot handle."""
 
 

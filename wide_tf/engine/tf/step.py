@@ -344,7 +344,7 @@ class DeviceEvalSet:
     `_reduce_to`). The TPU pass was never run (no TPU here); on CPUs it runs on one replica.
 
     No iterator is created per pass, on every platform: on two CPU replicas that, not the forward
-    passes, was most of a pass's time (docs/evaluation.md, `python -m wide_tf.tools.bench_eval`)."""
+    passes, was most of a pass's time (docs/evaluation.md, `python -m tools.bench.eval_pass`)."""
 
     # Above this many bytes per replica the set stays a tf.data pipeline (data.make_eval_dataset).
     MAX_BYTES = 64 << 20

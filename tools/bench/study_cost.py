@@ -4,8 +4,8 @@ the gradient probe along training in every run, evaluation batches of 1,024) and
 study's own, group by group in turn, in one process; the ratio of their CPU and wall seconds,
 where the seconds went (result.json's "time_s"), and whether every target's record is identical.
 
-    python -m wide_tf.tools.bench --only=study_cost                # the local study, 42 trials
-    python -m wide_tf.tools.bench --only=study_cost --groups=3     # fewer groups (minutes)
+    python -m tools.bench.speed --only=study_cost                # the local study, 42 trials
+    python -m tools.bench.speed --only=study_cost --groups=3     # fewer groups (minutes)
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ import os
 import tempfile
 import time
 
+from tools.bench.common import REPO
+from tools.bench.compare_records import record_key
 from wide_tf.checks import loader
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import result_fields
 from wide_tf.study import trials as trials_lib
-from wide_tf.tools.bench_common import REPO
-from wide_tf.tools.compare_records import record_key
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
 # One (member, batch) group per member, its batch spread over the sweep's, every tuning trial of
@@ -130,13 +130,13 @@ def _side_row(name: str, side: Side) -> dict:
         "name": name,
         "cpu_s": round(side.cpu_s, 2),
         "wall_s": round(side.wall_s, 2),
-        "time_s": {k: round(side.time_s.get(k, 0.0), 2) for k in result_schema.TIME_KINDS},
+        "time_s": {k: round(side.time_s.get(k, 0.0), 2) for k in result_fields.TIME_KINDS},
         "trials": len(side.records),
     }
 
 
 def format_study_cost(rows: list[dict]) -> str:
-    kinds = result_schema.TIME_KINDS
+    kinds = result_fields.TIME_KINDS
     lines = [
         f"{'study cost':<20} {'cpu s':>8} {'wall s':>8} " + " ".join(f"{k:>10}" for k in kinds)
     ]

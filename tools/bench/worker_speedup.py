@@ -8,7 +8,7 @@ import sys
 import tempfile
 import time
 
-from wide_tf.tools.bench_common import REPO, _median
+from tools.bench.common import REPO, _median
 
 # The study of the workers part: configs/mlp.py's MLP family on the 8x8 digits, cut to a size
 # whose training (not TensorFlow's start-up) dominates: 4 members x 4 batch sizes = 16 groups of 4

@@ -23,7 +23,7 @@ from wide_tf.report.markdown import _md_table, md_transients
 from wide_tf.report.protocol import config_value, eps_from_config
 from wide_tf.report.writer import read_workdir
 from wide_tf.schema import datasets
-from wide_tf.store import suite as suite_store
+from wide_tf.store import suite_dir
 from wide_tf.store import workdir as wd
 
 COLUMNS = [
@@ -312,7 +312,7 @@ def _read_studies(workdir: str, entries, read):
     yet run, eps, {study: (data set, architecture)})."""
     loaded, rows, transients, missing, eps, data = {}, [], [], [], None, {}
     for e in entries:
-        sub = suite_store.study_dir(workdir, e)
+        sub = suite_dir.study_dir(workdir, e)
         config, records = (read(sub)[:2]) if wd.exists(sub) else (None, [])
         if not records:
             missing.append(e.name)
@@ -385,8 +385,8 @@ _POOLED_NOTE = (
 def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     """(answer.md's text, the table's rows) from a suite's workdir (`read`: a study folder ->
     (config, records, unreadable); the tests pass simulated studies)."""
-    rec = suite_store.read_record(workdir)
-    entries = suite_store.entries_of(rec)
+    rec = suite_dir.read_record(workdir)
+    entries = suite_dir.entries_of(rec)
     loaded, rows, transients, missing, eps, data = _read_studies(workdir, entries, read)
     lines = [
         "# The answer suite",

@@ -1,14 +1,14 @@
-"""Owns the evaluation benchmark (issue 35, item 5): an evaluation pass at a large evaluation batch
+"""Owns the evaluation benchmark: an evaluation pass at a large evaluation batch
 on two replicas, the set streamed through tf.data (a new iterator per pass, the pass compiled once
 per Stepper, i.e. per batch size: the code before) against the set held on the devices
 (steps.DeviceEvalSet, compiled once per set), interleaved in one process, with the snapshot the
 evaluation economy takes after a pass that stopped early.
 
-    python -m wide_tf.tools.bench_eval            # MNIST-shaped MLP, 10,000 examples, batch 1,024
-    python -m wide_tf.tools.bench_eval --quick    # seconds: the code paths, not the numbers
-    python -m wide_tf.tools.bench_eval --json
+    python -m tools.bench.eval_pass            # MNIST-shaped MLP, 10,000 examples, batch 1,024
+    python -m tools.bench.eval_pass --quick    # seconds: the code paths, not the numbers
+    python -m tools.bench.eval_pass --json
 
-Counts: traced functions (timing.note_trace), device-to-host reads (bench_host._Counters) and
+Counts: traced functions (timing.note_trace), device-to-host reads (host._Counters) and
 batches per pass. On a TPU the streamed pass's loop runs on the host around one device program per
 batch, whose condition reads the reduced sums back every batch; the held pass on a TPU is one
 program (its loop inside the replica function): that count is by construction, not measured here
@@ -36,7 +36,7 @@ def _two_cpus(tf) -> None:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m wide_tf.tools.bench_eval", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.bench.eval_pass", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--quick", action="store_true", help="a tiny model and set (seconds)")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 5)")
@@ -56,11 +56,11 @@ class _Setup:
         from wide_tf.engine.tf import data
         from wide_tf.engine.tf.snapshot import Snapshot
         from wide_tf.engine.tf.step import DeviceEvalSet
-        from wide_tf.schema import datasets as datasets_spec
+        from wide_tf.schema import datasets
 
         self.strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
         self._steppers = {}
-        self.spec = datasets_spec.get("mnist")
+        self.spec = datasets.get("mnist")
         shape = self.spec.input_shape
         self.n, self.eval_batch, width = (1000, 128, 32) if quick else (10_000, 1024, 512)
         self.batch_sizes = (64, 256) if quick else (256, 4096, 16384)
@@ -131,9 +131,9 @@ def _new_pass(stepper, held, bound):
 
 def _measure(fn, repeats: int = 3):
     """(median seconds, traces, reads per call) of `fn()` called `repeats` times."""
+    from tools.bench.common import _median
+    from tools.bench.host import _Counters
     from wide_tf.engine import timing
-    from wide_tf.tools.bench_common import _median
-    from wide_tf.tools.bench_host import _Counters
 
     seconds, traces0 = [], timing._traces
     with _Counters() as counters:
@@ -197,7 +197,7 @@ def _pass_rounds(s: _Setup, variants, rounds: int):
 def bench_eval(quick: bool, rounds: int) -> list[dict]:
     """The rows: per-pass seconds, reads and batches (whole and stopped early), the traces and
     seconds of a member's batch sizes, the snapshot's seconds; before and after side by side."""
-    from wide_tf.tools.bench_common import _median
+    from tools.bench.common import _median
 
     s = _Setup(quick)
     variants = (("before", _old_pass, s.streamed()), ("after", _new_pass, s.held()))
@@ -282,8 +282,8 @@ def _one_run(config, runtime, streamed: bool) -> tuple[dict, dict]:
     """One fresh run (the code before when `streamed`): its counts, and what its record says."""
     import tempfile
 
+    from tools.bench.host import _Counters
     from wide_tf.engine import timing, train
-    from wide_tf.tools.bench_host import _Counters
 
     undo = _streamed_sets() if streamed else (lambda: None)
     events = []
@@ -313,8 +313,8 @@ def _one_run(config, runtime, streamed: bool) -> tuple[dict, dict]:
 def bench_run(quick: bool, rounds: int) -> list[dict]:
     """Whole runs, before and after interleaved: evaluation passes, their seconds, reads, traces,
     and whether the records agree."""
+    from tools.bench.common import _median
     from wide_tf.engine.tf.strategy import setup_runtime
-    from wide_tf.tools.bench_common import _median
 
     config = _run_config(quick)
     runtime = setup_runtime(config.runtime)

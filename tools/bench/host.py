@@ -11,13 +11,13 @@ import keras
 import tensorflow as tf
 from tensorflow.python.framework import ops  # the eager tensor class, to count reads
 
+from tools.bench.common import REPO, _median
 from wide_tf.checks import loader
 from wide_tf.engine import timing
 from wide_tf.engine import train as train_lib
 from wide_tf.engine.tf.strategy import setup_runtime
 from wide_tf.schema import defaults
 from wide_tf.study import scheduler
-from wide_tf.tools.bench_common import REPO, _median
 
 
 class _Counters:

@@ -9,11 +9,11 @@ import time
 import keras
 import tensorflow as tf
 
+from tools.bench.common import Case, _arrays, _median
 from wide_tf.engine.loss import per_example_loss
 from wide_tf.engine.tf import per_example as per_example_lib
-from wide_tf.tools.bench_common import Case, _arrays, _median
 
-# The issue's target for the fast path: one exact measurement costs at most this many train steps.
+# The target for the fast path: one exact measurement costs at most this many train steps.
 DIVERSITY_TARGET = 3.0
 # Per-example cost of the naive loop is taken from the difference of two runs of these sizes' ratio:
 # the fixed cost (tracing its tf.function, which it re-creates on every call) cancels.

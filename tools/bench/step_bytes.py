@@ -3,13 +3,13 @@ optimizer, each replica's copy), the step scalars, the schedule's values and the
 of 27 short runs through the compiled step (MLP and WRN; no norm, batch and ghost batch norm; SGD,
 momentum with warm-up, Nesterov, LARS, AdamW; constant, cosine, polynomial and multistep
 schedules; one and two replicas, one and two micro-batches), written to one .npz; and two such
-files compared byte for byte. Run on two versions of the code (issue 33's keras.ops port:
+files compared byte for byte. Run on two versions of the code (the keras.ops port:
 docs/design.md):
 
     git archive OLD | tar -x -C /tmp/old
-    PYTHONPATH=/tmp/old python wide_tf/tools/step_bytes.py /tmp/old.npz
-    python -m wide_tf.tools.step_bytes /tmp/new.npz
-    python -m wide_tf.tools.step_bytes --compare /tmp/old.npz /tmp/new.npz
+    PYTHONPATH=/tmp/old python tools/bench/step_bytes.py /tmp/old.npz
+    python -m tools.bench.step_bytes /tmp/new.npz
+    python -m tools.bench.step_bytes --compare /tmp/old.npz /tmp/new.npz
 
 (The first form runs this file against the old package.) About 3 CPU-minutes; `--only=ghost,lars`
 keeps the runs whose name holds one of the words.

@@ -17,7 +17,7 @@ from wide_tf.engine import optim as optim_lib  # noqa: E402
 from wide_tf.engine.models import build_model  # noqa: E402
 from wide_tf.schema import defaults  # noqa: E402
 
-# The repository (configs/, the package's parent): wide_tf/tools/bench_common.py is 3 levels down.
+# The repository (configs/, the package's parent): tools/bench/common.py is 2 folders down.
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 

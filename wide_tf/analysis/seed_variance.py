@@ -1,9 +1,10 @@
-"""Owns the reading of a study's noise from its records: the pooled seed sigma of log steps within
-cells, the cell effect beyond the seeds (from the lack-of-fit mean square about each member's
-fitted curve) and its F ratio, the share of the seed variance that a seed carries across batch
-sizes, and the curvature of the learning-rate response at interior best rates. The command line
-and the comparison with simulated studies are `wide_tf.analysis.noise`'s; the design simulation
-reads a study's scale with it (`--scale_from`). Pure NumPy on records; no TensorFlow."""
+"""Owns the reading of a study's seed variance (its noise between runs, not the gradient noise
+scale) from its records: the pooled seed sigma of log steps within cells, the cell effect beyond the
+seeds (from the lack-of-fit mean square about each member's fitted curve) and its F ratio, the share
+of the seed variance that a seed carries across batch sizes, and the curvature of the learning-rate
+response at interior best rates. The command line and the comparison with simulated studies are
+`wide_tf.analysis.calibration`'s; the design simulation reads a study's scale with it
+(`--scale_from`). Pure NumPy on records; no TensorFlow."""
 
 from __future__ import annotations
 

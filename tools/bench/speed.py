@@ -1,10 +1,10 @@
 """Owns the speed benchmark: the package's training loop against Keras `model.fit`, and the cost of
 an exact gradient-diversity measurement relative to one training step.
 
-    python -m wide_tf.tools.bench          # both parts, an aligned table (a few minutes on 2 cores)
-    python -m wide_tf.tools.bench --only=loop --json --repeats=7
-    python -m wide_tf.tools.bench --only=workers   # one study with --workers=1 and 2 (minutes)
-    python -m wide_tf.tools.bench --only=study_cost   # 42 local-study trials, before/with the
+    python -m tools.bench.speed          # both parts, an aligned table (a few minutes on 2 cores)
+    python -m tools.bench.speed --only=loop --json --repeats=7
+    python -m tools.bench.speed --only=workers   # one study with --workers=1 and 2 (minutes)
+    python -m tools.bench.speed --only=study_cost   # 42 local-study trials, before/with the
                                                       # evaluation economy (about 10 minutes)
 
 Shared machines are noisy, so every comparison is made inside one run with the contenders
@@ -24,13 +24,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from wide_tf.tools import bench_study_cost as study_cost  # noqa: E402
-from wide_tf.tools.bench_common import OVERHEAD_CASE, Case, default_cases  # noqa: E402
-from wide_tf.tools.bench_diversity import DIVERSITY_TARGET, bench_diversity  # noqa: E402
-from wide_tf.tools.bench_host import _Counters, bench_transfers, bench_trial_cost  # noqa: E402
-from wide_tf.tools.bench_loop import bench_loop  # noqa: E402
-from wide_tf.tools.bench_table import format_table  # noqa: E402
-from wide_tf.tools.bench_workers import bench_workers  # noqa: E402
+from tools.bench import study_cost  # noqa: E402
+from tools.bench.common import OVERHEAD_CASE, Case, default_cases  # noqa: E402
+from tools.bench.diversity_cost import DIVERSITY_TARGET, bench_diversity  # noqa: E402
+from tools.bench.host import _Counters, bench_transfers, bench_trial_cost  # noqa: E402
+from tools.bench.table import format_table  # noqa: E402
+from tools.bench.train_loop import bench_loop  # noqa: E402
+from tools.bench.worker_speedup import bench_workers  # noqa: E402
 
 __all__ = [
     "DIVERSITY_TARGET",
@@ -63,7 +63,7 @@ def _environment() -> dict:
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
-        prog="python -m wide_tf.tools.bench", description=__doc__.split("\n\n")[0]
+        prog="python -m tools.bench.speed", description=__doc__.split("\n\n")[0]
     )
     p.add_argument(
         "--only",

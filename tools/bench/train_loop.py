@@ -9,8 +9,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from tools.bench.common import Case, _arrays, _median, _optimizer, _train_dataset
 from wide_tf.engine.tf.step import BatchPlan, Stepper
-from wide_tf.tools.bench_common import Case, _arrays, _median, _optimizer, _train_dataset
 
 
 class _FitTimer(keras.callbacks.Callback):

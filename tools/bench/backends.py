@@ -1,10 +1,10 @@
-"""Owns the backend benchmark (issue 34): one WRN training step at a large batch, on JAX over 8
+"""Owns the backend benchmark: one WRN training step at a large batch, on JAX over 8
 virtual CPU devices (shard_map) against TensorFlow's MirroredStrategy over 2 logical CPU devices,
 per example, through the package's own run (engine/train.setup: the Trainer either backend makes).
 Each measurement runs in its own child process (a process runs one Keras backend), the two
 backends alternating round by round so that the machine's drift falls on both.
 
-    python -m wide_tf.tools.bench_backends [--batch=1024] [--steps=2] [--rounds=2]
+    python -m tools.bench.backends [--batch=1024] [--steps=2] [--rounds=2]
 
 Prints one row per backend: the devices, the first call's seconds (compilation included), the
 median seconds of a step afterwards, examples per second, and the ratio to TensorFlow's."""
@@ -92,7 +92,7 @@ def main(argv=None) -> None:
             if devices:
                 env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
                 env["JAX_PLATFORMS"] = "cpu"
-            command = [sys.executable, "-m", "wide_tf.tools.bench_backends", "--child", name]
+            command = [sys.executable, "-m", "tools.bench.backends", "--child", name]
             command += [f"--batch={args.batch}", f"--steps={args.steps}"]
             out = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
             line = next((x for x in out.stdout.splitlines() if x.startswith("JSON ")), None)

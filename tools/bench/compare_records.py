@@ -6,7 +6,7 @@ the answer reads is identical; with the seconds by kind where the records keep t
     (cd ../old && PYTHONPATH=$PWD python -m wide_tf.main --config=configs/mlp.py:local \\
         --workers=1 --workdir=/tmp/ab/old) &
     python -m wide_tf.main --config=configs/mlp.py:local --workers=1 --workdir=/tmp/ab/new
-    python -m wide_tf.tools.compare_records /tmp/ab/old /tmp/ab/new
+    python -m tools.bench.compare_records /tmp/ab/old /tmp/ab/new
 
 Trials are matched by name: the trial id less its last part, a hash of the whole config that
 changes whenever a field is added to the config, as it did between versions.

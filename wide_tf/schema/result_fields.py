@@ -101,11 +101,10 @@ FIELDS = (
     # (records written before it lack it: not required)
     Field("batch_plan", "dict", required=False, fields=BATCH_PLAN, doc="engine.state.BatchPlan"),
     # Where the record came from: code, command, versions, machine (records before it lack it).
-    Field("provenance", "dict", required=False, doc="spec.provenance.collect"),
+    Field("provenance", "dict", required=False, doc="schema.provenance.collect"),
 )
 
 NAMES = tuple(f.name for f in FIELDS)
-REQUIRED = tuple(f.name for f in FIELDS if f.required)
 
 
 def _kind_ok(kind: str, value) -> bool:

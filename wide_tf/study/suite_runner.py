@@ -1,6 +1,6 @@
 """Owns a suite: several studies of one question run one after another into one workdir, each a
 whole study of its own (its config, its workers, its report, resumable), so that one command gives
-the protocol x family x target table of report/suite.py.
+the protocol x family x target table of report/answer.py.
 
     python -m wide_tf.main --suite=configs/answer.py --workdir=runs/answer
 
@@ -26,10 +26,10 @@ import sys
 import time
 
 from wide_tf.checks import loader, validate
-from wide_tf.checks.problems import UsageError
 from wide_tf.schema import provenance
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
-from wide_tf.store.suite import (  # noqa: F401 (Entry and the record: a suite file imports them here)
+from wide_tf.store.suite_dir import (  # noqa: F401 (Entry and the record: a suite file imports them here)
     SUITE_FILE,
     Entry,
     read_record,

@@ -1,13 +1,14 @@
-"""Owns the noise command line and the comparison of a study's noise with simulated studies'
-(`simulated`): the summary the calibration generators are matched to, read by
-`wide_tf.analysis.study_noise` (the pooled seed sigma of log steps within cells, the cell effect
-beyond the seeds and its F ratio, the seeds' shared share, the learning-rate curvature).
+"""Owns the calibration command line: a study's seed variance (its noise between runs, not the
+gradient noise scale) against simulated studies' (`simulated`): the summary the generators are
+matched to, read by `wide_tf.analysis.seed_variance` (the pooled seed sigma of log steps within
+cells, the cell effect beyond the seeds and its F ratio, the seeds' shared share, the learning-rate
+curvature).
 
-    python -m wide_tf.analysis.noise runs/mlp_local runs/mlp_local_replicate
-    python -m wide_tf.analysis.noise --simulate=configs/mlp.py:local     # the default generator
+    python -m wide_tf.analysis.calibration runs/mlp_local runs/mlp_local_replicate
+    python -m wide_tf.analysis.calibration --simulate=configs/mlp.py:local   # the default generator
 
 The generators' defaults (`wide_tf.analysis.stats.generators`) are set so that simulated studies
-read this way give what the real ones give (`tests/analysis/test_noise.py`). The curvature is
+read this way give what the real ones give (`tests/analysis/test_calibration.py`). The curvature is
 read from the tuning seeds' median steps at the best rate and its two neighbours on the x2 grid:
 a noisy and biased reading (selection on noise), compared only with simulated studies read the
 same way. Pure NumPy on records; no TensorFlow.
@@ -20,8 +21,8 @@ import sys
 
 import numpy as np
 
-from wide_tf.analysis.study_noise import NoiseSummary, summarize
-from wide_tf.analysis.study_noise import read_records as _records
+from wide_tf.analysis.seed_variance import NoiseSummary, summarize
+from wide_tf.analysis.seed_variance import read_records as _records
 from wide_tf.schema.cli import UsageParser, integer
 
 __all__ = ["NoiseSummary", "summarize", "simulated", "main"]
@@ -45,7 +46,9 @@ def simulated(config: str, n_studies: int, seed: int = 1, truth=None) -> NoiseSu
 
 
 def main(argv=None) -> int:
-    p = UsageParser(prog="python -m wide_tf.analysis.noise", description=__doc__.splitlines()[0])
+    p = UsageParser(
+        prog="python -m wide_tf.analysis.calibration", description=__doc__.splitlines()[0]
+    )
     p.add_argument("workdirs", nargs="*", help="finished studies' workdirs")
     p.add_argument("--simulate", default="", help="a config: summarise simulated studies of it")
     p.add_argument("--studies", type=integer(1), default=40, help="simulated studies")

@@ -19,7 +19,7 @@ def format_table(rows: list[dict]) -> str:
     lines += _ratio_lines([r for r in rows if r["kind"] == "ratio"])
     cost = [r for r in rows if r["kind"] == "study_cost"]
     if cost:
-        from wide_tf.tools.bench_study_cost import format_study_cost
+        from tools.bench.study_cost import format_study_cost
 
         lines += ["", format_study_cost(cost)]
     return "\n".join(lines)

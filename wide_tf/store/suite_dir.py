@@ -1,6 +1,6 @@
 """Owns a suite's workdir: WORKDIR/suite.json (the suite, its studies, each study's wall time) and
 each study's folder, WORKDIR/<study>/ (a whole study workdir of its own). The runner is
-wide_tf/study/suite.py, the table wide_tf/report/suite.py."""
+wide_tf/study/suite_runner.py, the table wide_tf/report/answer.py."""
 
 from __future__ import annotations
 
