@@ -1,7 +1,7 @@
 """The fake `gcloud` of the launcher's tests (tests/test_launch.py, tests/test_launch_watch.py): a
 script on PATH that records every call and answers `describe` with a chosen VM state, the pid
 check with a chosen answer and queued requests from a file; the fixture that runs the launcher
-(wide_tf.launch.cli.main, in this process) against it, and helpers that name the calls."""
+(wide_tf.launch.command.main, in this process) against it, and helpers that name the calls."""
 
 import dataclasses
 import io
@@ -10,7 +10,7 @@ import sys
 
 from helpers import REPO
 
-from wide_tf.launch import cli
+from wide_tf.launch import command as cli
 
 SCRIPT = REPO / "launch_tpu.sh"
 REQUIRED = ["--name=wide-v4", "--config=configs/wrn.py", "--workdir=gs://bucket/wrn"]

@@ -1,6 +1,6 @@
-"""The claims table (`report/claims.py`): a row from a finished study's workdir (the smoke study),
-rows re-read from recorded numbers by the rule, and the table in docs/results/ being the one the
-recorded numbers give. No TensorFlow in the table's own code."""
+"""The claims table (`report/claims_table.py`): a row from a finished study's workdir (the smoke
+study), rows re-read from recorded numbers by the rule, and the table in docs/results/ being the
+one the recorded numbers give. No TensorFlow in the table's own code."""
 
 import json
 import os
@@ -9,7 +9,7 @@ import pytest
 from helpers import REPO
 
 from wide_tf.analysis import decision
-from wide_tf.report import claims
+from wide_tf.report import claims_table as claims
 
 
 def test_a_row_from_the_smoke_study(smoke_study):

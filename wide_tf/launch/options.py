@@ -135,7 +135,7 @@ def parse(argv: list[str]) -> Options:
 NAME = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 # Project IDs: 6 to 30 lower-case letters, digits or '-', a letter first, no '-' last
 # (`gcloud projects create`: https://cloud.google.com/sdk/gcloud/reference/projects/create), or a
-# domain-scoped legacy ID `example.com:my-project`.
+# domain-scoped ID of the older form `example.com:my-project`.
 PROJECT = re.compile(r"([a-z0-9][-a-z0-9.]{0,62}:)?[a-z][-a-z0-9]{4,28}[a-z0-9]")
 # Zones: REGION-LETTER, a region being lower-case words and a number (us-central2-b,
 # europe-west4-a, northamerica-northeast1-a: https://cloud.google.com/compute/docs/regions-zones).

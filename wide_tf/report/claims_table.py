@@ -3,8 +3,8 @@ to what ran: the data and image size, the model size and width range, the protoc
 the verdict by the rule (`wide_tf.analysis.decision`, four outcomes), its interval, the power of
 its design, and whether it is confirmatory (frozen before it ran) or exploratory.
 
-    python -m wide_tf.report --claims WORKDIR [WORKDIR ...]           # from finished studies
-    python -m wide_tf.report.claims --recorded=docs/results/claims.json  # from recorded numbers
+    python -m wide_tf.report --claims WORKDIR [WORKDIR ...]                 # finished studies
+    python -m wide_tf.report.claims_table --recorded=docs/results/claims.json  # recorded numbers
 
 A workdir is read from its files alone (config.json, the results; no TensorFlow), its verdict
 computed by the rule with the equivalence margin its frozen design stated (none for an

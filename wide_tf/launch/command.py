@@ -12,7 +12,8 @@ import signal
 import sys
 import threading
 
-from wide_tf.launch import cluster, local, options, plan, remote, software
+from wide_tf.launch import cluster, local, options, remote, software
+from wide_tf.launch import launch_plan as plan
 from wide_tf.launch.gcloud import Cloud, show
 from wide_tf.launch.machine import Limits
 from wide_tf.launch.options import PROG, USAGE, Options, Stop
