@@ -17,13 +17,13 @@ Variants (after the colon):
           and depth-only families and momentum 0.9; needs Debian's dataset-fashion-mnist) and the
           ResNets on the 7x7 MNIST and the 7x7 Fashion-MNIST (configs/wrn.py:mnist7 and
           :fashion7, the latter on an 8,000-image subset, with its seed replicate): the data set
-          x architecture rows of docs/results.md (about 4.5 hours on 2 idle cores in all).
+          x architecture rows of docs/results/data_sets.md (about 4.5 hours on 2 idle cores in all).
   wrn_fashion7  the ResNets on Fashion-MNIST and their seed replicate (configs/wrn.py:fashion7
           and :fashion7_replicate), read together: the ResNet pair (about 1-2 hours on 2 cores).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
-from wide_tf.study.suite import Entry
+from wide_tf.study.suite_runner import Entry
 
 SGD, MOMENTUM = "plain SGD", "momentum 0.9"
 

@@ -28,14 +28,14 @@ Variants (after the colon):
           optimizer with a ~10-step ramp (1 / (1 - momentum)); its report gives the ramp beside
           each member's S_min.
   mnist7  the confirmatory study on real 28x28 digits, frozen before its first run (its design,
-          rule and target committed with their simulated power first: docs/results.md, "The
-          confirmatory study"): the 5,000 embedded MNIST digits (4,000 for training) average-
+          rule and target committed with their simulated power first:
+          docs/results/mnist7_mlp.md): the 5,000 embedded MNIST digits (4,000 for training) average-
           pooled to 7x7 (49 inputs keep the family's width span: 833 to 80, 10.4x, where 784
           inputs leave 1.6x), 8 members (depths 1-8) at 50k parameters, batches 8 to 500 (n / 8),
           plain SGD, the local protocol (x2 grid on 2 tuning seeds, extended, confirmed on 3 more),
           95% training accuracy, runs stopped there; the verdict rule as for `local`.
   fashion7  the same family and protocol on Fashion-MNIST, frozen before its first run
-          (docs/results.md, "Fashion-MNIST"): Debian's idx files (`apt-get install -y
+          (docs/results/fashion7_mlp.md): Debian's idx files (`apt-get install -y
           dataset-fashion-mnist`) pooled to 7x7, a fixed subset of 16,000 training images,
           depths 1-8, batches 16 to 2,000 (n / 8), 80% training accuracy (the deep members
           reach 85% only after 8-14 epochs; depth 12 stalls at batch 1,024). A cut design: its
@@ -46,6 +46,11 @@ Variants (after the colon):
           width-only family (depth 2, widths 32 to 512), the depth-only family (width 128, depths
           1 to 8) and the budget family under momentum 0.9 (as `local_momentum`): the answer
           suite's other rows on Fashion-MNIST, each design-simulated before it ran.
+  fashion14  the MLP answer on larger images, frozen (configs/frozen/mlp_fashion14.json) and not
+          yet run: fashion7's protocol and data on 14x14 images (pool 2) at 100k parameters, so
+          depths 1-8 span 4.7x in width (at 50k the span is 3.5x; at 28x28 a 4x span needs about
+          1.2M parameters), read with its seed replicate `fashion14_replicate` (seeds 100-104).
+          Its design, margin and cost: docs/results/designs.md.
   single  one run of the middle member at batch 128 (about a minute): the engine alone.
   paper   TFDS MNIST (prepare it first; see README), depths 1 to 8 at 1M parameters, batches 32 to
           16,384: the study at the paper's scale, for a GPU or TPU.
@@ -63,6 +68,7 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
+from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 LOCAL_VARIANTS = (
@@ -79,11 +85,14 @@ LOCAL_VARIANTS = (
     "fashion7_width",
     "fashion7_depth",
     "fashion7_momentum",
+    "fashion14",
+    "fashion14_replicate",
 )
-FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion7"))
+FASHION_VARIANTS = tuple(v for v in LOCAL_VARIANTS if v.startswith("fashion"))
 SMOKE_FAMILIES = ("smoke_width", "smoke_depth", "smoke_sgd")
 
 
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "local"
     config = defaults.base_config("mlp", "mnist_embedded")
@@ -143,7 +152,8 @@ def get_config(arg=None):
         raise ValueError(
             f"unknown variant {variant!r} of configs/mlp.py: local, local7, local12, "
             "local_replicate, local_width, local_depth, local_momentum, mnist7, fashion7, "
-            "fashion7_replicate, fashion7_width, fashion7_depth, fashion7_momentum, single, "
+            "fashion7_replicate, fashion7_width, fashion7_depth, fashion7_momentum, fashion14, "
+            "fashion14_replicate, single, "
             "paper, smoke, smoke_width, smoke_depth, smoke_sgd, check or predict"
         )
     return config
@@ -194,7 +204,9 @@ def _local(config, variant):
     if variant == "mnist7" or variant in FASHION_VARIANTS:
         _mnist7(config)
         if variant != "mnist7":
-            _fashion7(config, variant)
+            _fashion7(config, variant.replace("fashion14", "fashion7"))
+        if variant.startswith("fashion14"):
+            _fashion14(config)
         return
     config.train.target_value = 0.97
     # The same runs judged at two more targets (each analysed; the report shows whether the
@@ -230,14 +242,14 @@ def _sgd(config):
 
 
 def _mnist7(config):
-    """The confirmatory study (frozen before its first run; docs/results.md): the local protocol
-    on the embedded MNIST digits pooled to 7x7, depths 1-8, batches 8 to n / 8 = 500, 95%
-    training accuracy, every run stopped there."""
+    """The confirmatory study (frozen before its first run; docs/results/mnist7_mlp.md): the
+    local protocol on the embedded MNIST digits pooled to 7x7, depths 1-8, batches 8 to n / 8 =
+    500, 95% training accuracy, every run stopped there."""
     s, t = config.sweep, config.train
     config.data.name = "mnist_embedded"
     config.data.pool = 4  # 28x28 -> 7x7: widths 833 (depth 1) to 80 (depth 8)
     s.family.depths = [1, 2, 3, 4, 5, 6, 7, 8]  # depth 12 does not reach 97% in 30 epochs
-    # The pilot (issue 36): the one-layer member's epochs double between batches 128 and 500,
+    # The pilot: the one-layer member's epochs double between batches 128 and 500,
     # so its B_crit is of order 250; 500 = n / 8 keeps (n - B) / (n - 1) = 0.88 of the noise.
     s.batch_sizes = [8, 16, 32, 64, 128, 256, 500]
     t.target_value = 0.95
@@ -254,7 +266,7 @@ def _mnist7(config):
 
 def _fashion7(config, variant="fashion7"):
     """The mnist7 protocol and family on Fashion-MNIST pooled to 7x7 (frozen before its first
-    run; its pilot and design simulation: docs/results.md, "Fashion-MNIST"), and the answer
+    run; its pilot and design simulation: docs/results/fashion7_mlp.md), and the answer
     suite's other families and momentum on the same data (each simulated before it ran)."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"
@@ -275,3 +287,11 @@ def _fashion7(config, variant="fashion7"):
         s.family.depths = [1, 2, 3, 4, 6, 8]
     elif variant == "fashion7_momentum":
         _momentum(config)
+
+
+def _fashion14(config):
+    """fashion7 on 14x14 images at 100k parameters: 196 inputs at 50k leave depths 1-8 a 3.5x
+    width span; 100k gives 4.7x (docs/results/designs.md). The batches, seeds, target and rule are
+    fashion7's; evaluations stay a tenth of an epoch."""
+    config.data.pool = 2  # 28x28 -> 14x14
+    config.sweep.family.budget = 1.0e5

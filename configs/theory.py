@@ -16,7 +16,10 @@ Variants (after the colon):
 
 import ml_collections
 
+from wide_tf.checks import loader
 
+
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     """Default: 42 points x 200 draws, measured at 49 s wall (43 s CPU) on 2 shared CPU cores.
 

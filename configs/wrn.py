@@ -17,7 +17,7 @@ Variants (after the colon):
           with up to 4 learning-rate extensions, the chosen rate confirmed on 2 more seeds: the
           same protocol at CPU scale (a rehearsal of the pipeline; 8x8 digits are not CIFAR).
           See the README for what it costs.
-  local4  `local` cut to fit 45 minutes on 2 cores (the ResNet answer of docs/results.md): WRN-10,
+  local4  `local` cut to fit 45 minutes on 2 cores (docs/results/wrn_local4.md): WRN-10,
           -16, -28 and -52 (widths 0.79 to 0.25), batches 8, 16, 32, 64 and 176, the same
           protocol, rule and targets.
   single  one run of WRN-16 on the embedded digits, batch 64 (about a minute).
@@ -26,27 +26,34 @@ Variants (after the colon):
           a fixed 16,000-image subset, WRN-10, -16 and -28 at 50k parameters, batches 32 to
           2,048 (n / 8), target 90% training accuracy, two seeds. A check of the JAX path on a
           GPU at batches in the thousands, not a designed study: its power was not simulated.
-  mnist7  the ResNet study on real images (issue 36): `local`'s six members (WRN-10, -16,
+  mnist7  the ResNet study on real images: `local`'s six members (WRN-10, -16,
           -22, -28, -40, -52 at 50k parameters, k 0.79 to 0.25) on the 5,000 embedded MNIST
           digits (4,000 for training) average-pooled to 7x7, batches 32 to 496 (the multiple of
           the ghost batch 8 nearest n / 8 = 500), 95% training accuracy, runs stopped there;
           plain SGD, the x2 grid on 2 tuning seeds with up to 4 extensions, 2 confirmation seeds,
           batch-norm statistics recomputed before each evaluation; the MLPs' rule. Its design,
           target and batches come from a pilot and the design simulation, committed before it
-          ran (docs/results.md, "The ResNet study on real images"): 26% power at B_crit ~
+          ran (docs/results/wrn_mnist7.md): 26% power at B_crit ~
           width^0.5, 67.5% at width^1. 7x7 rather than 14x14 or 28x28 for time: on 2 CPU cores a
           study at 4x or 16x the pixels does not fit an evening.
   fashion7  mnist7's family and protocol on Fashion-MNIST pooled to 7x7 (Debian's
           dataset-fashion-mnist), a fixed 8,000-image subset, batches 32, 128, 512 and 1,000
           (n / 8), 80% training accuracy (the MLP fashion7 study's target): the ResNet study on
           Fashion-MNIST cut to about an hour on 2 cores (50 minutes idle). Frozen before its
-          first run after a pilot and the design simulation (docs/results.md, "The ResNets on
-          Fashion-MNIST"): 30-32% power at B_crit ~ width^0.5, 86% at width^1, every
+          first run after a pilot and the design simulation (docs/results/wrn_fashion7.md):
+          30-32% power at B_crit ~ width^0.5, 86% at width^1, every
           generator's null <= 7%; at its own scale 41% and 90%.
   fashion7_replicate  fashion7 on seeds 100-103 (the same 8,000 images), read together with it
           (`configs/answer.py:wrn_fashion7` runs the pair and pools it): the seed replicate a
           ResNet verdict must survive. Frozen before its first run; the pair's power in
-          docs/results.md ("The ResNets on Fashion-MNIST").
+          docs/results/wrn_fashion7.md.
+  fashion_confirm  the confirmatory ResNet study on Fashion-MNIST, frozen
+          (configs/frozen/wrn_fashion_confirm.json) and not yet run: eight WRNs at 50k parameters
+          (WRN-10 to WRN-52 in steps of six layers, k 0.79 to 0.25), 7x7 images, 16,000 training
+          images so that batches reach 2,000 (n / 8), past every member's B_x2 (333-430 at 80% in
+          fashion7), batches 32, 128, 512, 1,000 and 2,000, 80% training accuracy primary and
+          85% secondary, read with its seed replicate `fashion_confirm_replicate` (seeds
+          100-103). Its design simulation, margin and estimated cost: docs/results/designs.md.
   smoke   seconds; for the tests.
   check   the smoke study at batches 256 and 512 (ghost batch 8), one seed and no confirmation
           runs (4 trials): whole virtual batches on every
@@ -60,9 +67,11 @@ Variants (after the colon):
 """
 
 from wide_tf.analysis import predict_study
+from wide_tf.checks import loader
 from wide_tf.schema import defaults
 
 
+@loader.takes_args  # k=v arguments after the variant, e.g. :local:seeds=3,epochs=20
 def get_config(arg=None):
     variant = arg or "paper"
     if variant == "predict":
@@ -78,6 +87,8 @@ def get_config(arg=None):
         "mnist7",
         "fashion7",
         "fashion7_replicate",
+        "fashion_confirm",
+        "fashion_confirm_replicate",
         "single",
         "smoke",
         "check",
@@ -85,7 +96,8 @@ def get_config(arg=None):
     ):
         raise ValueError(
             f"unknown variant {variant!r} of configs/wrn.py: paper (default), local, local4, "
-            "mnist7, fashion7, fashion7_replicate, single, fashion_check, predict, predict_local, "
+            "mnist7, fashion7, fashion7_replicate, fashion_confirm, fashion_confirm_replicate, "
+            "single, fashion_check, predict, predict_local, "
             "smoke or check"
         )
     config = _common()
@@ -184,6 +196,10 @@ def _local(config, variant):
     if variant in ("fashion7", "fashion7_replicate"):
         _mnist7(config)
         _fashion7(config)
+    if variant in ("fashion_confirm", "fashion_confirm_replicate"):
+        _mnist7(config)
+        _fashion7(config)
+        _fashion_confirm(config, variant)
     if variant == "fashion7_replicate":
         # Other seeds, everything else the same (the subset of images is fixed by data.subset_seed,
         # not by these): as configs/mlp.py:fashion7_replicate to configs/mlp.py:fashion7.
@@ -229,8 +245,9 @@ def _mnist7(config):
     # Six members, not local4's four: the design simulation gives 4 members 0.5% power at
     # B_crit ~ width^0.5 (2 df) and 6 members 31% (86% at width^1); more seeds do not help.
     s.family.depths = (10, 16, 22, 28, 40, 52)
-    # The pilot (docs/results.md): WRN-10 needs 3.0 epochs to 95% at batch 32 and 9.1 at 496, so
-    # B_crit ~ 200 there; the largest multiple of the ghost batch 8 below n / 8 = 500 is 496.
+    # The pilot (docs/results/wrn_mnist7.md): WRN-10 needs 3.0 epochs to 95% at batch 32 and 9.1
+    # at 496, so B_crit ~ 200 there; the largest multiple of the ghost batch 8 below n / 8 = 500
+    # is 496.
     # From 32, not 16: the first frozen design (from 16, evaluations every 400 examples) ran at
     # about 4 hours on 2 cores; its batch-16 runs of the deep members cost the most.
     s.batch_sizes = (32, 64, 128, 256, 496)
@@ -247,8 +264,7 @@ def _mnist7(config):
 
 def _fashion7(config):
     """mnist7's family and protocol on Fashion-MNIST pooled to 7x7: the ResNet study's cut
-    version on 2 cores (its pilot, design simulation and cost: docs/results.md, "The ResNets on
-    Fashion-MNIST")."""
+    version on 2 cores (its pilot, design simulation and cost: docs/results/wrn_fashion7.md)."""
     s, t = config.sweep, config.train
     config.data.name = "fashion_mnist_idx"
     # 8,000 images, not the MLP study's 16,000: n / 8 = 1,000 still reaches past every member's
@@ -265,3 +281,20 @@ def _fashion7(config):
     t.min_steps = 600  # 20 epochs at 1,000 are 160 steps
     t.eval_every_examples = 800  # a tenth of an epoch
     t.eval_batch = 1000
+
+
+def _fashion_confirm(config, variant):
+    """The confirmatory ResNet study on Fashion-MNIST (docs/results/designs.md): fashion7's
+    protocol with eight members, 16,000 images, batches past every member's B_x2, and the 85%
+    target beside the 80% one."""
+    s, t = config.sweep, config.train
+    # WRN-10 to WRN-52 in steps of six layers (a WRN's depth is 6n + 4): 8 members, k 0.79-0.25.
+    s.family.depths = (10, 16, 22, 28, 34, 40, 46, 52)
+    config.data.num_train = 16_000  # n / 8 = 2,000: 4.6x past the largest B_x2 measured (430)
+    s.batch_sizes = (32, 128, 512, 1000, 2000)
+    t.extra_targets = ("train_accuracy:0.85",)  # secondary: runs go on to 85%
+    t.max_epochs = 20.0
+    t.eval_every_examples = 1600  # a tenth of an epoch
+    t.eval_batch = 2000
+    if variant == "fashion_confirm_replicate":
+        s.seeds, s.confirm_seeds = (100, 101), (102, 103)

@@ -1,15 +1,16 @@
 """The fake `gcloud` of the launcher's tests (tests/test_launch.py, tests/test_launch_watch.py): a
 script on PATH that records every call and answers `describe` with a chosen VM state, the pid
-check with a chosen answer and queued requests from a file; the fixture that runs launch_tpu.sh
-against it, and helpers that name the calls."""
+check with a chosen answer and queued requests from a file; the fixture that runs the launcher
+(wide_tf.launch.command.main, in this process) against it, and helpers that name the calls."""
 
+import dataclasses
+import io
 import json
-import shutil
-import subprocess
 import sys
 
-import pytest
 from helpers import REPO
+
+from wide_tf.launch import command as cli
 
 SCRIPT = REPO / "launch_tpu.sh"
 REQUIRED = ["--name=wide-v4", "--config=configs/wrn.py", "--workdir=gs://bucket/wrn"]
@@ -31,7 +32,7 @@ G = ["compute", "tpus", "tpu-vm"]
 # existing queued request's describe. A queued VM that goes missing leaves its request SUSPENDED
 # (a spot preemption: Google deletes the node, the request stays). FAKE_HANG=install,tpucheck,...
 # makes those ssh steps hang (a minute) so the launcher's limits can be tested.
-FAKE_GCLOUD = f"""#!{sys.executable}
+FAKE_GCLOUD = f"""#!{sys.executable} -SE
 import json, os, shutil, sys
 args = sys.argv[1:]
 d = os.environ["FAKE_DIR"]
@@ -66,6 +67,8 @@ elif verb == "create" and queued:
 elif verb == "delete" and queued:
     save(vm_file, {{"state": ""}})
     os.remove(os.path.join(d, qr_file))
+elif verb == "describe" and "--format=value(networkEndpoints[0].ipAddress)" in args:
+    print("10.0.0." + args[4].rsplit("-", 1)[-1])  # worker 0's internal address
 elif verb == "describe":
     if os.environ.get("FAKE_DESCRIBE_ERROR"):
         print(os.environ["FAKE_DESCRIBE_ERROR"], file=sys.stderr)
@@ -86,6 +89,9 @@ elif verb == "describe":
     print("\\t".join(fields))
 elif verb == "create":
     save(vm_file, {{"state": "READY", "spot": "--spot" in args, "queued": False}})
+    if os.environ.get("FAKE_CREATE_EXIT"):  # a create that fails after making a node
+        print("ERROR: (gcloud.compute.tpus.tpu-vm.create) operation failed", file=sys.stderr)
+        sys.exit(int(os.environ["FAKE_CREATE_EXIT"]))
 elif verb == "delete":
     save(vm_file, {{"state": ""}})
 elif verb == "start":
@@ -98,8 +104,8 @@ elif verb == "scp":  # keep what would be copied, for the test to open
     shutil.copy(args[args.index("scp") + 1], os.path.join(d, "copied.tar.gz"))
 elif verb == "ssh":
     cmd = next(a for a in args if a.startswith("--command="))
-    tpucheck = "initialize_tpu_system" in cmd or "wide_tf.tools.jax_check" in cmd
-    step = ("install" if "pip install" in cmd else "tpucheck" if tpucheck
+    tpucheck = "vm.tpu_check" in cmd or "vm.jax_check" in cmd
+    step = ("install" if "vm_setup.sh" in cmd else "tpucheck" if tpucheck
             else "start" if "nohup" in cmd else "check" if "wide_tf.pid 2>/dev/null" in cmd else "")
     if step and step in os.environ.get("FAKE_HANG", "").split(","):
         import time
@@ -109,13 +115,13 @@ elif verb == "ssh":
         if answer is None:
             answer = "running 4242" if vm.get("started") else "no run active"
         print("wide_tf: " + answer)
-    elif "wide_tf.tools.jax_check" in cmd:  # --backend=jax: wide_tf/tools/jax_check.py's lines
+    elif "vm.jax_check" in cmd:  # --backend=jax: wide_tf/launch/vm/jax_check.py's lines
         expected = cmd.split("--replicas=")[1].split()[0]
         print("wide_tf check: runtime JAX 0.10.2 on tpu (PJRT), libtpu 0.0.42.1; process 0 of 1")
         print(f"wide_tf check: JAX sees {{expected}} replica(s) (expected {{expected}})")
         sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
-    elif "initialize_tpu_system" in cmd:
-        expected = cmd.split(" && rm -rf /tmp/wide_tf_check")[0].split()[-1]
+    elif "vm.tpu_check" in cmd:
+        expected = cmd.split("--replicas=")[1].split()[0]
         print("wide_tf check: runtime PJRT (pluggable device /v/libtpu.so); tensorflow 2.19.1")
         print(f"wide_tf check: the TPU system has {{expected}} replicas (expected {{expected}})")
         sys.exit(int(os.environ.get("FAKE_TPU_CHECK_EXIT", "0")))
@@ -124,36 +130,36 @@ elif verb == "ssh":
         save(vm_file, vm)
 """
 
-
-def _bash():
-    if shutil.which("bash") is None:
-        pytest.skip("needs bash")
-
-
 # The launcher checks the config with `python -m wide_tf.main --dry_run` (no TensorFlow): this
 # interpreter has the package's requirements; no waiting between polls in the tests.
 BASE_ENV = {"PYTHON": sys.executable, "WIDE_TF_POLL_S": "0", "WIDE_TF_ALIVE_WAIT_S": "0"}
 
 
-def _launch(*args, env=None, script=SCRIPT):
+@dataclasses.dataclass
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_launcher(*args, env) -> Result:
+    """The launcher in this process (`python -m wide_tf.launch ARGS`), its output captured; the
+    processes it starts (gcloud, the checks here) get `env` alone."""
+    out, err = io.StringIO(), io.StringIO()
+    code = cli.main(list(args), env=env, out=out, err=err)
+    return Result(code, out.getvalue(), err.getvalue())
+
+
+def _launch(*args, env=None):
     """--dry_run and argument errors: no gcloud on PATH at all (they must not call it), unless
     `env` says otherwise."""
-    _bash()
-    return subprocess.run(
-        ["bash", str(script), *args],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env or {"PATH": "/usr/bin:/bin", **BASE_ENV},
-    )
+    return run_launcher(*args, env=env or {"PATH": "/usr/bin:/bin", **BASE_ENV})
 
 
 def make_fake(tmp_path):
     """The `fake` fixture of the launcher's tests: runs the launcher with the fake gcloud and
-    returns (process, the recorded calls), each call without 'compute tpus tpu-vm' (queued-resources
+    returns (result, the recorded calls), each call without 'compute tpus tpu-vm' (queued-resources
     calls as 'qr-VERB ...')."""
-    _bash()
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "gcloud").write_text(FAKE_GCLOUD)
@@ -170,7 +176,13 @@ def make_fake(tmp_path):
         states=(),
         checks=(),
         env=None,
+        validate=False,
     ):
+        # The config check here (a `wide_tf.main --dry_run` process) only where a test is about
+        # it (fake.validated): the gcloud calls do not depend on it, and it is most of a launch's
+        # time here.
+        if not validate and "--no_validate" not in args:
+            args = ("--no_validate", *args)
         log.write_text("")
         vm = {"state": state, "spot": spot, "queued": queued, "started": running}
         for old in [*tmp_path.glob("vm-*.json"), *tmp_path.glob("qr-*.json")]:
@@ -180,48 +192,55 @@ def make_fake(tmp_path):
             (tmp_path / "qr-wide-v4.json").write_text(json.dumps({"state": request or "ACTIVE"}))
         (tmp_path / "states").write_text(json.dumps(list(states)))
         (tmp_path / "checks").write_text(json.dumps(list(checks)))
-        full_env = {
-            "PATH": f"{bin_dir}:/usr/bin:/bin",
-            "FAKE_DIR": str(tmp_path),
-            "TMPDIR": str(tmp_path),
-            "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
-            **BASE_ENV,
-            **(env or {}),
-        }
-        p = subprocess.run(
-            ["bash", str(SCRIPT), *args],
-            cwd="/",
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=full_env,
-        )
-        calls = []
-        for line in log.read_text().splitlines():
-            c = json.loads(line)
-            assert c[:2] == ["compute", "tpus"] and c[2] in ("tpu-vm", "queued-resources"), c
-            calls.append(c[3:] if c[2] == "tpu-vm" else ["qr-" + c[3], *c[4:]])
-        return p, calls
+        p = run_launcher(*args, env=fake_env(tmp_path, env))
+        return p, calls_of(log)
+
+    def validated(*args, **kwargs):
+        return launch(*args, validate=True, **kwargs)
 
     launch.tmp_path = tmp_path
+    launch.validated = validated
     return launch
 
 
+def fake_env(tmp_path, extra=None) -> dict:
+    return {
+        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
+        "FAKE_DIR": str(tmp_path),
+        "TMPDIR": str(tmp_path),
+        "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
+        **BASE_ENV,
+        **(extra or {}),
+    }
+
+
+def calls_of(log) -> list[list[str]]:
+    calls = []
+    for line in log.read_text().splitlines():
+        c = json.loads(line)
+        assert c[:2] == ["compute", "tpus"] and c[2] in ("tpu-vm", "queued-resources"), c
+        calls.append(c[3:] if c[2] == "tpu-vm" else ["qr-" + c[3], *c[4:]])
+    return calls
+
+
 def _verbs(calls):
-    """(verb, --worker=...) of every call; the run check is 'check', --check's is 'tpucheck'."""
+    """(verb, --worker=...) of every call; the run check is 'check', --check's is 'tpucheck',
+    Ray's start 'ray'."""
     out = []
     for c in calls:
         verb = c[0]
         if verb == "ssh":
-            cmd = next(a for a in c if a.startswith("--command="))
+            cmd = _command(c)
             if "wide_tf.pid 2>/dev/null" in cmd:
                 verb = "check"
-            elif "pip install" in cmd:
+            elif "vm_setup.sh" in cmd:
                 verb = "install"
-            elif "initialize_tpu_system" in cmd or "wide_tf.tools.jax_check" in cmd:
+            elif "vm.tpu_check" in cmd or "vm.jax_check" in cmd:
                 verb = "tpucheck"
             elif "nohup" in cmd:
                 verb = "start"
+            elif "/bin/ray start" in cmd:
+                verb = "ray"
             else:
                 verb = "tail"
         worker = next((a for a in c if a.startswith("--worker=")), None)

@@ -32,10 +32,10 @@ def tiny_config(**train):
 def run_and_import_check(out):
     """A whole run on JAX: its record's schema, and that TensorFlow was never imported."""
     from wide_tf.engine import train
-    from wide_tf.schema import result as result_schema
+    from wide_tf.schema import result_fields
 
     record = train.train_and_evaluate(tiny_config(), os.path.join(OUT, "one"))
-    out["problems"] = result_schema.problems(json.loads(json.dumps(record, default=float)))
+    out["problems"] = result_fields.problems(json.loads(json.dumps(record, default=float)))
     out["tensorflow_imported"] = sorted(m for m in sys.modules if m.split(".")[0] == "tensorflow")[
         :5
     ]

@@ -60,10 +60,7 @@ def _install(point: str, n: int) -> None:
         original = wd.write_text_atomic
 
         def write(path, text):
-            recording = (
-                os.path.basename(path) == "results.jsonl"
-                or os.path.basename(os.path.dirname(path)) == "results"
-            )
+            recording = os.path.basename(os.path.dirname(path)) == "results"
             if recording and due():
                 with open(f"{path}.tmp-killed", "w") as f:  # a torn temporary file, never renamed
                     f.write(text[: len(text) // 2])

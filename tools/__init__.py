@@ -1,1 +1,1 @@
-"""Tools run from a checkout (outside the installed package)."""
+"""Developer tools run from a checkout (`python -m tools.bench.<name>`), not installed."""

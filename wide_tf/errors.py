@@ -1,27 +1,21 @@
 """Owns what a failed command shows: one line on stderr, `error: <the problem>; <the fix>`, and its
-exit status (2 for a usage error: the command or the config; 1 for a runtime error: the machine,
-the data, the workdir; 130 after Ctrl-C). `error_line` maps any exception to that line and status;
-`parse_flags` does it for absl's and ml_collections' errors while the flags are parsed.
+exit status. `error_line` maps any exception to that line and status by its base: a usage error
+(schema/problems.UsageError, which every layer's usage errors subclass) exits 2, a runtime problem
+(RuntimeProblem) 1, Ctrl-C 130; a full disk, a damaged checkpoint, an unreachable TPU,
+TensorFlow's own errors and a path get their advice, anything else is named as unexpected (1).
 
-Nothing here imports TensorFlow at module level: the flags' errors come before it starts, and the
-error classes of the modules that need it are looked up once an error has happened."""
+Imports nothing above the lowest layer and never TensorFlow: TensorFlow's errors are recognised
+only when TensorFlow is already loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
 import sys
 
-from wide_tf.checks import loader, validate
-from wide_tf.schema import families
-
-
-def one_line(text) -> str:
-    """The message of an exception as one line (ml_collections and TensorFlow write several)."""
-    lines = [ln.strip() for ln in str(text).strip().splitlines() if ln.strip()]
-    lines = [ln for ln in lines if not ln.startswith(("Traceback", "File ", "Pass --help"))]
-    return re.sub(r"\s+", " ", " ".join(lines[:3])).strip()[:600]
+from wide_tf.schema.problems import Problem, one_line
 
 
 def fail(message: str, code: int = 2) -> None:
@@ -29,86 +23,16 @@ def fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
-_HELP = ("-h", "--help", "-help", "--helpshort", "--helpfull", "--helpxml", "-?")
-
-
-def _verbose_in(argv) -> bool:
-    return any(
-        a in ("--verbose", "-verbose", "--verbose=true", "--verbose=True", "--verbose=1")
-        for a in argv
-    )
-
-
-def _config_spec(argv) -> str | None:
-    for i, arg in enumerate(argv[1:], 1):
-        if arg == "--":
-            break
-        for prefix in ("--config=", "-config="):
-            if arg.startswith(prefix):
-                return arg[len(prefix) :]
-        if arg in ("--config", "-config") and i + 1 < len(argv):
-            return argv[i + 1]
-    return None
-
-
-def parse_flags(argv, parse):
-    """absl's flag parsing (`parse`: main's flags.FLAGS), with every error as one line (exit 2):
-    the config file and variant, and the override paths, are checked first, with the closest
-    valid name suggested."""
-    verbose, config = _verbose_in(argv), None
+@contextlib.contextmanager
+def problems_in_one_line(verbose: bool):
+    """A Problem raised inside ends the command in its one `error:` line and exit status (its
+    traceback instead under --verbose)."""
     try:
-        spec = _config_spec(argv)
-        suite = any(a.startswith(("--suite=", "-suite=")) or a == "--suite" for a in argv)
-        if spec is None and not suite and not any(a in _HELP for a in argv):
-            raise validate.UsageError(
-                "--config is required, e.g. --config=configs/mlp.py:local (configs/mlp.py, "
-                "configs/wrn.py, configs/theory.py; the variant follows the colon), or "
-                "--suite=configs/answer.py"
-            )
-        if spec is not None:
-            config = loader.load_config(spec)
-            validate.check_overrides(config, validate.override_paths(argv))
-        return parse(argv)
-    except validate.Problem as e:
+        yield
+    except Problem as e:
         if verbose:
             raise
         fail(str(e), e.exit_code)
-    except Exception as e:  # flags.Error, and ml_collections' errors while applying an override
-        if verbose:
-            raise
-        fail(flag_error_line(e, config), 2)
-
-
-def flag_error_line(e, config) -> str:
-    """The line for an error raised while the flags are parsed (flags.Error, and ml_collections'
-    errors while applying an override); `config` is the loaded config, or None."""
-    message = one_line(e)
-    if "is not supported for overriding" in message:
-        field = re.search(r"field config\.(\S+) is", message)
-        name = field.group(1) if field else "that field"
-        message = (
-            f"--config.{name}: this field cannot be set on the command line; change it in the "
-            f"config file (or add a variant); lists are tuples, e.g. --config.sweep.seeds='(0,1)'"
-        )
-    return _type_hint(message.replace("FATAL Flags parsing error: ", ""), config)
-
-
-def _type_hint(message: str, config) -> str:
-    """Adds the type a --config.<field> value must have to ml_collections' parse error."""
-    m = re.match(r"flag --config\.([\w.]+)=", message)
-    if not m or config is None:
-        return message
-    value = config
-    for part in m.group(1).split("."):
-        try:
-            value = value[part]
-        except (KeyError, TypeError):
-            return message
-    kinds = {bool: "True or False", int: "an integer", float: "a number", str: "a string"}
-    kind = kinds.get(type(value))
-    if kind is None:
-        return message
-    return f"{message}; --config.{m.group(1)} takes {kind}, e.g. --config.{m.group(1)}={value}"
 
 
 def error_line(e: BaseException, config) -> tuple[str, int]:
@@ -140,14 +64,10 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
             f"--config.runtime.strategy=auto",
             1,
         )
-    if isinstance(e, validate.Problem):  # (no TensorFlow needed; a failed worker's is one too)
+    if isinstance(e, Problem):  # every layer's usage errors and runtime problems subclass it
         return one_line(e), e.exit_code
-    usage_errors, runtime_errors, op_error = _error_classes()
-    if isinstance(e, usage_errors):
-        return one_line(e), 2
-    if isinstance(e, runtime_errors):
-        return one_line(e), 1
-    if isinstance(e, op_error):
+    tf = sys.modules.get("tensorflow")  # an OpError means TensorFlow was loaded
+    if tf is not None and isinstance(e, tf.errors.OpError):
         return _tf_error_line(e), 1
     if isinstance(e, OSError):
         return f"{one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1
@@ -156,33 +76,6 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
         f"for the traceback, and report it)",
         1,
     )
-
-
-def _error_classes():
-    """(usage errors, runtime errors, TensorFlow's OpError): their classes live in modules that
-    import TensorFlow, so they are looked up only once an error has happened."""
-    import tensorflow as tf
-
-    from wide_tf.engine import train
-    from wide_tf.engine.tf import data, strategy
-    from wide_tf.engine.tf import step as steps
-    from wide_tf.report.protocol import ReportError
-    from wide_tf.study import trials
-
-    usage_errors = (
-        families.FamilyError,
-        trials.StudyError,
-        train.ConfigError,
-        steps.BatchSplitError,
-        validate.UsageError,
-    )
-    runtime_errors = (
-        data.DataUnavailableError,
-        strategy.StrategyError,
-        validate.RuntimeProblem,  # also a failed worker (study/workers.WorkerFailed)
-        ReportError,  # the report at the end of a study (e.g. its lock held too long)
-    )
-    return usage_errors, runtime_errors, tf.errors.OpError
 
 
 def _tf_error_line(e) -> str:
@@ -250,7 +143,8 @@ def _damaged_checkpoint(e) -> str | None:
     """The path of the checkpoint that `e` was raised reading, or '' if unknown; None when `e` did
     not come from reading a checkpoint (a truncated file raises anything from IndexError to
     DataLossError there)."""
-    tb, found, path = e.__traceback__, False, ""
+    path = getattr(e, "checkpoint_path", "")  # set by engine/restore.py when every one failed
+    tb, found = e.__traceback__, bool(path)
     while tb is not None:
         name = tb.tb_frame.f_code.co_filename.replace(os.sep, "/")
         if "/checkpoint/" in name or "checkpoint_reader" in name or "checkpoint_management" in name:

@@ -1,12 +1,15 @@
-"""Owns the command line: reads the absl flags (the only module that does), runs the checks, and
-makes one call: a study, a single run, the theory check, or a suite of studies (`--suite`).
+"""Trains each member of a network family (deep and narrow to shallow and wide, at one budget) at
+several batch sizes, the learning rate tuned per batch, and reports per member the largest batch
+that trains in about as many epochs (B_x2; B_crit from a fit): does width raise it?
 
-  python -m wide_tf.main --config=configs/mlp.py:local --workdir=runs/mlp_local
+  python -m wide_tf.main --config=FILE[:VARIANT[:k=v,...]] --workdir=DIR [flags]
+  python -m wide_tf.main --config=configs/mlp.py:smoke --workdir=runs/smoke     # seconds
+  python -m wide_tf.main --config=configs/mlp.py:local:seeds=3 --print_config   # look first
 
-Bad input ends in one line on stderr (wide_tf/errors.py), with exit status 2 for a usage error and
-1 for a runtime error; `--verbose` shows the traceback instead. The config, the overrides and the
-workdir are checked (wide_tf/checks/validate.py) before TensorFlow is imported, and TensorFlow's
-C++ start-up lines are kept out of the output (wide_tf/tf_start.py)."""
+A run writes into DIR: the trials and DIR/report/ (report.md, figures, tables, TensorBoard). The
+same command again resumes a stopped study. Bad input is one line on stderr (exit status 2 for a
+usage error, 1 for a runtime error; --verbose shows the traceback).
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from ml_collections import config_flags
 
 # None of these imports TensorFlow: the modules that need it are imported once the checks pass.
 from wide_tf import errors, tf_start
-from wide_tf.checks import dry_run, validate
+from wide_tf.analysis import frozen
+from wide_tf.checks import command_line, dry_run, loader, usage, validate
 from wide_tf.engine import backend, preemption
 from wide_tf.study import processes, worker
 
@@ -31,51 +35,42 @@ _CONFIG = config_flags.DEFINE_config_file(
 )
 _WORKDIR = flags.DEFINE_string("workdir", None, "Where the study writes (local path or gs://).")
 _SHARD = flags.DEFINE_string(
-    "shard",
-    None,
-    "Run shard i of n of the study's trials: --shard=0/2. "
-    "Shards may share one workdir; every trial runs exactly once.",
+    "shard", None, "Run shard i of n of the trials (--shard=0/2); shards may share one workdir."
 )
 _WORKERS = flags.DEFINE_string(
     "workers",
     None,
-    "Run the study in N processes on this machine, each pinned to its cores (or its GPU), which "
-    "claim (member, batch size) groups as they become free. Default: one per CPU core, one per "
-    "GPU on a GPU machine, 1 on a TPU. --workers=1 runs in this process. With --shard=i/n the "
-    "workers share shard i's groups.",
+    "N processes on this machine, each pinned to its cores (or GPU), claiming (member, batch) "
+    "groups as they free up. Default: one per CPU core or GPU, 1 on a TPU; 1 runs in this process.",
+)
+_CLUSTER = flags.DEFINE_string(
+    "cluster", None, "Run on a Ray cluster: auto or HEAD:6379 (docs/tpu.md; pip: wide_tf[ray])."
 )
 _TRIAL = flags.DEFINE_string("trial", None, "Run only this trial (id, or index in --list_trials).")
-_LIST = flags.DEFINE_bool("list_trials", False, "Print the study's trials and exit.")
+_LIST = flags.DEFINE_bool("list_trials", False, "Print the trials and exit (reads no data).")
+_PRINT_CONFIG = flags.DEFINE_bool("print_config", False, "Print the resolved config and exit.")
 _NO_REPORT = flags.DEFINE_bool("no_report", False, "Do not write the report at the end.")
-_DRY_RUN = flags.DEFINE_bool(
-    "dry_run",
-    False,
-    "Check the config (and --shard), exit before TensorFlow starts; writes nothing.",
-)
+_DRY_RUN = flags.DEFINE_bool("dry_run", False, "Check all, exit before TensorFlow; write nothing.")
 _REPLICAS = flags.DEFINE_integer(
-    "replicas",
-    None,
-    "With --dry_run: check the batches for a machine with this many replicas (4 on a v4-8, 8 on "
-    "a v5litepod-8; launch_tpu.sh passes it) instead of this one.",
+    "replicas", None, "With --dry_run: check for this many replicas (4 on a v4-8, 8 on a v5e-8)."
 )
 _ACCELERATOR = flags.DEFINE_string(
-    "accelerator",
-    None,
-    "With --dry_run: also check the memory model against this accelerator (v4-8, v5e, a100-40gb, "
-    "a GPU's CUDA name); exit status 3 when it does not fit.",
+    "accelerator", None, "With --dry_run: check memory on this accelerator (v4-8, a100-40gb, ...)."
 )
 _SUITE = flags.DEFINE_string(
     "suite", None, "A suite of studies instead of --config (configs/answer.py): WORKDIR/<study>/."
 )
-_VERBOSE = flags.DEFINE_bool(
-    "verbose", False, "On an error, show the Python traceback; also TensorFlow's start-up lines."
+_FROZEN = flags.DEFINE_string(
+    "frozen", None, "A frozen design: run only its config (default: configs/frozen/, if there)."
 )
+_VERBOSE = flags.DEFINE_bool("verbose", False, "On an error, show the traceback; TF's start lines.")
 
 
 def _checks(config) -> list[str]:
     """Everything that can be checked before TensorFlow starts; returns warning lines."""
     flag = dict(dry_run=_DRY_RUN, workdir=_WORKDIR, shard=_SHARD, workers=_WORKERS, trial=_TRIAL)
     flag.update(listing=_LIST, accelerator=_ACCELERATOR, replicas=_REPLICAS)
+    validate.check_cluster(_CLUSTER.value, _WORKERS.value, _SHARD.value, _TRIAL.value)
     return validate.check_command(config, sys.argv, **{k: f.value for k, f in flag.items()})
 
 
@@ -83,16 +78,16 @@ def main(argv) -> None:
     if len(argv) > 1:
         errors.fail(f"unexpected arguments {argv[1:]}; flags take the form --name=value")
     config, verbose = _CONFIG.value, _VERBOSE.value
+    if _PRINT_CONFIG.value and config is not None:
+        print(usage.config_text(config), end="", flush=True)
+        return
     if _SUITE.value is not None:
         sys.exit(_suite(verbose))
-    try:
+    with errors.problems_in_one_line(verbose):
+        frozen.check_run(config, _FROZEN.value, sys.argv)  # a frozen study runs only as frozen
         warnings = _checks(config)  # once: the workers of --workers=N read what passed here
         if _DRY_RUN.value:  # its lines; exit status 3 when the memory does not fit
             sys.exit(dry_run.run(config, _REPLICAS.value, _ACCELERATOR.value))
-    except validate.Problem as e:
-        if verbose:
-            raise
-        errors.fail(str(e), e.exit_code)
     for w in warnings:
         print(f"warning: {w}", file=sys.stderr, flush=True)
     logging.get_absl_handler().addFilter(tf_start.DropCheckpointChatter())
@@ -108,22 +103,18 @@ def main(argv) -> None:
 
 
 def _suite(verbose: bool) -> int:
-    """--suite: each study in a child process (study/suite.py), then the suite's table."""
-    from wide_tf.study import suite
+    """--suite: each study in a child process (study/suite_runner.py), then the suite's table."""
+    from wide_tf.study import suite_runner
 
     given = dict(config=_CONFIG, shard=_SHARD, trial=_TRIAL, list_trials=_LIST, dry_run=_DRY_RUN)
     given.update(workdir=_WORKDIR, workers=_WORKERS)
-    try:
-        code = suite.command(_SUITE.value, {k: f.value for k, f in given.items()}, _log)
-    except validate.Problem as e:
-        if verbose:
-            raise
-        errors.fail(str(e), e.exit_code)
+    with errors.problems_in_one_line(verbose):
+        code = suite_runner.command(_SUITE.value, {k: f.value for k, f in given.items()}, _log)
     if code == 0 and not _NO_REPORT.value and not _DRY_RUN.value:
         tf_start.import_tensorflow(verbose)
-        from wide_tf.report import suite as suite_report
+        from wide_tf.report import answer
 
-        logging.info("Suite report: %s", suite_report.write_suite_report(_WORKDIR.value))
+        logging.info("Suite report: %s", answer.write_suite_report(_WORKDIR.value))
     return code
 
 
@@ -147,13 +138,21 @@ def _run(config, verbose: bool) -> None:
             tf_start.import_tensorflow(verbose)
         preemption.install()  # SIGTERM -> checkpoint after the current host loop, exit 143
         from wide_tf.engine import train
-        from wide_tf.theory import check as theory_check
+        from wide_tf.theory import runner
 
         if config.get("kind", "study") == "theory":
-            theory_check.run_theory(config, _WORKDIR.value)
+            runner.run_theory(config, _WORKDIR.value)
         else:  # one run in the workdir itself
-            train.train_and_evaluate(config, _WORKDIR.value)
+            train.train_and_evaluate(config, _WORKDIR.value, checked=True)
+            print(f"Run written to {_WORKDIR.value} (result.json, TensorBoard events)", flush=True)
+    elif _CLUSTER.value:  # a driver: the hosts of the cluster run the trials
+        from wide_tf.cluster import ray_study
+
+        _finish(ray_study.run(config, _WORKDIR.value, _CLUSTER.value, verbose, _log))
     else:  # its parent imports TensorFlow for the report alone, once every group is done
+        from wide_tf.study import progress
+
+        progress.keep_log(_WORKDIR.value)  # this command's own log, beside the workers'
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(
@@ -177,10 +176,19 @@ def _finish(outcome) -> None:
 
 
 def run() -> None:
-    parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite.py) dies
+    sys.argv[:] = loader.with_found_config(sys.argv)  # configs/... from any folder
+    mine = [flags.FLAGS[v.name] for v in globals().values() if isinstance(v, flags.FlagHolder)]
+    usage.exit_on_help(sys.argv, __doc__, mine)  # --help: for users; --helpfull: absl's own
+    parent = os.environ.pop(worker.PARENT_ENV, None)  # a suite's study (study/suite_runner.py) dies
     if parent:  # with the suite, or exits now when the suite is already gone
         worker.die_with_parent(parent)
-    app.run(main, flags_parser=lambda argv: errors.parse_flags(argv, flags.FLAGS))
+    app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv):
+    """The flags, or one `error:` line (checks/command_line.py) unless --verbose."""
+    with errors.problems_in_one_line(command_line.verbose_in(argv)):
+        return command_line.parse_flags(argv, flags.FLAGS)
 
 
 if __name__ == "__main__":

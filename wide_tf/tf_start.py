@@ -13,7 +13,7 @@ import tempfile
 # Whether the user chose TensorFlow's C++ log level; if not, `import_tensorflow` picks one before
 # the import. Read when main imports this module, before anything here sets it. An empty value
 # (`TF_CPP_MIN_LOG_LEVEL= python ...`, an unset shell variable exported) chooses nothing: TensorFlow
-# would read it as 0 and print its start-up lines (issue 38).
+# would read it as 0 and print its start-up lines.
 _USER_TF_LOG_LEVEL = os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() or None
 
 

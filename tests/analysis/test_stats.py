@@ -149,7 +149,7 @@ def test_b_crit_interval_coverage(batches, cell_sd):
     93-97% of 400 simulated members, with and without a cell effect (seed noise counted once,
     variances drawn from their sampling distributions), at the analysis' 1,000 replicates (200
     lose about 1.5 points to the noise of their tail quantiles: 93.5% against 95.0% on the same
-    800 members). The binomial SD at 95% is 1.1%; the band is the issue's acceptance range."""
+    800 members). The binomial SD at 95% is 1.1%; the band is the acceptance range."""
     rng = np.random.default_rng(11)
     b = np.repeat(np.array(batches, float), 5)
     covered = 0

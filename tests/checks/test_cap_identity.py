@@ -1,12 +1,12 @@
 """train.max_device_batch is operational where micro-batching is exact (ghost batch norm, no norm):
 a workdir started without a cap resumes with one, with the same trial ids; under plain batch norm
-it stays part of the study and the refusal says why (issue 35, item 4)."""
+it stays part of the study and the refusal says why."""
 
 import pytest
 
 from wide_tf.checks import loader, preflight
-from wide_tf.checks.problems import UsageError
 from wide_tf.schema import families, identity
+from wide_tf.schema.problems import UsageError
 from wide_tf.study import trials
 
 

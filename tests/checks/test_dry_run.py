@@ -4,8 +4,9 @@ replica count, before TensorFlow starts."""
 import pytest
 from helpers import run_main
 
-from wide_tf.checks import dry_run, loader, problems
+from wide_tf.checks import dry_run, loader
 from wide_tf.checks.hardware_fit import EXIT_DOES_NOT_FIT
+from wide_tf.schema import problems
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,7 @@ def test_main_dry_run_with_an_accelerator():
 def test_several_jax_processes_run_one_run_never_a_study():
     """WIDE_TF_JAX_DISTRIBUTED=1 (launch_tpu.sh --backend=jax on a multi-host slice): every host
     runs the same program, so a sweep, whose hosts would each claim their own group, is refused;
-    one run passes; the flag without the JAX backend is refused too (issue 34, item 6)."""
+    one run passes; the flag without the JAX backend is refused too."""
     from wide_tf.checks import preflight
 
     on = {"WIDE_TF_JAX_DISTRIBUTED": "1"}

@@ -1,4 +1,4 @@
-"""Errors that name the real cause (issue 25): a full disk and a folder removed mid-save are
+"""Errors that name the real cause: a full disk and a folder removed mid-save are
 named as such, never with the advice to delete the run's checkpoints/."""
 
 import errno

@@ -6,6 +6,7 @@ that no TensorFlow work was done; a few run it as a subprocess, with a fake `ten
 first on the path that fails on import, to pin the command's own contract (exit status, one line
 on stderr, no traceback)."""
 
+import ast
 import json
 import os
 import subprocess
@@ -310,7 +311,7 @@ CASES = [
         ["cannot write in /proc"],
     ),
     ("workdir_empty_checkpoint", [SMOKE, "--workdir={empty_ckpt}"], 1, ["checkpoint", "truncated"]),
-    # Issue 25's bad input: each one line, before TensorFlow, the workdir untouched.
+    # The bad input: each one line, before TensorFlow, the workdir untouched.
     ("config_json_null", [SMOKE, "--workdir={null_json}"], 1, ["holds NoneType", "move it aside"]),
     ("config_json_list", [SMOKE, "--workdir={list_json}"], 1, ["holds list", "a JSON object"]),
     ("workdir_s3", [SMOKE, "--workdir=s3://bucket/x"], 2, ["s3:// is not supported", "gs://"]),
@@ -389,8 +390,8 @@ CASES = [
         ["does not divide over 3 replicas (--replicas)"],
     ),
     ("dry_run_zero_replicas", [SMOKE, "--dry_run", "--replicas=0"], 2, ["--replicas=0"]),
-    # Numbers that passed every check and then never ended or crashed after TensorFlow started
-    # (issue 38): each field's bound in schema/fields.py refuses them at --dry_run.
+    # Numbers that passed every check and then never ended or crashed after TensorFlow started:
+    # each field's bound in schema/fields.py refuses them at --dry_run.
     *[
         (f"runaway_{flag.split('=')[0]}", [cfg, f"--config.{flag}", "--dry_run"], 2, words)
         for cfg, flag, words in (
@@ -461,7 +462,6 @@ def workdirs(tmp_path_factory):
     wd = tmp / "study"
     (wd / "trials" / "t0").mkdir(parents=True)
     (wd / "config.json").write_text(config.to_json_best_effort(indent=2, sort_keys=True) + "\n")
-    (wd / "results.jsonl").write_text(json.dumps({"trial_id": "t0", "status": "reached"}) + "\n")
     (wd / "trials" / "t0" / "result.json").write_text(json.dumps({"trial_id": "t0"}))
     broken = tmp / "broken"
     (broken / "trials" / "t1").mkdir(parents=True)
@@ -488,12 +488,12 @@ def workdirs(tmp_path_factory):
 @pytest.fixture
 def cli(monkeypatch, capsys):
     """`python -m wide_tf.main ARGS` in this process: run(args) -> (exit status, stdout, stderr),
-    with the flags parsed as the command parses them (`errors.parse_flags`). Unless
+    with the flags parsed as the command parses them (`main._parse_flags`). Unless
     `tensorflow=True`, TensorFlow's start (and the workers') fails the test: a case that passes
     was decided before either."""
     from absl import flags
 
-    from wide_tf import errors, main, tf_start
+    from wide_tf import main, tf_start
     from wide_tf.engine import preemption
     from wide_tf.study import workers
 
@@ -513,7 +513,7 @@ def cli(monkeypatch, capsys):
         monkeypatch.setattr(sys, "argv", argv)
         code = 0
         try:
-            main.main(errors.parse_flags(argv, flags.FLAGS))
+            main.main(main._parse_flags(argv))
         except SystemExit as e:
             code = e.code
         finally:
@@ -592,7 +592,7 @@ def test_verbose_shows_the_traceback(tmp_path):
 
 
 def test_truncated_checkpoint_is_one_line_and_no_tensorflow_noise(tmp_path):
-    """After TensorFlow starts: a damaged checkpoint is exit 1 with the path to delete; the C++
+    """After TensorFlow starts: damaged checkpoints are exit 1 with the path to delete; the C++
     start-up lines (oneDNN, cudart stub, cuInit) stay out, the package's own log lines stay in."""
     wd = tmp_path / "run"
     args = [
@@ -611,8 +611,10 @@ def test_truncated_checkpoint_is_one_line_and_no_tensorflow_noise(tmp_path):
         assert noise not in first.stderr, noise
     assert "train.py" in first.stderr  # absl logging of the package itself still shows
     (wd / "result.json").unlink()  # as if the run had been killed after its last checkpoint
-    data = max((wd / "checkpoints").glob("ckpt-*.data-*"))
-    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    # Every checkpoint cut short (with an older one whole, the run resumes from it instead:
+    # tests/engine/test_checkpoint_fallback.py).
+    for data in (wd / "checkpoints").glob("ckpt-*.data-*"):
+        data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
     before = _snapshot(wd)
     proc = _main(args, env, timeout=300)
     last = proc.stderr.strip().splitlines()[-1]
@@ -709,15 +711,14 @@ def test_new_fields_confirm_seeds_and_min_steps_are_checked_when_present():
         validate.check_config(config)
 
 
-def test_corrupted_results_line_is_a_warning_and_nothing_changes(tmp_path):
+def test_a_torn_result_file_is_a_warning_and_nothing_changes(tmp_path):
     config = _config("configs/mlp.py:smoke")
     (tmp_path / "config.json").write_text(config.to_json_best_effort())
-    (tmp_path / "results.jsonl").write_text(
-        '{"trial_id": "a"}\n{"trial_id": "b", "st\n{"trial_id": "c"}\n'
-    )
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "b.json").write_text('{"trial_id": "b", "st')
     before = _snapshot(tmp_path)
     warnings = validate.check_workdir(config, str(tmp_path))
-    assert len(warnings) == 1 and "line 2" in warnings[0] and "run again" in warnings[0]
+    assert len(warnings) == 1 and "b.json" in warnings[0] and "runs" in warnings[0]
     assert _snapshot(tmp_path) == before
 
 
@@ -745,15 +746,15 @@ def test_unwritable_workdir(tmp_path):
 
 
 def test_the_engine_reads_the_spec_registries():
-    """The names and data sets have one home, the spec (which validate.py reads): the TensorFlow
+    """The names and data sets have one home, the schema (which validate.py reads): the TensorFlow
     modules hold those objects, not copies (the registries themselves:
     tests/schema/test_registries.py); and the study's identity is the one the workdir check uses."""
     from wide_tf.engine import optim
     from wide_tf.engine.tf import data, strategy
-    from wide_tf.schema import choices, datasets, optimizers
+    from wide_tf.schema import datasets, fields, optimizers
 
     assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
-    assert strategy.STRATEGIES is choices.STRATEGIES
+    assert strategy.STRATEGIES is fields.STRATEGIES
     assert data.DATASETS is datasets.DATASETS
 
 
@@ -781,7 +782,7 @@ def test_every_shipped_config_passes(tmp_path):
 
 
 def test_errors_found_after_tensorflow_starts_are_one_line_too(tmp_path, cli):
-    """--trial that matches no trial (now found before TensorFlow starts, issue 25): one line,
+    """--trial that matches no trial (now found before TensorFlow starts): one line,
     exit 2, nothing written."""
     wd = tmp_path / "study"
     status, _, err = cli([SMOKE, "--trial=no_such_trial", f"--workdir={wd}"], tensorflow=True)
@@ -887,7 +888,7 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
 
 
 def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder(tmp_path, cli):
-    """Issue 38: a dangling symlink as --workdir was blamed on "something removed it" after
+    """A dangling symlink as --workdir was blamed on "something removed it" after
     TensorFlow started, and an over-long --workdir passed the checks and failed after creating
     folders."""
     link = tmp_path / "link"
@@ -904,3 +905,64 @@ def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder
         assert code == 2 and len(lines) == 1 and lines[0].startswith("error: "), err[-2000:]
         assert all(w in lines[0] for w in words), lines[0]
     assert sorted(os.listdir(tmp_path)) == ["link"]  # nothing created
+
+
+# Exceptions that are signals between the package's own parts, never shown as an error line:
+# SIGTERM's checkpoint-and-exit (exit 143, main; a worker's between trials) and a group taken
+# over by another worker.
+SIGNALS = {
+    "wide_tf/engine/preemption.py:Preempted",
+    "wide_tf/study/scheduler.py:WorkerStopped",
+    "wide_tf/study/scheduler.py:LostClaim",
+}
+_BASES = {"Problem", "UsageError", "RuntimeProblem"}
+
+
+def exceptions_without_a_base(root: Path) -> list[str]:
+    """'path:class' of every exception class under root/wide_tf whose bases, followed through
+    the package's own classes, never reach schema/problems.py's Problem (read with `ast`)."""
+    bases = {}
+    for path in sorted((root / "wide_tf").rglob("*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef):
+                names = [
+                    b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                    for b in node.bases
+                ]
+                bases[(path.relative_to(root).as_posix(), node.name)] = names
+    by_name = {name: b for (_, name), b in bases.items()}
+
+    def reaches(names, seen=()) -> bool | None:
+        """True: a base reaches Problem; False: an exception that does not; None: not one."""
+        out = None
+        for n in names:
+            if n in _BASES:
+                return True
+            if n in by_name and n not in seen:
+                got = reaches(by_name[n], (*seen, n))
+                out = got if got is not None else out
+            elif n.endswith(("Error", "Exception")) or n in ("Exception", "BaseException"):
+                out = False if out is None else out
+        return out
+
+    return sorted(
+        f"{p}:{name}"
+        for (p, name), b in bases.items()
+        if name not in _BASES and reaches(b) is False
+    )
+
+
+def test_every_error_of_the_package_subclasses_a_usage_or_runtime_base():
+    assert set(exceptions_without_a_base(REPO)) == SIGNALS
+
+
+def test_an_error_on_a_builtin_base_is_caught(tmp_path):
+    (tmp_path / "wide_tf" / "engine").mkdir(parents=True)
+    (tmp_path / "wide_tf" / "engine" / "x.py").write_text(
+        "class Fine(RuntimeProblem):\n    pass\n\n\nclass Bad(ValueError):\n    pass\n\n\n"
+        "class AlsoBad(Bad):\n    pass\n\n\nclass NotAnError:\n    pass\n"
+    )
+    assert exceptions_without_a_base(tmp_path) == [
+        "wide_tf/engine/x.py:AlsoBad",
+        "wide_tf/engine/x.py:Bad",
+    ]

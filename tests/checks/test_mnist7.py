@@ -1,5 +1,5 @@
 """configs/mlp.py:mnist7, the confirmatory study frozen before its first run: the design the
-design simulation was run on (docs/results.md) must be the design the study runs."""
+design simulation was run on (docs/results/) must be the design the study runs."""
 
 from wide_tf.analysis import simulate
 from wide_tf.checks import loader, validate

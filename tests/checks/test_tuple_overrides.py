@@ -48,7 +48,7 @@ def test_a_tiny_study_runs_with_tuple_overrides(tmp_path):
     assert saved["sweep"]["batch_sizes"] == [256]
     results = [json.loads(p.read_text()) for p in (workdir / "results").glob("*.json")]
     assert [r["batch_size"] for r in results] == [256]
-    # The study ends with the verdict in one sentence on the console (issue 37).
+    # The study ends with the verdict in one sentence on the console.
     verdict = (workdir / "report" / "verdict.txt").read_text().strip()
     assert p.stdout.strip().splitlines()[-1] == verdict
     assert verdict.startswith("INCONCLUSIVE: ")  # one member: no slope to read

@@ -7,8 +7,7 @@ import json
 from wide_tf.engine import train
 from wide_tf.engine.tf import strategy as strategy_lib
 from wide_tf.engine.tf.step import BatchPlan
-from wide_tf.schema import defaults
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import defaults, result_fields
 
 
 def test_the_plan_describes_itself_against_the_schema():
@@ -21,9 +20,9 @@ def test_the_plan_describes_itself_against_the_schema():
         "micro_batches": 4,
         "micro_batch": 8,
     }
-    assert [f.name for f in result_schema.BATCH_PLAN] == list(described)
+    assert [f.name for f in result_fields.BATCH_PLAN] == list(described)
     assert BatchPlan.make(64, 1).describe()["max_device_batch"] == 0
-    assert "batch_plan" in result_schema.NAMES and "batch_plan" not in result_schema.REQUIRED
+    assert "batch_plan" in result_fields.NAMES and "batch_plan" not in result_fields.REQUIRED
 
 
 def test_a_run_records_the_cap_it_really_used(tmp_path, monkeypatch):
@@ -56,4 +55,4 @@ def test_a_run_records_the_cap_it_really_used(tmp_path, monkeypatch):
         "micro_batches": 4,
         "micro_batch": 8,
     }
-    assert result_schema.problems(on_disk) == []
+    assert result_fields.problems(on_disk) == []

@@ -1,7 +1,8 @@
 """Evaluation sets held on the devices (engine/tf/step.DeviceEvalSet): the same sums, bit for bit,
-as
-the streaming pass they replace, bounded passes that stop where it stopped, and the one-program
+as the streaming pass they replace, bounded passes that stop where it stopped, and the one-program
 pass (the TPU's: the loop inside the replica function, stopped on all-reduced sums) on one CPU."""
+
+import dataclasses
 
 import keras
 import numpy as np
@@ -11,8 +12,7 @@ import tensorflow as tf
 from wide_tf.engine.models import build_model
 from wide_tf.engine.tf import data
 from wide_tf.engine.tf.step import BatchPlan, DeviceEvalSet, Stepper, weighted_sums
-from wide_tf.schema import datasets as datasets_spec
-from wide_tf.schema import defaults
+from wide_tf.schema import datasets, defaults
 
 
 def _cfg():
@@ -26,7 +26,7 @@ def _model_and_stepper(strategy):
         opt = keras.optimizers.SGD(0.1)
         opt.build(model.trainable_variables)
         plan = BatchPlan.make(16, strategy.num_replicas_in_sync)
-        stepper = Stepper(model, opt, strategy, plan, input_spec=datasets_spec.of(_cfg()))
+        stepper = Stepper(model, opt, strategy, plan, input_spec=datasets.of(_cfg()))
     return model, stepper
 
 
@@ -40,7 +40,7 @@ def test_two_replicas_hold_the_packed_set_and_sum_as_the_stream_did():
     two = _two()
     cfg = _cfg()
     model, stepper = _model_and_stepper(two)
-    spec = datasets_spec.of(cfg)
+    spec = datasets.of(cfg)
     streamed = data.make_eval_dataset(cfg, "test", 64, two)  # 359 examples: a padded last batch
     held = DeviceEvalSet(*data.packed_eval_arrays(cfg, "test"), 64, two, model, spec)
     assert held.num_batches == streamed.num_batches == 6
@@ -99,7 +99,7 @@ def test_a_streamed_pass_is_traced_once_for_every_batch_size_of_a_member():
     streamed = data.make_eval_dataset(cfg, "test", 64, two)
     with two.scope():  # the next batch size: a new Stepper on the same model (engine/tf/reuse.py)
         second = Stepper(
-            model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets_spec.of(cfg)
+            model, first.optimizer, two, BatchPlan.make(32, 2), input_spec=datasets.of(cfg)
         )
     assert first.evaluate(streamed) == second.evaluate(streamed)
     assert second.eval_fn(streamed) is first.eval_fn(streamed)
@@ -129,9 +129,9 @@ def test_a_run_holds_both_sets_and_evaluates_them_as_streamed(tmp_path, devices)
             streamed = data.make_eval_dataset(config.data, split, 96, strategy, limit=limit)
             expected = built.stepper.evaluate(streamed)
             if devices:  # the same per-replica batches: bit for bit
-                assert judged[split] == expected, split
+                assert dataclasses.asdict(judged[split]) == expected, split
             else:  # host-normalised floats (as before) against the device's normalisation
-                assert judged[split]["loss"] == pytest.approx(expected["loss"], rel=1e-6)
-                assert judged[split]["examples"] == expected["examples"]
+                assert judged[split].loss == pytest.approx(expected["loss"], rel=1e-6)
+                assert judged[split].examples == expected["examples"]
     finally:
         train.clear_cache()

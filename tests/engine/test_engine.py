@@ -229,8 +229,8 @@ def test_divergence_counts_up_to_the_first_diverged_step_only():
 def test_one_device_to_host_read_per_call_and_no_retrace_for_new_numbers():
     """Stepper.train reads one packed tensor; a new learning rate (schedule variables) and a new
     divergence threshold reuse the traced loop."""
+    from tools.bench import speed as bench
     from wide_tf.engine import optim, schedules
-    from wide_tf.tools import bench
 
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     x, y = _data()

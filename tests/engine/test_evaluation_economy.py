@@ -1,4 +1,4 @@
-"""The evaluation economy (engine/evaluation.py, issue 23): passes over the training set that stop
+"""The evaluation economy (engine/evaluation.py): passes over the training set that stop
 once no target can be met leave every target's record exactly as whole passes do (every status,
 reached, not reached and diverged; a crossing right after a pass that stopped early is
 interpolated against the snapshot's whole pass), and a run's seconds are accounted by kind."""
@@ -16,8 +16,7 @@ from wide_tf.engine.tf import snapshot
 from wide_tf.engine.tf import step as steps
 from wide_tf.engine.tf.step import WHOLE_PASS
 from wide_tf.engine.tf.strategy import setup_runtime
-from wide_tf.schema import defaults
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import defaults, result_fields
 from wide_tf.schema import targets as targets_lib
 from wide_tf.study import trials as trials_lib
 
@@ -181,7 +180,7 @@ def test_a_run_accounts_for_its_seconds_by_kind(tmp_path):
     runtime = setup_runtime(config.runtime)
     r = train.train_and_evaluate(config, str(tmp_path), runtime)
     t = r["time_s"]
-    assert list(t) == list(result_schema.TIME_KINDS)
+    assert list(t) == list(result_fields.TIME_KINDS)
     assert all(v >= 0 for v in t.values())
     assert t["compile"] > 0 and t["train"] > 0 and t["eval"] > 0 and t["probe"] > 0
     inside = sum(v for k, v in t.items() if k != "setup")

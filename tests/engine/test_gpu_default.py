@@ -49,7 +49,7 @@ def test_no_default_off_gpus_when_set_or_when_it_fits():
 
 
 def test_an_unknown_gpu_is_capped_from_the_memory_its_driver_reports(monkeypatch):
-    """Issue 35: a GPU outside the table got no cap and ran out of memory at 16,384. Its total
+    """A GPU outside the table got no cap and ran out of memory at 16,384. Its total
     memory is read (nvidia-smi, stubbed here as a 40 GiB device): the same cap as the table's A100
     at about that size; unreadable, the run is refused with a line naming the field."""
     from wide_tf.engine.tf import strategy

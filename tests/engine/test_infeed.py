@@ -103,7 +103,7 @@ def _model_of(weights):
 def test_no_comment_cites_the_retired_uint8_limit():
     """TensorFlow 2.1's TPU runtime had no uint8 kernels (tensorflow/tensorflow#37426); current
     TensorFlow lists DT_UINT8 among the TPU's types (tensorflow/core/tpu/tpu_defs.h), so the
-    packing's comment and docs/tpu.md may not give that limit as its reason (issue 35, item 7)."""
+    packing's comment and docs/tpu.md may not give that limit as its reason."""
     import pathlib
 
     root = pathlib.Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""The JAX backend (issue 34), in one child process with KERAS_BACKEND=jax and eight virtual CPU
+"""The JAX backend, in one child process with KERAS_BACKEND=jax and eight virtual CPU
 devices (tests/jax_checks.py): a whole run imports no TensorFlow and writes a record of the
 TensorFlow path's schema; SIGTERM resume equals the uninterrupted run; data parallel over 8
 devices and micro-batching give the one-device update; the exact probe agrees with TensorFlow's

@@ -1,4 +1,4 @@
-"""The model and its parts in keras.ops (issue 33, item 2): one subprocess under
+"""The model and its parts in keras.ops: one subprocess under
 KERAS_BACKEND=jax computes, from the same weights, inputs and gradients, what this (TensorFlow)
 process computes, and the two agree to float tolerance: an MLP and a WRN with batch norm and ghost
 batch norm in a training-mode call (under JAX inside `jax.jit`, through `stateless_call`), the

@@ -9,8 +9,7 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.engine import optim, schedules
-from wide_tf.schema import defaults
-from wide_tf.schema import optimizers as optimizers_spec
+from wide_tf.schema import defaults, optimizers
 
 # ----------------------------------------------------------------------------------------------
 # NumPy reference
@@ -469,12 +468,12 @@ def test_build_optimizer_by_name():
 
 
 def test_registry_names_and_diagnostics():
-    """Every optimizer of the spec (which validate.py reads, no TensorFlow there) has a builder,
-    in the spec's order, and builds; only LARS reports diagnostics, its trust ratios'
+    """Every optimizer of the schema (which validate.py reads, no TensorFlow there) has a builder,
+    in the schema's order, and builds; only LARS reports diagnostics, its trust ratios'
     min/mean/max, inside a tf.function."""
-    assert tuple(optim.OPTIMIZERS) == optimizers_spec.NAMES
-    assert set(optim._BUILDERS) == set(optimizers_spec.NAMES)  # no builder without a spec entry
-    for name in optimizers_spec.NAMES:
+    assert tuple(optim.OPTIMIZERS) == optimizers.NAMES
+    assert set(optim._BUILDERS) == set(optimizers.NAMES)  # no builder without a spec entry
+    for name in optimizers.NAMES:
         assert isinstance(
             optim.build_optimizer(_cfg(name=name), 256, 10, 100), keras.optimizers.Optimizer
         )
@@ -534,7 +533,7 @@ def test_describe_exclusions_by_rank():
 
 def test_weight_decay_exclusion_uses_keras_public_api_only():
     """The exclusions go through Keras's public `exclude_from_weight_decay`: no private Keras
-    attribute or method of the weight-decay machinery is read or written (issue 37)."""
+    attribute or method of the weight-decay machinery is read or written."""
     import inspect
 
     source = inspect.getsource(optim)

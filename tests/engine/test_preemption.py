@@ -29,15 +29,8 @@ ARGS = [
 
 
 def _results(workdir):
-    """Every recorded result, from either layout: results/<trial>.json or results.jsonl."""
-    out = [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*.json"))]
-    if (workdir / "results.jsonl").exists():
-        out += [
-            json.loads(line)
-            for line in (workdir / "results.jsonl").read_text().splitlines()
-            if line.strip()
-        ]
-    return out
+    """Every recorded result: results/<trial>.json."""
+    return [json.loads(p.read_text()) for p in sorted((workdir / "results").glob("*.json"))]
 
 
 def _in_progress(workdir):

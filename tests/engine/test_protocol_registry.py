@@ -1,4 +1,4 @@
-"""The registries drive the record (issue 33 item 3): the protocol block of result.json and the
+"""The registries drive the record: the protocol block of result.json and the
 report's protocol table read the chosen optimizer's and schedule's declared fields; nothing names
 an optimizer or a schedule in code."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from wide_tf.engine.result import describe_protocol
 from wide_tf.report import protocol
-from wide_tf.schema import defaults, fields, optimizers, schedules
+from wide_tf.schema import defaults, fields, lr_schedules, optimizers
 
 
 def _config(opt: str, sched: str):
@@ -15,9 +15,9 @@ def _config(opt: str, sched: str):
     return config
 
 
-@pytest.mark.parametrize("sched", schedules.NAMES)
+@pytest.mark.parametrize("sched", lr_schedules.NAMES)
 def test_the_protocol_records_exactly_the_schedules_declared_fields(sched):
-    entry = schedules.SCHEDULES[sched]
+    entry = lr_schedules.SCHEDULES[sched]
     assert all(f"optim.{f}" in fields.FIELDS for f in entry.hyper)
     config = _config("sgd", sched)
     p = describe_protocol(config)

@@ -15,8 +15,7 @@ from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.tf import reuse
 from wide_tf.engine.tf.probe import GradientProbe
 from wide_tf.engine.tf.step import Stepper
-from wide_tf.schema import defaults, plan
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import defaults, plan, result_fields
 
 
 def _single(data="mnist_embedded", **train_overrides):
@@ -41,7 +40,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
     assert result["examples_to_target"] % 2000 < 64
     on_disk = json.loads((tmp_path / "result.json").read_text())
     assert on_disk["steps_to_target"] == result["steps_to_target"]
-    assert result_schema.problems(on_disk) == []  # the record is the declared one
+    assert result_fields.problems(on_disk) == []  # the record is the declared one
     history = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert history[0]["step"] == 0 and history[-1]["train_accuracy"] >= 0.95
     tags = set()
@@ -49,7 +48,7 @@ def test_real_mnist_reaches_95_percent_and_writes_result_and_events(tmp_path):
         for ev in tf.compat.v1.train.summary_iterator(f):
             tags |= {v.tag for v in ev.summary.value}
     assert {
-        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (schema/events.py)
+        "loss",  # the mini-batches' loss: the tag train_set/ and test/ share (schema/targets.py)
         "accuracy",
         "learning_rate",
         "grad_norm",
@@ -71,7 +70,7 @@ def test_not_reached_is_recorded_as_not_reached_not_as_the_budget(tmp_path):
     assert result["status"] == "not_reached"
     assert result["steps_to_target"] is None and result["epochs_to_target"] is None
     assert result["steps"] == math.ceil(1437 / 32)
-    assert result_schema.problems(json.loads((tmp_path / "result.json").read_text())) == []
+    assert result_fields.problems(json.loads((tmp_path / "result.json").read_text())) == []
     # The timing hook heard the run: its span, every training call's steps, every evaluation
     # (training and test set per evaluation) and the final checkpoint, in order.
     kinds = [e[0] for e in events]
@@ -87,7 +86,7 @@ def test_a_diverging_run_is_a_result(tmp_path):
     result = train.train_and_evaluate(config, str(tmp_path))
     assert result["status"] == "diverged"
     assert result["steps_to_target"] is None
-    assert result_schema.problems(result) == []
+    assert result_fields.problems(result) == []
     assert result["steps"] < math.ceil(5 * 1437 / 32)
 
 
@@ -238,10 +237,10 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
     train.clear_cache()
     train.train_and_evaluate(config(1.0, 0), str(tmp_path / "a"), runtime)
     (built,) = reuse._BUILT.values()
-    traces = built.stepper.traced_train_fn.experimental_get_tracing_count()
+    traces = built.stepper._traced_train_fn.experimental_get_tracing_count()
     reused = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "b"), runtime)
     assert list(reuse._BUILT.values()) == [built]
-    assert built.stepper.traced_train_fn.experimental_get_tracing_count() == traces  # no retrace
+    assert built.stepper._traced_train_fn.experimental_get_tracing_count() == traces  # no retrace
     train.clear_cache()
     fresh = train.train_and_evaluate(config(2.0, 1), str(tmp_path / "c"), runtime)
     assert comparable(reused) == comparable(fresh)
@@ -259,20 +258,20 @@ def test_a_run_reusing_the_last_runs_model_and_step_gives_the_fresh_result(tmp_p
 def test_the_result_schema_names_what_is_wrong_with_a_record():
     good = {"metric": "train_loss", "value": 0.1, "status": "reached", "steps_to_target": 3}
     good.update(steps_to_target_interp=2.5, epochs_to_target=0.1)
-    assert result_schema.problems(good, result_schema.TARGET) == []
+    assert result_fields.problems(good, result_fields.TARGET) == []
     bad = dict(good, value=True, status="done", steps_to_target=None, extra="allowed")
     del bad["metric"]
-    assert result_schema.problems(bad, result_schema.TARGET) == [
+    assert result_fields.problems(bad, result_fields.TARGET) == [
         "metric: missing",
         "value: bool, not number",
         "status: 'done' is not one of ('reached', 'not_reached', 'diverged')",
     ]
     record = {"targets": [dict(good, steps_to_target=1.5)], "final": {"train_loss": "x"}}
-    got = result_schema.problems(record)
+    got = result_fields.problems(record)
     assert "targets[0].steps_to_target: float, not int" in got
     assert "final.train_loss: str, not number" in got and "final.test_loss: missing" in got
     assert "trial_id: missing" in got and "role: missing" not in got  # role is optional
-    assert set(result_schema.REQUIRED) < set(result_schema.NAMES)
+    assert set(result_fields.REQUIRED) < set(result_fields.NAMES)
 
 
 def _changed(value):

@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 
 from wide_tf.checks import preflight
-from wide_tf.checks.problems import RuntimeProblem
 from wide_tf.engine import arrays, sources
 from wide_tf.engine.tf import data
 from wide_tf.schema import datasets, defaults, identity
+from wide_tf.schema.problems import RuntimeProblem
 
 
 def write_idx(path, array):

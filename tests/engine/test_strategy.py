@@ -1,6 +1,5 @@
 """wide_tf.engine.tf.strategy on CPU: which strategy each runtime.strategy gives, the per-platform
-XLA
-and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
+XLA and dtype-policy defaults, and one-line StrategyErrors for what cannot run here."""
 
 import os
 
@@ -154,7 +153,7 @@ def _two_cpus_as_gpus(monkeypatch):
 
 
 def test_two_gpus_train_with_xla_off_by_default(monkeypatch, tmp_path):
-    """Regression (issue 17): with XLA on, the GPU default before, the first run under
+    """Regression: with XLA on, the GPU default before, the first run under
     MirroredStrategy over two devices failed (on two GPUs: "merge_call called while defining a new
     graph" from the optimizer's iterations.assign_add inside a jit_compile function inside
     strategy.run; here, on two logical CPUs: InvalidArgumentError "Trying to access resource

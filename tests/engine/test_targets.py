@@ -1,4 +1,4 @@
-"""Targets past the transients (issue 16): several targets judged on one run's evaluations,
+"""Targets past the transients: several targets judged on one run's evaluations,
 batch-norm statistics recomputed on training data for the evaluations that judge them, the
 momentum warm-up, and what result.json says about them."""
 
@@ -250,8 +250,8 @@ def test_recomputed_statistics_are_the_average_of_the_subsets_batch_statistics(n
         layer.moving_variance.assign(var.astype(np.float32))
     direct = {k: built.stepper.evaluate(sets[k]) for k in ("train", "test")}
     for k in ("train", "test"):
-        assert judged[k]["loss"] == pytest.approx(direct[k]["loss"], rel=1e-4), k
-        assert judged[k]["accuracy"] == pytest.approx(direct[k]["accuracy"], abs=1.5 / 1437), k
+        assert judged[k].loss == pytest.approx(direct[k]["loss"], rel=1e-4), k
+        assert judged[k].accuracy == pytest.approx(direct[k]["accuracy"], abs=1.5 / 1437), k
     # ... and differ from the training run's moving averages (so the test can fail).
     trained = {w.path: value for w, value in zip(model.weights, weights)}
     for layer, (mean, _) in zip(norms, by_hand):
@@ -304,7 +304,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     (built,) = reuse._BUILT.values()
     counts = [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
-        built.stepper.traced_train_fn.experimental_get_tracing_count(),
+        built.stepper._traced_train_fn.experimental_get_tracing_count(),
         built.eval_sets["train"]._fn.experimental_get_tracing_count(),
     ]
     assert counts[0] == 1
@@ -312,7 +312,7 @@ def test_recompute_traces_once_per_model_and_nothing_retraces_for_a_new_learning
     assert list(reuse._BUILT.values()) == [built]
     assert [
         built.bn_recompute._recompute.experimental_get_tracing_count(),
-        built.stepper.traced_train_fn.experimental_get_tracing_count(),
+        built.stepper._traced_train_fn.experimental_get_tracing_count(),
         built.eval_sets["train"]._fn.experimental_get_tracing_count(),
     ] == counts
     train.clear_cache()

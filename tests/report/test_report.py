@@ -44,7 +44,7 @@ def expected_b_model_free(bc: float, eps: float = 0.25, batches=BATCHES) -> floa
 
 def make_records(members=MEMBERS, seeds=(0, 1, 2), batches=BATCHES, history=True):
     """The grid (x0.5, x1, x2) on seed 0; x1 wins and is confirmed on the other seeds. Whole
-    records (schema/result.py's schema): the report leaves out any other."""
+    records (schema/result_fields.py's schema): the report leaves out any other."""
     recs = []
     for name, depth, width, bc in members:
         for b in batches:
@@ -203,8 +203,11 @@ def make_workdir(path, records, config=CONFIG):
         with open(os.path.join(path, "config.json"), "w") as f:
             json.dump(config, f)
     if records is not None:
-        with open(os.path.join(path, "results.jsonl"), "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in records)
+        os.makedirs(os.path.join(path, "results"), exist_ok=True)
+        for i, r in enumerate(records):
+            name = f"{r.get('trial_id', f'record{i}')}.json"
+            with open(os.path.join(path, "results", name), "w") as f:
+                json.dump(r, f)
     return str(path)
 
 
@@ -268,8 +271,8 @@ def test_report_files_and_tables(full_report):
     members = {r["member"]: r for r in read_csv(os.path.join(out, "members.csv"))}
     for name, _, _, bc in MEMBERS:
         mb = expected_b_model_free(bc)
-        assert float(members[name]["max_batch"]) == pytest.approx(mb, rel=0.02)
-        assert float(members[name]["max_batch_low"]) <= 1.001 * float(members[name]["max_batch"])
+        assert float(members[name]["b_x"]) == pytest.approx(mb, rel=0.02)
+        assert float(members[name]["b_x_low"]) <= 1.001 * float(members[name]["b_x"])
         assert float(members[name]["b_crit"]) == pytest.approx(bc, rel=0.05)
         assert float(members[name]["b_crit_low"]) <= 1.001 * bc
         assert 0.999 * bc <= float(members[name]["b_crit_high"])
@@ -301,7 +304,8 @@ def test_report_markdown_has_verdict_protocol_and_numbers(full_report):
         "mnist_embedded",
         "tuning [0]",
         "[1, 2]",
-        "eps (max_batch) | 0.25",
+        "B_x1.25 | the batch where epochs to target first reach x1.25 those of the two smallest "
+        "batches (eps = 0.25)",
         "mlp-d8-w128",
         "mlp-d2-w256",
         "100,008",
@@ -341,7 +345,7 @@ def _plugin_values(events, plugin="hparams"):
 def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
     """One session per (member, batch) at its chosen rate (the median seed's trial), the HParams
     on it, the experiment config at tb/'s root: 25 sessions + the plots, under the 500 runs
-    TensorBoard ticks on open (issue 37)."""
+    TensorBoard ticks on open."""
     pytest.importorskip("tensorboard")
     import tensorflow as tf
     from tensorboard.plugins.hparams import plugin_data_pb2
@@ -378,7 +382,9 @@ def test_report_tensorboard_sessions_carry_hparams_and_images(full_report):
         os.path.relpath(os.path.dirname(f), tb)
         for f in glob.glob(os.path.join(tb, "*", "*", "events.out.tfevents.*"))
     )
-    assert sessions == sorted(f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES)
+    assert sessions == sorted(
+        [f"{m[0]}/b{b}" for m in MEMBERS for b in BATCHES] + [f"{m[0]}/member" for m in MEMBERS]
+    )
     runs = {
         os.path.dirname(f) for f in glob.glob(os.path.join(tb, "**", "events.*"), recursive=True)
     }
@@ -421,7 +427,7 @@ def test_tensorboard_copies_curves_with_one_tag_set(tmp_path):
     import tensorflow as tf
 
     for kind, tag, value in (("train", "batch_loss", 0.5), ("eval", "test_accuracy", 0.85)):
-        writer = tf.summary.create_file_writer(str(old / kind))  # a workdir before issue 37
+        writer = tf.summary.create_file_writer(str(old / kind))  # an older workdir's layout
         with writer.as_default():
             tf.summary.scalar(tag, value, step=5)
         writer.close()
@@ -470,8 +476,8 @@ def test_report_empty_results(tmp_path):
     md = open(report.write_report(wd)).read()
     assert "No trials finished yet" in md and "train_accuracy >= 0.99" in md
     assert read_csv(os.path.join(wd, "report", "all_trials.csv")) == []
-    # no results.jsonl at all: the same
-    os.remove(os.path.join(wd, "results.jsonl"))
+    # no results/ at all: the same
+    os.rmdir(os.path.join(wd, "results"))
     assert "No trials finished yet" in open(report.write_report(wd)).read()
 
 
@@ -510,7 +516,7 @@ def test_report_without_config_uses_protocol_records(tmp_path):
         config=None,
     )
     md = open(report.write_report(wd, eps=0.5)).read()
-    assert "config.json | missing" in md and "eps (max_batch) | 0.5" in md
+    assert "config.json | missing" in md and "(eps = 0.5)" in md
     # how the trials ran comes from their records all the same
     assert "| Target | train_accuracy >= 0.99 (first seen" in md and "| Budget | 40.0 epochs" in md
     assert "Batch sizes" not in md  # the study's design is in config.json only
@@ -531,7 +537,7 @@ def test_bad_workdir_errors(tmp_path):
         report.write_report(str(tmp_path / "nope"))
     with pytest.raises(report.ReportError):
         report.write_report(str(tmp_path))  # exists but holds no study
-    # An empty TF_CPP_MIN_LOG_LEVEL (issue 38: TensorFlow read it as 0) is no choice: the command
+    # An empty TF_CPP_MIN_LOG_LEVEL (TensorFlow read it as 0) is no choice: the command
     # itself keeps TensorFlow's start-up lines out (wide_tf/tf_start.py), so its stderr is the one
     # error line. A folder that exists: the report imports TensorFlow to read it.
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="")
@@ -577,7 +583,6 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
     wd = make_workdir(tmp_path, recs)
     blank = {k: v for k, v in recs[0].items() if k not in ("steps", "final", "status")}
     blank["trial_id"] = "blank-b32"
-    os.makedirs(os.path.join(wd, "results"))
     for rec in ({"trial_id": "stub-b64"}, blank):
         with open(os.path.join(wd, "results", f"{rec['trial_id']}.json"), "w") as f:
             json.dump(rec, f)
@@ -591,7 +596,7 @@ def test_the_report_leaves_out_partial_records_and_counts_them(tmp_path):
 
 
 def test_figures_are_fit_for_a_paper(tmp_path, monkeypatch):
-    """Issue 37: a PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
+    """A PDF beside every PNG at 200 dpi or more; every batch labelled; width labels
     that never overlap; legends outside the data; test accuracy at the chosen rate with the
     seeds' range as a band."""
     from PIL import Image
@@ -633,3 +638,67 @@ def test_spaced_ticks_keep_the_ends_and_thin_the_crowded_middle():
     kept = spaced_ticks(widths)
     assert kept[0] == 64 and kept[-1] == 667 and 70 not in kept and len(kept) < len(widths)
     assert spaced_ticks([4, 8, 32, 64, 128, 176], 0.04) == [4, 8, 32, 64, 128, 176]
+
+
+def test_tensorboard_hparams_are_typed_and_members_carry_the_answer(full_report):
+    """Depth, width, batch and rate are typed HParams (the tab filters by them); each member's
+    session holds B_x(1+eps) and B_crit with their interval ends; the curves have an examples
+    axis (step x batch) beside the step axis."""
+    pytest.importorskip("tensorboard")
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import api_pb2, plugin_data_pb2
+
+    from wide_tf.report import tensorboard as tbmod
+
+    wd, _ = full_report
+    tb = os.path.join(wd, "report", "tb")
+    exp = plugin_data_pb2.HParamsPluginData.FromString(
+        _plugin_values(_events(tb))[0].metadata.plugin_data.content
+    ).experiment
+    info = {h.name: h for h in exp.hparam_infos}
+    assert [v.number_value for v in info["depth"].domain_discrete.values] == [1, 2, 4, 8, 16]
+    assert [v.number_value for v in info["batch_size"].domain_discrete.values] == list(BATCHES)
+    assert info["width"].domain_interval.min_value == 90
+    assert info["width"].domain_interval.max_value == 362
+    assert info["learning_rate"].HasField("domain_interval")
+    assert info["depth"].type == api_pb2.DATA_TYPE_FLOAT64  # numeric: a range filter and an axis
+    assert {m.name.tag for m in exp.metric_infos} >= set(tbmod.MEMBER_DOCS)
+
+    name, _, _, bc = MEMBERS[2]
+    member_dir = os.path.join(tb, name, "member")
+    events = _events(member_dir)
+    start = plugin_data_pb2.HParamsPluginData.FromString(
+        _plugin_values(events)[0].metadata.plugin_data.content
+    ).session_start_info
+    assert start.hparams["width"].number_value == 181 and start.hparams["depth"].number_value == 4
+    scalars = {
+        v.tag: float(tf.make_ndarray(v.tensor))
+        for e in events
+        for v in e.summary.value
+        if v.tag.startswith("member/")
+    }
+    members = {r["member"]: r for r in read_csv(os.path.join(wd, "report", "members.csv"))}
+    assert scalars["member/b_x"] == pytest.approx(float(members[name]["b_x"]), rel=1e-6)
+    assert scalars["member/b_crit"] == pytest.approx(bc, rel=0.05)
+    assert scalars["member/b_x_low"] <= scalars["member/b_x"] <= scalars["member/b_x_high"]
+    assert scalars["member/b_x_censored"] == 0.0 and scalars["member/eps"] == 0.25
+
+
+def test_tensorboard_curves_have_an_examples_axis(tmp_path):
+    """Each curve again under examples/ at step = examples seen: batches share one axis."""
+    pytest.importorskip("tensorboard")
+    from wide_tf.engine.summaries import MetricsWriter
+    from wide_tf.report import tensorboard as tb
+
+    w = MetricsWriter(str(tmp_path / "trial"), True, "t")
+    for step in (5, 10):
+        w.scalars("eval", step, {"train_loss": 0.4, "train_accuracy": 0.9})
+    w.close()
+    session = tmp_path / "session"
+    assert tb.copy_curves(str(tmp_path / "trial"), str(session), batch_size=64) == 4
+    steps = {}
+    for e in _events(str(session / "train_set")):
+        for v in e.summary.value:
+            steps.setdefault(v.tag, []).append(e.step)
+    assert sorted(steps["accuracy"]) == [5, 10]
+    assert sorted(steps["examples/accuracy"]) == [320, 640]

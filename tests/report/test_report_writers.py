@@ -1,4 +1,4 @@
-"""One report writer at a time, and bad input that never touches a finished report (issue 25):
+"""One report writer at a time, and bad input that never touches a finished report:
 two real `python -m wide_tf.report` processes at once leave one whole report; the report lock's
 stale and live holders; a failed writer leaves the previous report; every bad flag of the report's
 command line is one line, exit 2, with the workdir's bytes unchanged."""
@@ -170,7 +170,7 @@ def test_a_live_holder_is_waited_for_then_named(tmp_path):
 BAD_FLAGS = [
     (["--eps=nan"], "--eps: 'nan' is out of range: use a finite number >= 0.001 and <= 1000"),
     (["--eps=0"], "--eps: '0' is out of range: use a finite number >= 0.001"),
-    # Issue 38: these wrote a report of censored bounds over the study's own.
+    # These wrote a report of censored bounds over the study's own.
     (["--eps=1e26"], "--eps: '1e26' is out of range: use a finite number >= 0.001 and <= 1000"),
     (["--eps=1e-320"], "--eps: '1e-320' is out of range"),
     (["--eps=-1"], "--eps: '-1' is out of range"),
@@ -253,7 +253,7 @@ def test_bad_eps_stops_before_tensorflow(finished):
 
 
 def test_a_missing_workdir_is_answered_before_tensorflow(tmp_path):
-    """Issue 38: `report` took 12-23 s (TensorFlow's import) to say a folder does not exist."""
+    """`report` took 12-23 s (TensorFlow's import) to say a folder does not exist."""
     code = (
         "import sys\n"
         "from wide_tf.report.__main__ import main\n"
@@ -274,7 +274,7 @@ def test_a_missing_workdir_is_answered_before_tensorflow(tmp_path):
 
 
 def test_a_full_disk_is_not_blamed_on_the_workdir(finished, capsys, monkeypatch):
-    """Issue 38: a report that could not be written for lack of space suggested another workdir."""
+    """A report that could not be written for lack of space suggested another workdir."""
 
     def full(workdir, eps=None):
         raise OSError(28, "No space left on device", os.path.join(workdir, "report"))

@@ -1,4 +1,4 @@
-"""The answer suite across data sets and architectures (issue 36, item 3): each row names its data
+"""The answer suite across data sets and architectures: each row names its data
 set, and the readings that combine studies (the two-factor fit, the budget families compared)
 never mix members of different data sets or architectures."""
 
@@ -9,9 +9,9 @@ import re
 import numpy as np
 
 from wide_tf.analysis import simulate
-from wide_tf.report import suite as suite_report
+from wide_tf.report import answer
 from wide_tf.store import workdir as wd
-from wide_tf.study import suite
+from wide_tf.study import suite_runner
 
 
 def _config(data, pool=1, num_train=0, model="mlp"):
@@ -27,7 +27,7 @@ def test_study_kind_of_real_configs():
     from wide_tf.checks import loader
 
     def kind(spec):
-        return suite_report.study_kind(loader.load_config(spec).to_dict())
+        return answer.study_kind(loader.load_config(spec).to_dict())
 
     assert kind("configs/mlp.py:mnist7") == ("mnist_embedded 7x7", "mlp")
     assert kind("configs/wrn.py:mnist7") == ("mnist_embedded 7x7", "wrn")
@@ -37,7 +37,7 @@ def test_study_kind_of_real_configs():
 
 
 def test_study_kind_names_the_pooling_and_the_subset():
-    kind = suite_report.study_kind
+    kind = answer.study_kind
     assert kind(_config("mnist_embedded", pool=4)) == ("mnist_embedded 7x7", "mlp")
     assert kind(_config("fashion_mnist_idx", 4, 16000, "wrn")) == (
         "fashion_mnist_idx 7x7, 16000 images",
@@ -67,14 +67,14 @@ def test_two_data_sets_are_read_apart(tmp_path):
     for k, (name, family, design, alpha, config) in enumerate(plan):
         rep = "mnist7_budget" if name.endswith("_rep") else None
         protocol = "momentum 0.9" if "momentum" in name else "plain SGD"
-        entries.append(suite.Entry(name, "configs/mlp.py:local", protocol, family, rep))
+        entries.append(suite_runner.Entry(name, "configs/mlp.py:local", protocol, family, rep))
         rng = np.random.default_rng(20 + k)
         truth = simulate.Truth(alpha=alpha)
         studies[name] = simulate.simulate_study(rng, design, truth)
         configs[name] = config
         os.makedirs(tmp_path / name)
     wd.write_json(
-        str(tmp_path / suite.SUITE_FILE),
+        str(tmp_path / suite_runner.SUITE_FILE),
         {"suite": "s", "entries": [dataclasses.asdict(e) for e in entries], "wall_s": {}},
     )
 
@@ -82,7 +82,7 @@ def test_two_data_sets_are_read_apart(tmp_path):
         name = os.path.basename(folder)
         return configs[name], studies[name], 0
 
-    text, rows = suite_report.render(str(tmp_path), read)
+    text, rows = answer.render(str(tmp_path), read)
     by = {r["study"]: r for r in rows}
     assert by["digits_budget"]["data"] == "digits_embedded"
     assert by["mnist7_wrn"]["data"] == "mnist_embedded 7x7"
@@ -105,7 +105,7 @@ def test_two_data_sets_are_read_apart(tmp_path):
 
 def test_the_data_sets_suite_names_real_configs_of_both_architectures():
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    entries = suite.load(os.path.join(repo, "configs", "answer.py:data_sets"))
+    entries = suite_runner.load(os.path.join(repo, "configs", "answer.py:data_sets"))
     assert [e.config for e in entries] == [
         "configs/mlp.py:local",
         "configs/mlp.py:mnist7",
@@ -120,7 +120,7 @@ def test_the_data_sets_suite_names_real_configs_of_both_architectures():
     ]
     assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
     assert [e.replicate_of for e in entries if e.replicate_of] == ["fashion7_mlp", "fashion7_wrn"]
-    pair = suite.load(os.path.join(repo, "configs", "answer.py:wrn_fashion7"))
+    pair = suite_runner.load(os.path.join(repo, "configs", "answer.py:wrn_fashion7"))
     assert [(e.name, e.replicate_of) for e in pair] == [
         ("fashion7_wrn", ""),
         ("fashion7_wrn_replicate", "fashion7_wrn"),

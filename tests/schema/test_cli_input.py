@@ -1,5 +1,5 @@
 """Bad input on the command lines of the families table and the study simulator: each is one line
-`error: <problem>; <fix>` on stderr, exit status 2, nothing printed on stdout (issue 25)."""
+`error: <problem>; <fix>` on stderr, exit status 2, nothing printed on stdout."""
 
 import pytest
 
@@ -42,7 +42,7 @@ SIMULATE_BAD = [
     (["--seed=1.5"], "--seed: expected an integer >= 0"),
     (["stray"], "unexpected argument 'stray'"),
     (["--alph=1"], "unknown flag --alph; did you mean --alpha?"),
-    # Issue 38: tracebacks (or unbounded runs) before.
+    # Tracebacks (or unbounded runs) before.
     (["--noise=1e308"], "--noise: '1e308' is out of range: use a finite number >= 0 and <= 5"),
     (["--bootstrap=100000000000"], "each at most 100000"),
     (["--studies=100000000000"], "each at most 100000"),

@@ -62,7 +62,7 @@ def test_cpu_cores_follow_the_affinity_mask(monkeypatch):
 
 
 def test_cuda_visible_devices_as_uuids_are_gpus_not_cpu_cores(machine, monkeypatch):
-    """Issue 35: UUIDs (GPU-..., MIG-...) were dropped, so a GPU machine fell back to one worker
+    """UUIDs (GPU-..., MIG-...) were dropped, so a GPU machine fell back to one worker
     per CPU core. CUDA stops at the first entry it cannot read, and so does gpu_ids."""
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6, MIG-1b2c")
     assert hardware.gpu_ids() == ["GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "MIG-1b2c"]

@@ -40,9 +40,9 @@ def test_wrn_elements_by_hand():
 
 def test_wrn_40_1_64_per_example():
     # 2,055,485 elements: 8.2 MB in float32. Measured on CPU (peak RSS of a float32 step inside
-    # tf.function, per example, between batches 16, 144 and 272): 5.2 to 5.7 MB, as the issue's
-    # 5.7 MB; the model errs high by about 1.45x (eager execution measured 13.6 MB: its tape keeps
-    # every op's inputs, but the trainer runs its steps in tf.function).
+    # tf.function, per example, between batches 16, 144 and 272): 5.2 to 5.7 MB, as an earlier
+    # measurement's 5.7 MB; the model errs high by about 1.45x (eager execution measured 13.6 MB:
+    # its tape keeps every op's inputs, but the trainer runs its steps in tf.function).
     el = memory.activation_elements("wrn", 40, 1.64, 10, (32, 32, 3), "ghost")
     assert el == 2_055_485
     assert 8.2e6 < el * 4 < 8.25e6
@@ -188,6 +188,6 @@ def test_the_gpus_issue_35_named_are_in_the_table(cuda_name, key, gb):
 
 def test_a_mig_slice_is_not_its_whole_gpu():
     name = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
-    assert memory.gpu_from_name(name) is None  # before issue 35: the A100's 40 GB
+    assert memory.gpu_from_name(name) is None  # before: the A100's 40 GB
     assert memory.mig_device(name).memory == 5 * memory.GB
     assert memory.gpu_from_name("Quadro RTX 6000") is None  # Turing, 24 GB: not the Ada card

@@ -3,7 +3,7 @@ name, and the facts the other layers read from them."""
 
 import pytest
 
-from wide_tf.schema import choices, datasets, defaults, optimizers
+from wide_tf.schema import datasets, defaults, fields, lr_schedules, optimizers
 
 
 def test_every_data_set_has_consistent_shapes_sizes_and_normalisation():
@@ -50,21 +50,21 @@ def test_optimizers_declare_their_fields_and_momentum():
 def test_choice_names_are_unique_and_the_defaults_are_among_them():
     o, t, rt = defaults.optim_config(), defaults.train_config(), defaults.runtime_config()
     for names, default in [
-        (choices.SCHEDULES, o.schedule),
-        (choices.SCALING_RULES, o.scaling),
-        (choices.TRUST_RATIO_FORMS, o.lars_trust_ratio),
-        (choices.WARMUP_FIXED, o.warmup_fixed),
-        (choices.TARGET_BN_MODES, t.target_bn),
-        (choices.STRATEGIES, rt.strategy),
-        (choices.PRECISIONS, rt.mixed_precision),
-        (choices.KINDS, defaults.base_config().kind),
+        (lr_schedules.NAMES, o.schedule),
+        (fields.SCALING_RULES, o.scaling),
+        (fields.TRUST_RATIO_FORMS, o.lars_trust_ratio),
+        (fields.WARMUP_FIXED, o.warmup_fixed),
+        (fields.TARGET_BN_MODES, t.target_bn),
+        (fields.STRATEGIES, rt.strategy),
+        (fields.PRECISIONS, rt.mixed_precision),
+        (fields.KINDS, defaults.base_config().kind),
         (optimizers.NAMES, o.name),
     ]:
         assert len(set(names)) == len(names) and default in names
 
 
 def test_every_count_and_epoch_field_is_bounded_above():
-    """Issue 38: a count without an upper bound (steps, epochs, seeds, batch sizes, example
+    """A count without an upper bound (steps, epochs, seeds, batch sizes, example
     cadences) passed every check and then never ended or crashed after TensorFlow started."""
     from wide_tf.schema import fields
 

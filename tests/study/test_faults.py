@@ -1,4 +1,4 @@
-"""Issue 38's lesser faults, each as it was seen: the parent's stop on a worker that cannot act on
+"""The lesser faults, each as it was seen: the parent's stop on a worker that cannot act on
 SIGTERM, what the parent says after a second SIGTERM, a result file that is a folder."""
 
 import os
@@ -77,7 +77,7 @@ def test_a_results_entry_that_cannot_be_read_is_skipped_with_a_named_warning(tmp
     finally:
         wd._load = load
     assert len(lines) == 2, lines
-    assert "folder.json cannot be read (Is a directory): skipped" in lines[0], lines
+    assert "folder.json cannot be read (a folder, not a regular file): skipped" in lines[0], lines
     assert "locked.json cannot be read (Permission denied): skipped" in lines[1], lines
     assert sorted(os.listdir(tmp_path / "results")) == ["folder.json", "locked.json"]
     assert wd.read_results_counted(str(tmp_path)) == ([], 2)  # counted as bad, never fatal
@@ -94,7 +94,9 @@ def test_a_partial_record_is_named_in_the_console_before_the_study_starts(tmp_pa
     (tmp_path / "results" / "t2.json").mkdir()
     warnings = preflight.check_workdir(load_config("configs/mlp.py:smoke"), str(tmp_path))
     assert any("t1.json is not a whole result" in w and "moves it aside" in w for w in warnings)
-    assert any("t2.json cannot be read (Is a directory)" in w for w in warnings), warnings
+    assert any("t2.json cannot be read (a folder, not a regular file)" in w for w in warnings), (
+        warnings
+    )
 
 
 def test_eval_batch_is_part_of_the_study_but_not_of_trial_ids():

@@ -27,15 +27,11 @@ def _exact(result):
 
 
 def _records(workdir):
-    """{trial_id: [every record of it]} from the results as stored (one file per trial, or the
-    lines of results.jsonl); an unreadable record is not data and is left out."""
+    """{trial_id: [every record of it]} from the results as stored (one file per trial); an
+    unreadable record is not data and is left out."""
     out = {}
     folder = workdir / "results"
-    if folder.is_dir():
-        texts = [p.read_text() for p in folder.glob("*.json")]
-    else:
-        path = workdir / "results.jsonl"
-        texts = path.read_text().splitlines() if path.exists() else []
+    texts = [p.read_text() for p in folder.glob("*.json")] if folder.is_dir() else []
     for text in texts:
         try:
             rec = json.loads(text)

@@ -1,4 +1,4 @@
-"""Workers that die with their parent (issue 25): a parent killed by SIGKILL at any moment leaves
+"""Workers that die with their parent: a parent killed by SIGKILL at any moment leaves
 no worker running; a parent that fails while starting its workers stops those it started; the
 workers' log folder being a file is one line."""
 

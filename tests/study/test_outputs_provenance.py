@@ -1,4 +1,4 @@
-"""What a user meets after a study (issue 37): provenance in config.json, every result.json, the
+"""What a user meets after a study: provenance in config.json, every result.json, the
 report's protocol table and TensorBoard's HParams; TensorBoard's curated sessions with one tag
 set. Read from the session's finished smoke study (tests/conftest.py), plus the probes alone."""
 
@@ -47,7 +47,8 @@ def test_command_line_names_the_module_and_is_handed_to_children(monkeypatch):
 
 def test_settings_that_change_float_arithmetic_are_recorded(monkeypatch):
     """oneDNN on/off and its instruction-set cap both change float32 results on one machine
-    (docs/results.md, "How much the numbers move between machines"): each must be in `env`."""
+    (docs/results/digits_mlp.md, "How much the numbers move between machines"): each must be
+    in `env`."""
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     monkeypatch.delenv("XLA_FLAGS", raising=False)
@@ -114,7 +115,8 @@ def test_tensorboard_opens_on_sessions_with_curves_and_hparams(smoke_study):
 
 def test_readme_offers_both_installs_and_says_where_its_numbers_come_from():
     """The first command stays; the plain install is offered beside it; the README sends every
-    number to docs/results.md, whose machine table names the recorded run they come from;
+    number's machine to docs/results/digits_mlp.md, whose machine table names the recorded run
+    they come from;
     TensorBoard is opened on the curated folder."""
     import pathlib
 
@@ -125,10 +127,10 @@ def test_readme_offers_both_installs_and_says_where_its_numbers_come_from():
         "--workdir=runs/mlp_local"
     )
     assert "`pip install -e .` installs the" in readme
-    assert "docs/results.md#how-much-the-numbers-move-between-machines" in readme
-    results = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "results.md").read_text()
-    where = results.split("### How much the numbers move between machines", 1)[1][:4000]
-    row = next(line for line in where.splitlines() if line.startswith("| the README's numbers"))
+    assert "docs/results/digits_mlp.md#how-much-the-numbers-move-between-machines" in readme
+    page = pathlib.Path(__file__).resolve().parents[2] / "docs" / "results" / "digits_mlp.md"
+    where = page.read_text().split("## How much the numbers move between machines", 1)[1][:4000]
+    row = next(line for line in where.splitlines() if line.startswith("| the reference |"))
     for fact in ("59a862c", "TF 2.21.0", "Keras 3.15.1", "NumPy 2.4.6", "AVX-512"):
         assert fact in row, fact
     assert "tensorboard --logdir runs/mlp_local/report/tb" in readme

@@ -1,4 +1,4 @@
-"""One process model (issue 33 item 4): study/processes.py opens the workdir's study once, before
+"""One process model: study/processes.py opens the workdir's study once, before
 TensorFlow and before any worker; a worker is `python -m wide_tf.study.worker`, reads the config
 its parent checked (frozen in the logs folder) and checks nothing again; one "die with the
 parent" (study/worker.py); the one map from a config to a worker's environment (KERAS_BACKEND).

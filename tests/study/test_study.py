@@ -7,7 +7,7 @@ import pytest
 from helpers import comparable, kill_when, run_main, start_main
 
 from wide_tf.checks.loader import load_config
-from wide_tf.checks.problems import UsageError
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress
 from wide_tf.study import scheduler as study
@@ -148,8 +148,8 @@ def _recorded_files(path):
 @pytest.mark.parametrize("store", ["local", "ram"])
 def test_two_shards_recording_together_lose_no_result(tmp_path, store):
     """Two writers (threads standing in for two shard processes) record at the same time. On a
-    store without locks (ram://, like gs://) the old read-modify-write of results.jsonl lost
-    lines."""
+    store without locks (ram://, like gs://) a shared file's read-modify-write would lose
+    records."""
     import threading
 
     root = str(tmp_path) if store == "local" else f"ram://{tmp_path.name}"
@@ -206,20 +206,13 @@ def test_every_trial_of_a_mixed_bfloat16_study_computes_in_bfloat16(tmp_path):
     assert all(r["dtype_policy"] == "mixed_bfloat16" for r in records)
 
 
-def test_read_results_skips_partial_files_and_reads_a_legacy_jsonl(tmp_path):
+def test_read_results_skips_partial_files(tmp_path):
     wd.record_result(str(tmp_path), {"trial_id": "a", "status": "reached"})
     (tmp_path / "results" / "torn.json").write_text('{"trial_id": "torn", "sta')  # a crash mid-copy
     (tmp_path / "results" / "b.json.tmp-1234abcd").write_text("{")  # a writer's temporary file
-    (tmp_path / "results.jsonl").write_text(
-        json.dumps({"trial_id": "old"})
-        + "\n"
-        + json.dumps({"trial_id": "a", "status": "stale"})
-        + "\n{"
-    )
     records, bad = wd.read_results_counted(str(tmp_path))
-    assert [r["trial_id"] for r in records] == ["a", "old"]
-    assert records[0]["status"] == "reached"  # the per-trial file wins over a legacy line
-    assert bad == 2  # the torn file and the torn legacy line; the temporary file is not a result
+    assert [r["trial_id"] for r in records] == ["a"]
+    assert bad == 1  # the torn file; the temporary file is not a result
     assert wd.read_results(str(tmp_path / "nowhere")) == []
 
 
@@ -234,7 +227,6 @@ def test_killed_study_resumes_and_records_every_trial_once(tmp_path, smoke_study
     files = _recorded_files(killed)
     a, b = _records(ref), _records(killed)
     assert len(files) == len(b) == len(a) == 4
-    assert not (killed / "results.jsonl").exists()  # only the per-trial files are written
     assert {k: comparable(v) for k, v in a.items()} == {k: comparable(v) for k, v in b.items()}
 
 

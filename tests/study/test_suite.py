@@ -1,5 +1,6 @@
-"""The answer suite (study/suite.py, report/suite.py): every study runs as a study of its own and
-resumes, the suite's table re-reads what each study's analysis says, and bad suites are one line."""
+"""The answer suite (study/suite_runner.py, report/answer.py): every study runs as a study of its
+own and resumes, the suite's table re-reads what each study's analysis says, and bad suites are
+one line."""
 
 import dataclasses
 import glob
@@ -13,15 +14,15 @@ import numpy as np
 import pytest
 
 from tests.helpers import REPO, run_main, start_main
+from wide_tf.analysis import decision, pooled, simulate
 from wide_tf.analysis import members as M
-from wide_tf.analysis import pooled, simulate
 from wide_tf.analysis import verdict as analysis
-from wide_tf.checks.problems import UsageError
-from wide_tf.report import suite as suite_report
+from wide_tf.report import answer
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
-from wide_tf.study import suite
+from wide_tf.study import suite_runner
 
-TWO = """from wide_tf.study.suite import Entry
+TWO = """from wide_tf.study.suite_runner import Entry
 
 
 def get_suite(arg=None):
@@ -83,7 +84,7 @@ def _processes_naming(text: str) -> list[int]:
 
 
 def test_a_suite_killed_by_sigkill_leaves_no_study_running(tmp_path):
-    """Issue 38: the suite started each study as `python -m wide_tf.main` without the death
+    """The suite started each study as `python -m wide_tf.main` without the death
     signal, so a suite killed by SIGKILL left its study (and the study's workers) computing,
     unsupervised. Now the study dies with the suite: no process is left 10 s later."""
     spec = tmp_path / "two.py"
@@ -127,11 +128,11 @@ def test_suite_checks_names_and_its_workdir(tmp_path):
     dup = tmp_path / "dup.py"
     dup.write_text(TWO.replace('"depth_momentum"', '"budget_sgd"'))
     with pytest.raises(UsageError, match="two studies share a name"):
-        suite.load(str(dup))
+        suite_runner.load(str(dup))
     bad = tmp_path / "bad.py"
     bad.write_text(TWO.replace('"depth_momentum"', '"Depth/1"'))
     with pytest.raises(UsageError, match="not a folder name"):
-        suite.load(str(bad))
+        suite_runner.load(str(bad))
     later = tmp_path / "later.py"
     later.write_text(
         TWO.replace('"plain SGD", "budget")', '"plain SGD", "budget", "depth_momentum")')
@@ -139,7 +140,7 @@ def test_suite_checks_names_and_its_workdir(tmp_path):
     with pytest.raises(
         UsageError, match="replicates 'depth_momentum', which is not a study listed"
     ):
-        suite.load(str(later))
+        suite_runner.load(str(later))
     # A workdir of another suite is refused, and its record is left as it was.
     work = tmp_path / "w"
     os.makedirs(work)
@@ -147,12 +148,12 @@ def test_suite_checks_names_and_its_workdir(tmp_path):
     good = tmp_path / "two.py"
     good.write_text(TWO)
     with pytest.raises(UsageError, match="holds the suite 'other.py'"):
-        suite.run(str(good), str(work), "1", print)
+        suite_runner.run(str(good), str(work), "1", print)
     assert json.loads((work / "suite.json").read_text()) == {"suite": "other.py", "entries": []}
 
 
 def test_answer_suite_names_real_configs():
-    entries = suite.load(str(REPO / "configs" / "answer.py"))
+    entries = suite_runner.load(str(REPO / "configs" / "answer.py"))
     assert [e.family for e in entries] == ["budget", "budget", "budget", "width", "depth"]
     assert {e.protocol for e in entries} == {"plain SGD", "momentum 0.9"}
     assert [e.replicate_of for e in entries] == ["", "budget_sgd", "", "", ""]
@@ -190,26 +191,30 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path,
     entries, studies = [], {}
     truth = simulate.Truth(alpha=1.0)
     for k, (name, (family, design)) in enumerate(designs.items()):
-        entries.append(suite.Entry(name, "configs/mlp.py:local", "plain SGD", family))
+        entries.append(suite_runner.Entry(name, "configs/mlp.py:local", "plain SGD", family))
         rng = np.random.default_rng(10 + k)
         mems = simulate.members_of(design, truth, rng)
         studies[name] = simulate.simulate_study(rng, design, truth, mems)
         os.makedirs(tmp_path / name)
         if name == "budget_sgd":  # its replicate: the same members, fresh noise
             rep = "budget_sgd_replicate"
-            entries.append(suite.Entry(rep, "configs/mlp.py:local", "plain SGD", family, name))
+            entries.append(
+                suite_runner.Entry(rep, "configs/mlp.py:local", "plain SGD", family, name)
+            )
             studies[rep] = simulate.simulate_study(rng, design, truth, mems)
             os.makedirs(tmp_path / rep)
-    entries.append(suite.Entry("budget_momentum", "configs/mlp.py:local", "momentum", "budget"))
+    entries.append(
+        suite_runner.Entry("budget_momentum", "configs/mlp.py:local", "momentum", "budget")
+    )
     wd.write_json(
-        str(tmp_path / suite.SUITE_FILE),
+        str(tmp_path / suite_runner.SUITE_FILE),
         {"suite": "s", "entries": [dataclasses.asdict(e) for e in entries], "wall_s": {}},
     )
 
     def read(folder):
         return None, studies[os.path.basename(folder)], 0
 
-    text, rows = suite_report.render(str(tmp_path), read)
+    text, rows = answer.render(str(tmp_path), read)
     assert "Not yet run (no finished trial): budget_momentum." in text
     for name, recs in studies.items():
         (row,) = [r for r in rows if r["study"] == name]
@@ -233,13 +238,14 @@ def test_table_matches_each_study_analysis_and_splits_width_from_depth(tmp_path,
     line = [ln for ln in text.splitlines() if ln.startswith("- **plain SGD**")][0]
     width_part = float(re.search(r"a width part ([+-][0-9.]+)", line).group(1))
     assert width_part > 0.4  # B_crit ~ width: the budget slope sits on width
-    # Issue 36: the pooled pair is the headline (before the table); the check without the
-    # heaviest member is the rule's at 85%, never a 95% verdict; the replicate's members share
+    # The pooled pair is the headline (before the table); the check without the
+    # heaviest member is the rule's at its level, never a verdict of its own; the members share
     # their random effects (one member, measured twice).
     assert text.index("## Each study with its replicate") < text.index("## Protocol x family")
     for r in rows:
         if r["without_heaviest"]:
-            assert "(85% CI " in r["without_heaviest"] and "95%" not in r["without_heaviest"]
+            assert f"({decision.HEAVIEST_LEVEL:.0%} CI " in r["without_heaviest"]
+            assert r["without_heaviest"].count("% CI") == 1
     n_est, n_members = map(
         int, re.search(r"(\d+) member estimates of (\d+) members", line).groups()
     )
@@ -255,16 +261,16 @@ def test_protocols_compared_by_the_difference_of_their_slopes():
     from types import SimpleNamespace as NS
 
     entries = [
-        suite.Entry("sgd", "configs/mlp.py:local", "plain SGD", "budget"),
-        suite.Entry("rep", "configs/mlp.py:local", "plain SGD", "budget", "sgd"),
-        suite.Entry("mom", "configs/mlp.py:local", "momentum 0.9", "budget"),
+        suite_runner.Entry("sgd", "configs/mlp.py:local", "plain SGD", "budget"),
+        suite_runner.Entry("rep", "configs/mlp.py:local", "plain SGD", "budget", "sgd"),
+        suite_runner.Entry("mom", "configs/mlp.py:local", "momentum 0.9", "budget"),
     ]
     own = "train_accuracy >= 0.97 (the study's)"
     rows = [
         {"study": "sgd", "target": own, "_slope": NS(value=0.3, se=0.05, df=7), "_bc": None},
         {"study": "mom", "target": own, "_slope": NS(value=-0.2, se=0.1, df=6), "_bc": None},
     ]
-    (line,) = suite_report._protocols(entries, rows)
+    (line,) = answer._protocols(entries, rows)
     assert line.startswith("- mom (momentum 0.9) minus sgd (plain SGD): B_x slope -0.50 (")
     assert "(-0.77 to -0.23)" in line and "B_crit slope -." in line
-    assert suite_report._protocols(entries[:2], rows[:1]) == []
+    assert answer._protocols(entries[:2], rows[:1]) == []

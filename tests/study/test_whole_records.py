@@ -1,4 +1,4 @@
-"""Whole records only (issue 25): a result file that is not a whole record against schema/result.py
+"""Whole records only: a result file that is not a whole record against schema/result_fields.py
 does not count as done; the scheduler moves it aside (one line naming it) and runs its trial
 again, and the progress counts it as not done."""
 

@@ -9,7 +9,7 @@ import os
 import numpy as np
 import pytest
 
-from wide_tf.theory import bound, check
+from wide_tf.theory import bound, runner
 
 CONFIG_PATH = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "theory.py")
 
@@ -115,7 +115,7 @@ def test_trend_slopes_with_intervals():
 def test_smoke_study_writes_report(tmp_path):
     config = _load_config("smoke")
     assert config.kind == "theory"
-    out = check.run_theory(config, str(tmp_path))
+    out = runner.run_theory(config, str(tmp_path))
     report = tmp_path / "report"
     md = (report / "theory.md").read_text()
     rows = list(csv.DictReader(io.StringIO((report / "theory.csv").read_text())))

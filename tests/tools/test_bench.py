@@ -10,7 +10,7 @@ import statistics
 
 import pytest
 
-from wide_tf.tools import bench
+from tools.bench import speed as bench
 
 
 @pytest.fixture(scope="module")

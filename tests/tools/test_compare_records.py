@@ -1,9 +1,9 @@
-"""The comparison of two studies' records (wide_tf.tools.compare_records): trials matched by name
+"""The comparison of two studies' records (tools.bench.compare_records): trials matched by name
 across config hashes, a changed target found, a study missing trials, bad input."""
 
+from tools.bench import compare_records
 from wide_tf.store import workdir as workdir_lib
 from wide_tf.study.trials import trial_name
-from wide_tf.tools import compare_records
 
 
 def _record(trial_id, steps=40, interp=37.5, status="reached", time_s=None):

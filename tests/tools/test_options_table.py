@@ -1,4 +1,4 @@
-"""docs/options.md's table of every field is the field registry's (issue 33): a field added to
+"""docs/options.md's table of every field is the field registry's: a field added to
 schema/fields.py without regenerating the doc fails here."""
 
 import dataclasses

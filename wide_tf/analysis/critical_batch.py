@@ -236,8 +236,8 @@ def cell_values(batch: np.ndarray, y: np.ndarray, cens: np.ndarray):
 
     Why the mean: with no seed censored it has the smallest variance (the median of 5 or 7
     normal values has about 1.4x the mean's), and at the noise the local studies measure the
-    seeds carry most of a member's error, so it buys power at no cost in runs (issue 22:
-    docs/power_table.txt). Where a seed is censored its steps are unknown and only the median's
+    seeds carry most of a member's error, so it buys power at no cost in runs
+    (docs/power_table.txt). Where a seed is censored its steps are unknown and only the median's
     ordering argument holds."""
     y = np.atleast_2d(y)
     cens = np.broadcast_to(cens, y.shape)

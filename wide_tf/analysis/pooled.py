@@ -85,8 +85,9 @@ def _overturning(entries, mf: meta.MetaSlope, axis: str) -> list[str]:
     return [u[0].info.name for u, sg in zip(use, pull) if u[3] and sg != mf.decision]
 
 
-def decide(studies: Sequence[Sequence[MemberSummary]]) -> Pooled:
-    """The pooled reading of a study and its replicates (module docstring)."""
+def decide(studies: Sequence[Sequence[MemberSummary]], equivalence=None) -> Pooled:
+    """The pooled reading of a study and its replicates (module docstring); `equivalence`
+    as `decision.decide`'s."""
     first = list(studies[0]) if studies else []
     axis = dec.axis_of(first)
     order = [s.info.name for s in dec.order_members(first, axis)]
@@ -108,7 +109,14 @@ def decide(studies: Sequence[Sequence[MemberSummary]]) -> Pooled:
         if s.edge_cells
     ]
     outcome, reasons = dec._slope_outcome(
-        mf, tuple(mf_entries), bc, edges, _overturning(mf_entries, mf, axis), (heavy, rest)
+        mf,
+        tuple(mf_entries),
+        bc,
+        edges,
+        _overturning(mf_entries, mf, axis),
+        (heavy, rest),
+        equivalence,
+        axis,
     )
     return Pooled(outcome, mf, bc, heavy, rest, tuple(reasons), **common)
 

@@ -2,9 +2,9 @@
 per member, B_simple measured at every evaluation), and its cost against the full sweep, planned
 from the configs alone (docs/prediction.md, "The predict study").
 
-Configs import this module before TensorFlow starts, so it imports nothing heavy: the spec's budget
-rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a data
-set's size.
+Configs import this module before TensorFlow starts, so it imports nothing heavy: the schema's
+budget rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a
+data set's size.
 
     python -m wide_tf.analysis.predict_study --config=configs/mlp.py:local   # what its predict
                                                                              # study costs
@@ -37,7 +37,7 @@ def as_predict_config(
     initialisation) on a probe of at most `probe_cap` training examples. A given learning rate: set
     `sweep.lr_multipliers = [m]` and `sweep.extend_lr_grid = False` afterwards.
 
-    The report of such a study carries the prediction (wide_tf/report/prediction.py)."""
+    The report of such a study carries the prediction (wide_tf/report/prediction_section.py)."""
     s, t = config.sweep, config.train
     if s is None or not list(s.batch_sizes):
         raise ValueError("as_predict_config needs a study config with sweep.batch_sizes")
@@ -89,7 +89,7 @@ WRN_FLOP_PER_EXAMPLE = 1.3e9
 WRN_EVAL_OVERHEAD = 0.26
 V4_CHIP_PEAK_FLOPS = 275e12
 UTILISATION = (0.02, 0.10)
-# One exact probe example costs about 2 training examples (wide_tf.tools.bench: exact diversity /
+# One exact probe example costs about 2 training examples (tools.bench.speed: exact diversity /
 # one training step 1.6-2.0 for WRN-16-2 and the large MLP at B = 256 and 1,024;
 # docs/benchmarks.md).
 PROBE_COST_PER_EXAMPLE = 2.0

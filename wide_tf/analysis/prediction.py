@@ -1,9 +1,9 @@
-"""Owns the numbers of the noise-scale prediction of the critical batch (issue 18;
-docs/prediction.md): B_simple read off each run's gradient history at the target crossing (and
-averaged over the run), per member with an interval over seeds, against the sweep's measured
-B_crit and model-free critical batch B_x(1+eps); the width slope of log B_simple; and the
-sentence that reads them. The predict study and its cost are `wide_tf.analysis.predict_study`'s;
-the report section and plot are `wide_tf.report.prediction`'s.
+"""Owns the numbers of the noise-scale prediction of the critical batch (docs/prediction.md):
+B_simple read off each run's gradient history at the target crossing (and averaged over the run),
+per member with an interval over seeds, against the sweep's measured B_crit and model-free critical
+batch B_x(1+eps); the width slope of log B_simple; and the sentence that reads them. The predict
+study and its cost are `wide_tf.analysis.predict_study`'s; the report section and plot are
+`wide_tf.report.prediction_section`'s.
 
 Pure Python and NumPy on result.json records and analysis summaries, so every number is
 unit-tested on hand-made records (tests/analysis/test_predict.py).

@@ -8,7 +8,7 @@ at its estimated noise (`min_detectable`, `power_at`) and the overhead curve (`s
   REML estimate); the rule's slope, interval, leave-one-out check and check without the member of
   the largest leverage (`wide_tf.analysis.stats.power`) then decide it. The minimum detectable
   slope is the smallest b found 80% of the time. It is not read off the realised interval's q,
-  which on 5 df is itself noisy (issue 22: q = 0.245 gave "0.15", while the design found a slope
+  which on 5 df is itself noisy (q = 0.245 gave "0.15", while the design found a slope
   of 0.35 in 28-35% of simulated studies).
   Beside it, the design's power at the slope it observed (`power_at`; post hoc, so read it as
   what a replicate of the same size would find if the observed slope were the truth).
@@ -173,10 +173,6 @@ class Sensitivity:
     min_detectable: float | None
     curve: OverheadCurve | None  # the slope against steps added (None: no records to re-run)
     power_observed: float | None = None  # the design's power at the slope it observed
-
-    @property
-    def checked(self) -> bool:
-        return self.curve is not None
 
     def sentences(self, d: dec.Decision) -> list[str]:
         out = []

@@ -27,8 +27,8 @@ examples) and S_min (steps). Their reference (30 examples, 2 epochs of S_min B_c
 on the 8x8 digits' earliest studies; the power of a design depends on where B_crit sits against
 its batches, so `--b_crit_ref` and `--s_min` place it elsewhere, and `--scale_from=WORKDIR` reads
 both off a finished study (its narrowest member's fitted curve) together with its noise (as
-`python -m wide_tf.analysis.noise WORKDIR` reads it), which then replaces the measured noise of
-every generator that keeps the default noise. Every table says which scale and noise it used.
+`python -m wide_tf.analysis.calibration WORKDIR` reads it), which then replaces the measured noise
+of every generator that keeps the default noise. Every table says which scale and noise it used.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from wide_tf.analysis import decision, pooled, study_noise, verdict
+from wide_tf.analysis import decision, pooled, seed_variance, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
@@ -266,14 +266,6 @@ class Calibration:
     median_min_detectable: float | None
     examples_per_study: float = 0.0  # mean over studies of sum(steps x batch) over its runs
 
-    @property
-    def decisive_rate(self) -> float:
-        return (self.supported + self.contradicted) / self.n_studies
-
-    @property
-    def supported_rate(self) -> float:
-        return self.supported / self.n_studies
-
 
 def calibrate(
     design: Design,
@@ -393,7 +385,7 @@ def with_overrides(design: Design, extra_seeds: int = 0, batches: str = "") -> D
 
 def _summaries_of(workdir: str):
     """The member summaries of a finished study's results (plain JSON files, no TensorFlow)."""
-    return summarize_members(study_noise.read_records(workdir), n_boot=20)
+    return summarize_members(seed_variance.read_records(workdir), n_boot=20)
 
 
 def _scale(a) -> scale_lib.Scale | str:
@@ -402,7 +394,7 @@ def _scale(a) -> scale_lib.Scale | str:
         return "error: --scale_from reads B_crit and S_min off the study; drop --b_crit_ref/--s_min"
     if a.scale_from:
         try:
-            noise = study_noise.summarize(study_noise.read_records(a.scale_from))
+            noise = seed_variance.summarize(seed_variance.read_records(a.scale_from))
             return scale_lib.scale_from(a.scale_from, _summaries_of(a.scale_from), noise)
         except (OSError, ValueError) as e:
             return f"error: --scale_from={a.scale_from}: {e}; give a finished study's workdir"
@@ -457,7 +449,7 @@ def _setup(a) -> tuple[Design, list[str]] | str:
 
 # numpy's generators take a seed that is an integer >= 0.
 _seed = integer(0)
-# Bounds on the flags that could run away (issue 38: --noise=1e308 overflowed, --bootstrap=1e11
+# Bounds on the flags that could run away (--noise=1e308 overflowed, --bootstrap=1e11
 # asked for 745 GiB, --replicates and --extra_seeds were unbounded). MAX_COUNT studies or
 # replicates take hours already (200 x 200 take minutes); a seed-noise sigma of MAX_NOISE on log
 # steps-to-target is a 150-fold spread per seed, about 40x the generators' own (0.12,

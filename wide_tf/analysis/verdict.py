@@ -88,12 +88,12 @@ _MEANING = {
     WIDTH: {
         SUPPORTED: "so wider members tolerate larger batches, as the paper claims",
         CONTRADICTED: "so wider members tolerate smaller batches, against the paper's claim",
-        NO_EFFECT: "so this study cannot tell wider from deeper members",
+        NO_EFFECT: "so width does not change it within the frozen margin",
     },
     DEPTH: {
         SUPPORTED: "so at one width deeper members tolerate larger batches (depth alone)",
         CONTRADICTED: "so at one width deeper members tolerate smaller batches (depth alone)",
-        NO_EFFECT: "so at one width depth alone has no detectable effect",
+        NO_EFFECT: "so depth alone does not change it within the frozen margin",
     },
 }
 HEADLINE_WORDS = 60  # the first sentence is read in ten seconds: at most this many words
@@ -101,7 +101,8 @@ HEADLINE_WORDS = 60  # the first sentence is read in ten seconds: at most this m
 
 def _clip(text: str, words: int) -> str:
     w = text.split()
-    return text if len(w) <= words else " ".join(w[:words]) + " ... (below)"
+    tail = "... (below)"  # two words of the budget
+    return text if len(w) <= words else " ".join(w[: words - 2]) + " " + tail
 
 
 HEAVY_SHARE = 0.6  # a member with more of the slope's weight than this is named in the headline
@@ -233,20 +234,27 @@ class Verdict:
         return self.decision.caveats
 
 
-def verdict(summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS, records=None) -> Verdict:
+def verdict(
+    summaries: Sequence[MemberSummary], eps: float = DEFAULT_EPS, records=None, equivalence=None
+) -> Verdict:
     """The decision and its paragraph. The power lines are always simulated; with the study's
-    `records` the paragraph also gets the overhead curve."""
-    d = decide(summaries)
+    `records` the paragraph also gets the overhead curve; `equivalence`: the margin a frozen
+    design stated (`wide_tf.analysis.equivalence`)."""
+    d = decide(summaries, equivalence)
     sens = robustness.sensitivity(records, d, eps)
     return Verdict(d.outcome, d, describe(d, eps, sens), sens)
 
 
 def analyze(
-    records: Sequence[dict], eps: float = DEFAULT_EPS, n_boot: int = DEFAULT_BOOTSTRAP
+    records: Sequence[dict],
+    eps: float = DEFAULT_EPS,
+    n_boot: int = DEFAULT_BOOTSTRAP,
+    equivalence=None,
 ) -> dict:
     """Summaries and one verdict per architecture (a study normally has one) for the study's
     target, with its sensitivity lines, and the verdicts at every further target the runs
-    recorded (`per_target`: label -> {arch: Verdict}; power lines only)."""
+    recorded (`per_target`: label -> {arch: Verdict}; power lines only). `equivalence` applies to
+    the study's own (first) target, the one its design was simulated for."""
     summaries = summarize_members(records, eps, n_boot)
     archs = sorted({s.info.arch for s in summaries})
     verdicts = {
@@ -254,6 +262,7 @@ def analyze(
             [s for s in summaries if s.info.arch == a],
             eps,
             [r for r in records if str(r.get("arch", "")) == a],
+            equivalence,
         )
         for a in archs
     }

@@ -4,8 +4,8 @@ model), all before TensorFlow starts."""
 
 from __future__ import annotations
 
-from wide_tf.checks import hardware_fit, problems, validate
-from wide_tf.schema import memory
+from wide_tf.checks import hardware_fit, validate
+from wide_tf.schema import memory, problems
 
 
 def checked_line(config, replicas: int | None) -> str:

@@ -5,8 +5,9 @@ schema/rules.py's; checks/validate.py runs both."""
 
 from __future__ import annotations
 
-from wide_tf.checks.problems import UsageError, suggest
-from wide_tf.schema import choices, defaults, fields, rules
+from wide_tf.schema import defaults, fields, rules
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 
 _FIX = "build the config from wide_tf.schema.defaults.base_config(), which sets every field"
 
@@ -51,11 +52,15 @@ def _check_list(where: str, domain: fields.NumList, value) -> None:
     if domain.increasing and values != sorted(values):
         raise UsageError(f"{where}={values} must increase; fix the list in the config file")
     if domain.unique and len(set(values)) != len(values):
-        raise UsageError(f"{where}={values} repeats a seed; list each seed once")
+        repeated = sorted({v for v in values if values.count(v) > 1})
+        raise UsageError(
+            f"{where}={values} repeats {', '.join(map(str, repeated))}; list each value once "
+            f"(--config.{where}=...)"
+        )
 
 
 def _check_jit(where: str, jit) -> None:
-    if not (isinstance(jit, bool) or str(jit).lower() in choices.JIT_COMPILE):
+    if not (isinstance(jit, bool) or str(jit).lower() in fields.JIT_COMPILE):
         raise UsageError(
             f"{where}={jit!r} is not valid; use auto, True or False (--config.{where}=...)"
         )
@@ -73,7 +78,7 @@ def check_value(config, f: fields.Field) -> None:
         _check_list(f.path, domain, value)
     elif domain == fields.JIT:
         _check_jit(f.path, value)
-    # FREE, and the targets (whose value depends on the metric): spec.rules.check_targets.
+    # FREE, and the targets (whose value depends on the metric): schema/rules.py's check_targets.
 
 
 def check_values(config) -> None:
@@ -88,7 +93,7 @@ def check_values(config) -> None:
 
 
 def parse_target(where: str, spec) -> tuple[str, float]:
-    """An entry of train.extra_targets, "metric:value", as (metric, value) (spec.rules has the
+    """An entry of train.extra_targets, "metric:value", as (metric, value) (schema/rules.py has the
     grammar); a UsageError naming `where` if it is malformed."""
     try:
         return rules.parse_target(where, spec)
@@ -115,7 +120,7 @@ def check_theory(config) -> None:
     if "label_noise" in t:
         _raise(fields.Num(low=0).error("theory.label_noise", t.label_noise))
     for kind in t.get("kinds", []):
-        _raise(fields.Choice(choices.THEORY_KINDS).error("theory.kinds", kind))
+        _raise(fields.Choice(fields.THEORY_KINDS).error("theory.kinds", kind))
 
 
 def _empty(key: str) -> str:

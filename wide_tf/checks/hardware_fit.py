@@ -86,7 +86,7 @@ def _batches(config) -> list[int]:
 
 def rows(config, replicas: int, policy: str, cap: int) -> list[Row]:
     """Every (member, batch size) row of `config` at `replicas`, `policy` and micro-batch `cap`
-    (wide_tf/tools/check.py steps the worst one)."""
+    (wide_tf/launch/vm/check.py steps the worst one)."""
     return _rows(config, replicas, policy, cap)
 
 

@@ -3,7 +3,8 @@ with the nearest one suggested, and that none sets a field a sweep sets for ever
 
 from __future__ import annotations
 
-from wide_tf.checks.problems import UsageError, suggest
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import UsageError
 from wide_tf.schema.rules import has_sweep
 
 # Fields a sweep sets per trial: an override of one of them would be silently replaced.
@@ -54,20 +55,37 @@ def override_paths(argv) -> list[str]:
     return out
 
 
+# Flags whose second value would silently win over the first (absl keeps the last): refused.
+ONCE = ("config", "workdir", "shard", "workers", "trial", "accelerator", "replicas", "suite")
+
+
 def check_config_once(argv) -> None:
-    """--config given twice would be checked against the first and run with the last: refused."""
-    given = []
+    """--config (and every flag in ONCE) given twice would be checked against the first and run
+    with the last, or run with the last silently: refused. An
+    empty --config.sweep.batch_sizes would turn a study into one run at train.global_batch:
+    refused too."""
+    given: dict[str, list[str]] = {}
     args = list(argv[1:])
     for i, arg in enumerate(args):
         if arg == "--":
             break
         name, eq, value = arg.lstrip("-").partition("=")
-        if arg.startswith("-") and name == "config":
-            given.append(value if eq else (args[i + 1] if i + 1 < len(args) else ""))
-    if len(given) > 1:
+        if arg.startswith("-") and (name in ONCE or name == "config.sweep.batch_sizes"):
+            given.setdefault(name, []).append(
+                value if eq else (args[i + 1] if i + 1 < len(args) else "")
+            )
+    for name, values in given.items():
+        if len(values) > 1 and name in ONCE:
+            fix = " (override fields with --config.a.b=value)" if name == "config" else ""
+            raise UsageError(
+                f"--{name} is given {len(values)} times ({', '.join(values)}); give it once{fix}"
+            )
+    batches = given.get("config.sweep.batch_sizes")
+    if batches and batches[-1].strip().strip("()[], ") == "":
         raise UsageError(
-            f"--config is given {len(given)} times ({', '.join(given)}); give it once (override "
-            "fields with --config.a.b=value)"
+            f"--config.sweep.batch_sizes={batches[-1]!r} is empty, which would make the study one "
+            f"run at train.global_batch; list at least one batch, e.g. "
+            f"--config.sweep.batch_sizes='(32,256)', or use a single-run variant"
         )
 
 

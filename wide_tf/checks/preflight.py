@@ -13,8 +13,8 @@ import re
 import tempfile
 
 from wide_tf.checks.overrides import is_sweep
-from wide_tf.checks.problems import RuntimeProblem, UsageError
 from wide_tf.schema import datasets, families, hardware, identity
+from wide_tf.schema.problems import RuntimeProblem, UsageError
 from wide_tf.store import workdir as wd
 
 
@@ -136,9 +136,9 @@ def parse_workers(text) -> int | None:
     return n
 
 
-def check_workers(text, config=None, trial=None, workdir=None) -> None:
-    """--workers=N with N > 1 needs a study, one trial at a time per process, a strategy that one
-    process per core or GPU can use, and a workdir on which claims are atomic."""
+def check_workers(text, config=None, trial=None) -> None:
+    """--workers=N with N > 1 needs a study, one trial at a time per process, and a strategy that
+    one process per core or GPU can use (their claims are files of this machine: any workdir)."""
     n = parse_workers(text)
     if n is None or n == 1:
         return
@@ -154,13 +154,6 @@ def check_workers(text, config=None, trial=None, workdir=None) -> None:
             f"--workers={n} with runtime.strategy={config.runtime.strategy}: one process drives "
             "those devices; drop --workers (or use --workers=1)"
         )
-    if workdir:
-        from wide_tf.store import claims  # pure Python; google-cloud-storage only for gs://
-
-        try:
-            claims.check_store(workdir)
-        except claims.ClaimError as e:
-            raise UsageError(str(e)) from None
 
 
 def check_trial(text, config) -> None:
@@ -194,13 +187,48 @@ def check_trial(text, config) -> None:
 
 
 def check_workdir_scheme(workdir) -> None:
-    """Only local folders and gs:// are stores this package writes."""
+    """Only local folders and gs:// are stores this package writes; a gs:// path names a bucket
+    that Cloud Storage's naming rules allow and no `.` or `..` part (object names are not paths:
+    `gs://b/../x` is an object under a folder named `..`, not `gs://x`)."""
     if workdir and "://" in workdir and not workdir.startswith("gs://"):
         scheme = workdir.split("://", 1)[0]
         raise UsageError(
             f"--workdir={workdir}: {scheme}:// is not supported; use a local folder or "
             "gs://bucket/path"
         )
+    if workdir and workdir.startswith("gs://"):
+        problem = gcs_path_problem(workdir)
+        if problem:
+            raise UsageError(
+                f"--workdir={workdir}: {problem}; e.g. --workdir=gs://my-bucket/runs/a"
+            )
+
+
+# Cloud Storage bucket names (https://cloud.google.com/storage/docs/buckets, "Bucket names"):
+# lowercase letters, digits, '-', '_' and '.', starting and ending with a letter or digit, 3-63
+# characters (up to 222 with dots, each dot-separated part at most 63), not an IP address, not
+# "goog..." and not containing "google".
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]$")
+
+
+def gcs_path_problem(path: str) -> str:
+    """Why `path` (gs://...) is not a usable workdir; '' when it is."""
+    bucket, _, rest = path[len("gs://") :].partition("/")
+    if not bucket:
+        return "names no bucket"
+    if not _BUCKET.match(bucket) or any(len(p) > 63 or not p for p in bucket.split(".")):
+        return (
+            f"{bucket!r} is not a Cloud Storage bucket name (3-63 lowercase letters, digits, "
+            f"'-', '_' or '.', starting and ending with a letter or digit)"
+        )
+    if (len(bucket) > 63 and "." not in bucket) or re.fullmatch(r"[0-9.]+", bucket):
+        return f"{bucket!r} is not a Cloud Storage bucket name (too long, or an IP address)"
+    if bucket.startswith("goog") or "google" in bucket:
+        return f"{bucket!r} is not a Cloud Storage bucket name (no 'goog' prefix or 'google')"
+    parts = [p for p in rest.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        return "has a '.' or '..' part, which Cloud Storage keeps as a folder name, not a step up"
+    return ""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -265,6 +293,8 @@ def check_same_study(config, workdir: str) -> bool:
         return False
     try:
         theirs = wd.read_json(cfg_path)
+    except wd.NotARegularFile as e:
+        raise RuntimeProblem(f"{e} (it should be this study's config.json)") from None
     except (OSError, ValueError) + wd.read_errors() as e:
         raise RuntimeProblem(
             f"{cfg_path} is unreadable ({type(e).__name__}: {e}); restore it, or move it aside "
@@ -285,32 +315,9 @@ def check_same_study(config, workdir: str) -> bool:
     return True
 
 
-def _results_warnings(workdir: str) -> list[str]:
-    """A warning for each line of results.jsonl that is not a whole result, and for each
-    results/<id>.json that is partial (the study sets it aside and runs its trial again: said
-    here, in the console, not only in a worker's log) or cannot be read."""
-    warnings = _result_files_warnings(workdir)
-    results = os.path.join(workdir, "results.jsonl")
-    if not os.path.exists(results):
-        return warnings
-    with open(results, "rb") as f:
-        for i, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                ok = isinstance(rec, dict) and "trial_id" in rec
-            except ValueError:
-                ok = False
-            if not ok:
-                warnings.append(
-                    f"{results} line {i} is not a whole result (corrupted or cut short); it is "
-                    f"ignored and its trial is taken from trials/<id>/result.json or run again"
-                )
-    return warnings
-
-
 def _result_files_warnings(workdir: str) -> list[str]:
+    """A warning for each results/<id>.json that is partial (the study sets it aside and runs its
+    trial again: said here, in the console, not only in a worker's log) or cannot be read."""
     folder = os.path.join(workdir, wd.RESULTS_DIR)
     names = (
         sorted(n for n in os.listdir(folder) if n.endswith(".json"))
@@ -321,8 +328,7 @@ def _result_files_warnings(workdir: str) -> list[str]:
     for name in names:
         path = os.path.join(folder, name)
         try:
-            with open(path, encoding="utf-8") as f:
-                why = wd.record_problem(json.load(f))
+            why = wd.record_problem(wd.read_json(path))
         except (ValueError, UnicodeDecodeError) as e:
             why = f"not JSON ({type(e).__name__})"
         except OSError as e:
@@ -336,18 +342,21 @@ def _result_files_warnings(workdir: str) -> list[str]:
     return warnings
 
 
+_CKPT_STEP = re.compile(r"^ckpt-(\d+)\.")
+
+
 def _check_run_files(workdir: str) -> list[str]:
     """An unreadable result.json of a trial is a warning (the study moves it aside itself and runs
-    that trial again); the single run's unreadable result.json and an empty (truncated)
-    checkpoint file are refused. No advice deletes anything a run could resume from."""
+    that trial again); the single run's unreadable result.json is refused; an empty (truncated)
+    checkpoint file is a warning when an older checkpoint is beside it (the run resumes from
+    that one), else refused. No advice deletes anything a run could resume from."""
     warnings = []
     result_files = glob.glob(os.path.join(workdir, "result.json")) + glob.glob(
         os.path.join(workdir, "trials", "*", "result.json")
     )
     for path in result_files:
         try:
-            with open(path) as f:
-                json.load(f)
+            wd.read_json(path)
         except (OSError, ValueError) as e:
             if os.path.dirname(path) != workdir.rstrip(os.sep):  # a trial's: the study heals it
                 warnings.append(
@@ -367,6 +376,18 @@ def _check_run_files(workdir: str) -> list[str]:
     for path in ckpt_files:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)
+            step = _CKPT_STEP.match(os.path.basename(path))
+            others = {
+                m.group(1)
+                for m in map(_CKPT_STEP.match, os.listdir(folder))
+                if m and (step is None or m.group(1) != step.group(1))
+            }
+            if others:  # the run resumes from an older one (engine/restore.py)
+                warnings.append(
+                    f"checkpoint file {path} is empty (truncated): the run skips that checkpoint "
+                    f"and resumes from the newest one that reads whole"
+                )
+                continue
             raise RuntimeProblem(
                 f"checkpoint file {path} is empty (truncated): the run cannot resume from it; "
                 f"restore the file, or move {folder} aside (it is kept, not read) and run the "
@@ -413,8 +434,7 @@ def check_workdir(config, workdir: str) -> list[str]:
     the same study is `check_same_study`'s, run once by the study: trials.check_workdir);
     RuntimeProblem for a folder that cannot be written, an unreadable single-run result.json,
     and an empty (truncated) checkpoint file; a trial's unreadable result.json is a warning (the
-    study moves it aside and runs the trial again), and so are unreadable lines of results.jsonl
-    (the study ignores them and runs those trials again)."""
+    study moves it aside and runs the trial again)."""
     check_workdir_scheme(workdir)
     if not workdir or "://" in workdir:
         return []
@@ -430,4 +450,4 @@ def check_workdir(config, workdir: str) -> list[str]:
     if not os.path.isdir(workdir):
         return []
     _check_run_kind(config, workdir)  # (the same study: once, where config.json is written)
-    return _results_warnings(workdir) + _check_run_files(workdir)
+    return _result_files_warnings(workdir) + _check_run_files(workdir)

@@ -32,8 +32,9 @@ from wide_tf.checks.preflight import (
     check_workers,
     parse_workers,
 )
-from wide_tf.checks.problems import Problem, RuntimeProblem, UsageError, suggest
-from wide_tf.schema import architectures, choices, datasets, fields, identity, rules
+from wide_tf.schema import architectures, datasets, fields, identity, rules
+from wide_tf.schema.fields import suggest
+from wide_tf.schema.problems import Problem, RuntimeProblem, UsageError
 
 __all__ = [
     "Problem",
@@ -84,14 +85,13 @@ def check_command(
 ) -> list[str]:
     """Everything main checks before TensorFlow starts, in order (the flags' values as given);
     returns the warning lines. The --config.* overrides in `argv` were checked once already, by
-    errors.parse_flags before absl applied them (so a bad path is one line): not again here."""
+    command_line.parse_flags before absl applied them (a bad path is one line): not again here."""
     check_dry_run_only(dry_run, accelerator, replicas)
     check_config_once(argv)
     check_shard(shard)
     check_workdir_scheme(workdir)
-    # (a dry run checks for the target machine: not whether this one can reach the workdir's store)
-    check_workers(workers, config, trial, None if dry_run else workdir)
-    if dry_run:  # the checks for the target machine
+    check_workers(workers, config, trial)
+    if dry_run or listing:  # the checks for the target machine: a listing reads no data either
         with for_target(replicas):
             check_config(config)
         check_trial(trial, config)
@@ -103,6 +103,21 @@ def check_command(
     if listing:
         return []
     return design_warnings(config) + check_workdir(config, workdir)
+
+
+def check_cluster(cluster, workers, shard, trial) -> None:
+    """--cluster hands the study's groups to a Ray cluster's hosts: --workers, --shard and
+    --trial choose processes or trials on one machine and mean nothing there."""
+    if cluster is None:
+        return
+    if not cluster.strip():
+        raise UsageError("--cluster is empty; give auto (this machine's Ray cluster) or HEAD:6379")
+    for name, value in (("workers", workers), ("shard", shard), ("trial", trial)):
+        if value is not None:
+            raise UsageError(
+                f"--{name} runs on one machine and --cluster hands every group to the cluster's "
+                f"hosts; drop one of them"
+            )
 
 
 def check_dry_run_only(dry_run: bool, accelerator, replicas) -> None:
@@ -146,10 +161,10 @@ def _replicas(config) -> tuple[int, str]:
 def check_config(config, overrides=()) -> None:
     """Raises a Problem for the first thing in `config` (and the overrides that made it) that
     cannot work; returns None when the config is fit to run."""
-    if overrides:  # (main's were checked as its flags were parsed: errors.parse_flags)
+    if overrides:  # (main's were checked as its flags were parsed: command_line.parse_flags)
         check_overrides(config, overrides)
     kind = config.get("kind", "study")
-    kind_error = fields.Choice(choices.KINDS).error("kind", kind)
+    kind_error = fields.Choice(fields.KINDS).error("kind", kind)
     if kind_error:
         raise UsageError(kind_error)
     if kind == "theory":

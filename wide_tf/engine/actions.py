@@ -5,9 +5,10 @@ the backend only through engine/interface.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
-from wide_tf.engine import preemption, timing
+from wide_tf.engine import cadence, preemption, timing
 from wide_tf.engine.interface import Checkpointer
 from wide_tf.engine.state import RunPlan, RunState
 
@@ -19,18 +20,18 @@ PROGRESS_EVERY_S = 30.0
 class Probe:
     """The exact gradient probe: at the start and every plan.probe_every examples; each
     measurement into the state's gradient history, TensorBoard and the log. `measure(step)` is
-    the trainer's (engine/interface.Trainer.measure)."""
+    the trainer's (engine/interface.Trainer.measure: GradientStats)."""
 
     def __init__(self, measure, plan: RunPlan, metrics, examples: int | None):
         self.measure_at, self.plan, self.metrics, self.examples = measure, plan, metrics, examples
 
     def due(self, step_before: int, step: int) -> bool:
         every, batch = self.plan.probe_every, self.plan.batch
-        return every > 0 and step * batch // every > step_before * batch // every
+        return cadence.itstime(step * batch, every, last=step_before * batch)
 
     def __call__(self, st: RunState) -> None:
-        g = self.measure_at(st.step)
-        g.update(step=st.step, examples=st.step * self.plan.batch)
+        stats = self.measure_at(st.step)
+        g = dict(dataclasses.asdict(stats), step=st.step, examples=st.step * self.plan.batch)
         st.gradient.append(g)
         self.metrics.scalars(
             "eval",
@@ -47,6 +48,7 @@ class Probe:
             g["diversity"],
             g["batch_bound"],
             self.examples,
+            debug=True,
         )
 
 
@@ -92,13 +94,16 @@ class Checkpoints:
 
     def __call__(self, st: RunState) -> None:
         plan = self.plan
-        if (
-            st.step - self.last_step >= plan.checkpoint_every
-            and self.clock() - self.last_time >= plan.checkpoint_min_s
+        if cadence.itstime(
+            st.step, plan.checkpoint_every, last=self.last_step, aligned=False
+        ) and cadence.itstime(
+            self.clock(), plan.checkpoint_min_s, last=self.last_time, aligned=False
         ):
             self.save(st)
             self.last_step, self.last_time = st.step, self.clock()
-        if preemption.requested():  # SIGTERM: checkpoint now and stop (engine/preemption.py)
+        # SIGTERM or a platform notice on any host: every host checkpoints at this same step and
+        # stops (engine/preemption.py's agreement).
+        if preemption.stop_agreed(st.step):
             if self.last_step != st.step:
                 self.save(st)
             raise preemption.Preempted(plan.name, st.step)
@@ -129,7 +134,8 @@ class ProgressLine:
 
     def __call__(self, step: int, scalars: dict) -> str | None:
         now = self.clock()
-        if now - self.t_last < self.every_s or step <= self.step0:
+        due = cadence.itstime(now, self.every_s, last=self.t_last, aligned=False)
+        if not due or step <= self.step0:
             return None
         plan = self.plan
         rate = (step - self.step_last) * plan.batch / (now - self.t_last)

@@ -20,7 +20,7 @@ from wide_tf.engine.sources import (  # noqa: F401  (DataUnavailableError: the e
     memory_arrays,
     pool_images,
 )
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 _SUBSET_SEED = 20180601  # data.subset_seed's default: the subset is never the run's seed's
 
@@ -70,9 +70,9 @@ def train_arrays(data_cfg):
     """Canonical training set (uint8 images, int32 labels), data.num_train and data.pool
     applied."""
     name = data_cfg.name
-    spec = datasets_spec.get(name)
+    spec = datasets.get(name)
     num_train, subset_seed, pool = data_options(data_cfg)
-    datasets_spec.of(data_cfg)  # a pool that does not divide the images: one clear error first
+    datasets.of(data_cfg)  # a pool that does not divide the images: one clear error first
     mocked = not spec.in_memory and _tfds_mocked()
     key = (name, data_cfg.data_dir or None, num_train, subset_seed, pool)
     if not mocked and key in _TRAIN_CACHE:  # mocked data change between tests: never cache them
@@ -97,7 +97,7 @@ def memory_test(data_cfg):
 def dataset_info(data_cfg) -> DatasetInfo:
     """Sizes and shapes, without reading the data; DataUnavailableError in seconds if missing."""
     name = data_cfg.name
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     num_train = int(data_cfg.num_train)
     if spec.in_memory:
         n_train = len(memory_arrays(name, "train", data_cfg.data_dir)[1])
@@ -126,12 +126,12 @@ def _test_arrays(data_cfg):
     forward passes). None for mocked data, which change between tests."""
     if _tfds_mocked():
         return None
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     pool = data_options(data_cfg)[2]
     key = (data_cfg.name, data_cfg.data_dir or None, pool)
     if key not in _TEST_CACHE:
         split = _tfds_split(_tfds_builder(data_cfg), "test")
-        images, labels = _to_numpy(*split, datasets_spec.get(spec.name))
+        images, labels = _to_numpy(*split, datasets.get(spec.name))
         _TEST_CACHE[key] = pool_images(images, pool), labels
     return _TEST_CACHE[key]
 
@@ -139,7 +139,7 @@ def _test_arrays(data_cfg):
 def eval_arrays(data_cfg, split, limit):
     """(raw images, labels) when the split is held in memory (training splits, embedded sets, and
     TFDS test splits, cached once per process)."""
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     if split == "train":
         images, labels = train_arrays(data_cfg)
     elif split == "test" and spec.in_memory:
@@ -187,7 +187,7 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
 
     Cached per process (not for mocked data): every run of a study asks for the same evaluation
     and probe sets. The arrays are shared: do not modify them."""
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     key = (data_cfg.name, data_cfg.data_dir or None, data_options(data_cfg), split, limit)
     cacheable = spec.in_memory or not _tfds_mocked()
     if cacheable and key in _ARRAYS_CACHE:
@@ -198,7 +198,7 @@ def load_arrays(data_cfg, split: str, limit: int | None = None):
     else:  # a TFDS split not held in memory (mocked in tests): read whole, then pooled
         ds, n = tfds_split(data_cfg, split)
         n = n if limit is None else min(n, int(limit))
-        raw = _to_numpy(ds.take(n), n, datasets_spec.get(spec.name))
+        raw = _to_numpy(ds.take(n), n, datasets.get(spec.name))
         images, labels = pool_images(raw[0], data_options(data_cfg)[2]), raw[1]
     x = (images.astype(np.float32) / spec.scale - np.asarray(spec.mean, np.float32)) / np.asarray(
         spec.std, np.float32

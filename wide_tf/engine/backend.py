@@ -10,12 +10,14 @@ import importlib
 import os
 import sys
 
+from wide_tf.schema.problems import RuntimeProblem
+
 # runtime.backend -> its folder under engine/. Each folder's run.py offers the same five names:
 # setup_runtime, device_cap, is_chief, make and clear_cache (engine/train.py calls nothing else).
 FOLDERS = {"tensorflow": "tf", "jax": "jax"}
 
 
-class BackendError(RuntimeError):
+class BackendError(RuntimeProblem):
     """Keras is already running under another backend in this process."""
 
 

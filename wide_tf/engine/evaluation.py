@@ -101,11 +101,11 @@ class Economy:
             return None
         ev = {"step": step, "epoch": self.plan.epoch(step), "examples": step * self.plan.batch}
         for name, values in out.items():
-            ev.update({f"{name}_{q}": values[q] for q in targets_lib.EVAL_QUANTITIES})
+            ev.update({f"{name}_{q}": getattr(values, q) for q in targets_lib.EVAL_QUANTITIES})
         if train_scalars:
             ev.update(train_scalars)
         if "test" in out:
-            _best_test(st, out["test"]["accuracy"])
+            _best_test(st, out["test"].accuracy)
         if not snapshot:
             st.history.append(ev)
         return ev
@@ -137,8 +137,8 @@ class Economy:
             return self._evaluate(st, None, ("train", "test"))
         if "test_accuracy" not in last:
             te = self.evaluator.evaluate(st.step, ("test",))["test"]
-            last.update({f"test_{q}": te[q] for q in targets_lib.EVAL_QUANTITIES})
-            _best_test(st, te["accuracy"])
+            last.update({f"test_{q}": getattr(te, q) for q in targets_lib.EVAL_QUANTITIES})
+            _best_test(st, te.accuracy)
             return last
         return None
 

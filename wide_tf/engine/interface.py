@@ -1,14 +1,57 @@
 """Owns the seam between one run's shared driver and its backend (the Orbit way): what the
-Controller (engine/loop.py) and the evaluation economy (engine/evaluation.py) may ask of a
-Trainer, an Evaluator and a Checkpointer. A backend (engine/tf/run.py: TensorFlow) implements the
-three; the Controller, its actions, the economy, the targets and the result record are shared.
-tests/test_coupling.py holds the rule that nothing shared reaches past these methods."""
+Controller (engine/loop.py) and the evaluation economy (engine/evaluation.py) may ask of a Trainer,
+an Evaluator and a Checkpointer, and the typed payloads they return. A backend (engine/tf/run.py,
+engine/jax/run.py) implements the three; the Controller, its actions, the economy, the targets and
+the result record are shared. tests/test_coupling.py holds the rule that nothing shared reaches past
+these methods."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Protocol
 
 from wide_tf.engine.state import RunState
+
+
+@dataclasses.dataclass(frozen=True)
+class RunFacts:
+    """What Trainer.describe returns, once per run: the run's facts for its log and record."""
+
+    model: str  # the model's name
+    params: int  # trainable parameters
+    learning_rate: float  # the peak learning rate at this batch size
+    probe_examples: int | None  # the gradient probe's set (None: no probe)
+    runtime: str  # the devices and strategy, in words
+    dtype_policy: str  # the policy the model was really built with
+    batch_plan: dict  # the batch's layout (engine/state.BatchPlan.describe)
+
+
+@dataclasses.dataclass(frozen=True)
+class HostCall:
+    """What Trainer.train returns: the host call's logged numbers (batch_loss, batch_accuracy,
+    the norms, learning_rate, examples_per_s, the optimizer's diagnostics, the two-batch noise
+    scale: engine/host_scalars.py) and whether a step diverged."""
+
+    scalars: dict
+    diverged: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class GradientStats:
+    """What Trainer.measure returns: the exact gradient probe's numbers."""
+
+    diversity: float
+    batch_bound: float
+    noise_scale: float
+
+
+@dataclasses.dataclass(frozen=True)
+class SetMetrics:
+    """One set's numbers in what Evaluator.evaluate returns."""
+
+    loss: float
+    accuracy: float
+    examples: float  # the pass's count (a float32 sum of weights; padding weighs 0)
 
 
 class Trainer(Protocol):
@@ -18,19 +61,16 @@ class Trainer(Protocol):
         """Adopts `state` (its step, noise estimate and time account; a fresh one or a
         checkpoint's) and opens the data stream at its step."""
 
-    def train(self, num_steps: int) -> dict:
+    def train(self, num_steps: int) -> HostCall:
         """`num_steps` optimizer steps (fewer when one diverges: the state's step says how many
-        ran); returns the host call's scalars (batch_loss, batch_accuracy, the norms,
-        learning_rate, examples_per_s, the optimizer's diagnostics, the two-batch noise scale) and
-        "diverged" (bool)."""
+        ran); the host call's numbers."""
 
-    def measure(self, step: int) -> dict:
-        """The exact gradient probe at the current weights (diversity, batch_bound,
-        noise_scale); `step` is the current step (at 0 a seed's measurement is shared)."""
+    def measure(self, step: int) -> GradientStats:
+        """The exact gradient probe at the current weights; `step` is the current step (at 0 a
+        seed's measurement is shared)."""
 
-    def describe(self) -> dict:
-        """The run's facts for its log and record: model (name), params, learning_rate (peak),
-        probe_examples, runtime, dtype_policy, batch_plan, noise_scale_ema (now)."""
+    def describe(self) -> RunFacts:
+        """The run's facts for its log and record (called once per run, after restore)."""
 
     def finish(self) -> None:
         """Training is over: the data stream's threads end now."""
@@ -43,8 +83,8 @@ class Evaluator(Protocol):
 
     def evaluate(
         self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False
-    ) -> dict | None:
-        """{set: {"loss", "accuracy", "examples"}} of the model at `step` (the snapshot's weights
+    ) -> dict[str, SetMetrics] | None:
+        """{set: its SetMetrics} of the model at `step` (the snapshot's weights
         when `snapshot`); None when the training set's pass stopped early under `bound` (the
         evaluation economy's (fewest hits, largest loss sum); None: a whole pass)."""
 

@@ -7,10 +7,10 @@ are reached only through engine/interface.py (tests/test_coupling.py)."""
 
 from __future__ import annotations
 
-from wide_tf.engine import actions, timing
+from wide_tf.engine import actions, cadence, timing
 from wide_tf.engine import result as result_lib
 from wide_tf.engine.evaluation import Economy
-from wide_tf.engine.interface import Checkpointer, Evaluator, Trainer
+from wide_tf.engine.interface import Checkpointer, Evaluator, RunFacts, Trainer
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.schema.targets import EVAL_METRICS
 from wide_tf.store import workdir as wd
@@ -38,6 +38,7 @@ class Controller:
         self.checkpoints = actions.Checkpoints(checkpointer, plan, metrics)
         self.progress = actions.ProgressLine(plan, metrics.log)
         self.probe = None
+        self.facts = None  # the trainer's RunFacts, asked once per run
         self.state = RunState()
 
     def restore(self) -> RunState:
@@ -58,10 +59,10 @@ class Controller:
 
     def run(self) -> dict:
         st = self.restore()
-        facts = self.trainer.describe()
+        facts = self.facts = self.trainer.describe()
         if self.plan.probe:
             self.probe = actions.Probe(
-                self.trainer.measure, self.plan, self.metrics, facts["probe_examples"]
+                self.trainer.measure, self.plan, self.metrics, facts.probe_examples
             )
         self.log_start(facts)
         self.checkpoints.start()
@@ -90,8 +91,9 @@ class Controller:
         while self.running():
             before = st.step
             target = min(s for s in plan.eval_steps if s > st.step)
-            scalars = self.trainer.train(min(plan.steps_per_loop, target - st.step))
-            if scalars.pop("diverged"):
+            call = self.trainer.train(min(plan.steps_per_loop, target - st.step))
+            scalars = call.scalars
+            if call.diverged:
                 self.diverged(st, scalars)
             self.metrics.scalars("train", st.step, scalars)
             self.progress(st.step, scalars)
@@ -99,11 +101,19 @@ class Controller:
                 break
             if self.probe is not None and self.probe.due(before, st.step):
                 self.probe(st)
-            if st.step == target:
+            if self.evaluation_due(before, st.step):
                 ev = self.evaluate(scalars)
                 if ev is not None:  # None: a pass that could not be a crossing, cut short
                     self.log_progress(scalars, ev)
             self.checkpoints(st)
+
+    def evaluation_due(self, before: int, step: int) -> bool:
+        """Whether `step` is an evaluation step (plan.eval_steps): the cadence's, in examples, with
+        the last step always one."""
+        batch, plan = self.plan.batch, self.plan
+        return cadence.itstime(
+            step * batch, plan.eval_every, plan.total_steps * batch, last=before * batch
+        )
 
     def diverged(self, st: RunState, scalars: dict) -> None:
         st.diverged_at = st.step
@@ -133,18 +143,18 @@ class Controller:
         account = timing.settle(st.time_s, st.wall_time_s)
         self.metrics.scalars("train", st.step, {f"time/{k}_s": v for k, v in account.items()})
 
-    def log_start(self, facts: dict) -> None:
-        plan, bp = self.plan, facts["batch_plan"]
+    def log_start(self, facts: RunFacts) -> None:
+        plan, bp = self.plan, facts.batch_plan
         self.metrics.log(
             "%s, %d params, batch %d (%d replica(s) x %d micro-batch(es) of %d), "
             "peak lr %.4g, %d steps (%.3g epochs) budget, eval every %d examples",
-            facts["model"],
-            facts["params"],
+            facts.model,
+            facts.params,
             plan.batch,
             bp["replicas"],
             bp["micro_batches"],
             bp["micro_batch"],
-            facts["learning_rate"],
+            facts.learning_rate,
             plan.total_steps,
             plan.total_steps / plan.steps_per_epoch,
             plan.eval_every,
@@ -164,6 +174,7 @@ class Controller:
             f"{ev['test_accuracy']:.4f}" if "test_accuracy" in ev else "-",
             scalars["learning_rate"],
             scalars["examples_per_s"],
+            debug=True,
         )
 
     def write_result(self, st: RunState) -> dict:
@@ -175,7 +186,7 @@ class Controller:
             self.plan,
             st,
             self.targets.records(st),
-            self.trainer.describe(),
+            self.facts,
         )
         if rec["chief"]:
             wd.write_json(wd.join(rec["workdir"], wd.RESULT), result)

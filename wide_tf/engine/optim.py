@@ -16,8 +16,8 @@ from absl import logging
 from keras import ops
 
 from wide_tf.engine.schedules import build_schedule
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema.choices import TRUST_RATIO_FORMS
+from wide_tf.schema import optimizers
+from wide_tf.schema.fields import TRUST_RATIO_FORMS
 
 # Variables of rank <= this (biases, batch-norm gamma/beta) are excluded from LARS adaptation and
 # from weight decay. By rank rather than by name: layer names change with the architecture, ranks
@@ -480,8 +480,8 @@ def _lamb(o, learning_rate, variables):
     return _decay_excluded(opt, variables)
 
 
-# How to build each optimizer of the spec (schema/optimizers.py: its name, fields and momentum),
-# keyed in the spec's order; tests/engine/test_optim.py checks that every spec optimizer has a
+# How to build each optimizer of the schema (schema/optimizers.py: its name, fields and momentum),
+# keyed in the schema's order; tests/engine/test_optim.py checks that every schema optimizer has a
 # builder.
 _BUILDERS = {
     "sgd": OptimizerSpec(build=_sgd(momentum=False, nesterov=False)),
@@ -492,7 +492,7 @@ _BUILDERS = {
     "adamw": OptimizerSpec(build=_adamw),
     "lamb": OptimizerSpec(build=_lamb),
 }
-OPTIMIZERS = {name: _BUILDERS[name] for name in optimizers_spec.NAMES if name in _BUILDERS}
+OPTIMIZERS = {name: _BUILDERS[name] for name in optimizers.NAMES if name in _BUILDERS}
 
 
 def optimizer_spec(name: str) -> OptimizerSpec:

@@ -1,16 +1,14 @@
 """Owns the result record of a run (result.json), built against the one schema in
-wide_tf/schema/result.py from plain data (the config, the plan, the state, the backend's facts),
-and the protocol every record carries (describe_protocol)."""
+wide_tf/schema/result_fields.py from plain data (the config, the plan, the state, the backend's
+facts), and the protocol every record carries (describe_protocol)."""
 
 from __future__ import annotations
 
 from wide_tf.engine import timing
+from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.targets import extra_targets
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema import provenance
-from wide_tf.schema import result as schema
-from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import lr_schedules, optimizers, provenance, result_fields
 from wide_tf.schema import targets as targets_lib
 
 _comparison = targets_lib.comparison
@@ -20,7 +18,7 @@ def momentum_ramp_steps(optim_cfg) -> float | None:
     """1 / (1 - momentum): the steps over which heavy-ball momentum builds up to its full effect
     (the weight of past gradients sums to it), for the optimizers that use optim.momentum; None
     for the others. A steps-to-target of this order may be a transient of the optimizer."""
-    if not optimizers_spec.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
+    if not optimizers.uses_momentum(optim_cfg.name) or not optim_cfg.momentum:
         return None
     return 1.0 / (1.0 - float(optim_cfg.momentum))
 
@@ -58,12 +56,12 @@ def describe_protocol(config) -> dict:
         "diverge_loss": t.diverge_loss,
         "eval_train_limit": t.eval_train_limit,
         # The numbers of the schedule in use (its registry entry's fields).
-        "schedule_settings": {k: o[k] for k in schedules_spec.SCHEDULES[o.schedule].hyper},
+        "schedule_settings": {k: o[k] for k in lr_schedules.SCHEDULES[o.schedule].hyper},
         # The gradient statistics: how often, and on how many examples (n of the batch bound).
         "gradient_every_examples": t.gradient_every_examples,
         "probe_size": t.probe_size,
         # The optimizer's hyper-parameters as its registry entry declares them (schema/optimizers).
-        **optimizers_spec.protocol_block(o),
+        **optimizers.protocol_block(o),
     }
 
 
@@ -95,10 +93,17 @@ def _evaluations_to_target(st, eval_steps) -> int | None:
     return sum(1 for s in eval_steps if 0 < s <= s_target)
 
 
-def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts: dict) -> dict:
+def _noise_scale_ema(st: RunState) -> float | None:
+    """The two-batch noise scale's moving average at the end (the estimator's state is the
+    run's: RunState.noise)."""
+    value = TwoBatchNoiseScale.from_dict(st.noise).value if st.noise else None
+    return None if value is None else float(value)
+
+
+def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts) -> dict:
     """The record of a finished run: its trial's fields, then every field of the schema in its
     order. `targets`: every target's record, the primary first (engine/targets.Targets.records);
-    `facts`: the backend's (engine/interface.Trainer.describe)."""
+    `facts`: the backend's RunFacts (engine/interface.Trainer.describe)."""
     t, batch, n_train = config.train, plan.batch, plan.num_train
     last = st.history[-1]
     values = {
@@ -106,10 +111,10 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "arch": config.model.arch,
         "depth": config.model.depth,
         "width": config.model.width,
-        "params": facts["params"],
+        "params": facts.params,
         "batch_size": batch,
         "lr_multiplier": config.optim.lr_multiplier,
-        "learning_rate": facts["learning_rate"],
+        "learning_rate": facts.learning_rate,
         "optimizer": config.optim.name,
         "seed": t.seed,
         "num_train": n_train,
@@ -123,25 +128,25 @@ def build(config, trial: dict, plan: RunPlan, st: RunState, targets: list, facts
         "diverged_at_step": st.diverged_at,
         "steps": st.step,
         "epochs": st.step * batch / n_train,
-        "final": {k: last.get(k) for k in (f.name for f in schema.FINAL)},
+        "final": {k: last.get(k) for k in (f.name for f in result_fields.FINAL)},
         "best_test_accuracy": st.best_test_accuracy,
         "wall_time_s": st.wall_time_s,
         "time_s": timing.settle(st.time_s, st.wall_time_s),
         "examples_per_s": st.step * batch / st.train_time_s if st.train_time_s else None,
-        "gradient": {"history": st.gradient, "noise_scale_ema": facts["noise_scale_ema"]},
-        "runtime": facts["runtime"],
+        "gradient": {"history": st.gradient, "noise_scale_ema": _noise_scale_ema(st)},
+        "runtime": facts.runtime,
         # The policy the model was really built with (not only the one asked for).
-        "dtype_policy": facts["dtype_policy"],
+        "dtype_policy": facts.dtype_policy,
         "protocol": describe_protocol(config),
         # The batch's layout really used: the micro-batch cap in force (protocol's
         # max_device_batch is the config's, 0 on a GPU that got the memory model's default).
-        "batch_plan": facts["batch_plan"],
+        "batch_plan": facts.batch_plan,
         "provenance": provenance.collect(),
     }
-    unknown = set(values) - set(schema.NAMES)
-    assert not unknown, f"fields missing from wide_tf/schema/result.py: {sorted(unknown)}"
+    unknown = set(values) - set(result_fields.NAMES)
+    assert not unknown, f"fields missing from wide_tf/schema/result_fields.py: {sorted(unknown)}"
     record = dict(trial)
-    record.update({name: values[name] for name in schema.NAMES if name in values})
+    record.update({name: values[name] for name in result_fields.NAMES if name in values})
     record.setdefault("member", f"{config.model.arch}-d{config.model.depth}-w{config.model.width}")
     if st.diverged_at is not None:
         record["final"] = {k: None for k in record["final"]}  # no meaningful model to evaluate

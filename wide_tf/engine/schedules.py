@@ -11,8 +11,8 @@ import math
 import keras
 from keras import ops
 
-from wide_tf.schema.choices import SCALING_RULES
-from wide_tf.schema.choices import SCHEDULES as SCHEDULE_NAMES
+from wide_tf.schema.fields import SCALING_RULES
+from wide_tf.schema.lr_schedules import NAMES as SCHEDULE_NAMES
 
 
 def scaled_learning_rate(

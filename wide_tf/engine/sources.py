@@ -12,14 +12,15 @@ import threading
 import numpy as np
 from absl import logging
 
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
+from wide_tf.schema.problems import RuntimeProblem
 
-_spec = datasets_spec.get
+_spec = datasets.get
 _SPLIT_SEED = 1806  # the embedded sets' fixed 80/20 stratified split
 _NETWORK_PROBE = ("storage.googleapis.com", 443)
 
 
-class DataUnavailableError(RuntimeError):
+class DataUnavailableError(RuntimeProblem):
     """The requested data set cannot be read here (not prepared, no network)."""
 
 
@@ -210,7 +211,7 @@ def _idx(spec, data_dir):
     out = {}
     for split in ("train", "test"):
         try:
-            images_path, labels_path = datasets_spec.idx_paths(spec, data_dir, split)
+            images_path, labels_path = datasets.idx_paths(spec, data_dir, split)
         except FileNotFoundError as e:
             raise DataUnavailableError(str(e)) from None
         x, y = read_idx(images_path), read_idx(labels_path)
@@ -233,7 +234,7 @@ def memory_arrays(name, split, data_dir=None):
     """(uint8 images, int32 labels) of an in-memory data set's split, in its canonical order; read
     once per process. `data_dir` is where an idx set's files are (None: where its package puts
     them); the package sets ignore it."""
-    spec = datasets_spec.get(name)
+    spec = datasets.get(name)
     if not spec.in_memory:
         raise ValueError(f"{name!r} is read from TFDS, not into memory")
     key = (name, data_dir or None) if spec.loader == "idx" else (name, None)

@@ -10,6 +10,7 @@ import json
 
 from wide_tf.schema import plan as plan_lib
 from wide_tf.schema import rules
+from wide_tf.schema.problems import UsageError
 
 # With train.checkpoint_every_steps=0 (ten checkpoints per run), at least this long between two.
 DEFAULT_CHECKPOINT_MIN_S = 10.0
@@ -123,7 +124,7 @@ class RunState:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
-class BatchSplitError(ValueError):
+class BatchSplitError(UsageError):
     """The global batch cannot be split evenly over replicas or micro-batches."""
 
 
@@ -157,7 +158,7 @@ class BatchPlan:
         return cls(global_batch, num_replicas, micro, int(max_device_batch or 0))
 
     def describe(self) -> dict:
-        """The plan as result.json records it (schema/result.py, BATCH_PLAN)."""
+        """The plan as result.json records it (schema/result_fields.py, BATCH_PLAN)."""
         return {
             "max_device_batch": self.max_device_batch,
             "replicas": self.num_replicas,

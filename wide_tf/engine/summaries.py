@@ -1,5 +1,5 @@
 """Owns where a run's numbers go: TensorBoard scalars (train/, train_set/ and test/ events, one
-tag set: schema/events.py), metrics.jsonl and the run's log lines (MetricsWriter)."""
+tag set: schema/targets.py), metrics.jsonl and the run's log lines (MetricsWriter)."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
-from wide_tf.schema import events
+from wide_tf.schema import targets
 from wide_tf.store import workdir as wd
 
 
 class MetricsWriter:
     """Where a run's numbers go: `scalars` sends a dict of scalars to TensorBoard (a 'train' or
-    'eval' dict, each value to the run folder and tag schema/events.py gives it: accuracy and loss
+    'eval' dict, each value to the run folder and tag schema/targets.py gives it: accuracy and loss
     overlay across train/, train_set/ and test/; non-finite values are skipped), `history`
     rewrites metrics.jsonl (one line per evaluation, atomically) and `log` writes the log line.
     Only the chief writes files; every worker logs. Adding a logged scalar is one key in a dict
@@ -47,7 +47,7 @@ class MetricsWriter:
         by_run: dict[str, list] = {}
         for k, v in values.items():
             if v is not None and math.isfinite(v):
-                run, tag = events.place(kind, k)
+                run, tag = targets.place(kind, k)
                 by_run.setdefault(run, []).append(
                     summary_pb2.Summary.Value(
                         tag=tag,
@@ -71,8 +71,9 @@ class MetricsWriter:
                 wd.join(self.workdir, wd.METRICS), "".join(wd.dumps_line(r) + "\n" for r in records)
             )
 
-    def log(self, message: str, *args, warning: bool = False) -> None:
-        self._write_log("[%s] " + message, self.name, *args, warning=warning)
+    def log(self, message: str, *args, warning: bool = False, debug: bool = False) -> None:
+        # debug: detail (each evaluation's numbers, the gradient probe) that --verbosity=1 shows
+        self._write_log("[%s] " + message, self.name, *args, warning=warning, debug=debug)
 
     def flush(self) -> None:
         for w in self._writers.values():
@@ -84,5 +85,5 @@ class MetricsWriter:
         self._writers.clear()
 
 
-def _absl_log(message: str, *args, warning: bool = False) -> None:
-    (logging.warning if warning else logging.info)(message, *args)
+def _absl_log(message: str, *args, warning: bool = False, debug: bool = False) -> None:
+    (logging.warning if warning else logging.debug if debug else logging.info)(message, *args)

@@ -9,7 +9,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import result_fields
 
 # What is timed, as the `kind` of an event: a run's start and end ("trial", "trial_end": zero
 # seconds, to mark the run's span), a host call of the training loop ("train", count: the steps it
@@ -20,7 +20,7 @@ KINDS = ("trial", "trial_end", "train", "eval", "probe", "checkpoint")
 # function: the first call of each compiled function, whose time is mostly tracing and XLA), the
 # run's set-up before its loop (model, optimizer and data sets built or reset), and what the loop
 # spent outside all of these ("other": the host loop, the data stream's start, summaries).
-ACCOUNT = result_schema.TIME_KINDS
+ACCOUNT = result_fields.TIME_KINDS
 
 # A listener gets (kind, start, seconds, count); start is time.perf_counter()'s.
 Listener = Callable[[str, float, float, int], None]

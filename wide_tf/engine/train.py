@@ -14,18 +14,20 @@ from wide_tf.engine.state import BatchPlan, RunPlan
 from wide_tf.engine.summaries import MetricsWriter
 from wide_tf.engine.targets import Targets
 from wide_tf.schema import rules
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 
 __all__ = ["ConfigError", "clear_cache", "setup", "train_and_evaluate"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError):
     """A run's config asks for something that cannot be done; the message says what to change."""
 
 
 def _check(config, info) -> None:
-    """The config checks' cross-field rules (spec.rules), on this run's training set; the batch's
-    split over the replicas is checked once they are known (BatchPlan, below)."""
+    """The config checks' cross-field rules (schema/rules.py), on this run's training set, for a
+    run started without the command line (which checks them once per study); the batch's split
+    over the replicas is checked once they are known (BatchPlan, below)."""
     try:
         rules.check(config, info.num_train, replicas=None)
     except rules.RuleError as e:
@@ -48,15 +50,17 @@ def clear_cache() -> None:
         module.clear_cache()
 
 
-def setup(config, workdir: str, runtime, trial: dict | None = None):
+def setup(config, workdir: str, runtime, trial: dict | None = None, checked: bool = False):
     """One run set up: its plan (RunPlan), its backend (the registry's, engine/backend.py:
     engine/tf/run.py on TensorFlow, engine/jax/run.py on JAX: Trainer, Evaluator, Checkpointer
     around the kept build) and the shared Controller that drives them (engine/loop.py). Returns
-    (controller, backend)."""
+    (controller, backend). `checked`: the command line has run the cross-field rules on the
+    study's config already."""
     trial = trial or {}
     started = time.perf_counter()
     info = arrays.dataset_info(config.data)
-    _check(config, info)
+    if not checked:
+        _check(config, info)
     backend_run = backend.load(backend.of(config))
     cap = backend_run.device_cap(config, runtime)
     chief = backend_run.is_chief(runtime)
@@ -100,11 +104,11 @@ def new_model(config, info):
     )
 
 
-def _log(message: str, *args, warning: bool = False) -> None:
+def _log(message: str, *args, warning: bool = False, debug: bool = False) -> None:
     """Writes one of the run's log lines (all of them, the loop's too, through MetricsWriter.log):
     from here, so that absl's prefix names train.py, as it did before the run was split into
     modules (tests/checks/test_errors.py looks for it in a run's output)."""
-    (logging.warning if warning else logging.info)(message, *args)
+    (logging.warning if warning else logging.debug if debug else logging.info)(message, *args)
 
 
 def _check_ghost_batch(config, plan) -> None:
@@ -122,9 +126,12 @@ def _check_ghost_batch(config, plan) -> None:
         )
 
 
-def train_and_evaluate(config, workdir: str, runtime=None, trial: dict | None = None) -> dict:
+def train_and_evaluate(
+    config, workdir: str, runtime=None, trial: dict | None = None, checked: bool = False
+) -> dict:
     """Trains one model as `config` says, in `workdir`; resumes from its last checkpoint; returns
-    (and writes) result.json. A finished run is not repeated."""
+    (and writes) result.json. A finished run is not repeated. `checked`: the command line has run
+    the cross-field rules (once per study); else they run here, once for this run."""
     timing.mark("trial")
     result_path = wd.join(workdir, wd.RESULT)
     if wd.exists(result_path):
@@ -132,7 +139,7 @@ def train_and_evaluate(config, workdir: str, runtime=None, trial: dict | None = 
         result = wd.read_json(result_path)
     else:
         wd.makedirs(workdir)
-        controller, _ = setup(config, workdir, runtime or runtime_for(config), trial)
+        controller, _ = setup(config, workdir, runtime or runtime_for(config), trial, checked)
         result = controller.run()
     timing.mark("trial_end")
     return result

@@ -1,8 +1,8 @@
 """A study's report from its WORKDIR alone: report.md, CSV tables, PNG plots, TensorBoard HParams
 and images, written into WORKDIR/report/.
 
-Reads WORKDIR/config.json and WORKDIR/results/ (or a legacy results.jsonl) through tf.io.gfile (so
-gs:// works). Never imports train.py: a report can be made on a laptop from a TPU study's bucket.
+Reads WORKDIR/config.json and WORKDIR/results/ through tf.io.gfile (so gs:// works). Never imports
+train.py: a report can be made on a laptop from a TPU study's bucket.
 
     python -m wide_tf.report --workdir=runs/mlp_local [--eps=0.25]
 

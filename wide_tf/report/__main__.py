@@ -1,7 +1,9 @@
 """Owns the report's command line: `python -m wide_tf.report --workdir=DIR [--eps=EPS]` prints the
 path of report.md (exit 0), or one line `error: <problem>; <fix>` on stderr: exit 2 for bad usage
 (a missing or unknown flag, a stray argument, an eps out of range), checked before TensorFlow
-starts and before anything is written; exit 1 for a workdir that cannot be reported on."""
+starts and before anything is written; exit 1 for a workdir that cannot be reported on.
+`python -m wide_tf.report --claims WORKDIR...` prints the claims table
+(`report/claims_table.py`)."""
 
 from __future__ import annotations
 
@@ -53,6 +55,11 @@ def _parser() -> UsageParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] == "--claims":  # the claims table (report/claims_table.py; no TensorFlow)
+        from wide_tf.report import claims_table as claims
+
+        return claims.main(argv[1:])
     parser = _parser()
     args = parser.parse_args(argv)
     if not args.workdir:

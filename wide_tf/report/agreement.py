@@ -71,7 +71,7 @@ def main(argv=None) -> int:
 
     tf_start.import_tensorflow(verbose=False)  # the workdir reader's, without its start-up lines
     from wide_tf import report
-    from wide_tf.report import prediction
+    from wide_tf.report import prediction_section
 
     try:
         config, records, _ = report.read_workdir(args.workdir)
@@ -80,8 +80,8 @@ def main(argv=None) -> int:
     if not records:
         return _fail(f"{args.workdir} holds no finished trial; run the study first")
     result = verdict.analyze(records, members.DEFAULT_EPS)
-    c = prediction.compare_study(config, records, result)
-    print("\n".join(prediction.md_prediction(c)))
+    c = prediction_section.compare_study(config, records, result)
+    print("\n".join(prediction_section.md_prediction(c, members.DEFAULT_EPS)))
     if args.source:
         print("\n".join(entry_lines(c, args.study or args.workdir, args.source)))
     return 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from wide_tf.schema import result as result_schema
+from wide_tf.schema import result_fields
 
 _WHAT = {
     "setup": "models, optimizers and evaluation sets built or reset",
@@ -22,7 +22,7 @@ _WHAT = {
 def study_time(records: Sequence[dict]) -> tuple[dict, int, int]:
     """(seconds by kind summed over the records that have "time_s", how many have it, how many
     do not)."""
-    total = {k: 0.0 for k in result_schema.TIME_KINDS}
+    total = {k: 0.0 for k in result_fields.TIME_KINDS}
     counted = 0
     for r in records:
         t = r.get("time_s")
@@ -48,7 +48,7 @@ def md_time(records: Sequence[dict]) -> list[str]:
         "| kind | seconds | share | what |",
         "| --- | ---: | ---: | --- |",
     ]
-    for k in result_schema.TIME_KINDS:
+    for k in result_fields.TIME_KINDS:
         share = total[k] / whole if whole else 0.0
         lines.append(f"| {k} | {total[k]:.1f} | {share:.0%} | {_WHAT[k]} |")
     lines.append(f"| all | {whole:.1f} | 100% | |")

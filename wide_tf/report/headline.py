@@ -8,7 +8,7 @@ from __future__ import annotations
 from absl import logging
 
 from wide_tf import tf_start
-from wide_tf.analysis import verdict
+from wide_tf.analysis import equivalence, frozen, verdict
 from wide_tf.report.protocol import eps_from_config
 from wide_tf.store import workdir as wd
 
@@ -22,7 +22,9 @@ def without_report(workdir: str) -> str:
         else None
     )
     records = wd.read_results(workdir, whole=True)
-    result = verdict.analyze(records, eps_from_config(config))
+    stamp, _ = frozen.stamp_of(config, records)
+    eq = equivalence.Equivalence.from_dict((stamp or {}).get("equivalence"))
+    result = verdict.analyze(records, eps_from_config(config), equivalence=eq)
     heads = [
         (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline
         for a, v in result["verdicts"].items()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import math
 
-from wide_tf.analysis import cells, decision, members
-from wide_tf.report import cost, prediction
+from wide_tf.analysis import cells, decision, frozen, members
+from wide_tf.report import cost, prediction_section
 from wide_tf.report.protocol import config_value, protocol_rows
 
 
@@ -41,7 +41,8 @@ HOW_TO_READ = f"""\
   are the geometric mean over its seeds (less noisy than the median the tables show), or the
   median where a seed is censored. At eps = 1 it is McCandlish et al.'s definition of the
   critical batch (epochs doubled) read off the data; Zhang et al. (2024) use eps = 0.2, about
-  B_crit / 5 on the same curve. "> B" means no crossing up to the largest batch tried.
+  B_crit / 5 on the same curve. ">= B" means no crossing up to the largest batch tried B: a
+  lower bound, drawn in the figures as an open marker with an arrow.
 - **B_crit** comes from fitting S(B) = S_min (1 + B_crit / B) in log space to every seed, censored
   runs counted one-sidedly. Its fit is tested by a **lack-of-fit F test** (cell means against the
   seed-to-seed spread within cells; a small p says the curve misses the cells by more than seed
@@ -50,21 +51,22 @@ HOW_TO_READ = f"""\
   from their sampling distributions; bias-corrected percentiles). A value outside the batches
   tried is a bound ("> 176"), not a number.
 - **The verdict** is a random-effects meta-regression of log B_x(1+eps) on log width across the
-  members (on log depth in a depth family, whose width is constant; each member's own variance
-  plus the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on
-  members - 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
-  detectable effect* when it holds 0, and *inconclusive* when the decisive direction rests on one
+  members (on log depth in a depth family, whose width is constant; each member's own variance plus
+  the members' scatter about the line; a Knapp-Hartung interval, its scale floored at 1, on members
+  minus 2 degrees of freedom): *supported* when it lies above 0, *contradicted* below, *no
+  detectable effect* when it holds 0 and the study was frozen with an equivalence margin that its
+  interval's end lies inside (the design's simulated power >= 80% at a zero truth, size <= 5% at the
+  margin), and *inconclusive* when it holds 0 otherwise, when the decisive direction rests on one
   member (a leave-one-out slope of the other sign), when the members other than the one of the
-  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the
-  B_crit slope (over the members whose B_crit lies inside the batches tried) points the other
-  way, when a member whose value is a lower bound sits where its true value would pull the slope
-  back to 0, or when a learning-rate cell is still at its grid's edge. A bound enters the slope
-  at its bound, named; a member that fails the lack-of-fit test is named as a caveat. The power
-  lines simulate this study's design at its own noise (the slope found 80% of the time, and how
-  often a true slope equal to the observed one is decided); the overhead line gives the slope
-  and its interval with k steps added to every run (a curve in k, not one "k that erases it");
-  the member it rests on is read by the rule's own check ({_LEVEL:.0%}), never by a 95% verdict
-  without that member. On
+  highest leverage do not show it (their own slope's {_LEVEL:.0%} interval holds 0), when the B_crit
+  slope (over the members whose B_crit lies inside the batches tried) points the other way, when a
+  member whose value is a lower bound sits where its true value would pull the slope back to 0, or
+  when a learning-rate cell is still at its grid's edge. A bound enters the slope at its bound,
+  named; a member that fails the lack-of-fit test is named as a caveat. The power lines simulate
+  this study's design at its own noise (the slope found 80% of the time, and how often a true slope
+  equal to the observed one is decided); the overhead line gives the slope and its interval with k
+  steps added to every run (a curve in k, not one "k that erases it"); the member it rests on is
+  read by the rule's own check ({_LEVEL:.0%}), never by a verdict of its own without that member. On
   simulated studies, including ones whose curves differ from the fitted model, the rule's error
   rates are in docs/power_table.txt (`python -m wide_tf.analysis.simulate`).
 """
@@ -93,6 +95,17 @@ def _cell_epochs(c) -> str:
     return "-"
 
 
+def fmt_b_x(cv) -> str:
+    """B_x(1+eps) with its interval; one that never crossed inside the batches tried reads as the
+    lower bound it is (">= 256"), not as "256 (95% CI 256 to 256)"."""
+    iv = cv.b_model_free
+    if cv.b_model_free_status == 1 and not iv.above_range:
+        return (
+            f">= {members.fmt_num(iv.range_hi)} (lower bound: no crossing up to the largest batch)"
+        )
+    return members.fmt_interval(iv)
+
+
 def md_members(summaries, eps: float) -> list[str]:
     lines = [f"## Members: the critical batch, model-free (B_x{1 + eps:g}) and fitted (B_crit)", ""]
     rows = []
@@ -105,7 +118,7 @@ def md_members(summaries, eps: float) -> list[str]:
                 _f(s.info.depth),
                 _f(s.info.width),
                 f"{s.info.params:,}" if s.info.params else "-",
-                members.fmt_interval(cv.b_model_free)
+                fmt_b_x(cv)
                 if cv and cv.b_model_free
                 else f"- ({cv.b_model_free_reason if cv else 'no data'})",
                 members.fmt_interval(cv.b_crit)
@@ -258,7 +271,7 @@ def md_edges(summaries) -> list[str]:
 
 
 def _partial_note(partial) -> str:
-    """The records that are not whole (schema/result.py): left out; a re-run runs their trials."""
+    """The records that are not whole (schema/result_fields.py): left out; a re-run runs them."""
     if not partial:
         return ""
     more = f" and {len(partial) - 5} more" if len(partial) > 5 else ""
@@ -325,15 +338,18 @@ def md_tables(tb_written: bool) -> list[str]:
         "- [best_per_batch.csv](best_per_batch.csv): the chosen learning rate and seeds per "
         "(member, batch)",
         "- [all_trials.csv](all_trials.csv): every finished trial",
-        "- [members.csv](members.csv): B_crit, S_min, max_batch with 95% intervals, gradient "
-        "statistics",
+        "- [members.csv](members.csv): B_crit, S_min and B_x(1+eps) (columns b_x, b_x_low, "
+        "b_x_high, b_x_censored) with 95% intervals, gradient statistics",
     ]
     if tb_written:
         lines.append(
             "- TensorBoard: `tensorboard --logdir=report/tb` (Time Series: one session per "
             "(member, batch) at its chosen rate, accuracy and loss of train, train_set and test "
-            "overlaid; HParams tab: one row per session, Show Metrics reaches its curves; Images "
-            "tab: these plots; every trial's curves: `tensorboard --logdir=trials`)"
+            "overlaid, and again under examples/ against the training examples seen; HParams tab: "
+            "one row per session, filtered and plotted by depth, width, batch and rate, Show "
+            "Metrics reaches its curves; each member's <member>/member session holds its B_x and "
+            "B_crit with their interval ends (member/ metrics); Images tab: these plots; every "
+            "trial's curves: `tensorboard --logdir=trials`)"
         )
     else:
         lines.append(
@@ -346,6 +362,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
     """The whole of report.md. `partial`: one 'trial_id (why)' per record left out as not whole."""
     summaries = result["summaries"]
     lines = md_header(config, records, n_bad, result["verdicts"], partial)
+    lines += [f"**Design:** {frozen.label(config, records)}.", ""]
     lines += md_protocol(config, records, eps)
     if records:
         lines += md_targets(result.get("per_target") or {})
@@ -353,7 +370,7 @@ def render_markdown(config, records, n_bad, result, plots, eps, tb_written, part
         lines += md_transients(summaries, records)
         lines += md_edges(summaries)
         lines += md_cells(summaries)
-        lines += prediction.md_prediction(result.get("prediction"))
+        lines += prediction_section.md_prediction(result.get("prediction"), eps)
         lines += cost.md_time(records)
         lines += md_plots(plots)
         lines += md_tables(tb_written)

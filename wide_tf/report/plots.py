@@ -25,11 +25,18 @@ from wide_tf.report.axes import (  # noqa: F401  (MIN_TICK_GAP, spaced_ticks: re
     spaced_ticks,
     width_ticks,
 )
+from wide_tf.report.marks import (  # noqa: F401  (depth_labels: read by tests)
+    bound_side,
+    bx_name,
+    depth_labels,
+    draw_bound,
+    separate_labels,
+    width_label,
+)
 from wide_tf.study import lr_grid
 
 Plot = tuple[str, str, bytes]  # (file name, caption, PNG bytes)
 BATCH_LABEL = "batch size B (examples per step)"
-WIDTH_LABEL = "width (units per layer; WRN: widening factor k)"
 NOTHING_REACHED = "no learning rate reached the target at any batch size"
 DPI = 200  # the PNGs' resolution; the PDFs are vector
 
@@ -242,11 +249,19 @@ def plot_steps(summaries, colors, outdir, target, nothing) -> Plot:
     )
 
 
-def _draw_b_model_free(ax, cv, col) -> None:
-    """A member's (1 + eps) x E_ref threshold and B_x(1+eps) on it, with its interval."""
+def _draw_b_model_free(ax, cv, col) -> bool:
+    """A member's (1 + eps) x E_ref threshold and B_x(1+eps) on it, with its interval; a
+    censored one (no crossing up to the largest batch) as an open marker with an arrow to the
+    right edge. Returns whether it was censored."""
     ax.axhline(cv.threshold_epochs, color=col, linestyle=":", alpha=0.6, linewidth=1)
     mb = cv.b_model_free
-    if mb is not None and mb.low is not None:
+    if mb is None:
+        return False
+    side = bound_side(cv, "b_model_free")
+    if side is not None:
+        draw_bound(ax, _clipped(mb), cv.threshold_epochs, side, col, axis="x")
+        return True
+    if mb.low is not None:
         ax.errorbar(
             [mb.value],
             [cv.threshold_epochs],
@@ -256,15 +271,17 @@ def _draw_b_model_free(ax, cv, col) -> None:
             color=col,
             capsize=4,
         )
-    elif mb is not None:
+    else:
         ax.plot([mb.value], [cv.threshold_epochs], "*", markersize=13, color=col)
+    return False
 
 
 def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
     """Epochs to target vs batch: flat while scaling is perfect; B_x(1+eps) marked with its
-    interval on each member's (1 + eps) threshold."""
+    interval on each member's (1 + eps) threshold (censored: an open marker, an arrow right)."""
     fig, ax = _figure()
     marked: list = []
+    censored = crossed = False
     for s, col in zip(summaries, colors):
         _draw_medians(ax, s, col, epochs=True)
         cv = s.curve
@@ -278,12 +295,22 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
                 g, cv.band_low * g / n, cv.band_high * g / n, color=col, alpha=0.15, linewidth=0
             )
         if cv is not None and cv.threshold_epochs is not None:
-            _draw_b_model_free(ax, cv, col)
+            bound = _draw_b_model_free(ax, cv, col)
+            censored |= bound
+            crossed |= cv.b_model_free is not None and not bound
         _mark_unreached(ax, s, col, marked)
     ax.plot([], [], "k:", alpha=0.6, label=f"(1 + eps) x E_ref, eps = {eps:g}")
-    ax.plot(
-        [], [], "k*", linestyle="none", markersize=10, label=f"B_x{1 + eps:g} (model-free), 95% CI"
-    )
+    if crossed:
+        ax.plot([], [], "k*", linestyle="none", markersize=10, label=f"{bx_name(eps)}, 95% CI")
+    if censored:
+        ax.plot(
+            [],
+            [],
+            "k>",
+            linestyle="none",
+            markerfacecolor="none",
+            label=f"{bx_name(eps)} censored: no crossing up to the largest batch (a lower bound)",
+        )
     return _finish_batch_plot(
         fig,
         ax,
@@ -300,8 +327,8 @@ def plot_epochs(summaries, colors, outdir, eps, nothing) -> Plot:
 
 def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> tuple[bool, bool]:
     """One panel of batch_vs_width.png: `field` (b_crit or b_model_free) of every member against its
-    width, one colour per architecture, and the architecture's slope line. Returns (anything
-    drawn, any value beyond the batches tried)."""
+    width, one colour per architecture, and the architecture's slope line. A censored value is an
+    open marker with an arrow to the axes' edge. Returns (anything drawn, any censored value)."""
     drawn = bound = False
     for i, arch in enumerate(sorted({s.info.arch for s in summaries})):
         col = f"C{i}"
@@ -313,11 +340,12 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
             and s.curve is not None
             and getattr(s.curve, field) is not None
         ]
-        for k, s in enumerate(mine):
+        for s in mine:
             iv = getattr(s.curve, field)
             w, v = float(s.info.width), _clipped(iv)
-            if iv.is_bound:
-                ax.plot([w], [v], "^" if iv.above_range else "v", color=col, markersize=10)
+            side = bound_side(s.curve, field)
+            if side is not None:
+                draw_bound(ax, w, v, side, col)
                 bound = True
             else:
                 lo = max(iv.low, iv.range_lo / 2) if iv.low is not None else v
@@ -331,7 +359,8 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
                 (w, v),
                 fontsize=7,
                 textcoords="offset points",
-                xytext=(5, 4) if k % 2 == 0 else (5, -10),  # alternate: neighbours do not collide
+                xytext=(6, 4),
+                gid="depth-label",
             )
             drawn = True
         sl = getattr(verdicts[arch].decision, slope_name) if verdicts.get(arch) else None
@@ -352,16 +381,17 @@ def _width_panel(ax, summaries, field: str, slope_name: str, verdicts: dict) -> 
 
 
 def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
-    """B_crit and B_x(1+eps) against width with 95% intervals; values beyond the batches
-    tried are drawn as arrows at the range edge; the slope across members in the legend."""
+    """B_crit and B_x(1+eps) against width with 95% intervals; censored values (beyond the batches
+    tried, or B_x(1+eps) never crossed inside them) are open markers at the range edge with an
+    arrow to the axes' edge; the slope across members in the legend."""
     fig = Figure(figsize=(11.5, 4.6))
     axes = fig.subplots(1, 2)
     panels = (
         ("b_crit", "B_crit (examples per step)", "Critical batch size B_crit", "b_crit_slope"),
         (
             "b_model_free",
-            f"B_x{1 + eps:g} (examples per step)",
-            f"Model-free critical batch: epochs x{1 + eps:g} over perfect scaling",
+            f"{bx_name(eps)} (examples per step)",
+            f"{bx_name(eps)}: the batch where epochs to target reach x{1 + eps:g}",
             "model_free_slope",
         ),
     )
@@ -373,18 +403,27 @@ def plot_batch_vs_width(summaries, outdir, eps, verdicts) -> Plot:
             width_ticks(ax, summaries)
         else:
             _no_data(ax, "undefined for every member (see the tables)")
-        ax.set_xlabel(WIDTH_LABEL)
+        ax.set_xlabel(width_label(summaries))
         ax.set_ylabel(ylabel)
         ax.set_title(title, fontsize=10)
         ax.grid(True, which="both", alpha=0.3)
         if bound:
-            ax.plot([], [], "k^", label="beyond the batches tried (bound)")
+            ax.plot(
+                [],
+                [],
+                "k^",
+                markerfacecolor="none",
+                linestyle="none",
+                label="censored: only a bound (the true value lies along the arrow)",
+            )
         legend_outside(ax, below=True, fontsize=7)
+    separate_labels(fig)
     return _save(
         fig,
         outdir,
         "batch_vs_width.png",
-        "B_crit and the model-free critical batch vs width, with 95% intervals",
+        f"B_crit and {bx_name(eps)} vs width, with 95% intervals (open markers with arrows: "
+        "censored, only a bound)",
     )
 
 
@@ -477,101 +516,11 @@ def plot_learning_rate(summaries, colors, outdir, nothing) -> Plot:
     )
 
 
-def plot_batch_bound_vs_width(with_bb, outdir) -> Plot:
-    """The gradient-diversity batch bound at initialisation against width, per architecture."""
-    fig, ax = _figure()
-    for i, arch in enumerate(sorted({s.info.arch for s in with_bb})):
-        mine = [
-            s for s in with_bb if s.info.arch == arch and isinstance(s.info.width, (int, float))
-        ]
-        if mine:
-            ax.errorbar(
-                [s.info.width for s in mine],
-                [s.batch_bound_init for s in mine],
-                yerr=[s.batch_bound_init_std for s in mine],
-                fmt="o-",
-                capsize=3,
-                color=f"C{i}",
-                label=f"{arch} family" if arch else "family",
-            )
-    _log2_axis(ax, "x")
-    width_ticks(ax, with_bb)
-    ax.set_yscale("log")
-    ax.set_xlabel(WIDTH_LABEL)
-    ax.set_ylabel("batch bound n x diversity at init (examples)")
-    ax.set_title(
-        "Gradient-diversity batch bound at initialisation vs width (mean +- std over trials)"
-    )
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
-    return _save(fig, outdir, "batch_bound_vs_width.png", "Batch bound at initialisation vs width")
-
-
-def _representative_trial(s, records):
-    """The member's chosen-rate trial at its smallest batch (first seed), else any with history."""
-    mine = [
-        r
-        for r in records
-        if r["member"] == s.info.name and ((r.get("gradient") or {}).get("history"))
-    ]
-    for c in s.cells:
-        if c.best_multiplier is None:
-            continue
-        chosen = [
-            r
-            for r in mine
-            if r["batch_size"] == c.batch_size
-            and lr_grid.mult_key(r.get("lr_multiplier", 1.0)) == c.best_multiplier
-        ]
-        if chosen:
-            return min(chosen, key=lambda r: r.get("seed") or 0)
-    return min(mine, key=lambda r: (r["batch_size"], r.get("seed") or 0), default=None)
-
-
-def _bound_history(s, records) -> tuple[dict | None, list[dict]]:
-    """The member's representative trial and its batch-bound measurements, in training order."""
-    rec = _representative_trial(s, records)
-    hist = [
-        h
-        for h in ((rec or {}).get("gradient") or {}).get("history") or []
-        if h.get("batch_bound") is not None and h.get("examples") is not None
-    ]
-    return rec, sorted(hist, key=lambda h: h["examples"])
-
-
-def plot_batch_bound_over_training(summaries, records, colors, outdir) -> Plot | None:
-    """The batch bound during training of each member's representative trial; None (no figure)
-    when no such trial measured it more than once (at initialisation only: nothing to draw)."""
-    histories = [_bound_history(s, records) for s in summaries]
-    if not any(len(hist) > 1 for _, hist in histories):
-        return None
-    fig, ax = _figure()
-    for s, col, (rec, hist) in zip(summaries, colors, histories):
-        if hist:
-            x = np.array([h["examples"] for h in hist], dtype=float)
-            ax.plot(
-                np.maximum(x, 1.0),
-                [h["batch_bound"] for h in hist],
-                "-",
-                color=col,
-                label=f"{_label(s)}, B={rec['batch_size']}",
-            )
-    smallest = min((c.batch_size for s in summaries for c in s.cells), default=1)
-    ax.set_xscale("symlog", linthresh=max(1.0, float(smallest)))
-    ax.set_yscale("log")
-    ax.set_xlabel("training examples seen")
-    ax.set_ylabel("batch bound n x diversity (examples)")
-    ax.set_title("Batch bound during training (best-LR trial at the smallest batch, first seed)")
-    ax.grid(True, which="both", alpha=0.3)
-    legend_outside(ax)
-    return _save(fig, outdir, "batch_bound_over_training.png", "Batch bound during training")
-
-
 def make_plots(
     summaries, records, eps: float, target: str, outdir: str, verdicts: dict | None = None
 ) -> list[Plot]:
     """Writes the PNGs (and PDFs) into `outdir`; returns (file name, caption, PNG bytes) for
-    each."""
+    each. The gradient statistics' figures are report/gradient_plots.py's."""
     if not summaries:
         return []
     colors = _colors(len(summaries))
@@ -584,11 +533,4 @@ def make_plots(
         plot_test_accuracy(summaries, records, colors, outdir),
         plot_learning_rate(summaries, colors, outdir, nothing),
     ]
-    # Gradient statistics, when the trials measured them.
-    with_bb = [s for s in summaries if s.batch_bound_init is not None]
-    if with_bb:
-        plots.append(plot_batch_bound_vs_width(with_bb, outdir))
-        over_training = plot_batch_bound_over_training(summaries, records, colors, outdir)
-        if over_training is not None:
-            plots.append(over_training)
     return plots

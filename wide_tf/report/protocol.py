@@ -4,18 +4,16 @@ settings the report itself takes from config.json (eps, the target in the plots'
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Callable
 
 from wide_tf.analysis import members
-from wide_tf.schema import fields, provenance
-from wide_tf.schema import optimizers as optimizers_spec
-from wide_tf.schema import schedules as schedules_spec
+from wide_tf.schema import fields, lr_schedules, optimizers, provenance
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.schema.targets import comparison
 
-# The sweep fields that have a row of their own; the others are shown as "Family / sweep".
+# The sweep fields that have a row of their own; the family and the others have rows in words.
 _SWEEP_ROWS = (
     "batch_sizes",
     "lr_multipliers",
@@ -37,7 +35,7 @@ def config_value(config: dict | None, dotted: str, default=None):
     return node
 
 
-class ReportError(RuntimeError):
+class ReportError(RuntimeProblem):
     """The workdir cannot be reported on (missing, holds no study, another writer holds the
     report lock), or a setting of the report is out of range."""
 
@@ -46,7 +44,7 @@ def eps_problem(eps) -> str | None:
     """What is wrong with `eps` for B_x(1+eps), or None. Like sweep.eps (schema/fields.py): a
     finite number in [MIN_EPS, MAX_EPS]; 0 puts the threshold on perfect scaling itself, nan made
     every table B_xnan, a negative one raised in the analysis, and 1e26 or 1e-320 wrote a report
-    of nothing but censored bounds over the study's own (issue 38)."""
+    of nothing but censored bounds over the study's own."""
     rng = f"use a finite number >= {fields.MIN_EPS:g} and <= {fields.MAX_EPS:g}, e.g. 0.25 or 1"
     if isinstance(eps, bool) or not isinstance(eps, (int, float)):
         return f"eps={eps!r} is not a number; {rng}"
@@ -135,7 +133,7 @@ def _divergence(p: dict, r: dict) -> str | None:
 
 
 def _optimizer(p: dict, r: dict) -> str | None:
-    return optimizers_spec.describe(p)  # from the optimizer's registry entry
+    return optimizers.describe(p)  # from the optimizer's registry entry
 
 
 def _scaling(p: dict, r: dict) -> str | None:
@@ -146,7 +144,7 @@ def _scaling(p: dict, r: dict) -> str | None:
 
 def _schedule(p: dict, r: dict) -> str | None:
     sched = p.get("schedule")
-    return schedules_spec.describe(sched, p.get("schedule_settings") or {}) if sched else None
+    return lr_schedules.describe(sched, p.get("schedule_settings") or {}) if sched else None
 
 
 def _norm(p: dict, r: dict) -> str | None:
@@ -176,7 +174,9 @@ def _accumulation(p: dict, r: dict) -> str | None:
 def _gradient_stats(p: dict, r: dict) -> str | None:
     if not p.get("gradient_every_examples"):
         return None
-    return f"every {p['gradient_every_examples']} examples on a probe set of {p.get('probe_size')}"
+    size = p.get("probe_size")
+    where = f"a probe set of {size:,} examples" if size else "the whole training set"
+    return f"every {p['gradient_every_examples']:,} examples, on {where}"
 
 
 def _precision(p: dict, r: dict) -> str | None:
@@ -199,7 +199,7 @@ TRIAL_SETTINGS: tuple[tuple[str, tuple[str, ...], Callable[[dict, dict], str | N
     ("Divergence", ("diverge_loss",), _divergence),
     (
         "Optimizer",
-        ("optimizer", *optimizers_spec.SHARED_HYPER, *optimizers_spec.OPTIMIZERS),
+        ("optimizer", *optimizers.SHARED_HYPER, *optimizers.OPTIMIZERS),
         _optimizer,
     ),
     ("Learning-rate scaling", ("scaling", "reference_batch"), _scaling),
@@ -228,7 +228,7 @@ def _agreed(texts: list[str | None]) -> str | None:
 
 
 def _value_text(v) -> str:
-    return json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else str(v)
+    return _words(v)
 
 
 def trial_settings_rows(records: list[dict]) -> list[tuple[str, str]]:
@@ -288,10 +288,54 @@ def study_design_rows(config: dict) -> list[tuple[str, str]]:
             "its seeds, the median where a seed is censored)",
         )
     )
-    family = {k: v for k, v in sweep.items() if k not in _SWEEP_ROWS}
-    if family:
-        rows.append(("Family / sweep", json.dumps(family, sort_keys=True)))
+    if isinstance(sweep.get("family"), dict):
+        rows.append(("Family", family_text(sweep["family"])))
+    if sweep.get("probe_batches") and config_value(config, "train.gradient_every_examples"):
+        rows.append(
+            (
+                "Gradient probe along training",
+                PROBE_BATCHES_TEXT.get(sweep["probe_batches"], str(sweep["probe_batches"])),
+            )
+        )
+    for key in sorted(set(sweep) - set(_SWEEP_ROWS) - {"family", "probe_batches"}):
+        rows.append((key.replace("_", " ").capitalize(), _words(sweep[key])))
     return rows
+
+
+PROBE_BATCHES_TEXT = {
+    "smallest": "at each member's smallest batch only (the noise-scale prediction's runs)",
+    "all": "in every run",
+}
+
+
+def _listing(values) -> str:
+    vs = [f"{v:g}" if isinstance(v, float) else str(v) for v in values or ()]
+    return vs[0] if len(vs) == 1 else ", ".join(vs[:-1]) + " and " + vs[-1] if vs else "-"
+
+
+def family_text(f: dict) -> str:
+    """The family in words: 'a fixed budget of 3,000 parameters (within 5%), depths 1 and 2'."""
+    kind, tol = f.get("kind"), f.get("tolerance")
+    within = f" (within {tol:.0%})" if isinstance(tol, (int, float)) and tol else ""
+    if kind == "budget":
+        return (
+            f"a fixed budget of {float(f.get('budget') or 0):,.0f} parameters{within}: depths "
+            f"{_listing(f.get('depths'))}, each at the width that spends it"
+        )
+    if kind == "width":
+        return f"widths {_listing(f.get('widths'))} at depth {f.get('depth')}"
+    if kind == "depth":
+        return f"depths {_listing(f.get('depths'))} at width {float(f.get('width') or 0):g}"
+    return _words(f)
+
+
+def _words(v) -> str:
+    """Any other setting as 'name value; ...' text, never raw JSON."""
+    if isinstance(v, dict):
+        return "; ".join(f"{k.replace('_', ' ')} {_words(x)}" for k, x in sorted(v.items()))
+    if isinstance(v, (list, tuple)):
+        return _listing(v)
+    return f"{v:g}" if isinstance(v, float) else str(v)
 
 
 PROVENANCE_LABELS = (
@@ -351,6 +395,12 @@ def protocol_rows(config: dict | None, records: list[dict], eps: float) -> list[
         )
     else:
         rows += study_design_rows(config)
-    rows.append(("eps (max_batch)", f"{eps:g}"))
+    rows.append(
+        (
+            f"B_x{1 + eps:g}",
+            f"the batch where epochs to target first reach x{1 + eps:g} those of the two smallest "
+            f"batches (eps = {eps:g})",
+        )
+    )
     rows += provenance_rows(config, records)
     return rows

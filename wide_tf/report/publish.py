@@ -39,13 +39,13 @@ import uuid
 import tensorflow as tf
 
 from wide_tf.report.protocol import ReportError
-from wide_tf.store import claims
+from wide_tf.store import claims, remove
 from wide_tf.store import workdir as wd
 
 LOCK = "report.lock"
 TMP_PREFIX = ".report.tmp-"  # + <host>-<pid>-<random>: a writer's folder while it writes
 OLD_PREFIX = ".report.old-"  # the previous report while the new one is renamed into place
-# The theory check (wide_tf/theory/check.py) writes theory.{md,csv,png} into WORKDIR/report/ as
+# The theory check (wide_tf/theory/runner.py) writes theory.{md,csv,png} into WORKDIR/report/ as
 # well; a report written over its workdir keeps them, as it did before the swap.
 KEEP_PREFIXES = ("theory.",)
 LOCK_STALE_S = 300.0  # a swap takes milliseconds locally, seconds to a minute on GCS
@@ -65,7 +65,9 @@ def new_tmpdir(workdir: str) -> str:
 def publish(workdir: str, tmpdir: str, wait_s: float = LOCK_WAIT_S) -> str:
     """Swaps the finished report in `tmpdir` into WORKDIR/report/ under the lock; returns it."""
     outdir = wd.join(workdir, wd.REPORT)
+    refuse_link(outdir)
     with report_lock(workdir, wait_s):
+        refuse_link(outdir)  # checked again under the lock: it may have been planted meanwhile
         old = None
         if tf.io.gfile.isdir(outdir):
             _keep_foreign(outdir, tmpdir)
@@ -76,11 +78,23 @@ def publish(workdir: str, tmpdir: str, wait_s: float = LOCK_WAIT_S) -> str:
     return outdir
 
 
+def refuse_link(outdir: str) -> None:
+    """Raises ReportError when WORKDIR/report is a symbolic link: the swap would rename the link
+    aside and the clean-up after it delete the link only, but a report is not written into a
+    folder elsewhere that a link in the workdir names."""
+    if remove.is_link(outdir):
+        raise ReportError(
+            f"{outdir} is a symbolic link (to {os.readlink(outdir)}), not a folder of this "
+            f"workdir; nothing was written or deleted: remove the link (its target stays) and run "
+            f"the report again"
+        )
+
+
 def discard(tmpdir: str) -> None:
-    """Removes a writer's unfinished folder (the writer failed); the report stays as it was."""
+    """Removes a writer's unfinished folder (the writer failed), or a folder set aside, never
+    through a link (store/remove.py); the report stays as it was."""
     with contextlib.suppress(tf.errors.OpError, OSError):
-        if tf.io.gfile.exists(tmpdir):
-            tf.io.gfile.rmtree(tmpdir)
+        remove.remove_tree(tmpdir)
 
 
 def _keep_foreign(outdir: str, tmpdir: str) -> None:
@@ -93,7 +107,8 @@ def _keep_foreign(outdir: str, tmpdir: str) -> None:
 
 def _clean(workdir: str) -> None:
     """Under the lock: the previous reports set aside (this writer's, or a swap killed between
-    its two renames), and the folders of writers on this host that died while writing."""
+    its two renames), and the folders of writers on this host that died while writing. A link of
+    such a name is unlinked, its target untouched (store/remove.py)."""
     host = socket.gethostname()
     for name in tf.io.gfile.listdir(workdir):
         name = name.rstrip("/")
@@ -166,12 +181,13 @@ def _try_create(path: str, body: dict) -> bool:
 def _read(path: str) -> dict | None:
     """The lock's body; {} when it exists but cannot be read as one; None when absent."""
     try:
-        with tf.io.gfile.GFile(path, "r") as f:
-            text = f.read()
-    except tf.errors.NotFoundError:
+        text = wd.read_checked(path)  # a FIFO or a huge file planted as the lock is not waited on
+    except (tf.errors.NotFoundError, FileNotFoundError):
         return None
+    except wd.NotARegularFile:
+        return {}
     try:
-        body = json.loads(text)
+        body = wd.loads_checked(text)
     except (json.JSONDecodeError, UnicodeDecodeError):
         return {}
     return body if isinstance(body, dict) else {}

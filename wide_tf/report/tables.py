@@ -80,10 +80,11 @@ MEMBER_COLUMNS = [
     "fit_observations",
     "fit_censored",
     "fit_reason",
-    "max_batch",
-    "max_batch_low",
-    "max_batch_high",
-    "max_batch_status",
+    "b_x",
+    "b_x_low",
+    "b_x_high",
+    "b_x_censored",
+    "b_x_status",
     "reference_epochs",
     "threshold_epochs",
     "batch_bound_init",
@@ -98,7 +99,9 @@ def _cell(v):
     if v is None:
         return ""
     if isinstance(v, float):
-        return "" if not math.isfinite(v) else repr(v)
+        # Ten significant digits: a value is never shown with its float round-off
+        # (exp(log(256)) is 255.99999999999994), and no measured digit is lost.
+        return "" if not math.isfinite(v) else repr(float(f"{v:.10g}"))
     return v
 
 
@@ -174,7 +177,7 @@ def _iv(iv):
 
 
 def member_rows(summaries, eps: float) -> list[dict]:
-    """One row per member: B_crit, S_min and B_x(1+eps) (the max_batch columns) with their
+    """One row per member: B_crit, S_min and B_x(1+eps) (the b_x columns) with their
     95% intervals."""
     rows = []
     for s in summaries:
@@ -206,10 +209,15 @@ def member_rows(summaries, eps: float) -> list[dict]:
                     "fit_observations": f.n_obs if f else None,
                     "fit_censored": f.n_censored if f else None,
                     "fit_reason": cv.fit_reason if cv else "no run finished",
-                    "max_batch": mb[0],
-                    "max_batch_low": mb[1],
-                    "max_batch_high": mb[2],
-                    "max_batch_status": cv.b_model_free_reason if cv else None,
+                    "b_x": mb[0],
+                    "b_x_low": mb[1],
+                    "b_x_high": mb[2],
+                    # A lower bound: no crossing up to the largest batch tried (its value sits AT
+                    # that batch, so the range test alone would not say so).
+                    "b_x_censored": (cv.b_model_free_status == 1)
+                    if cv and cv.b_model_free
+                    else None,
+                    "b_x_status": cv.b_model_free_reason if cv else None,
                     "reference_epochs": cv.reference_epochs if cv else None,
                     "threshold_epochs": cv.threshold_epochs if cv else None,
                     "batch_bound_init": s.batch_bound_init,

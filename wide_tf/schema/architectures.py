@@ -246,6 +246,31 @@ EXTERNAL: dict = {}
 EXTERNAL_HELP = "docs/options.md#your-own-model"
 
 
+def module_problem(name: str) -> str:
+    """Why `name` cannot be a module to import ('' when it can), found without running any of its
+    code: each dotted part an identifier, and its file located through sys.path's finders part
+    by part (a package's __init__ is not executed, as find_spec on a dotted name would)."""
+    import importlib.machinery
+    import keyword
+    import sys
+
+    parts = name.split(".")
+    if not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        return "it is not a dotted module name (pkg.module)"
+    if name in sys.modules:
+        return ""
+    search = None  # sys.path for the top-level package, then each package's folder
+    for i, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part, search)
+        if spec is None:
+            return f"no module {'.'.join(parts[: i + 1])!r} is found on PYTHONPATH"
+        if i < len(parts) - 1:
+            if spec.submodule_search_locations is None:
+                return f"{'.'.join(parts[: i + 1])!r} is a module, not a package"
+            search = list(spec.submodule_search_locations)
+    return ""
+
+
 def ensure(arch) -> Architecture:
     """The spec of `arch`; a dotted name that is not registered is a module to import, whose
     `SPEC` is registered under that name (its builder in EXTERNAL). ValueError naming the fix when
@@ -254,6 +279,13 @@ def ensure(arch) -> Architecture:
         return ARCHITECTURES[arch]
     if not isinstance(arch, str) or "." not in arch:
         return get(arch)
+    problem = module_problem(arch)
+    if problem:  # said before any of the user's code runs (also under --dry_run)
+        raise ValueError(
+            f"model.arch={arch!r} is no registered architecture ({', '.join(names())}) and "
+            f"{problem}; put the module on PYTHONPATH or run from the folder that holds it "
+            f"({EXTERNAL_HELP})"
+        )
     try:
         module = importlib.import_module(arch)
     except ImportError as e:

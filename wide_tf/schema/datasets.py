@@ -36,6 +36,12 @@ class Dataset:
     files: str | None = None  # loader "idx": the folder its files are installed in
     apt_package: str | None = None  # loader "idx": the Debian package that installs them
 
+    def __post_init__(self):
+        if self.loader not in LOADERS:  # engine/sources.py has one reader per loader
+            raise ValueError(
+                f"data set {self.name!r}: loader {self.loader!r} is not one of {LOADERS}"
+            )
+
     @property
     def in_memory(self) -> bool:
         """Read whole into memory by engine/sources.py (every loader but a TFDS copy)."""

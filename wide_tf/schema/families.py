@@ -18,9 +18,10 @@ from collections.abc import Iterable, Sequence
 from wide_tf.schema import architectures
 from wide_tf.schema.architectures import NORMS, Architecture
 from wide_tf.schema.cli import UsageParser, integer, number
+from wide_tf.schema.problems import UsageError
 
 
-class FamilyError(ValueError):
+class FamilyError(UsageError):
     """A family member cannot be built to the requested budget; the message names member and fix."""
 
 

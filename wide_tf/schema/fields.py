@@ -10,7 +10,22 @@ import difflib
 import math
 from collections.abc import Callable
 
-from wide_tf.schema import architectures, choices, datasets, families, optimizers, targets
+from wide_tf.schema import architectures, datasets, families, lr_schedules, optimizers, targets
+
+# The names every choice field accepts that are not a registry of their own (optimizers, schedules,
+# data sets, architectures, family kinds and target metrics are): the config checks and the engine
+# read them here, so a new name is added once.
+SCALING_RULES = ("none", "linear", "sqrt")  # optim.scaling
+TRUST_RATIO_FORMS = ("you", "decayed_grad")  # optim.lars_trust_ratio
+WARMUP_FIXED = ("epochs", "steps")  # optim.warmup_fixed
+TARGET_BN_MODES = ("moving", "recompute")  # train.target_bn
+PROBE_BATCHES = ("smallest", "all")  # sweep.probe_batches
+STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")  # runtime.strategy
+BACKENDS = ("tensorflow", "jax")  # runtime.backend: Keras's backend
+PRECISIONS = ("auto", "float32", "mixed_bfloat16")  # runtime.mixed_precision
+JIT_COMPILE = ("auto", "true", "false", "1", "0", "yes", "no")  # runtime.jit_compile, any case
+KINDS = ("study", "theory")  # config.kind
+THEORY_KINDS = ("linear", "relu")  # theory.kinds
 
 
 def suggest(word, names) -> str:
@@ -119,7 +134,7 @@ def _int(low=0, **kw) -> Num:
     return Num(low=low, integer=True, **kw)
 
 
-# Upper bounds on every count that could run away (issue 38: train.min_steps=1e20 never ended,
+# Upper bounds on every count that could run away (train.min_steps=1e20 never ended,
 # train.max_epochs=1e308 overflowed after TensorFlow started, train.seed=1e20 broke the RNG). Each
 # lies far past any run this package plans and inside the arithmetic that consumes it.
 MAX_STEPS = 10**9  # optimizer steps: a local study's runs take 10^2-10^4, ImageNet-scale ~10^6
@@ -198,7 +213,7 @@ OPTIM = (
     _F("optim.name", "sgd", Choice(optimizers.NAMES), "the optimizer (schema/optimizers.py)"),
     _F("optim.base_lr", 0.1, Num(low=0, low_open=True, fix=_FIX_LR), "the lr at reference_batch"),
     _F("optim.reference_batch", 256, _batch(), "the batch at which base_lr applies"),
-    _F("optim.scaling", "sqrt", Choice(choices.SCALING_RULES), "base_lr's rule over batch"),
+    _F("optim.scaling", "sqrt", Choice(SCALING_RULES), "base_lr's rule over batch"),
     _F("optim.lr_multiplier", 1.0, _POSITIVE, "the lr grid's factor on the rule's guess"),
     _F("optim.momentum", 0.9, _FRACTION, "momentum/nesterov/lars: the momentum"),
     # Momentum rises linearly from 0 to optim.momentum over this many steps (0: off), to check
@@ -206,13 +221,13 @@ OPTIM = (
     _F("optim.momentum_warmup_steps", 0, _steps(), "steps of momentum's linear warm-up; 0: off"),
     _F("optim.weight_decay", 0.0, Num(low=0), "weight decay (coupled for lars)"),
     _F("optim.lars_eta", 0.001, _POSITIVE, "LARS's trust coefficient"),
-    _F("optim.lars_trust_ratio", "you", Choice(choices.TRUST_RATIO_FORMS), "LARS's ratio form"),
+    _F("optim.lars_trust_ratio", "you", Choice(TRUST_RATIO_FORMS), "LARS's ratio form"),
     _F("optim.lars_epsilon", 0.0, Num(low=0), "LARS's denominator epsilon"),
     _F("optim.lars_clip", False, FREE, "LARC: clip the local lr at the global one"),
-    _F("optim.schedule", "constant", Choice(choices.SCHEDULES), "the decay after warm-up"),
+    _F("optim.schedule", "constant", Choice(lr_schedules.NAMES), "the decay after warm-up"),
     _F("optim.warmup_epochs", 0.0, _epochs(), "warm-up length in epochs"),
     _F("optim.warmup_steps", 0, _steps(), "warm-up length in steps"),
-    _F("optim.warmup_fixed", "epochs", Choice(choices.WARMUP_FIXED), "which warm-up is fixed"),
+    _F("optim.warmup_fixed", "epochs", Choice(WARMUP_FIXED), "which warm-up is fixed"),
     _F(
         "optim.decay_epochs",
         (),
@@ -224,7 +239,7 @@ OPTIM = (
     _F("optim.end_lr_fraction", 0.0, Num(low=0, high=1), "the final lr over the peak"),
 )
 TRAIN = (
-    _F("train.global_batch", 128, FREE, "the batch (a sweep sets it); checked by spec.rules"),
+    _F("train.global_batch", 128, FREE, "the batch (a sweep sets it); checked by schema/rules.py"),
     _F(
         "train.max_device_batch",
         0,
@@ -268,7 +283,7 @@ TRAIN = (
     # ~1/(1 - 0.9) steps) or 'recompute' (recomputed before each evaluation from the first
     # target_bn_examples training examples in batches of target_bn_batch; the training run's
     # moving averages are put back after it).
-    _F("train.target_bn", "moving", Choice(choices.TARGET_BN_MODES), "the evaluations' BN stats"),
+    _F("train.target_bn", "moving", Choice(TARGET_BN_MODES), "the evaluations' BN stats"),
     _F("train.target_bn_examples", 1024, _examples(1), "recompute: the subset of the statistics"),
     _F("train.target_bn_batch", 256, _batch(), "recompute: the batch of the statistics"),
     _F("train.seed", 0, _SEED, "the run's seed (a sweep sets it)"),
@@ -290,8 +305,8 @@ TRAIN = (
 RUNTIME = (
     # Keras's backend, fixed per process before Keras is imported (engine/backend.py); part of the
     # study's identity (schema/identity.py).
-    _F("runtime.backend", "tensorflow", Choice(choices.BACKENDS), "tensorflow | jax"),
-    _F("runtime.strategy", "auto", Choice(choices.STRATEGIES), "auto | tpu | gpu | cpu | ..."),
+    _F("runtime.backend", "tensorflow", Choice(BACKENDS), "tensorflow | jax"),
+    _F("runtime.strategy", "auto", Choice(STRATEGIES), "auto | tpu | gpu | cpu | ..."),
     _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
     # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
     _F("runtime.devices", (), FREE, "the cpu strategy's devices"),
@@ -299,7 +314,7 @@ RUNTIME = (
     _F(
         "runtime.mixed_precision",
         "auto",
-        Choice(choices.PRECISIONS),
+        Choice(PRECISIONS),
         "auto: bfloat16 on TPU, float32 elsewhere",
     ),
 )
@@ -313,7 +328,10 @@ SWEEP = (
     _F("sweep.family.width", 0.0, FREE, "kind='depth': the fixed width"),
     _F("sweep.family.tolerance", 0.05, FREE, "the budget's relative tolerance"),
     _F(
-        "sweep.batch_sizes", (), NumList(_batch(), empty=_empty("sweep.batch_sizes")), "the batches"
+        "sweep.batch_sizes",
+        (),
+        NumList(_batch(), empty=_empty("sweep.batch_sizes"), unique=True),
+        "the batches",
     ),
     _F(
         "sweep.lr_multipliers",
@@ -344,7 +362,7 @@ SWEEP = (
     _F(
         "sweep.probe_batches",
         "smallest",
-        Choice(choices.PROBE_BATCHES),
+        Choice(PROBE_BATCHES),
         "smallest: the probe along training only at the smallest batch; all: in every run",
     ),
 )

@@ -23,7 +23,7 @@ OPERATIONAL = {
 BACKEND_NEUTRAL = "tensorflow"
 # Settings that change a study's results, so two configs that differ in them are two studies, but
 # that stay out of trial ids so that the ids of studies written before they were reclassified stay
-# valid. train.eval_batch was declared operational; issue 38 found that it changes the last bits of
+# valid. train.eval_batch was declared operational, but it changes the last bits of
 # the evaluations (their float sums run in another order): train_loss and test_loss, and so the
 # crossing of a loss target, can differ. Accuracies (exact counts) do not.
 UNHASHED = {"train": ("eval_batch",)}

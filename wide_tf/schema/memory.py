@@ -97,7 +97,7 @@ DEVICES: dict[str, Device] = {
         ),
         _gpu("h100-80gb", 80, "NVIDIA H100 data sheet (80 GB HBM3, SXM and PCIe)"),
         _gpu("h200", 141, "NVIDIA H200 data sheet (141 GB HBM3e)"),
-        # Issue 35: the GPUs rented most often beside those. The searches found NVIDIA's figures
+        # The GPUs rented most often beside those. The searches found NVIDIA's figures
         # through resellers' and reviewers' copies of the data sheets, named here.
         _gpu(
             "l40s",
@@ -155,7 +155,8 @@ DEVICES: dict[str, Device] = {
         ),
     )
 }
-# launch_tpu.sh's slice families -> the device of one replica.
+# The TPU slice table, its one home (the launcher, wide_tf/launch, reads it). Slice families (the
+# prefix of an accelerator type such as v5litepod-8) -> the device of one replica.
 SLICE_FAMILIES = {
     "v2": "v2",
     "v3": "v3",
@@ -164,6 +165,65 @@ SLICE_FAMILIES = {
     "v5p": "v5p",
     "v6e": "v6e",
 }
+# The sizes Google offers per family (cloud.google.com/tpu/docs/v2, /v3, /v4, /v5e, /v5p, /v6e:
+# their configuration tables; v5p lists more shapes, the larger ones pods that are experimental
+# here). v2-v4 and v5p count TensorCores (2 a chip), v5e and v6e count chips.
+SLICE_SIZES = {
+    "v2": (8, 32, 128, 256, 512),
+    "v3": (8, 32, 64, 128, 256, 512, 1024, 2048),
+    "v4": (8, 16, 32, 64, 128, 256, 512, 1024, 1536, 2048, 4096),
+    "v5litepod": (1, 4, 8, 16, 32, 64, 128, 256),
+    "v5p": (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 12288),
+    "v6e": (1, 4, 8, 16, 32, 64, 128, 256),
+}
+# The slices docs/tpu.md's table covers ("Which config runs where"): each config's :check variant
+# must fit every one (tests/test_launch.py runs it at each of their replica counts).
+DOCUMENTED_SLICES = (
+    "v2-8 v3-8 v4-8 v4-16 v4-32 v5litepod-1 v5litepod-4 v5litepod-8 v5litepod-16 v5p-8 "
+    "v6e-1 v6e-4 v6e-8"
+).split()
+
+
+@dataclasses.dataclass(frozen=True)
+class Slice:
+    """One TPU slice: its family and size, the replicas TPUStrategy (or JAX) makes of it, its
+    hosts (VMs)."""
+
+    family: str
+    size: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-{self.size}"
+
+    @property
+    def replicas(self) -> int:
+        # One replica per TPU device: v2/v3 show each TensorCore as a device (v3-8: 8); v4 and v5p
+        # chips are megacores, one device per chip of two TensorCores (v4-8: 4); v5e and v6e have
+        # one TensorCore per chip (v5litepod-8: 8). cloud.google.com/tpu/docs/
+        # system-architecture-tpu-vm and the per-generation pages (docs/tpu.md).
+        return self.size // 2 if self.family in ("v4", "v5p") else self.size
+
+    @property
+    def hosts(self) -> int:
+        # 8 TensorCores (v2-v4, v5p) or 8 chips (v5e, v6e) a host.
+        return (self.size + 7) // 8
+
+
+def parse_slice(accelerator: str) -> Slice:
+    """`accelerator` (e.g. 'v4-8') as a Slice; ValueError naming what Google offers otherwise."""
+    family, _, size = accelerator.rpartition("-")
+    if family not in SLICE_SIZES or not size.isdigit():
+        raise ValueError(
+            f"expected TYPE-SIZE with TYPE one of {', '.join(SLICE_SIZES)} (e.g. v4-8)"
+        )
+    if int(size) not in SLICE_SIZES[family]:
+        offered = ", ".join(f"{family}-{n}" for n in SLICE_SIZES[family])
+        raise ValueError(
+            f"no such slice; {family} comes as {offered} (v2-v4 and v5p count TensorCores, 2 per "
+            "chip; v5e and v6e count chips); docs/tpu.md lists the ones checked here"
+        )
+    return Slice(family, int(size))
 
 
 def device(name: str) -> Device:

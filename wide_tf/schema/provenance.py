@@ -3,12 +3,13 @@ dirty), the command line, the Python/TensorFlow/Keras/NumPy versions, the CPU (m
 instruction sets TensorFlow's kernels pick from), the accelerator and the environment variables
 that change the arithmetic. Read without TensorFlow (package metadata, /proc, git), once per
 process; config.json, every result.json, the report's protocol table and the TensorBoard HParams
-carry it (docs/results.md says why: two machines' numbers differ in the last digits)."""
+carry it (docs/results/digits_mlp.md says why: two machines' numbers differ in the last digits)."""
 
 from __future__ import annotations
 
 import functools
 import glob
+import json
 import os
 import platform
 import shlex
@@ -41,7 +42,7 @@ CPU_FLAGS = (
 ENV_VARS = (
     "TF_ENABLE_ONEDNN_OPTS",
     # oneDNN's instruction-set cap: AVX2 here changes float32 matmul results on an AVX-512 CPU
-    # (docs/results.md, "How much the numbers move between machines").
+    # (docs/results/digits_mlp.md, "How much the numbers move between machines").
     "ONEDNN_MAX_CPU_ISA",
     "TF_XLA_FLAGS",
     "XLA_FLAGS",
@@ -169,7 +170,31 @@ def collect(argv=None) -> dict:
         **{name: _version(name) for name in PACKAGES},
         "machine": machine(),
         "env": {k: os.environ[k] for k in ENV_VARS if k in os.environ},
+        **_frozen(),
     }
+
+
+# A run of a frozen design exports its stamp here (wide_tf/analysis/frozen.py): the design's hash,
+# date, margin and simulated power and size, as JSON.
+FROZEN_ENV = "WIDE_TF_FROZEN"
+
+
+def frozen_stamp() -> dict | None:
+    """The frozen design's stamp of this process's run (None: not one, or a damaged variable)."""
+    text = os.environ.get(FROZEN_ENV)
+    if not text:
+        return None
+    try:
+        s = json.loads(text)
+    except ValueError:
+        return None
+    return s if isinstance(s, dict) and s.get("hash") else None
+
+
+def _frozen() -> dict:
+    """{"frozen": the stamp} in a run of a frozen design, else {} (older records: no key)."""
+    s = frozen_stamp()
+    return {"frozen": s} if s else {}
 
 
 def summary(p: dict) -> dict[str, str]:

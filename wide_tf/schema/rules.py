@@ -8,9 +8,10 @@ naming the problem and the fix. TensorFlow-free, so the batch split itself lives
 from __future__ import annotations
 
 from wide_tf.schema import datasets, families, fields, optimizers, targets
+from wide_tf.schema.problems import UsageError
 
 
-class RuleError(ValueError):
+class RuleError(UsageError):
     """A config that breaks a rule (or names a malformed target); str(self) is the one line."""
 
 

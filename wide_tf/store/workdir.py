@@ -8,20 +8,27 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
+import stat
 import sys
 import time
 import uuid
 
-from wide_tf.schema import result as result_spec
+from wide_tf.schema import result_fields
 
 CONFIG = "config.json"
-RESULTS = "results.jsonl"  # legacy: one line per trial, read but no longer written
 RESULTS_DIR = "results"  # one <trial_id>.json per finished trial
 TRIALS = "trials"
 REPORT = "report"
 RESULT = "result.json"
 METRICS = "metrics.jsonl"
 CHECKPOINTS = "checkpoints"
+# What a file read from a workdir may be: a regular file of at most this size (a FIFO blocks the
+# reader forever, a device or a huge file exhausts memory), and JSON nested at most this deep
+# (Python's parser recurses: a 200k-deep file raised RecursionError).
+MAX_JSON_BYTES = 64 << 20  # a result record with its curves is under 1 MB
+MAX_FILE_BYTES = 64 << 30  # a checkpoint (.npz): the largest model's weights and optimizer state
+MAX_JSON_DEPTH = 100  # a config or record nests under 10 levels
 # With --workers=N also claims/ (claims.CLAIMS_DIR) and logs/ (workers.LOGS), named in those
 # TensorFlow-free modules: validate reaches claims before TensorFlow starts.
 
@@ -104,15 +111,130 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
     fs.rename(tmp, path, overwrite=True)
 
 
+class NotARegularFile(OSError):
+    """A workdir file that is a FIFO, a device, a folder or over its size limit: not read. An
+    OSError, so that every reader that skips an unreadable file skips this one too; `strerror`
+    says what it is (unreadable() shows it)."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{path} is {what}; nothing reads it: move it aside")
+        self.strerror, self.filename = what, path
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def read_checked(path: str, max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """The bytes of `path` after checking that it is a regular file of at most `max_bytes`
+    (raises NotARegularFile, FileNotFoundError). The one gate for every file read from a workdir.
+
+    Locally the file is opened without blocking (O_NONBLOCK: opening a FIFO does not wait for a
+    writer) and checked through that descriptor, so a file swapped after the check is not read
+    either; gs:// has no special files, and its size is read from the object's listing."""
+    if "://" in path:
+        fs = _fs(path)
+        if fs.isdir(path):
+            raise NotARegularFile(path, "a folder, not a regular file")
+        size = fs.stat(path).length
+        _check_size(path, size, max_bytes)
+        with fs.GFile(path, "rb") as f:
+            return f.read()
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotARegularFile(path, f"{_kind(info.st_mode)}, not a regular file")
+        _check_size(path, info.st_size, max_bytes)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = -1  # closed with f
+            return f.read()  # its size was checked on this descriptor
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
+def check_regular(path: str, max_bytes: int = MAX_FILE_BYTES) -> None:
+    """Raises NotARegularFile unless `path` is a regular file of at most `max_bytes` (or a gs://
+    object): the check before a file is handed to a reader that opens it itself (TensorFlow's
+    checkpoint reader)."""
+    if "://" in path:
+        fs = _fs(path)
+        if fs.isdir(path):
+            raise NotARegularFile(path, "a folder, not a regular file")
+        _check_size(path, fs.stat(path).length, max_bytes)
+        return
+    info = os.stat(path)
+    if not stat.S_ISREG(info.st_mode):
+        raise NotARegularFile(path, f"{_kind(info.st_mode)}, not a regular file")
+    _check_size(path, info.st_size, max_bytes)
+
+
+def _check_size(path: str, size: int, max_bytes: int) -> None:
+    if size > max_bytes:
+        raise NotARegularFile(
+            path,
+            f"{size / 2**20:.0f} MiB, over the {max_bytes / 2**20:.0f} MiB a file of its kind "
+            f"may be",
+        )
+
+
+def _kind(mode: int) -> str:
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISSOCK, "a socket"),
+    ):
+        if test(mode):
+            return name
+    return "a special file"
+
+
+def loads_checked(text: str | bytes, path: str = "JSON"):
+    """json.loads after refusing a document nested deeper than MAX_JSON_DEPTH (raises
+    json.JSONDecodeError, which every reader already treats as "not JSON")."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8")
+    depth = json_depth(text)
+    if depth > MAX_JSON_DEPTH:
+        raise json.JSONDecodeError(
+            f"nested {depth} levels deep, over the {MAX_JSON_DEPTH} a workdir file may be", text, 0
+        )
+    return json.loads(text)
+
+
+def json_depth(text: str) -> int:
+    """The deepest nesting of [ and { in a JSON text, strings skipped (linear, no recursion)."""
+    depth = deepest = 0
+    for ch in _NOT_BRACKET.sub("", _STRING.sub("", text)):
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        else:
+            depth -= 1
+    return deepest
+
+
+_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
 def read_bytes(path: str) -> bytes:
-    with _fs(path).GFile(path, "rb") as f:
-        return f.read()
+    """A checkpoint's bytes (a regular file of at most MAX_FILE_BYTES)."""
+    return read_checked(path, MAX_FILE_BYTES)
 
 
 def listdir(path: str) -> list[str]:
     """The names in a folder ([] when it does not exist)."""
     fs = _fs(path)
     return sorted(fs.listdir(path)) if fs.exists(path) else []
+
+
+def rename(src: str, dst: str) -> None:
+    """Renames `src` to `dst` (refused when `dst` exists)."""
+    _fs(src).rename(src, dst, overwrite=False)
 
 
 def remove(path: str) -> None:
@@ -128,8 +250,8 @@ def write_json(path: str, obj) -> None:
 
 
 def read_json(path: str):
-    with _fs(path).GFile(path, "r") as f:
-        return json.load(f)
+    """A workdir's JSON file, checked (read_checked, loads_checked)."""
+    return loads_checked(read_checked(path), path)
 
 
 def _jsonable(obj):
@@ -162,10 +284,10 @@ def record_result(workdir: str, result: dict) -> None:
 
 
 def record_problem(rec) -> str:
-    """Why `rec` is not a whole result record (schema/result.py's schema); empty when it is."""
+    """Why `rec` is not a whole result record (schema/result_fields.py); empty when it is."""
     if not isinstance(rec, dict):
         return f"holds {type(rec).__name__}, not a result record"
-    problems = result_spec.problems(rec)
+    problems = result_fields.problems(rec)
     if not problems:
         return ""
     more = f" and {len(problems) - 3} more" if len(problems) > 3 else ""
@@ -173,12 +295,11 @@ def record_problem(rec) -> str:
 
 
 def _load(path: str):
-    with _fs(path).GFile(path, "r") as f:
-        return json.loads(f.read())
+    return read_json(path)
 
 
 def unreadable(e: BaseException) -> str:
-    """The warning's tail for a results/ entry that cannot be read (issue 38: a folder named
+    """The warning's tail for a results/ entry that cannot be read (a folder named
     <id>.json, or a file without read permission, stopped every worker)."""
     why = getattr(e, "strerror", None) or getattr(e, "message", None) or type(e).__name__
     return (
@@ -221,34 +342,17 @@ def read_results_counted(
     workdir: str, whole: bool = False, cache: dict | None = None
 ) -> tuple[list[dict], int]:
     """(every recorded result, number of unreadable ones skipped). `whole`: also skip (and count)
-    a record that is not whole against schema/result.py's schema (the scheduler's view: such a
+    a record that is not whole against schema/result_fields.py (the scheduler's view: such a
     trial is not done). `cache` (file name -> record, or None for a bad one; the caller keeps it
     between calls): a results/ file is written once, whole (record_result), so a name seen before
     is not read again; a study's scheduler reads the results after every round of every group,
     and reading all of them each time cost a third of a local study's time.
 
-    Reads WORKDIR/results/*.json and, for workdirs written before that layout, the lines of a
-    legacy WORKDIR/results.jsonl; a per-trial file wins over a legacy line of the same trial.
-    An unreadable or partial file (or line), or a record without a trial_id, is skipped and
-    counted, never fatal. Sorted by trial id, so the order does not depend on the listing."""
+    Reads WORKDIR/results/*.json. An unreadable or partial file, or a record without a trial_id,
+    is skipped and counted, never fatal. Sorted by trial id, so the order does not depend on the
+    listing."""
     by_id: dict = {}
     bad, fs = 0, _fs(workdir)
-    legacy = join(workdir, RESULTS)
-    if fs.exists(legacy):
-        with fs.GFile(legacy, "r") as f:
-            text = f.read()
-        for line in text.splitlines():
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                bad += 1
-                continue
-            if not isinstance(rec, dict) or "trial_id" not in rec:
-                bad += 1
-                continue
-            by_id[rec["trial_id"]] = rec
     folder = join(workdir, RESULTS_DIR)
     names = fs.listdir(folder) if fs.isdir(folder) else []
     for name in sorted(names):

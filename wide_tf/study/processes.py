@@ -31,7 +31,7 @@ def run(
     is called once every group is finished while the workers exit (main imports TensorFlow for
     the report there). SIGTERM: a worker checkpoints and the study exits 143 (one process:
     `preemption.Preempted` reaches the caller)."""
-    n = workers.count_for(config, n_workers, workdir, one_process=trial is not None)
+    n = workers.count_for(config, n_workers, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts
     # KERAS_BACKEND before Keras is imported: this process's trials or report, and its workers'.
     backend.select(config)

@@ -1,11 +1,15 @@
 """Owns what a study says about itself while it runs: its plan, the whole study's progress (trials
-recorded of those expected, groups finished), the one time-left estimate, and the log line of each
-trial and of each new round."""
+recorded of those expected, groups finished), the one time-left estimate, the log line of each
+trial and of each new round, the console's one line per finished run (the same whatever the
+worker count), and the coordinator's own log file in WORKDIR/logs/."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging as py_logging
+import os
 import statistics
+import time
 
 from absl import logging
 
@@ -130,3 +134,53 @@ def log_next(queue: list[Trial]) -> None:
             n_conf,
             len({t.group for t in queue}),
         )
+
+
+def workers_running(n: int) -> str:
+    return f"{n} worker{'' if n == 1 else 's'} running"
+
+
+def run_line(r: dict) -> str:
+    """One finished run on the console: member, batch, rate (and its multiplier), seed, outcome,
+    steps (to the target, of the budget run) and seconds."""
+    to = r.get("steps_to_target")
+    run = r.get("steps", "?")
+    steps = (
+        f"{run} steps"
+        if to is None
+        else f"{to} steps to the target" + ("" if to == run else f" ({run} run)")
+    )
+    rate, mult, wall = r.get("learning_rate"), r.get("lr_multiplier", 1.0), r.get("wall_time_s")
+    rate = "?" if rate is None else f"{float(rate):.4g}"
+    wall = "?" if wall is None else f"{float(wall):.1f}"
+    return (
+        f"run done: {r.get('member')} batch {r.get('batch_size')} lr {rate} (x{float(mult):g}) "
+        f"seed {r.get('seed')}: {r.get('status')}, {steps}, {wall} s"
+    )
+
+
+def log_run(r: dict) -> None:
+    logging.info("%s", run_line(r))
+
+
+def keep_log(workdir: str, logs: str = "logs") -> str | None:
+    """The coordinator's own log lines (absl's, every level it prints) also into
+    WORKDIR/logs/coordinator.<time>.<pid>.log, beside the workers' logs; returns its path. None on
+    a gs:// workdir (the console keeps them there) or a folder that cannot be made."""
+    if "://" in workdir:
+        return None
+    folder = os.path.join(workdir, logs)
+    try:
+        os.makedirs(folder, exist_ok=True)
+        path = os.path.join(
+            folder, f"coordinator.{time.strftime('%Y%m%d-%H%M%S')}.{os.getpid()}.log"
+        )
+        handler = py_logging.FileHandler(path, encoding="utf-8")
+    except OSError:
+        return None
+    absl_handler = logging.get_absl_handler()
+    handler.setFormatter(absl_handler.formatter or logging.PythonFormatter())
+    handler.setLevel(py_logging.DEBUG)
+    logging.get_absl_logger().addHandler(handler)
+    logging.info("This command's log: %s", path)
+    return path

@@ -9,19 +9,22 @@ worker, wide_tf/study/worker.py) and opens the workdir's study once before eithe
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import uuid
+from collections.abc import Iterator
 
 from absl import logging
 
-from wide_tf.engine import preemption
+from wide_tf.engine import preemption, timing
 from wide_tf.engine import train as train_lib
 from wide_tf.store import claims as claims_lib
 from wide_tf.store import workdir as wd
 from wide_tf.study import progress
 from wide_tf.study.trials import (
     Trial,
+    claim_order,
     expand_group,
     group_trials,
     in_shard,
@@ -30,6 +33,8 @@ from wide_tf.study.trials import (
     pick_trial,
 )
 
+# What a fence checks after (engine/timing.py's events): a host loop, an evaluation pass, a probe.
+FENCED = ("train", "eval", "probe")
 # Runs are started as train_lib.train_and_evaluate (not a bound name): the bench and the
 # interruption tests wrap that function on its module.
 
@@ -44,10 +49,6 @@ class WorkerStopped(preemption.Preempted):
         self.name, self.step = "worker", 0
 
 
-class LostClaim(Exception):
-    """Another worker took this worker's group over (its heartbeat was judged stale)."""
-
-
 def run_study(config, workdir: str, shard: str | None = None, only_trial: str | None = None):
     """Runs every trial of the study not yet recorded in WORKDIR/results/ (this shard's share; the
     one `--trial` names, without the rounds it may lead to) in this process; returns every
@@ -57,7 +58,7 @@ def run_study(config, workdir: str, shard: str | None = None, only_trial: str | 
     shard_i, shard_n = parse_shard(shard)
     progress.log_plan(config, trials, shard_i, shard_n)
     start = time.time()
-    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12], one_process=True)
+    claims = claims_lib.Claims(workdir, uuid.uuid4().hex[:12])
     ran = _run_groups(config, workdir, in_shard(trials, shard), claims, only_trial is None)
     logging.info(
         "Study done in this process: %d trials run in %s.",
@@ -73,8 +74,8 @@ def run_worker(
     run_id: str,
     shard: str | None = None,
     poll_s: float = 2.0,
-    stale_s: float = claims_lib.STALE_S,
-    heartbeat_s: float = claims_lib.HEARTBEAT_S,
+    stale_s: float | None = None,
+    heartbeat_s: float | None = None,
 ) -> int:
     """One worker of a study: runs groups until every group of the study (this shard's) is
     finished, waiting meanwhile for groups that other workers hold, to take them over if their
@@ -118,16 +119,22 @@ class _Share:
         return expand_group(self.config, self.initial[g], results)
 
 
-def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s=None) -> int:
-    """The loop of every process of a study: claim the next open group (waiting while live workers
-    hold all of them), run it, release it; returns the number of trials run."""
+def open_share(config, workdir: str, trials, claims, follow: bool = True) -> _Share:
+    """One process's share of a study, ready to run groups: its runtime set up once (TensorFlow
+    and the strategy, or JAX's devices, serve every group), partial records set aside."""
     initial = group_trials(trials)
-    members = {t.member.name: t.member for t in trials}
-    share = _Share(config, workdir, initial, _claim_order(list(initial), members), claims, follow)
-    share.runtime = train_lib.runtime_for(config)  # once: TensorFlow and the strategy serve all
+    share = _Share(config, workdir, initial, claim_order(trials), claims, follow)
+    share.runtime = train_lib.runtime_for(config)
     for line in wd.set_aside_partial(workdir):  # a partial record is not done: it runs again
         logging.warning("%s", line)
     share.done_before = progress.estimate_progress(config, initial, share.results()).done
+    return share
+
+
+def _run_groups(config, workdir, trials, claims, follow, poll_s=2.0, heartbeat_s=None) -> int:
+    """The loop of every process of a study: claim the next open group (waiting while live workers
+    hold all of them), run it, release it; returns the number of trials run."""
+    share = open_share(config, workdir, trials, claims, follow)
     stop_heartbeat = claims.start_heartbeat(heartbeat_s or claims_lib.HEARTBEAT_S)
     waited, noted = False, set()
     try:
@@ -170,13 +177,6 @@ def _log_notes(notes: list[str], noted: set) -> set:
     return set(notes)
 
 
-def _claim_order(groups: list[tuple[str, int]], members) -> list[tuple[str, int]]:
-    """Groups in the order workers claim them: longest first (smallest batch: the most steps;
-    then the deepest member: the slowest step), so that no long group starts last and the workers
-    finish together."""
-    return sorted(groups, key=lambda g: (g[1], -members[g[0]].depth, g[0]))
-
-
 def _same_member_first(groups: list, member: str | None) -> list:
     """`groups` with the open groups of `member` first, each part in claim order: the next batch
     size of the member a process just ran keeps its build (engine/tf/reuse.py: the model, evaluation
@@ -207,8 +207,12 @@ def _run_claimed(share: _Share, g, prior) -> None:
     )
     try:
         _run_group(share, g, key)
-    except LostClaim:
-        logging.warning("Group %s was taken over by another worker; moving on.", key)
+    except claims_lib.LostClaim:
+        logging.warning(
+            "Group %s was taken over by another worker while this one had stopped beating: its "
+            "run stopped before writing anything more; moving on.",
+            key,
+        )
         return
     except (preemption.Preempted, KeyboardInterrupt):
         share.claims.release(key, claims_lib.STOPPED)
@@ -217,6 +221,15 @@ def _run_claimed(share: _Share, g, prior) -> None:
         share.claims.release(key, claims_lib.FAILED)
         raise
     share.claims.release(key, claims_lib.DONE)
+
+
+def run_group(share: _Share, g) -> int:
+    """Runs group `g`, handed to this process by a driver (wide_tf/cluster/), to the end of its
+    learning-rate protocol; returns the trials it ran."""
+    before = share.ran
+    _run_group(share, g, claims_lib.group_key(g))
+    share.last_member = g[0]
+    return share.ran - before
 
 
 def _run_group(share: _Share, g, key) -> None:
@@ -236,22 +249,39 @@ def _run_group(share: _Share, g, key) -> None:
         at_round = progress.estimate_progress(share.config, share.initial, results)
         for k, t in enumerate(pending):
             if not share.claims.still_mine(key):
-                raise LostClaim(key)
+                raise claims_lib.LostClaim(key)
             p = dataclasses.replace(at_round, done=at_round.done + k)
             eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
             done = len(known) - len(pending)
             progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
-            result = train_lib.train_and_evaluate(
-                t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta()
-            )
-            if _chief(share.runtime):  # the chief records
-                wd.record_result(share.workdir, result)
+            with _fence(share.claims, key):
+                result = train_lib.train_and_evaluate(  # the command line checked the rules
+                    t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta(), True
+                )
+            if _chief(share.runtime):  # the chief records, while the group is still its own
+                share.claims.record(share.workdir, key, result)
+                progress.log_run(result)  # the console's line (a worker's: its log's)
             # No clear_session() here: the next trial of the same member and batch size reuses
             # this one's model and traced step; train.py drops them (and clears the session)
             # when the next trial needs another model.
             share.mine[t.trial_id] = result
             results[t.trial_id] = result
             share.ran += 1
+
+
+@contextlib.contextmanager
+def _fence(claims, key: str) -> Iterator[None]:
+    """Inside: after each host loop, evaluation pass and probe of the run (engine/timing.py's
+    events), before the checkpoint, summaries or result that follow, the group is checked to be
+    still this process's; LostClaim stops the run there (a worker that was stopped past the
+    lease finds its group taken over and writes nothing more)."""
+
+    def check(kind, start, seconds, count):
+        if kind in FENCED and not claims.still_mine(key):
+            raise claims_lib.LostClaim(key)
+
+    with timing.listening(check):
+        yield
 
 
 def _chief(runtime) -> bool:

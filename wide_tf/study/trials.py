@@ -13,11 +13,12 @@ import ml_collections
 
 from wide_tf.checks import preflight
 from wide_tf.schema import datasets, families, identity, provenance
+from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 from wide_tf.study import lr_grid
 
 
-class StudyError(ValueError):
+class StudyError(UsageError):
     """The study cannot run as asked; the message says what to change."""
 
 
@@ -193,6 +194,14 @@ def group_trials(trials: list[Trial]) -> dict[tuple[str, int], list[Trial]]:
     for t in trials:
         groups.setdefault(t.group, []).append(t)
     return groups
+
+
+def claim_order(trials: list[Trial]) -> list[tuple[str, int]]:
+    """The groups of `trials` in the order processes claim them (or a driver hands them out):
+    longest first (smallest batch: the most steps; then the deepest member: the slowest step), so
+    that no long group starts last and the processes finish together."""
+    members = {t.member.name: t.member for t in trials}
+    return sorted(group_trials(trials), key=lambda g: (g[1], -members[g[0]].depth, g[0]))
 
 
 def expand_group(

@@ -16,10 +16,13 @@ file's last one, which the parent quotes); SIGTERM exits 143 after a checkpoint.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
 import sys
+import threading
+import time
 
 from wide_tf.engine import backend  # os and sys only: nothing of Keras or TensorFlow
 
@@ -27,18 +30,50 @@ PARENT_ENV = "WIDE_TF_PARENT_PID"
 ENV = "WIDE_TF_WORKER"  # the worker's WorkerSpec, as JSON
 
 
-def die_with_parent(parent: str | None) -> None:
-    """SIGTERM this process when its parent dies; exit now when it already has (`parent`: the
-    pid the parent wrote in PARENT_ENV)."""
+def die_with_parent(parent: str | None, grace_s: float | None = None) -> None:
+    """Two death signals from the parent (`parent`: the pid it wrote in PARENT_ENV): SIGTERM the
+    moment it dies (PR_SET_PDEATHSIG: the worker checkpoints after its current host loop, as on a
+    preemption), and a final one: a watchdog thread that sees the parent gone (this process
+    re-parented) and, `grace_s` later, ends the process with os._exit. The SIGTERM only sets a
+    flag, which a worker blocked in a read that never returns (a FIFO, a hung NFS or bucket read)
+    never looks at again; the watchdog runs while the main thread is blocked. Exits now when the
+    parent is already gone."""
     try:
         import ctypes
 
         ctypes.CDLL(None).prctl(1, 15)  # PR_SET_PDEATHSIG = 1, SIGTERM = 15
     except (OSError, AttributeError):  # not Linux: the parent's cleanup still stops workers
         pass
-    if parent and parent.isdigit() and os.getppid() != int(parent):
+    if not (parent and parent.isdigit()):
+        return
+    if os.getppid() != int(parent):
         # The parent died before the signal was set: this worker was re-parented.
         sys.exit(143)
+    grace = ORPHAN_GRACE_S if grace_s is None else grace_s
+    threading.Thread(
+        target=_watch_parent, args=(int(parent), grace), name="parent-watchdog", daemon=True
+    ).start()
+
+
+# After the parent is gone, the time a worker has to finish its SIGTERM checkpoint and exit by
+# itself; then the watchdog ends it. A checkpoint is written after the current host loop, which
+# lasts seconds (the loop's cadence); a trial cut here resumes from its previous checkpoint.
+ORPHAN_GRACE_S = 20.0
+WATCH_S = 0.5  # how often the watchdog looks at the parent
+
+
+def _watch_parent(parent: int, grace_s: float) -> None:
+    while os.getppid() == parent:
+        time.sleep(WATCH_S)
+    time.sleep(grace_s)
+    with contextlib.suppress(OSError):
+        os.write(
+            2,
+            f"error: the study's process (pid {parent}) is gone and this worker did not stop "
+            f"within {grace_s:.0f} s of its SIGTERM (blocked, e.g. in a read): it exits now; its "
+            f"trial resumes from its last checkpoint when the study runs again\n".encode(),
+        )
+    os._exit(143)
 
 
 def environment(config) -> dict[str, str]:
@@ -133,10 +168,11 @@ def thaw(frozen: dict):
 
 def main(argv: list[str]) -> None:
     die_with_parent(os.environ.get(PARENT_ENV))
+    from wide_tf.store import workdir as wd  # after the death signals are set
+
     args = _arguments(argv)
     try:
-        with open(args["config_json"], encoding="utf-8") as f:
-            frozen = json.load(f)
+        frozen = wd.read_json(args["config_json"])
         spec = WorkerSpec.from_env(os.environ[ENV])
     except (OSError, ValueError, KeyError) as e:
         sys.exit(

@@ -2,9 +2,8 @@
 default, which cores or GPU each one gets, starting them, forwarding SIGTERM/SIGINT to them,
 printing the whole study's progress, surfacing a failed worker, and saying whether the one report is
 due once all of them are done (main writes it). Which (member, batch size) group each worker runs
-is decided by the workers themselves through claims in the workdir (wide_tf/store/claims.py,
-wide_tf/study/scheduler.py), so the same mechanism serves several machines sharing one gs://
-workdir.
+is decided by the workers themselves through claims, files of this machine (wide_tf/store/claims.py,
+wide_tf/study/scheduler.py); several machines on one study are a Ray cluster's (wide_tf/cluster/).
 
 A worker is `python -m wide_tf.study.worker` (wide_tf/study/worker.py: it dies with its parent,
 and runs no check again) reading the config this parent checked, frozen into its logs folder
@@ -36,6 +35,7 @@ import uuid
 
 from wide_tf.checks import validate
 from wide_tf.schema import hardware, provenance
+from wide_tf.store import workdir as wd
 from wide_tf.study import worker
 from wide_tf.study.worker import WorkerSpec
 
@@ -101,8 +101,8 @@ def log_dir(workdir: str) -> tuple[str, bool]:
 def _last_line(path: str) -> str:
     """The line that explains a worker's failure: its last `error:` line, else its last line."""
     try:
-        with open(path, errors="replace") as f:
-            lines = [ln.strip() for ln in f if ln.strip()]
+        text = wd.read_checked(path, wd.MAX_FILE_BYTES).decode("utf-8", errors="replace")
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
     except OSError:
         return ""
     errors = [ln for ln in lines if ln.startswith("error:")]
@@ -111,7 +111,7 @@ def _last_line(path: str) -> str:
 
 def _no_output(path: str) -> str:
     """What to say of a failed worker whose log is empty: the disk holding the log, when it is
-    full, is why (issue 38: a re-run on a still-full disk said only "(no output)")."""
+    full, is why (a re-run on a still-full disk said only "(no output)")."""
     folder = os.path.dirname(path)
     try:
         st = os.statvfs(folder)
@@ -157,7 +157,7 @@ class _Signals:
         self._old = {}
 
 
-def count_for(config, requested: str | None, workdir: str, one_process: bool) -> int:
+def count_for(config, requested: str | None, one_process: bool) -> int:
     """The processes a study runs in: `requested` (--workers), or the machine's default (never
     more than the study has groups); 1 when `one_process` (--trial, --list_trials, a single run,
     the theory check)."""
@@ -167,14 +167,7 @@ def count_for(config, requested: str | None, workdir: str, one_process: bool) ->
     n = validate.parse_workers(requested)
     if n is not None:
         return max(1, min(n, groups))  # a worker more than there are groups would only wait
-    n = default_workers(config, groups)
-    if n > 1:
-        try:
-            validate.check_workers(str(n), config, None, workdir)
-        except validate.UsageError as e:  # e.g. gs:// without google-cloud-storage: one process
-            print(f"warning: running in one process, not {n}: {e}", file=sys.stderr, flush=True)
-            return 1
-    return n
+    return default_workers(config, groups)
 
 
 def count_groups(config) -> int:
@@ -310,11 +303,17 @@ def supervise(
     return _outcome(started, config, workdir, initial, failed, log)
 
 
-def _progress(config, workdir: str, initial):
-    from wide_tf.store import workdir as wd
+def _progress(config, workdir: str, initial, seen: set | None = None, log=None):
+    """The study's progress; with `seen` (trial ids already told), one console line per run
+    finished since (progress.run_line), whichever worker ran it."""
     from wide_tf.study import progress
 
     results = {r["trial_id"]: r for r in wd.read_results(workdir, whole=True)}
+    if seen is not None and log is not None:
+        for tid, r in results.items():
+            if tid not in seen:
+                seen.add(tid)
+                log(progress.run_line(r))
     return progress.estimate_progress(config, initial, results)
 
 
@@ -324,7 +323,8 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
     from wide_tf.study import progress
 
     procs, paths, signals = started.procs, started.paths, started.signals
-    done_before = _progress(config, workdir, initial).done
+    seen: set = set()
+    done_before = _progress(config, workdir, initial, seen).done  # runs of an earlier command
     failed: dict[int, int] = {}
     last_line, last_print, last_done = "", 0.0, -1
     while True:
@@ -339,9 +339,9 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
                     )
         now = time.time()
         if now - last_print >= 5.0 or not running:
-            p = _progress(config, workdir, initial)
+            p = _progress(config, workdir, initial, seen, log)
             left = progress.time_left(now - started.start, p.done - done_before, p)
-            line = f"progress: {p.describe()}, {len(running)} workers running" + (
+            line = f"progress: {p.describe()}, {progress.workers_running(len(running))}" + (
                 "" if left is None else f", about {progress.fmt_time(left)} left"
             )
             line += "".join(f"; {note}" for note in _claim_notes(workdir))
@@ -358,14 +358,11 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
 
 
 def _claim_notes(workdir: str) -> list[str]:
-    """The claims a reader should know about (a heartbeat far in the future, a broken claim
-    file), for the progress line; none for a store the parent cannot read cheaply."""
-    if "://" in workdir:
-        return []
+    """The claim files a reader should know about (a broken one), for the progress line."""
     from wide_tf.store import claims
 
     try:
-        c = claims.observer(workdir)  # kept: each skew is named once
+        c = claims.observer(workdir)
         return c.notes(c.current())
     except OSError:
         return []

@@ -29,7 +29,7 @@ only directions.
 
 Owns the numbers: the networks, their analytic per-example gradients, every point of the sweeps
 and each curve's trend. Pure NumPy (float64); `wide_tf.theory.report` lays them out and
-`wide_tf.theory.check` runs and writes the check.
+`wide_tf.theory.runner` runs and writes the check.
 """
 
 from __future__ import annotations

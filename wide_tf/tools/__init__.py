@@ -1,1 +1,1 @@
-"""Tools outside the library core: the speed benchmarks."""
+"""Tools outside the library core: the launcher's on-VM checks and the options table."""

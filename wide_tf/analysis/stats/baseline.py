@@ -1,4 +1,4 @@
-"""Owns the comparison of a predictor with a constant (issue 36): does a predicted quantity
+"""Owns the comparison of a predictor with a constant: does a predicted quantity
 (the noise scale's B_simple) miss the measured one (each member's B_crit) by less than one
 constant for every member, the geometric mean of the measured values? The constant is given the
 measured scale, which the predictor is not, so it is a strict baseline: a predictor that beats it

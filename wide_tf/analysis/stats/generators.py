@@ -15,14 +15,15 @@ same for every member: where the curve's exponent differs between members, B_cri
 member so that B_x(1+eps) agrees (`b_crit_for_b_plus`); where it does not, equal B_crit gives
 equal B_x(1+eps). The **effect** multiplies B_crit by (w / w_narrowest)^alpha.
 
-**The noise is the one the local studies measure** (`MEASURED`, read by `wide_tf.analysis.noise`
-from the records of the local MLP studies): seed noise 0.14-0.145 in log steps, 0.25-0.33 of its
-variance shared by a seed across batch sizes, cell means that scatter about the fitted curve
-little more than their seeds do (lack-of-fit F 0.9-1.3), and a flat learning-rate response. The
-earlier generators assumed a cell effect of 0.1 and a learning-rate curvature of 1.5, which gives
-cells several times the scatter measured (F about 4 at five seeds); that noise is kept as the
-"pessimistic noise" generator, so every table still shows the rule under it.
-`tests/analysis/test_noise.py` checks that the default generator reproduces the measured summary.
+**The noise is the one the local studies measure** (`MEASURED`, read by
+`wide_tf.analysis.calibration` from the records of the local MLP studies): seed noise 0.14-0.145 in
+log steps, 0.25-0.33 of its variance shared by a seed across batch sizes, cell means that scatter
+about the fitted curve little more than their seeds do (lack-of-fit F 0.9-1.3), and a flat
+learning-rate response. The earlier generators assumed a cell effect of 0.1 and a learning-rate
+curvature of 1.5, which gives cells several times the scatter measured (F about 4 at five seeds);
+that noise is kept as the "pessimistic noise" generator, so every table still shows the rule under
+it. `tests/analysis/test_calibration.py` checks that the default generator reproduces the measured
+summary.
 """
 
 from __future__ import annotations
@@ -178,11 +179,12 @@ def member_b_crits(truth: Truth, widths, batches, eps: float, rng) -> np.ndarray
     return np.array(out)
 
 
-# What the local studies measure (`python -m wide_tf.analysis.noise WORKDIR`, 2026-12-02), by the
-# design each ran: pooled seed sigma, the cell effect beyond the seeds (from the lack-of-fit mean
-# square), its F, the (member, seed) share, and the learning-rate curvature read at interior best
-# rates (a noisy, biased reading: simulated studies are read the same way and compared with it,
-# never `lr_curvature` itself). `tests/analysis/test_noise.py` holds the default generator to them.
+# What the local studies measure (`python -m wide_tf.analysis.calibration WORKDIR`, 2026-12-02), by
+# the design each ran: pooled seed sigma, the cell effect beyond the seeds (from the lack-of-fit
+# mean square), its F, the (member, seed) share, and the learning-rate curvature read at interior
+# best rates (a noisy, biased reading: simulated studies are read the same way and compared with it,
+# never `lr_curvature` itself). `tests/analysis/test_calibration.py` holds the default generator to
+# them.
 MEASURED = (
     (
         "configs/mlp.py:local7",

@@ -1,8 +1,8 @@
 """Owns the scale the design simulation places its generators at: the narrowest member's B_crit
 and S_min, and the noise, either the simulator's reference (B_crit 30 examples on the 8x8 digits,
 the local studies' measured noise), given, or read off a finished study (its narrowest member's
-fitted curve; its noise as `wide_tf.analysis.noise` reads it). `wide_tf.analysis.simulate` applies
-it to every generator and prints its line above and below each table."""
+fitted curve; its noise as `wide_tf.analysis.calibration` reads it). `wide_tf.analysis.simulate`
+applies it to every generator and prints its line above and below each table."""
 
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Scale:
 
 def scale_from(workdir: str, summaries, noise) -> Scale:
     """The scale of a finished study (its member `summaries`): its narrowest member's fitted
-    B_crit and S_min, and its `noise` (a `wide_tf.analysis.study_noise.NoiseSummary`)."""
+    B_crit and S_min, and its `noise` (a `wide_tf.analysis.seed_variance.NoiseSummary`)."""
     fitted = [s for s in summaries if s.curve is not None and s.curve.fit is not None]
     if not fitted:
         raise ValueError("no member has a fitted curve")

@@ -4,20 +4,19 @@ augmentation, and the evaluation and probe sets as padded device arrays. No Tens
 come from engine/arrays.py and the orders from NumPy.
 
 The semantics are engine/tf/data.py's (docs/science.md, "Quantities"): epochs are concatenated
-before
-batching, so global batch t is examples [t*B, (t+1)*B) of the stream epoch 0, epoch 1, ...; each
-epoch's order is a stateless function of (seed, epoch); `data.shuffle_buffer` is the local shuffle
-(each example moves by fewer than that many places) or a uniform permutation. The orders are NumPy's
-(PCG64 keyed by seed, salt and epoch), not TensorFlow's stateless Philox, so the two backends train
-on the same examples in a different order: a study's records never mix backends (runtime.backend
-is part of its identity)."""
+before batching, so global batch t is examples [t*B, (t+1)*B) of the stream epoch 0, epoch 1, ...;
+each epoch's order is a stateless function of (seed, epoch); `data.shuffle_buffer` is the local
+shuffle (each example moves by fewer than that many places) or a uniform permutation. The orders are
+NumPy's (PCG64 keyed by seed, salt and epoch), not TensorFlow's stateless Philox, so the two
+backends train on the same examples in a different order: a study's records never mix backends
+(runtime.backend is part of its identity)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from wide_tf.engine import arrays
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 _PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02  # engine/tf/data.py's salts, the same streams' names
 
@@ -98,10 +97,9 @@ def eval_arrays(data_cfg, split: str, batch_size: int, limit: int | None = None)
     """(uint8 images [nb, bs, H, W, C], labels [nb, bs], weights [nb, bs], examples) of an
     evaluation split in canonical order, padded with weight-0 zero images to whole batches (as
     engine/tf/data.pad_for_evaluation pads). In-memory splits only: the training subset, and the
-    test
-    split of an in-memory data set (TFDS test splits are read through engine/tf/data.py on
+    test split of an in-memory data set (TFDS test splits are read through engine/tf/data.py on
     TensorFlow only)."""
-    spec = datasets_spec.of(data_cfg)
+    spec = datasets.of(data_cfg)
     if split == "train":
         images, labels = arrays.train_arrays(data_cfg)
     elif spec.in_memory:

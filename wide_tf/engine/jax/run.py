@@ -1,20 +1,22 @@
 """Owns the JAX backend of one run: its runtime (the local devices), its Trainer (the compiled loop
 of engine/jax/step.py over the training set held on the devices), its Evaluator (bounded passes
 over the evaluation sets on the devices; the snapshot is a reference, since JAX arrays are never
-written in place) and its Checkpointer (NumPy .npz files, no TensorFlow), as engine/interface.py
-declares them. The build (model, optimizer, compiled functions, device data) is kept for the next
-run with the same compile key (engine/compile_key.py), as engine/tf/reuse.py keeps TensorFlow's."""
+written in place) and its Checkpointer (NumPy .npz files keyed by variable path, no TensorFlow),
+as engine/interface.py declares them. The build (model, optimizer, compiled functions, device
+data) is kept for the next run with the same compile key (engine/compile_key.py), as
+engine/tf/reuse.py keeps TensorFlow's."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import json
 import os
 import re
 import sys
-import time
 import types
+import zipfile
 
 import jax
 import jax.numpy as jnp
@@ -23,15 +25,16 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, host_scalars, schedules, timing
+from wide_tf.engine import arrays, compile_key, preemption, restore, schedules, timing
 from wide_tf.engine import optim as optim_lib
+from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.jax import data as jax_data
 from wide_tf.engine.jax import step as jax_step
 from wide_tf.engine.measure import diversity
-from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.store import workdir as wd
 
 
@@ -147,7 +150,7 @@ class _Build:
         # value into it before each update, from numbers that are arguments (step.py).
         self.optimizer = spec.build(config.optim, 0.0, self.model.trainable_variables)
         self.optimizer.build(self.model.trainable_variables)
-        self.spec = datasets_spec.of(config.data)
+        self.spec = datasets.of(config.data)
         self.stepper = jax_step.JaxStepper(
             self.model,
             self.optimizer,
@@ -228,26 +231,24 @@ def clear_cache() -> None:
         keras.backend.clear_session()
 
 
-class _Holder:
+class _Holder(Account):
     """The run's device state (jax_step.JaxStepper's dict), which the trainer advances, the
-    evaluator reads and the checkpointer saves and restores; and the snapshot's weights."""
+    evaluator reads and the checkpointer saves and restores; the snapshot's weights; and the
+    run's time account."""
 
     def __init__(self):
+        super().__init__()
         self.state = None
         self.snapshot = None  # (trainable, non_trainable) of the held step
-        self.time_s: dict = {}
 
 
-class Trainer:
+class Trainer(BaseTrainer):
     """engine/interface.Trainer on JAX: `train(n)` is one call of the compiled loop."""
 
     def __init__(self, config, runtime, batch_plan: BatchPlan, plan: RunPlan, build, holder):
-        self.config, self.runtime, self.batch_plan, self.plan = config, runtime, batch_plan, plan
+        super().__init__(config, runtime, batch_plan, plan, holder, build.at_init)
         self.build, self.holder = build, holder
-        self.state = RunState()
-        self.noise = None
         self.order = None
-        self.setup_s = 0.0
         t = config.train
         self.hyper = {
             "schedule": _numbers(
@@ -259,117 +260,74 @@ class Trainer:
             "seed": jnp.int32(t.seed),
         }
 
-    def restore(self, state: RunState) -> None:
-        self.state = state
-        self.holder.time_s = state.time_s
-        timing.add(state.time_s, "setup", self.setup_s)
-        self.noise = TwoBatchNoiseScale(decay=self.config.train.noise_scale_ema)
-        if state.noise:
-            self.noise = TwoBatchNoiseScale.from_dict(state.noise)
+    def _open(self, step: int) -> None:
         n = len(arrays.train_arrays(self.config.data)[1])
         self.order = jax_data.TrainOrder(
             n, self.plan.batch, self.config.train.seed, self.config.data.shuffle_buffer
         )
 
-    def train(self, num_steps: int) -> dict:
-        st = self.state
+    def _call(self, num_steps: int):
         rows = max(int(self.plan.steps_per_loop), num_steps)
-        index, epochs = self.order.take(st.step, num_steps)
+        index, epochs = self.order.take(self.state.step, num_steps)
         pad = ((0, rows - num_steps), (0, 0))
         block = (np.pad(index, pad), np.pad(epochs, pad))
-        t0 = time.time()
-        with timing.timed("train", st.time_s) as timed:
+
+        def call():
             self.holder.state, scalars = self.build.stepper.train(
                 self.holder.state, self.build.train_data, block, num_steps, self.hyper
             )
-            timed["count"] = int(scalars["steps"])
-        dt = time.time() - t0
-        st.step += int(scalars["steps"])
-        st.train_time_s += dt
-        diagnostics = self.build.stepper.diagnostics
-        out, updated = host_scalars.from_sums(
-            scalars,
-            dt,
-            self.batch_plan,
-            self.plan.batch,
-            self.noise,
-            diagnostics.names if diagnostics is not None else (),
-        )
-        if updated:
-            st.noise = self.noise.to_dict()
-        out["diverged"] = bool(scalars["diverged"])
-        return out
+            return scalars
 
-    def measure(self, step: int) -> dict:
-        with timing.timed("probe", self.state.time_s) as timed:
-            chunks, n = self.build.probe_chunks(self.config)
+        return call
 
-            def compute():
-                s1, q, _ = self.build.probe.probe(self.holder.state, chunks)
-                stats = diversity.stats_from_norms([s1], q, n=n)
-                return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+    def _diagnostics(self):
+        return self.build.stepper.diagnostics
 
-            g = host_scalars.at_init(
-                self.build.at_init, self.config.train.seed, step, "gradient", compute
-            )
-            timed["count"] = n
-        return g
+    def _probe(self):
+        chunks, n = self.build.probe_chunks(self.config)
 
-    def describe(self) -> dict:
-        model = self.build.model
-        noise = None if self.noise is None else self.noise.value
-        layer = next((c for c in model.layers if c.weights), model)
-        peak = schedules.peak_learning_rate(self.config.optim, self.plan.batch)
-        probe = self.build.probe_chunks(self.config)[1] if self.plan.probe else None
-        return {
-            "model": model.name,
-            "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-            "learning_rate": float(peak),
-            "probe_examples": probe,
-            "runtime": self.runtime.describe(),
-            "dtype_policy": layer.dtype_policy.name,
-            "batch_plan": self.batch_plan.describe(),
-            "noise_scale_ema": None if noise is None else float(noise),
-        }
+        def compute():
+            s1, q, _ = self.build.probe.probe(self.holder.state, chunks)
+            stats = diversity.stats_from_norms([s1], q, n=n)
+            return {k: float(stats[k]) for k in ("diversity", "batch_bound", "noise_scale")}
+
+        return compute, n
+
+    def _model(self):
+        return self.build.model
+
+    def _probe_examples(self) -> int | None:
+        return self.build.probe_chunks(self.config)[1] if self.plan.probe else None
 
     def finish(self) -> None:
         self.order = None
 
 
-class Evaluator:
+class Evaluator(BaseEvaluator):
     """engine/interface.Evaluator on JAX: each set's pass is one compiled while-loop that stops
-    once `bound` says no target can be met."""
+    once `bound` says no target can be met. A pass reads the state's arrays (`weights`)."""
 
     def __init__(self, config, build, holder):
-        self.seed, self.build, self.holder = config.train.seed, build, holder
-        self.examples = {k: s.num_examples for k, s in build.eval_sets.items()}
+        super().__init__(config, build.eval_sets, holder, build.at_init)
+        self.build, self.holder = build, holder
 
-    def evaluate(self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False):
-        sets = tuple(sets)
-        if snapshot:
-            trainable, non_trainable = self.holder.snapshot
-            return self._passes(
-                {"trainable": trainable, "non_trainable": non_trainable}, sets, bound
-            )
-        key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
-        compute = lambda: self._passes(self.holder.state, sets, bound)  # noqa: E731
-        return host_scalars.at_init(self.build.at_init, self.seed, step, key, compute)
+    def _weights(self):
+        return self.holder.state
 
-    def _passes(self, state, names, bound) -> dict | None:
+    @contextlib.contextmanager
+    def _snapshot(self):
+        trainable, non_trainable = self.holder.snapshot
+        yield {"trainable": trainable, "non_trainable": non_trainable}
+
+    @contextlib.contextmanager
+    def _statistics(self, state):
         if self.build.recompute is not None:  # train.target_bn='recompute'
             with timing.timed("eval", self.holder.time_s):
                 state = self.build.recompute(state)
-        out = {}
-        for k in names:
-            with timing.timed("eval", self.holder.time_s) as timed:
-                got = self.build.evaluation.evaluate(
-                    state, self.build.eval_sets[k], bound if k == "train" else None
-                )
-                timed["count"] = 0 if got is None else int(got["examples"])
-            if got is None:
-                return None
-            out[k] = got
-        return out
+        yield state
+
+    def _pass(self, state, eval_set, bound):
+        return self.build.evaluation.evaluate(state, eval_set, bound)
 
     def hold(self) -> None:
         # JAX arrays are immutable: the snapshot is the current state's arrays themselves.
@@ -377,13 +335,65 @@ class Evaluator:
 
 
 _CKPT = re.compile(r"^ckpt-(\d+)\.npz$")
+# A checkpoint's arrays are keyed GROUP/VARIABLE_PATH (trainable/dense_1/kernel, optimizer/
+# momentum/dense_1_kernel_momentum, snapshot/trainable/...): a model or optimizer that lists its
+# variables in another order restores each value to its own variable, and a missing or foreign
+# one is named instead of landing on its neighbour.
+GROUPS = ("trainable", "non_trainable", "optimizer")
+
+
+class CheckpointMismatch(RuntimeProblem):
+    """The checkpoint's variables are not the model's and optimizer's: which ones differ."""
+
+
+def variable_names(variables, owner: str | None = None) -> list[str]:
+    """Each variable's path (Keras's: layer / variable), less its `owner`'s name in front (the
+    optimizer's: sgd, sgd_1, ... in the order a process builds them, so a resumed run's may
+    differ), which must be unique, as a checkpoint key."""
+    cut = f"{owner}/" if owner else None
+    names = [str(v.path) for v in variables]
+    names = [n[len(cut) :] if cut and n.startswith(cut) else n for n in names]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise CheckpointMismatch(
+            f"variables share a path ({', '.join(repeated[:3])}): a checkpoint cannot tell them "
+            "apart; give their layers distinct names"
+        )
+    return names
+
+
+def pack(groups: dict[str, tuple[list[str], list]]) -> dict[str, np.ndarray]:
+    """{group: (names, values)} -> {'group/name': array}."""
+    out = {}
+    for group, (names, values) in groups.items():
+        if len(names) != len(values):
+            raise CheckpointMismatch(f"{group}: {len(values)} values for {len(names)} variables")
+        out.update({f"{group}/{n}": np.asarray(v) for n, v in zip(names, values)})
+    return out
+
+
+def unpack(data: dict, group: str, names: list[str], path: str = "the checkpoint") -> list:
+    """The values of `group` in the order of `names` (this build's variables), by name;
+    CheckpointMismatch naming what is missing or left over."""
+    prefix = f"{group}/"
+    stored = {k[len(prefix) :] for k in data if k.startswith(prefix)}
+    missing, extra = [n for n in names if n not in stored], sorted(stored - set(names))
+    if missing or extra:
+        raise CheckpointMismatch(
+            f"{path} does not hold this run's {group} variables"
+            + (f"; missing {', '.join(missing[:3])}" if missing else "")
+            + (f"; not in the model {', '.join(extra[:3])}" if extra else "")
+            + "; delete the run's checkpoints/ folder to start it afresh"
+        )
+    return [data[prefix + n] for n in names]
 
 
 class Checkpointer:
     """engine/interface.Checkpointer on JAX: WORKDIR/checkpoints/ckpt-STEP.npz holds the model's,
-    the optimizer's and the snapshot's arrays and the RunState as JSON, written atomically (the
-    two latest are kept). NumPy's format, read and written through the workdir store (a gs://
-    workdir through tf.io.gfile where TensorFlow is installed)."""
+    the optimizer's and the snapshot's arrays, each keyed by its variable's path (GROUPS), and the
+    RunState as JSON, written atomically (the two latest are kept). NumPy's format, read and
+    written through the workdir store (a gs:// workdir through tf.io.gfile where TensorFlow is
+    installed)."""
 
     KEEP = 2
 
@@ -395,51 +405,68 @@ class Checkpointer:
         found = (_CKPT.match(name) for name in wd.listdir(self.directory))
         return sorted(int(m.group(1)) for m in found if m)
 
+    def names(self) -> dict[str, list[str]]:
+        """This build's variable paths per group, in the order its state lists the values."""
+        stepper = self.build.stepper
+        model, optimizer = stepper.model, stepper.optimizer
+        return {
+            "trainable": variable_names(model.trainable_variables),
+            "non_trainable": variable_names(model.non_trainable_variables),
+            "optimizer": variable_names(optimizer.variables, optimizer.name),
+        }
+
     def load(self) -> RunState | None:
-        steps = self._steps()
-        if not steps:
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        paths = [wd.join(self.directory, f"ckpt-{s}.npz") for s in reversed(self._steps())]
+        errors = (OSError, ValueError, KeyError, IndexError, EOFError, zipfile.BadZipFile)
+        candidates = [(p, [p]) for p in paths]
+        path, loaded = restore.newest_readable(
+            candidates, self._read, errors, self.log, set_aside=self.chief
+        )
+        if path is None:
             return None
-        path = wd.join(self.directory, f"ckpt-{steps[-1]}.npz")
+        state, snapshot, run_state = loaded
+        stepper = self.build.stepper
+        self.holder.state = jax.device_put(state, stepper.replicated)
+        if snapshot is not None:
+            self.holder.snapshot = jax.device_put(snapshot, stepper.replicated)
+        self.log("resumed from %s at step %d", path, run_state.step)
+        return run_state
+
+    def _read(self, path: str):
+        """(the train state, the snapshot or None, the RunState) of one checkpoint, every array
+        read (a cut-short file fails here, before anything is placed on the devices)."""
         with np.load(io.BytesIO(wd.read_bytes(path))) as f:
             data = {k: f[k] for k in f.files}
-        stepper = self.build.stepper
-
-        def group(prefix):
-            return [data[f"{prefix}{i}"] for i in range(int(data[f"{prefix}count"]))]
-
-        state = {
-            "trainable": group("t"),
-            "non_trainable": group("n"),
-            "optimizer": group("o"),
-            "diverged": np.asarray(False),
-        }
-        self.holder.state = jax.device_put(state, stepper.replicated)
-        if int(data["s_count"]):
-            trainable, non_trainable = group("st"), group("sn")
-            self.holder.snapshot = jax.device_put((trainable, non_trainable), stepper.replicated)
+        stepper, names = self.build.stepper, self.names()
+        state = {g: unpack(data, g, names[g], path) for g in GROUPS}
+        state["diverged"] = np.asarray(False)
+        snapshot = None
+        if any(k.startswith("snapshot/") for k in data):
+            snap = {k[len("snapshot/") :]: v for k, v in data.items() if k.startswith("snapshot/")}
+            snapshot = (
+                unpack(snap, "trainable", names["trainable"], path),
+                unpack(snap, "non_trainable", names["non_trainable"], path),
+            )
         iterations = int(state["optimizer"][stepper._iterations])
-        state = RunState.from_json(bytes(data["run_state"]).decode(), iterations)
-        self.log("resumed from %s at step %d", path, state.step)
-        return state
+        return state, snapshot, RunState.from_json(bytes(data["run_state"]).decode(), iterations)
 
     def save(self, state: RunState) -> None:
         if not self.chief:
             return
-        device = jax.device_get(self.holder.state)
+        device, names = jax.device_get(self.holder.state), self.names()
         out = {"run_state": np.frombuffer(state.to_json().encode(), np.uint8)}
-        for prefix, values in (
-            ("t", device["trainable"]),
-            ("n", device["non_trainable"]),
-            ("o", device["optimizer"]),
-        ):
-            out[f"{prefix}count"] = np.asarray(len(values))
-            out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+        out.update(pack({g: (names[g], device[g]) for g in GROUPS}))
         snapshot = self.holder.snapshot
-        out["s_count"] = np.asarray(0 if snapshot is None else 1)
         if snapshot is not None:
-            for prefix, values in (("st", snapshot[0]), ("sn", snapshot[1])):
-                out[f"{prefix}count"] = np.asarray(len(values))
-                out.update({f"{prefix}{i}": np.asarray(v) for i, v in enumerate(values)})
+            snap = pack(
+                {
+                    "trainable": (names["trainable"], jax.device_get(snapshot[0])),
+                    "non_trainable": (names["non_trainable"], jax.device_get(snapshot[1])),
+                }
+            )
+            out.update({f"snapshot/{k}": v for k, v in snap.items()})
         buffer = io.BytesIO()
         np.savez(buffer, **out)
         wd.makedirs(self.directory)
@@ -464,6 +491,7 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the kept build when the compile key matches (its compiled
     functions reused), else a new one; the run's state from its seed's initial weights."""
+    preemption.set_collective(*preemption.jax_collective())  # hosts agree where they stop
     key = json.dumps(
         {
             "config": compile_key.config_key(config),

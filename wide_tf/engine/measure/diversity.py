@@ -1,5 +1,5 @@
 """Exact gradient diversity, batch bound and noise scale on a probe set (their cost:
-wide_tf/tools/bench.py).
+tools/bench/speed.py).
 
 Definitions (docs/science.md, "Quantities"), with f_i the per-example cross-entropy, g_i = grad f_i
 and n the probe-set size:

@@ -151,13 +151,12 @@ class GhostBatchNormalization(keras.layers.BatchNormalization):
     `ghost_batch_size` (one group or more): the virtual batch is never shrunk to fit a smaller
     batch, since that would make the statistics depend on the replica count (train.py rejects such
     a configuration before training; here it is checked while tracing, or in the graph). The
-    moving statistics are updated with the mean over groups of the group means and
-    variances (averaged over replicas too, under a multi-replica strategy), once per optimizer
-    step also when the step is split into micro-batches (engine/tf/accumulate.py); inference uses
-    them
-    exactly like BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are
-    those of BatchNormalization, so parameter counts and checkpoints line up, and code that
-    handles BatchNormalization in inference mode handles this layer too.
+    moving statistics are updated with the mean over groups of the group means and variances
+    (averaged over replicas too, under a multi-replica strategy), once per optimizer step also when
+    the step is split into micro-batches (engine/tf/accumulate.py); inference uses them exactly like
+    BatchNormalization. The weights (gamma, beta, moving_mean, moving_variance) are those of
+    BatchNormalization, so parameter counts and checkpoints line up, and code that handles
+    BatchNormalization in inference mode handles this layer too.
     Statistics are computed in float32 under mixed precision.
     """
 

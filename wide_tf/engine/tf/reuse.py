@@ -24,7 +24,7 @@ from wide_tf.engine.tf.bn_stats import BatchNormRecompute
 from wide_tf.engine.tf.probe import GradientProbe
 from wide_tf.engine.tf.snapshot import Snapshot
 from wide_tf.engine.tf.step import DeviceEvalSet, Stepper
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 
 def build_key(config, runtime, info, plan, member_only: bool = False) -> str:
@@ -174,7 +174,7 @@ def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
         jit_compile=runtime.jit_compile,
         diverge_loss=config.train.diverge_loss,
         diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
-        input_spec=datasets_spec.of(config.data),
+        input_spec=datasets.of(config.data),
         fused=fused_lib.applies(config, runtime),
     )
 
@@ -229,7 +229,7 @@ def _eval_set(config, runtime, model, info, split: str, limit: int | None):
     batch = config.train.eval_batch // replicas * replicas or replicas
     n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
     padded = n + data_lib.eval_padding(n, batch)
-    spec = datasets_spec.of(config.data)
+    spec = datasets.of(config.data)
     # One replica: the bound of before (the float32 copy without its padding), so that no set
     # moves between the held float values and the streamed packed ones.
     if replicas == 1 and DeviceEvalSet.fits(n * int(np.prod(info.input_shape)) * 4, 1):

@@ -6,158 +6,95 @@ The model, optimizer and compiled functions come from engine/tf/reuse.py, kept a
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import time
 
-import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import host_scalars, schedules, timing
-from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
+from wide_tf.engine import preemption, restore, timing
+from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.engine.tf import reuse, strategy
+from wide_tf.store import remove
 from wide_tf.store import workdir as wd
 
 
-class _Account:
-    """The run's time account (RunState.time_s), which the trainer adopts at restore and the
-    evaluator times its passes into."""
-
-    def __init__(self):
-        self.time_s: dict = {}
-
-
-class Trainer:
+class Trainer(BaseTrainer):
     """engine/interface.Trainer on TensorFlow: `train(n)` is one host call of the compiled loop
     (one device-to-host read)."""
 
     def __init__(self, config, runtime, info, batch_plan: BatchPlan, plan: RunPlan, built, account):
-        self.config, self.runtime, self.info = config, runtime, info
-        self.batch_plan, self.plan, self.built, self.account = batch_plan, plan, built, account
+        super().__init__(config, runtime, batch_plan, plan, account, built.at_init)
+        self.info, self.built = info, built
         self.probe = built.probe(config) if plan.probe else None
-        self.state = RunState()
-        self.noise = None
         self.stream = None
-        self.setup_s = 0.0  # the set-up's seconds (engine/train.py sets them), into the account
 
-    def restore(self, state: RunState) -> None:
-        self.state = state
-        self.account.time_s = state.time_s
-        timing.add(state.time_s, "setup", self.setup_s)
-        self.noise = TwoBatchNoiseScale(decay=self.config.train.noise_scale_ema)
-        if state.noise:
-            self.noise = TwoBatchNoiseScale.from_dict(state.noise)
+    def _open(self, step: int) -> None:
         self.stream = self.built.train_stream(
-            self.config, self.runtime, self.info, self.plan.batch, state.step
+            self.config, self.runtime, self.info, self.plan.batch, step
         )
 
-    def train(self, num_steps: int) -> dict:
-        st = self.state
-        t0 = time.time()
-        with timing.timed("train", st.time_s) as timed:
-            scalars = self.built.stepper.train(self.stream, num_steps)
-            timed["count"] = int(scalars["steps"])
-        dt = time.time() - t0
-        st.step += int(scalars["steps"])  # all of them, or up to the first diverged step
-        st.train_time_s += dt
-        out = self._scalars(scalars, dt)
-        out["diverged"] = bool(scalars["diverged"])
-        return out
+    def _call(self, num_steps: int):
+        return lambda: self.built.stepper.train(self.stream, num_steps)
 
-    def _scalars(self, scalars: dict, dt: float) -> dict:
-        """The logged numbers of one host call (engine/host_scalars.py); the noise estimate into
-        the state."""
-        diagnostics = self.built.stepper.diagnostics
-        out, updated = host_scalars.from_sums(
-            scalars,
-            dt,
-            self.batch_plan,
-            self.plan.batch,
-            self.noise,
-            diagnostics.names if diagnostics is not None else (),
-        )
-        if updated:
-            self.state.noise = self.noise.to_dict()
-        return out
+    def _diagnostics(self):
+        return self.built.stepper.diagnostics
 
-    def measure(self, step: int) -> dict:
-        with timing.timed("probe", self.state.time_s) as timed:
-            seed = self.config.train.seed
-            g = host_scalars.at_init(
-                self.built.at_init, seed, step, "gradient", lambda: self.probe(self.built.model)
-            )
-            timed["count"] = self.probe.n
-        return g
+    def _probe(self):
+        return (lambda: self.probe(self.built.model)), self.probe.n
 
-    def describe(self) -> dict:
-        model = self.built.model
-        noise = None if self.noise is None else self.noise.value
-        return {
-            "model": model.name,
-            "params": int(sum(np.prod(v.shape) for v in model.trainable_variables)),
-            "learning_rate": float(
-                schedules.peak_learning_rate(self.config.optim, self.plan.batch)
-            ),
-            "probe_examples": None if self.probe is None else self.probe.n,
-            "runtime": self.runtime.describe()
-            + (", fused XLA loop (engine/tf/fused.py)" if self.built.stepper.fused else ""),
-            # The policy the model was really built with (not only the one asked for).
-            "dtype_policy": _model_policy(model),
-            "batch_plan": self.batch_plan.describe(),
-            "noise_scale_ema": None if noise is None else float(noise),
-        }
+    def _model(self):
+        return self.built.model
+
+    def _probe_examples(self) -> int | None:
+        return None if self.probe is None else self.probe.n
+
+    def describe(self):
+        """The base's facts; the runtime line names the fused XLA loop when it trains the run
+        (runtime.jit_compile there says only whether the step alone is XLA'd)."""
+        facts = super().describe()
+        if self.built.stepper.fused:
+            runtime = facts.runtime + ", fused XLA loop (engine/tf/fused.py)"
+            facts = dataclasses.replace(facts, runtime=runtime)
+        return facts
 
     def finish(self) -> None:
         self.stream = None  # the data stream's threads end here, not in a later collection
 
 
-def _model_policy(model) -> str:
-    """The dtype policy of the model's first layer with weights (the logits layer stays float32)."""
-    layer = next((candidate for candidate in model.layers if candidate.weights), None)
-    return (layer or model).dtype_policy.name
-
-
-class Evaluator:
+class Evaluator(BaseEvaluator):
     """engine/interface.Evaluator on TensorFlow: each set's pass is one compiled loop that stops
     once `bound` says no target can be met (engine/tf/step.go_on), under the batch-norm statistics
-    of train.target_bn (the training run's own are put back after)."""
+    of train.target_bn (the training run's own are put back after). The weights are the model's
+    variables: a pass reads them in place (`weights` is None)."""
 
     def __init__(self, config, built, account):
-        self.seed, self.built, self.account = config.train.seed, built, account
-        self.examples = {k: s.num_examples for k, s in built.eval_sets.items()}
+        super().__init__(config, built.eval_sets, account, built.at_init)
+        self.built = built
 
-    def evaluate(self, step: int, sets=("train", "test"), bound=None, snapshot: bool = False):
-        sets = tuple(sets)
-        if snapshot:
-            with self.built.snapshot.applied():
-                return self._passes(sets, bound)
-        key = "eval" if sets == ("train", "test") else "eval:" + ",".join(sets)
-        return host_scalars.at_init(
-            self.built.at_init, self.seed, step, key, lambda: self._passes(sets, bound)
-        )
+    def _weights(self):
+        return None
 
-    def _passes(self, names, bound) -> dict | None:
-        account = self.account.time_s
+    @contextlib.contextmanager
+    def _snapshot(self):
+        with self.built.snapshot.applied():
+            yield None
+
+    @contextlib.contextmanager
+    def _statistics(self, weights):
         recompute, saved = self.built.bn_recompute, None
         if recompute is not None:
-            with timing.timed("eval", account):
+            with timing.timed("eval", self.account.time_s):
                 saved = recompute.recompute()
         try:
-            out = {}
-            for k in names:
-                with timing.timed("eval", account) as timed:
-                    got = self.built.stepper.evaluate(
-                        self.built.eval_sets[k], bound if k == "train" else None
-                    )
-                    timed["count"] = 0 if got is None else int(got["examples"])
-                if got is None:
-                    return None
-                out[k] = got
-            return out
+            yield weights
         finally:
             if saved is not None:
-                with timing.timed("eval", account):
+                with timing.timed("eval", self.account.time_s):
                     recompute.restore(saved)
+
+    def _pass(self, weights, eval_set, bound):
+        return self.built.stepper.evaluate(eval_set, bound)
 
     def hold(self) -> None:
         with timing.timed("eval", self.account.time_s):
@@ -183,25 +120,40 @@ class Checkpointer:
         )
 
     def load(self) -> RunState | None:
-        latest = tf.train.latest_checkpoint(self.directory)
-        if not latest:
-            return None
-        self.built.checkpoint.restore(latest).assert_existing_objects_matched()
+        """The newest checkpoint that reads whole (engine/restore.py): a damaged one is named
+        and skipped when an older one is whole."""
+        candidates = [
+            (wd.join(self.directory, f"ckpt-{s}"), restore.files_of(self.directory, s))
+            for s in restore.steps_on_disk(self.directory)
+        ]
+        errors = (tf.errors.OpError, ValueError, AssertionError, IndexError, UnicodeDecodeError)
+        latest, state = restore.newest_readable(
+            candidates, self._load, errors, self.log, set_aside=self.scratch is None
+        )
+        if latest is not None:
+            self.log("resumed from %s at step %d", latest, state.step)
+        return state
+
+    def _load(self, path: str) -> RunState:
+        # Every tensor is read (and its checksum checked) before any variable is assigned, so a
+        # checkpoint cut short leaves the model as it was for the next candidate.
+        reader = tf.train.load_checkpoint(path)
+        for key in reader.get_variable_to_shape_map():
+            reader.get_tensor(key)
+        self.built.checkpoint.restore(path).assert_existing_objects_matched()
         # A diverged run's optimizer may have run past the step it diverged at (see Stepper): the
         # state's step is the one that counts.
-        state = RunState.from_json(
+        return RunState.from_json(
             self.built.host_var.numpy().decode(), int(self.built.optimizer.iterations.numpy())
         )
-        self.log("resumed from %s at step %d", latest, state.step)
-        return state
 
     def save(self, state: RunState) -> None:
         self.built.host_var.assign(state.to_json())
         self.manager.save(checkpoint_number=state.step)
 
     def close(self) -> None:
-        if self.scratch is not None and tf.io.gfile.exists(self.scratch):
-            tf.io.gfile.rmtree(self.scratch)
+        if self.scratch is not None:
+            remove.remove_tree(self.scratch)  # a link planted at its name is unlinked only
 
 
 @dataclasses.dataclass
@@ -217,10 +169,11 @@ class Backend:
 def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log) -> Backend:
     """The backend of one run: the model, optimizer and compiled step (kept from the last run
     when they can be: engine/tf/reuse.py), and the three objects around them."""
+    preemption.set_collective(preemption.tf_collective(runtime.strategy))  # hosts agree
     built = reuse.build(
         config, runtime, info, batch_plan, plan.steps_per_epoch, plan.total_steps, new_model
     )
-    account = _Account()
+    account = Account()
     trainer = Trainer(config, runtime, info, batch_plan, plan, built, account)
     checkpointer = Checkpointer(built, workdir, runtime.strategy, chief, log)
     return Backend(trainer, Evaluator(config, built, account), checkpointer, built)

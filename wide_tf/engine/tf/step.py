@@ -48,6 +48,17 @@ def go_on(sums, bound) -> tf.Tensor:
     return tf.logical_or(best_hits >= bound[0], sums[0] <= bound[1])
 
 
+def bounded_sums(batch_sums, num_batches, bound) -> tf.Tensor:
+    """[loss sum, hits, examples] of batches 0, 1, ... (`batch_sums(i)`: batch i's, reduced over
+    the replicas) up to `num_batches`, or fewer once `bound` says no target can be met (go_on)."""
+    _, sums = tf.while_loop(
+        lambda i, sums: tf.logical_and(i < num_batches, go_on(sums, bound)),
+        lambda i, sums: (i + 1, sums + batch_sums(i)),
+        [tf.constant(0), tf.zeros([3], tf.float32)],
+    )
+    return sums
+
+
 def _bound_tensor(bound, num_examples: int) -> tf.Tensor:
     lo, hi = WHOLE_PASS if bound is None else bound
     return tf.constant([lo, hi, float(num_examples)], tf.float32)
@@ -72,16 +83,11 @@ def _build_eval_fn(model, strategy, jit_compile: bool, input_spec=None):
         # The iterator comes from outside, as in training: one made inside this function hangs
         # in `get_next` under MirroredStrategy (two CPU replicas here).
 
-        def add_batch(i, sums):
+        def add_batch(i):
             out = strategy.run(replica_eval, args=iterator.get_next())
-            return i + 1, sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+            return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
-        _, sums = tf.while_loop(
-            lambda i, sums: tf.logical_and(i < num_batches, go_on(sums, bound)),
-            add_batch,
-            [tf.constant(0), tf.zeros([3], tf.float32)],
-        )
-        return sums
+        return bounded_sums(add_batch, num_batches, bound)
 
     return eval_all
 
@@ -286,7 +292,7 @@ class Stepper:
         return out
 
     @property
-    def traced_train_fn(self):
+    def _traced_train_fn(self):
         """The traced host call in use: the fused one once it has run, else the executor's."""
         return self._fused_fn[2].traced if self._fused_fn is not None else self._train_fn
 
@@ -353,7 +359,7 @@ class DeviceEvalSet:
     `_reduce_to`). The TPU pass was never run (no TPU here); on CPUs it runs on one replica.
 
     No iterator is created per pass, on every platform: on two CPU replicas that, not the forward
-    passes, was most of a pass's time (docs/evaluation.md, `python -m wide_tf.tools.bench_eval`)."""
+    passes, was most of a pass's time (docs/evaluation.md, `python -m tools.bench.eval_pass`)."""
 
     # Above this many bytes per replica the set stays a tf.data pipeline (data.make_eval_dataset).
     MAX_BYTES = 64 << 20
@@ -421,16 +427,11 @@ class DeviceEvalSet:
         def replica_pass(x, y, w, bound):
             ctx = tf.distribute.get_replica_context()
 
-            def add(i, sums):
+            def add(i):
                 local = batch_sums(x[i], y[i], w[i])
-                return i + 1, sums + ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
+                return ctx.all_reduce(tf.distribute.ReduceOp.SUM, local)
 
-            _, sums = tf.while_loop(
-                lambda i, sums: tf.logical_and(i < batches, go_on(sums, bound)),
-                add,
-                [tf.constant(0), tf.zeros([3], tf.float32)],
-            )
-            return sums
+            return bounded_sums(add, batches, bound)
 
         @tf.function(autograph=False)
         def one_program(x, y, w, bound):
@@ -444,16 +445,11 @@ class DeviceEvalSet:
         def host_loop(x, y, w, bound):
             timing.note_trace()
 
-            def add(i, sums):
+            def add(i):
                 out = strategy.run(lambda a, b, c: batch_sums(a[i], b[i], c[i]), args=(x, y, w))
-                return i + 1, sums + strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
+                return strategy.reduce(tf.distribute.ReduceOp.SUM, out, axis=None)
 
-            _, sums = tf.while_loop(
-                lambda i, sums: tf.logical_and(i < batches, go_on(sums, bound)),
-                add,
-                [tf.constant(0), tf.zeros([3], tf.float32)],
-            )
-            return sums
+            return bounded_sums(add, batches, bound)
 
         if self.in_replica:
             return one_program

@@ -12,10 +12,11 @@ import tensorflow as tf
 from absl import logging
 
 from wide_tf.schema import datasets, families, hardware, memory
-from wide_tf.schema.choices import PRECISIONS, STRATEGIES
+from wide_tf.schema.fields import PRECISIONS, STRATEGIES
+from wide_tf.schema.problems import RuntimeProblem
 
 
-class StrategyError(RuntimeError):
+class StrategyError(RuntimeProblem):
     """The requested strategy cannot be set up on this machine."""
 
 
@@ -109,7 +110,7 @@ def _default_jit(platform: str, requested, replicas: int = 1) -> bool:
     # Measured (docs/design.md, "TensorFlow / Keras 3 facts"): XLA under MirroredStrategy over
     # logical CPUs fails and on CPU it made a WRN ~30% slower; on TPU it is the only path and on one
     # GPU it is usually faster. On several GPUs (MirroredStrategy, MultiWorkerMirroredStrategy) a
-    # jit_compile function nested inside strategy.run fails on the first step (issue 17: "merge_call
+    # jit_compile function nested inside strategy.run fails on the first step ("merge_call
     # called while defining a new graph"; tests/engine/test_strategy.py reproduces it on two
     # logical CPUs shown to the strategy as GPUs, a CPU stand-in for the multi-GPU set-up), and
     # Keras itself turns its automatic XLA off under tf.distribute, so 'auto' is off there.

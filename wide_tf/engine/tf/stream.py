@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from wide_tf.engine.tf import data
-from wide_tf.schema import datasets as datasets_spec
+from wide_tf.schema import datasets
 
 
 class InMemoryTrainStream:
@@ -29,7 +29,7 @@ class InMemoryTrainStream:
         if not 0 < self.batch <= self.n:
             raise ValueError(f"need 0 < global batch <= {self.n} examples, got {self.batch}")
         self.shuffle_buffer = int(data_cfg.shuffle_buffer)
-        self.spec = datasets_spec.of(data_cfg)
+        self.spec = datasets.of(data_cfg)
         self.augment = bool(data_cfg.augment)
         # Augmented: uint8 images, cropped and flipped, then packed; else packed rows, gathered.
         self.x = tf.constant(images) if self.augment else data.pack_images(tf.constant(images))

@@ -1,0 +1,302 @@
+"""Owns frozen designs: a study's config, verdict rule, targets, equivalence margin, seeds and its
+simulated size and power, written to a file with its hash before the study runs, and the check
+that a run is the frozen study and nothing else.
+
+    python -m wide_tf.analysis.frozen --config=configs/wrn.py:fashion_confirm \\
+        --b_crit_ref=213 --s_min=65 --sigma=0.131 --studies=200 --replicates=2 \\
+        --pilot="a pilot" --out=configs/frozen/wrn_fashion_confirm.json
+
+* **The file** holds the resolved config (less the machine-local fields `LOCAL_FIELDS`), its
+  hash, the rule (its check level and eps), the primary and secondary targets, the margin, the
+  seeds, the scale it was simulated at and the simulated rates (`wide_tf.analysis.rule_power`),
+  the date, and `hash`: SHA-256 of all of it. Commit it before the first run; git then dates it.
+* **The check.** `python -m wide_tf.main --config=... --frozen=FILE` (or, with no flag, the file
+  `frozen/<config stem>_<variant>.json` beside the config when it exists) refuses to run unless
+  the file is whole (its hash) and the resolved config, overrides included, is the frozen one:
+  one line naming the first field that differs, exit 2.
+* **The stamp.** A checked run exports `ENV` (the hash, the date, the margin and the simulated
+  power and size); every provenance it writes (config.json, each result.json) carries it, so
+  the report says "confirmatory, frozen at <hash> on <date>" only when every record does
+  (`label`), and reads an interval that holds 0 by the frozen margin.
+
+No TensorFlow.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import sys
+
+from wide_tf.schema import provenance
+from wide_tf.schema.problems import UsageError
+
+FORMAT = "wide_tf frozen design 1"
+ENV = provenance.FROZEN_ENV
+# Where the data sit on a machine, not what the study is.
+LOCAL_FIELDS = (("data", "data_dir"), ("data", "download"))
+HASH_CHARS = 12  # the short hash the report prints
+
+
+class FrozenError(UsageError):
+    """A frozen design that is missing, damaged, or not the config being run (one line)."""
+
+    exit_code = 2
+
+
+def _canonical(obj) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_dict(config) -> dict:
+    """The resolved config as plain JSON (tuples as lists), less `LOCAL_FIELDS`."""
+    d = json.loads(_canonical(config.to_dict() if hasattr(config, "to_dict") else config))
+    for section, key in LOCAL_FIELDS:
+        if isinstance(d.get(section), dict):
+            d[section].pop(key, None)
+    return d
+
+
+def config_hash(config) -> str:
+    return hashlib.sha256(_canonical(config_dict(config)).encode()).hexdigest()
+
+
+def content_hash(doc: dict) -> str:
+    return hashlib.sha256(
+        _canonical({k: v for k, v in doc.items() if k != "hash"}).encode()
+    ).hexdigest()
+
+
+def _targets(cfg: dict) -> dict:
+    t = cfg.get("train") or {}
+    return {
+        "primary": f"{t.get('target_metric')}:{t.get('target_value')}",
+        "secondary": list(t.get("extra_targets") or []),
+    }
+
+
+def design(config, spec: str, rule: dict, scale: dict, sim: dict, frozen_on: str) -> dict:
+    """The frozen design document (with its hash)."""
+    cfg = config_dict(config)
+    sweep = cfg.get("sweep") or {}
+    doc = {
+        "format": FORMAT,
+        "config_spec": spec,
+        "config_hash": config_hash(config),
+        "config": cfg,
+        "rule": rule,
+        "targets": _targets(cfg),
+        "equivalence": {
+            "margin": sim["margin"],
+            "power_null": sim["power_null"],
+            "size_margin": sim["size_margin"],
+        },
+        "seeds": {"tuning": sweep.get("seeds"), "confirm": sweep.get("confirm_seeds")},
+        "scale": scale,
+        "simulation": sim,
+        "frozen_on": frozen_on,
+    }
+    doc["hash"] = content_hash(doc)
+    return doc
+
+
+def load(path: str) -> dict:
+    """The frozen design at `path`, whole, or FrozenError."""
+    try:
+        with open(path) as f:
+            doc = json.load(f)
+    except OSError as e:
+        raise FrozenError(
+            f"frozen design {path} cannot be read ({e.strerror}); give the committed file"
+        ) from None
+    except json.JSONDecodeError as e:
+        raise FrozenError(
+            f"frozen design {path} is not valid JSON ({e.msg}); restore it from git"
+        ) from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise FrozenError(f"{path} is not a frozen design ({FORMAT!r}); give one that is")
+    if doc.get("hash") != content_hash(doc):
+        raise FrozenError(
+            f"frozen design {path} does not match its own hash (edited after freezing); restore "
+            "it from git, or freeze a new design and run it as a new study"
+        )
+    return doc
+
+
+def _first_difference(a, b, path="") -> str | None:
+    if isinstance(a, dict) and isinstance(b, dict):
+        for k in sorted(set(a) | set(b)):
+            d = _first_difference(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+            if d:
+                return d
+        return None
+    return None if a == b else f"{path} is {b!r}, frozen {a!r}"
+
+
+def check(config, path: str) -> dict:
+    """The frozen design at `path` when `config` is the frozen config, else FrozenError."""
+    doc = load(path)
+    if config_hash(config) != doc["config_hash"]:
+        diff = _first_difference(doc["config"], config_dict(config)) or "the config differs"
+        raise FrozenError(
+            f"this config is not the study frozen in {path} ({diff}); run the frozen config "
+            "unchanged, or freeze a new design for this one"
+        )
+    return doc
+
+
+def default_file(spec: str | None) -> str | None:
+    """`<config dir>/frozen/<stem>_<variant>.json` for `--config=<path>.py:<variant>`."""
+    if not spec:
+        return None
+    path, _, variant = spec.partition(":")
+    stem = os.path.splitext(os.path.basename(path))[0]
+    return os.path.join(os.path.dirname(path), "frozen", f"{stem}_{variant or 'default'}.json")
+
+
+def config_spec(argv) -> str | None:
+    """The --config=PATH[:VARIANT] of a command line (not its --config.x overrides)."""
+    for arg in argv[1:]:
+        if arg.startswith("--config="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def check_run(config, path: str | None, argv) -> dict | None:
+    """main's check: the stamp of a run of the frozen design at `path` (--frozen), or of the
+    file beside the config when there is one (`default_file`); None for an exploratory run.
+    FrozenError when `config` is not the frozen one."""
+    if path is None:
+        guess = default_file(config_spec(argv))
+        path = guess if guess and os.path.isfile(guess) else None
+    if not path:  # an exploratory run never carries a stamp it inherited
+        os.environ.pop(ENV, None)
+        return None
+    return stamp(check(config, path), path)
+
+
+def stamp(doc: dict, path: str) -> dict:
+    """What every provenance of the run carries (exported in `ENV` for its workers)."""
+    s = {
+        "hash": doc["hash"],
+        "frozen_on": doc["frozen_on"],
+        "file": path,
+        "config_spec": doc.get("config_spec"),
+        "equivalence": doc.get("equivalence"),
+    }
+    os.environ[ENV] = _canonical(s)
+    return s
+
+
+def stamp_of(config_json: dict | None, records) -> tuple[dict | None, str]:
+    """(the stamp every record and the config carry, or None; why not when None)."""
+    stamps = [((config_json or {}).get("provenance") or {}).get("frozen")]
+    stamps += [(r.get("provenance") or {}).get("frozen") for r in records]
+    hashes = {s.get("hash") if isinstance(s, dict) else None for s in stamps}
+    if hashes == {None}:
+        return None, "no frozen design"
+    if len(hashes) > 1:
+        return None, "its records do not all carry one frozen design's hash"
+    return stamps[0], ""
+
+
+def label(config_json: dict | None, records) -> str:
+    """'confirmatory, frozen at <hash> on <date>' or 'exploratory (why)'."""
+    s, why = stamp_of(config_json, records)
+    if s is None:
+        return f"exploratory ({why})"
+    return f"confirmatory, frozen at {s['hash'][:HASH_CHARS]} on {s.get('frozen_on')}"
+
+
+def _parser():
+    from wide_tf.analysis import rule_power
+
+    p = rule_power._parser()
+    p.prog = "python -m wide_tf.analysis.frozen"
+    p.description = "Freeze a study's design: simulate it and write the frozen file."
+    p.add_argument("--out", required=True, help="the frozen design file to write")
+    p.add_argument("--pilot", default="", help="where the scale was read (a pilot, a study)")
+    p.add_argument(
+        "--replicate",
+        nargs=2,
+        metavar=("CONFIG", "OUT"),
+        help="the seed replicate read with it: its config and frozen file (the same simulation)",
+    )
+    return p
+
+
+def _documents(a, margin, counts) -> tuple[dict, dict, dict]:
+    """(simulation, rule, scale) of a frozen design from the parsed flags and the counts."""
+    from wide_tf.analysis import decision, rule_power
+    from wide_tf.analysis.members import DEFAULT_EPS
+
+    sim = {
+        "studies": a.studies,
+        "replicates": a.replicates,
+        "bootstrap": a.bootstrap,
+        "seed": a.seed,
+        "margin": margin,
+        **rule_power.summary(counts),
+    }
+    rule = {
+        "name": "random-effects slope of log B_x(1+eps) on log width, leave-one-out, the check "
+        "without the heaviest member, B_crit sign, censoring, grid edges; equivalence margin",
+        "heaviest_level": decision.HEAVIEST_LEVEL,
+        "eps": DEFAULT_EPS,
+        "pooled_replicates": a.replicates,
+    }
+    scale_doc = {
+        "b_crit_ref": a.b_crit_ref,
+        "s_min": a.s_min,
+        "sigma": a.sigma,
+        "cell_sd": a.cell_sd,
+        "seed_share": a.seed_share,
+        "source": a.pilot,
+    }
+    return sim, rule, scale_doc
+
+
+def main(argv=None) -> int:
+    from wide_tf.analysis import rule_power
+    from wide_tf.checks import loader
+
+    a = _parser().parse_args(argv)
+    outs = [(a.config, a.out)] + ([tuple(a.replicate)] if a.replicate else [])
+    for _, out in outs:
+        if os.path.exists(out):
+            print(
+                f"error: {out} exists: a frozen design is never rewritten; delete it only if no "
+                "study has run on it, or write a new file",
+                file=sys.stderr,
+            )
+            return 2
+    try:
+        configs = [(spec, out, loader.load_config(spec)) for spec, out in outs]
+    except Exception as e:  # the loader's one-line errors
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    got = rule_power.setup(a)
+    if isinstance(got, str):
+        print(got, file=sys.stderr)
+        return 2
+    design_, scale, margin, names = got
+    truths = rule_power.truths_at(scale, design_.num_train, names)
+    counts = rule_power.run(design_, truths, a.studies, margin, a.replicates, a.bootstrap, a.seed)
+    for line in rule_power.table(counts):
+        print(line)
+    sim, rule, scale_doc = _documents(a, margin, counts)
+    today = datetime.datetime.now(datetime.UTC).date().isoformat()
+    for spec, out, config in configs:
+        doc = design(config, spec, rule, scale_doc, sim, today)
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write("\n")
+        print(f"frozen at {doc['hash'][:HASH_CHARS]} on {today}: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
