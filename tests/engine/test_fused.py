@@ -58,19 +58,20 @@ def test_a_call_longer_than_the_held_epochs_is_refused():
 
 def test_applies_only_where_measured():
     runtime = type("R", (), {"platform": "cpu", "num_replicas": 1})()
-    assert fused.applies(_config("auto"), runtime)
+    assert fused.applies(_config("fused"), runtime)
+    assert not fused.applies(_config("auto"), runtime)  # opt-in: the executor's sums by default
     assert not fused.applies(_config("false"), runtime)
     assert not fused.applies(_config("true"), runtime)  # XLA around the step alone, as before
-    wrn = _config("auto")
+    wrn = _config("fused")
     wrn.model.arch = "wrn"
     assert not fused.applies(wrn, runtime)
     runtime.num_replicas = 2
-    assert not fused.applies(_config("auto"), runtime)
+    assert not fused.applies(_config("fused"), runtime)
 
 
 def test_a_fused_run_follows_the_executors(tmp_path):
     runs = {}
-    for jit in ("false", "auto"):
+    for jit in ("false", "fused"):
         train.clear_cache()
         result = train.train_and_evaluate(_config(jit), str(tmp_path / jit))
         history = [
@@ -78,7 +79,7 @@ def test_a_fused_run_follows_the_executors(tmp_path):
         ]
         runs[jit] = result, history
     train.clear_cache()
-    (old, old_h), (new, new_h) = runs["false"], runs["auto"]
+    (old, old_h), (new, new_h) = runs["false"], runs["fused"]
     assert (new["status"], new["steps_to_target"]) == (old["status"], old["steps_to_target"])
     assert [r.get("step") for r in new_h] == [r.get("step") for r in old_h]
     for a, b in zip(old_h, new_h):

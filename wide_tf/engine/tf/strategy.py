@@ -114,7 +114,7 @@ def _default_jit(platform: str, requested, replicas: int = 1) -> bool:
     # called while defining a new graph"; tests/engine/test_strategy.py reproduces it on two
     # logical CPUs shown to the strategy as GPUs, a CPU stand-in for the multi-GPU set-up), and
     # Keras itself turns its automatic XLA off under tf.distribute, so 'auto' is off there.
-    if requested in ("auto", None):
+    if requested in ("auto", "fused", None):  # fused: engine/tf/fused.py, CPU only
         return platform == "tpu" or (platform == "gpu" and replicas == 1)
     if isinstance(requested, str):
         return requested.lower() in ("1", "true", "yes")
