@@ -23,7 +23,8 @@ PROBE_BATCHES = ("smallest", "all")  # sweep.probe_batches
 STRATEGIES = ("auto", "tpu", "gpu", "cpu", "multi_worker")  # runtime.strategy
 BACKENDS = ("tensorflow", "jax")  # runtime.backend: Keras's backend
 PRECISIONS = ("auto", "float32", "mixed_bfloat16")  # runtime.mixed_precision
-JIT_COMPILE = ("auto", "fused", "true", "false", "1", "0", "yes", "no")  # runtime.jit_compile, any case
+# runtime.jit_compile, any case
+JIT_COMPILE = ("auto", "fused", "true", "false", "1", "0", "yes", "no")
 KINDS = ("study", "theory")  # config.kind
 THEORY_KINDS = ("linear", "relu")  # theory.kinds
 
@@ -310,7 +311,12 @@ RUNTIME = (
     _F("runtime.tpu", "", FREE, "TPU name or 'local'; empty: auto-detect a TPU VM"),
     # cpu strategy only: e.g. ['/cpu:0', '/cpu:1'] to rehearse multi-replica runs.
     _F("runtime.devices", (), FREE, "the cpu strategy's devices"),
-    _F("runtime.jit_compile", "auto", JIT, "auto: XLA on TPU and GPU; fused: on CPU an MLP's host call as one XLA program"),
+    _F(
+        "runtime.jit_compile",
+        "auto",
+        JIT,
+        "auto: XLA on TPU and GPU; fused: an MLP's CPU host call in one XLA program",
+    ),
     _F(
         "runtime.mixed_precision",
         "auto",
