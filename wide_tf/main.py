@@ -150,9 +150,6 @@ def _run(config, verbose: bool) -> None:
 
         _finish(ray_study.run(config, _WORKDIR.value, _CLUSTER.value, verbose, _log))
     else:  # its parent imports TensorFlow for the report alone, once every group is done
-        from wide_tf.study import progress
-
-        progress.keep_log(_WORKDIR.value)  # this command's own log, beside the workers'
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(

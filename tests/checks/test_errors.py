@@ -910,10 +910,15 @@ def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder
 # Exceptions that are signals between the package's own parts, never shown as an error line:
 # SIGTERM's checkpoint-and-exit (exit 143, main; a worker's between trials) and a group taken
 # over by another worker.
+# Exceptions that are not errors: signals that end a run on purpose, the launcher's outcomes
+# (it answers in its own lines), and the unreadable-file case, an OSError its readers catch.
 SIGNALS = {
     "wide_tf/engine/preemption.py:Preempted",
     "wide_tf/study/scheduler.py:WorkerStopped",
-    "wide_tf/study/scheduler.py:LostClaim",
+    "wide_tf/store/claims.py:LostClaim",
+    "wide_tf/launch/command.py:Terminated",
+    "wide_tf/launch/options.py:Stop",
+    "wide_tf/store/workdir.py:NotARegularFile",
 }
 _BASES = {"Problem", "UsageError", "RuntimeProblem"}
 

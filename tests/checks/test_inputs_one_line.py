@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from wide_tf.checks import loader, overrides, preflight
-from wide_tf.checks.problems import UsageError
 from wide_tf.schema import architectures
+from wide_tf.schema.problems import UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from wide_tf.checks import preflight
-from wide_tf.checks.problems import RuntimeProblem
+from wide_tf.schema.problems import RuntimeProblem
 from wide_tf.store import claims
 from wide_tf.store import workdir as wd
 
@@ -94,7 +94,7 @@ def test_a_fifo_result_or_claim_is_skipped_as_unreadable(tmp_path):
     folder = tmp_path / claims.CLAIMS_DIR
     folder.mkdir()
     _fifo(folder / "g.1.json")
-    store = claims.open_store(str(tmp_path))
+    store = claims._LocalStore(claims.claims_folder(str(tmp_path)))
     with _no_hang(), pytest.raises(wd.NotARegularFile):
         store.read("g.1.json")  # Claims turns this OSError into one broken claim
     assert claims._parse(b"[" * 5000 + b"]" * 5000)[1].startswith("is not JSON (nested 5000")

@@ -44,7 +44,7 @@ def test_a_module_that_is_not_there_is_one_error_line():
         "--config=configs/mlp.py:local", "--config.model.arch=no_such.pkg", "--dry_run", check=False
     )
     assert p.returncode == 2 and p.stderr.count("\n") == 1
-    assert "cannot be imported" in p.stderr and "your-own-model" in p.stderr
+    assert "no module 'no_such' is found" in p.stderr and "your-own-model" in p.stderr
     p = run_main(
         "--config=configs/mlp.py:local", "--config.model.arch=configs.mlp", "--dry_run", check=False
     )

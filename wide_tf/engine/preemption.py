@@ -125,7 +125,7 @@ def set_collective(collective=None, sync_point=None) -> None:
 def stop_agreed(step: int) -> bool:
     """Whether every host stops after this host loop: called by every host at the same host
     loops (the loop is SPMD), so all of them get the same answer at the same step."""
-    local = _requested.is_set()
+    local = requested()
     if _sync_point is not None and _sync_point(step):
         local = True
     if _collective is None:
@@ -168,7 +168,8 @@ def tf_collective(strategy):
 
     def collective(flag: int) -> int:
         local = strategy.run(lambda: tf.constant(flag, tf.int32))
-        return int(strategy.reduce(tf.distribute.ReduceOp.MAX, local, axis=None).numpy())
+        # tf.distribute reduces by SUM or MEAN only: the flags' sum is non-zero when any is set
+        return int(strategy.reduce(tf.distribute.ReduceOp.SUM, local, axis=None).numpy() > 0)
 
     return collective
 

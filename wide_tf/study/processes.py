@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from wide_tf import tf_start
 from wide_tf.engine import backend
-from wide_tf.study import trials, workers
+from wide_tf.study import progress, trials, workers
 
 
 def run(
@@ -33,6 +33,7 @@ def run(
     `preemption.Preempted` reaches the caller)."""
     n = workers.count_for(config, n_workers, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts
+    progress.keep_log(workdir)  # this command's own log, beside the workers' (once it may write)
     # KERAS_BACKEND before Keras is imported: this process's trials or report, and its workers'.
     backend.select(config)
     if n > 1:
