@@ -60,11 +60,13 @@ def _hosts(mode: str):
 
 
 def test_two_hosts_stop_at_the_same_step_when_one_gets_sigterm():
+    pytest.importorskip("jax")  # the hosts are JAX processes (the TF 2.19.1 CI job has none)
     first, second = _hosts("agree")
     assert first.startswith("stopped at ") and first == second
 
 
 def test_without_the_agreement_the_other_host_runs_on():
+    pytest.importorskip("jax")  # the hosts are JAX processes (the TF 2.19.1 CI job has none)
     first, second = _hosts("alone")
     assert second.startswith("stopped at ") and first == "finished at 4000"
 
