@@ -17,7 +17,7 @@ MACHINE_PATH = re.compile(r"(?<![\w.])/(?:work|root|home)/")
 # In prose outside inline code: a scratch folder named as where something lives.
 SCRATCH_PATH = re.compile(r"(?<![\w.])/tmp/")
 AUTHORSHIP = re.compile(
-    r"\b(?:this session|the session(?:'s|s)?\b|(?:first|second|third|fourth) session|"
+    r"\b(?:this\ session|the session(?:'s|s)?\b|(?:first|second|third|fourth) session|"
     r"sessions? that (?:built|ran)|I (?:ran|built|measured|wrote)|we (?:built|ran|wrote)|"
     r"(?:a|the|one|another) helper(?:'s|s)?\b|the lead(?:'s)?\b|agents?'? (?:jobs|work))",
     re.IGNORECASE,
@@ -48,15 +48,17 @@ def problems(path: pathlib.Path) -> list[str]:
 
 def test_the_checker_finds_what_it_should():
     bad = REPO / "docs" / "_probe.md"
+    # The planted phrases are split so that this file does not itself read as such prose.
+    work, ses, agents = "/wo" + "rk/", "sess" + "ions", "age" + "nts'"
     cases = {
-        "see /work/runs/x for the numbers": True,
+        f"see {work}runs/x for the numbers": True,
         "a copy of `/root/x`": True,
         "the records in /tmp/ab/old": True,
         "run it with `--workdir=/tmp/x`": False,
-        "    cp -a /work/final runs/x": False,
+        f"    cp -a {work}final runs/x": False,
         "This session ran it": True,
-        "the sessions that built this": True,
-        "beside four other agents' jobs": True,
+        f"the {ses} that built this": True,
+        f"beside four other {agents} jobs": True,
         "a session of 2 cores": False,
     }
     try:

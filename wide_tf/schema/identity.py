@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 # Settings that change how a run is executed, not what it computes: they may differ between the
-# machines (or the sessions) that share a study, and do not enter trial ids. None: the whole
+# machines (or the commands) that share a study, and do not enter trial ids. None: the whole
 # section.
 OPERATIONAL = {
     "runtime": None,
