@@ -7,12 +7,11 @@ most of it TensorFlow starting in three actors."""
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 
 import pytest
-from helpers import REPO, env, main_command
+from helpers import start_main
 
 pytestmark = pytest.mark.ray
 
@@ -29,15 +28,7 @@ class Driver:
     """`python -m wide_tf.main --cluster=...` in its own session, its stderr collected live."""
 
     def __init__(self, cluster, workdir):
-        self.proc = subprocess.Popen(
-            main_command(*STUDY, f"--workdir={workdir}", f"--cluster={cluster.address}"),
-            cwd=REPO,
-            env=env(),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            start_new_session=True,
-        )
+        self.proc = start_main(*STUDY, f"--workdir={workdir}", f"--cluster={cluster.address}")
         self.lines: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
