@@ -13,6 +13,7 @@ import re
 import tempfile
 
 from wide_tf.checks.overrides import is_sweep
+from wide_tf.engine import restore
 from wide_tf.schema import datasets, families, hardware, identity
 from wide_tf.schema.problems import RuntimeProblem, UsageError
 from wide_tf.store import workdir as wd
@@ -377,6 +378,16 @@ def _check_run_files(workdir: str) -> list[str]:
         if os.path.isfile(path) and os.path.getsize(path) == 0:
             folder = os.path.dirname(path)
             step = _CKPT_STEP.match(os.path.basename(path))
+            if (
+                step
+                and not path.endswith(".npz")
+                and int(step.group(1)) not in (restore.committed_steps(folder))
+            ):  # TensorFlow's: a save cut short before its state file named it
+                warnings.append(
+                    f"checkpoint file {path} is empty, left by a save that never finished: the "
+                    "run sets it aside and resumes from the newest finished checkpoint, if any"
+                )
+                continue
             others = {
                 m.group(1)
                 for m in map(_CKPT_STEP.match, os.listdir(folder))

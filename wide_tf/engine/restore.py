@@ -3,7 +3,10 @@
 A checkpoint cut short (a kill during a copy, a full disk, a partial download) must not throw the
 run away when an older one (the backends keep two) is whole: each is tried newest first, a damaged
 one is skipped and named in the log with the reason, and only when none reads is the newest one's
-error raised (errors.py turns it into one line that says what to do). Every file of a candidate is
+error raised (errors.py turns it into one line that says what to do). A TensorFlow checkpoint that
+its CheckpointManager's state file does not name is the leftover of a save that never finished (a
+kill mid-write): it is set aside like a damaged one, but it is never the run's error, since no
+whole save was lost with it. Every file of a candidate is
 checked to be a regular file first (store/workdir.check_regular): a FIFO or a device planted in
 checkpoints/ is skipped, not read for ever."""
 
@@ -30,20 +33,41 @@ def files_of(directory: str, step: int) -> list[str]:
     return [wd.join(directory, n) for n in wd.listdir(directory) if n.startswith(prefix)]
 
 
+# tf.train.CheckpointManager's state file: text protobuf, written atomically after a save's own
+# files are whole, naming each kept checkpoint as `all_model_checkpoint_paths: "<path>"`. Read
+# here as text so that the checks before TensorFlow is imported (checks/preflight.py) apply the
+# same rule as the restore.
+_STATE_FILE = "checkpoint"
+_STATE_ENTRY = re.compile(r'^all_model_checkpoint_paths:\s*"(?:.*/)?ckpt-(\d+)"\s*$', re.M)
+
+
+def committed_steps(directory: str) -> set[int]:
+    """The steps whose TensorFlow checkpoint finished: those the state file names (none where
+    there is no state file, or it does not read)."""
+    try:
+        text = wd.read_checked(wd.join(directory, _STATE_FILE)).decode()
+    except (*wd.read_errors(), OSError, ValueError):
+        return set()
+    return {int(step) for step in _STATE_ENTRY.findall(text)}
+
+
 def newest_readable(
     candidates: Iterable[tuple[str, list[str]]],
     load: Callable[[str], object],
     errors: tuple[type[BaseException], ...],
     log,
     set_aside: bool = True,
+    unfinished: Iterable[str] = (),
 ):
     """(name, result of `load(name)`) of the first candidate, newest first, whose files are regular
     and whose `load` raises none of `errors`; (None, None) when there is no candidate. Each
     skipped candidate is logged with why and (`set_aside`: the process that writes the
     checkpoints) its files renamed to <file>.damaged-<time>, kept but no longer read, so that the
     run's next save of that step writes fresh files (a FIFO left in place would block the save).
-    When every candidate fails, the newest one's error is raised and nothing is moved.
-    `candidates`: (name, its files)."""
+    When every candidate fails, the newest one's error is raised and nothing is moved, unless
+    every failed one is `unfinished` (a save that never completed): then they are set aside and
+    (None, None) says the run starts from the beginning. `candidates`: (name, its files)."""
+    unfinished = set(unfinished)
     first = None
     skipped: list[tuple[str, list[str]]] = []
     for name, files in candidates:
@@ -52,7 +76,8 @@ def newest_readable(
                 wd.check_regular(path)
             result = load(name)
         except (wd.NotARegularFile, *errors) as e:
-            first = first or e
+            if name not in unfinished:
+                first = first or e
             why = " ".join(str(e).split())[:300] or type(e).__name__
             skipped.append((name, files))
             log(
@@ -72,8 +97,16 @@ def newest_readable(
             )
         return name, result
     if first is not None:
-        first.checkpoint_path = skipped[0][0]  # errors.py names it in the one line
-        raise first
+        first.checkpoint_path = next(n for n, _ in skipped if n not in unfinished)
+        raise first  # errors.py names it in the one line
+    if skipped:
+        aside = _set_aside(skipped) if set_aside else []
+        log(
+            "no checkpoint finished (%s left by a save cut short%s): the run starts from the "
+            "beginning",
+            ", ".join(n for n, _ in skipped),
+            f"; moved aside, kept: {', '.join(aside)}" if aside else "",
+        )
     return None, None
 
 

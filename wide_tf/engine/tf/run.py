@@ -127,8 +127,16 @@ class Checkpointer:
             for s in restore.steps_on_disk(self.directory)
         ]
         errors = (tf.errors.OpError, ValueError, AssertionError, IndexError, UnicodeDecodeError)
+        finished = {
+            wd.join(self.directory, f"ckpt-{s}") for s in restore.committed_steps(self.directory)
+        }
         latest, state = restore.newest_readable(
-            candidates, self._load, errors, self.log, set_aside=self.scratch is None
+            candidates,
+            self._load,
+            errors,
+            self.log,
+            set_aside=self.scratch is None,
+            unfinished=[name for name, _ in candidates if name not in finished],
         )
         if latest is not None:
             self.log("resumed from %s at step %d", latest, state.step)
