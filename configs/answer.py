@@ -20,6 +20,9 @@ Variants (after the colon):
           x architecture rows of docs/results/data_sets.md (about 4.5 hours on 2 idle cores in all).
   wrn_fashion7  the ResNets on Fashion-MNIST and their seed replicate (configs/wrn.py:fashion7
           and :fashion7_replicate), read together: the ResNet pair (about 1-2 hours on 2 cores).
+  fashion14  the frozen MLP pair on Fashion-MNIST pooled to 14x14 (configs/mlp.py:fashion14 and
+          :fashion14_replicate, each checked against its file in configs/frozen/), read together
+          with the equivalence margin their design froze (about an hour on 2 cores).
   smoke   the same shape on the smoke study (seconds per study): the suite's test.
 """
 
@@ -58,6 +61,10 @@ _STUDIES = {
         *_WRN_FASHION7_PAIR,
     ],
     "wrn_fashion7": _WRN_FASHION7_PAIR,
+    "fashion14": [
+        ("fashion14_mlp", "fashion14", SGD, "budget"),
+        ("fashion14_mlp_replicate", "fashion14_replicate", SGD, "budget", "fashion14_mlp"),
+    ],
     "smoke": [  # (the smoke study itself runs momentum 0.9; smoke_sgd plain SGD)
         ("budget_sgd", "smoke_sgd", SGD, "budget"),
         ("budget_momentum", "smoke", MOMENTUM, "budget"),
@@ -71,8 +78,8 @@ def get_suite(arg=None):
     variant = arg or "local"
     if variant not in _STUDIES:
         raise ValueError(
-            f"unknown variant {variant!r} of configs/answer.py: local, data_sets, wrn_fashion7 or "
-            "smoke"
+            f"unknown variant {variant!r} of configs/answer.py: local, data_sets, wrn_fashion7, "
+            "fashion14 or smoke"
         )
     return [
         Entry(n, v if ":" in v else f"configs/mlp.py:{v}", *rest)

@@ -16,7 +16,7 @@ import os
 
 from scipy import stats
 
-from wide_tf.analysis import decision, factors, pooled, robustness, verdict
+from wide_tf.analysis import decision, equivalence, factors, frozen, pooled, robustness, verdict
 from wide_tf.analysis.cells import records_for_target, target_labels
 from wide_tf.analysis.members import summarize_members
 from wide_tf.report.markdown import _md_table, md_transients
@@ -145,16 +145,34 @@ def _first_target(records):
     return records_for_target(records, 0) if target_labels(records) else list(records)
 
 
-def _pooled_rows(entries, loaded, eps, kinds=None) -> tuple[list[dict], list[str]]:
+def _pair_equivalence(names, stamps) -> equivalence.Equivalence | None:
+    """The equivalence margin of a frozen design read with its replicates: only where every study
+    of the set carries a frozen stamp and the design said it is read pooled over exactly these
+    many studies (an exploratory set, or a frozen study read with an unplanned one, gets none:
+    "no detectable effect" is read only where it was designed for)."""
+    found = [stamps.get(n) for n in names]
+    if any(s is None for s in found):
+        return None
+    planned = (found[0].get("rule") or {}).get("pooled_replicates")
+    if planned != len(names):
+        return None
+    return equivalence.Equivalence.from_dict(found[0].get("equivalence"))
+
+
+def _pooled_rows(entries, loaded, eps, kinds=None, stamps=None) -> tuple[list[dict], list[str]]:
     """Each study read together with its replicates (entries naming it in `replicate_of`), at
-    its own target: (table rows, one sentence each)."""
+    its own target, with the frozen margin where the set was designed to be read so: (table
+    rows, one sentence each)."""
     rows, lines = [], []
     for e in entries:
         reps = [r for r in entries if r.replicate_of == e.name and r.name in loaded]
         if e.name not in loaded or not reps:
             continue
         names = [e.name] + [r.name for r in reps]
-        p = pooled.decide([summarize_members(_first_target(loaded[n]), eps) for n in names])
+        p = pooled.decide(
+            [summarize_members(_first_target(loaded[n]), eps) for n in names],
+            equivalence=_pair_equivalence(names, stamps or {}),
+        )
         lines.append("- " + pooled.sentence(p, names))
         sl, bc, wh = p.slope, p.b_crit_slope, p.without_heaviest
         rows.append(
@@ -309,8 +327,8 @@ def _finding(entries, rows) -> str:
 
 def _read_studies(workdir: str, entries, read):
     """Each study's records and rows: (loaded {name: records}, rows, momentum lines, studies not
-    yet run, eps, {study: (data set, architecture)})."""
-    loaded, rows, transients, missing, eps, data = {}, [], [], [], None, {}
+    yet run, eps, {study: (data set, architecture)}, {study: its frozen stamp or None})."""
+    loaded, rows, transients, missing, eps, data, stamps = {}, [], [], [], None, {}, {}
     for e in entries:
         sub = suite_dir.study_dir(workdir, e)
         config, records = (read(sub)[:2]) if wd.exists(sub) else (None, [])
@@ -320,11 +338,12 @@ def _read_studies(workdir: str, entries, read):
         eps = eps_from_config(config)
         data[e.name] = study_kind(config)
         loaded[e.name] = records
+        stamps[e.name] = frozen.stamp_of(config, records)[0]
         rows += _study_rows(e, records, eps, data[e.name])
         if "momentum" in e.protocol:
             tr = md_transients(summarize_members(records, eps), records)
             transients += [f"- **{e.name}**: {tr[2]}"] if tr else []
-    return loaded, rows, transients, missing, eps, data
+    return loaded, rows, transients, missing, eps, data, stamps
 
 
 def _table(rows) -> list[str]:
@@ -387,7 +406,7 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     (config, records, unreadable); the tests pass simulated studies)."""
     rec = suite_dir.read_record(workdir)
     entries = suite_dir.entries_of(rec)
-    loaded, rows, transients, missing, eps, data = _read_studies(workdir, entries, read)
+    loaded, rows, transients, missing, eps, data, stamps = _read_studies(workdir, entries, read)
     lines = [
         "# The answer suite",
         "",
@@ -399,7 +418,9 @@ def render(workdir: str, read=read_workdir) -> tuple[str, list[dict]]:
     ]
     if missing:
         lines += [f"Not yet run (no finished trial): {', '.join(missing)}.", ""]
-    together, sentences = _pooled_rows(entries, loaded, eps, data) if eps is not None else ([], [])
+    together, sentences = (
+        _pooled_rows(entries, loaded, eps, data, stamps) if eps is not None else ([], [])
+    )
     if sentences:  # the headline: a study read with its replicate, before either alone
         lines += ["## Each study with its replicate, read together", ""] + sentences
         lines += ["", _POOLED_NOTE, ""]
