@@ -127,3 +127,34 @@ def test_the_freeze_command_writes_each_file_once(tmp_path, capsys):
     assert "frozen at " in capsys.readouterr().out
     assert frozen.main(args) == 2
     assert "never rewritten" in capsys.readouterr().err
+
+
+def _stamp_of_file(path):
+    doc = frozen.load(path)
+    return {
+        "hash": doc["hash"],
+        "frozen_on": doc["frozen_on"],
+        "file": path,
+        "equivalence": doc.get("equivalence"),
+    }
+
+
+def test_the_margin_is_read_only_where_the_design_planned_the_reading(tmp_path):
+    """A pair's design (pooled over two studies) gives its margin to the pair read together, not
+    to either study alone nor to the pair read with a third; a single study's design gives it to
+    that study alone; a stamp whose file is missing or another design gets none."""
+    first = _stamp_of_file("configs/frozen/mlp_fashion14.json")
+    second = _stamp_of_file("configs/frozen/mlp_fashion14_replicate.json")
+    assert frozen.load(first["file"])["rule"]["pooled_replicates"] == 2
+    assert frozen.pooled_equivalence([first, second]) == first["equivalence"]
+    assert frozen.pooled_equivalence([first]) is None
+    assert frozen.pooled_equivalence([first, second, second]) is None
+    assert frozen.pooled_equivalence([first, None]) is None
+    assert frozen.pooled_equivalence([first, dict(second, equivalence={"margin": 0.1})]) is None
+    assert frozen.pooled_equivalence([dict(first, hash="0" * 64), second]) is None
+    assert frozen.pooled_equivalence([dict(first, file="configs/frozen/nope.json"), second]) is None
+    single = _stamp_of_file(_write(tmp_path, _doc()))  # frozen without replicates
+    cfg = {"provenance": {"frozen": single}}
+    assert frozen.study_equivalence(cfg, [cfg] * 2) == single["equivalence"]
+    pair = {"provenance": {"frozen": first}}
+    assert frozen.study_equivalence(pair, [pair]) is None

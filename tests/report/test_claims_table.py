@@ -30,6 +30,11 @@ def test_the_command_line(smoke_study, capsys, tmp_path):
     workdir, _ = smoke_study
     assert main(["--claims", str(workdir)]) == 0
     assert "| exploratory (no frozen design) |" in capsys.readouterr().out
+    assert main(["--claims", f"{workdir}+{workdir}"]) == 0  # a study read with a replicate
+    row = capsys.readouterr().out.splitlines()[-1]
+    assert "(2 studies read together)" in row and "| exploratory (no frozen design) |" in row
+    assert main(["--claims", f"{workdir}+{tmp_path / 'nowhere'}"]) == 1
+    assert "does not exist" in capsys.readouterr().err
     assert main(["--claims", str(tmp_path / "nowhere")]) == 1
     assert "does not exist" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:

@@ -202,6 +202,45 @@ def stamp_of(config_json: dict | None, records) -> tuple[dict | None, str]:
     return stamps[0], ""
 
 
+def _design_of(s: dict) -> dict | None:
+    """The frozen file a stamp names, where it is found (relative to the working folder, else to
+    the checkout holding this package) and is the design the stamp hashed; else None."""
+    name = s.get("file") or ""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    for path in (name, os.path.join(root, name)):
+        if name and os.path.isfile(path):
+            try:
+                doc = load(path)
+            except FrozenError:
+                return None
+            return doc if doc.get("hash") == s.get("hash") else None
+    return None
+
+
+def pooled_equivalence(stamps) -> dict | None:
+    """The equivalence margin (its dict) under which a study read together with its replicates
+    may say "no detectable effect": only where every study of the set carries a frozen stamp,
+    they share one margin, and the first one's design said it is read pooled over exactly this
+    many studies. An exploratory set, or a frozen study read with an unplanned one, gets None:
+    that reading is given only where a design was made for it."""
+    stamps = list(stamps)
+    if not stamps or any(not isinstance(s, dict) for s in stamps):
+        return None
+    margins = {_canonical(s.get("equivalence")) for s in stamps}
+    doc = _design_of(stamps[0])
+    if len(margins) != 1 or doc is None:
+        return None
+    if (doc.get("rule") or {}).get("pooled_replicates", 1) != len(stamps):
+        return None
+    return stamps[0].get("equivalence")
+
+
+def study_equivalence(config_json: dict | None, records) -> dict | None:
+    """The margin a study read alone may use: its frozen design's, where that design planned a
+    single study (a pair's design is read pooled: `pooled_equivalence`)."""
+    return pooled_equivalence([stamp_of(config_json, records)[0]])
+
+
 def label(config_json: dict | None, records) -> str:
     """'confirmatory, frozen at <hash> on <date>' or 'exploratory (why)'."""
     s, why = stamp_of(config_json, records)

@@ -145,20 +145,6 @@ def _first_target(records):
     return records_for_target(records, 0) if target_labels(records) else list(records)
 
 
-def _pair_equivalence(names, stamps) -> equivalence.Equivalence | None:
-    """The equivalence margin of a frozen design read with its replicates: only where every study
-    of the set carries a frozen stamp and the design said it is read pooled over exactly these
-    many studies (an exploratory set, or a frozen study read with an unplanned one, gets none:
-    "no detectable effect" is read only where it was designed for)."""
-    found = [stamps.get(n) for n in names]
-    if any(s is None for s in found):
-        return None
-    planned = (found[0].get("rule") or {}).get("pooled_replicates")
-    if planned != len(names):
-        return None
-    return equivalence.Equivalence.from_dict(found[0].get("equivalence"))
-
-
 def _pooled_rows(entries, loaded, eps, kinds=None, stamps=None) -> tuple[list[dict], list[str]]:
     """Each study read together with its replicates (entries naming it in `replicate_of`), at
     its own target, with the frozen margin where the set was designed to be read so: (table
@@ -171,7 +157,9 @@ def _pooled_rows(entries, loaded, eps, kinds=None, stamps=None) -> tuple[list[di
         names = [e.name] + [r.name for r in reps]
         p = pooled.decide(
             [summarize_members(_first_target(loaded[n]), eps) for n in names],
-            equivalence=_pair_equivalence(names, stamps or {}),
+            equivalence=equivalence.Equivalence.from_dict(
+                frozen.pooled_equivalence((stamps or {}).get(n) for n in names)
+            ),
         )
         lines.append("- " + pooled.sentence(p, names))
         sl, bc, wh = p.slope, p.b_crit_slope, p.without_heaviest

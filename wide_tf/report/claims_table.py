@@ -23,7 +23,9 @@ import sys
 
 from scipy import stats
 
-from wide_tf.analysis import decision, equivalence, frozen, robustness, verdict
+from wide_tf.analysis import decision, equivalence, frozen, pooled, robustness, verdict
+from wide_tf.analysis.cells import records_for_target, target_labels
+from wide_tf.analysis.members import summarize_members
 from wide_tf.report.protocol import config_value, eps_from_config
 from wide_tf.schema import datasets
 from wide_tf.schema.cli import UsageParser
@@ -103,36 +105,86 @@ def _claim_text(outcome: str, axis: str) -> str:
     }[outcome]
 
 
-def from_workdir(path: str) -> Claim:
-    """The claim of a finished study in `path` (its config.json and results)."""
+def _read(path: str) -> tuple[dict, list[dict]]:
     cfg_path = wd.join(path, wd.CONFIG)
     cfg = wd.read_json(cfg_path) if wd.exists(cfg_path) else {}
     records = wd.read_results(path, whole=True)
     if not records:
         raise ValueError(f"{path} holds no finished trial: run the study first")
+    return cfg, records
+
+
+def _power(stamp: dict | None, d) -> str:
+    if stamp and (stamp.get("equivalence") or {}).get("power_null") is not None:
+        e = stamp["equivalence"]
+        return f"no effect read in {e['power_null']:.0%} of null studies; margin {e['margin']:.2f}"
+    md = robustness.min_detectable(d) if d is not None and d.model_free_slope else None
+    return "-" if md is None else f"80% at slope {md:.2f} (own noise)"
+
+
+def _target(cfg: dict) -> str:
+    t = config_value(cfg, "train", {}) or {}
+    return f"{t.get('target_metric', '?')} {t.get('target_value', '?')}"
+
+
+def from_workdirs(paths: list[str]) -> Claim:
+    """The claim of a study read together with its seed replicates (`A+B` on the command line):
+    each member's log B_x2 pooled over the studies (`wide_tf.analysis.pooled`), at the first
+    study's first target, with the equivalence margin only where a frozen design planned this
+    pooling (`frozen.pooled_equivalence`)."""
+    read = [_read(p) for p in paths]
+    cfg = read[0][0]
+    stamps = [frozen.stamp_of(c, r)[0] for c, r in read]
+    eq = equivalence.Equivalence.from_dict(frozen.pooled_equivalence(stamps))
+    eps = eps_from_config(cfg)
+    studies = [
+        summarize_members(records_for_target(r, 0) if target_labels(r) else list(r), eps)
+        for _, r in read
+    ]
+    p = pooled.decide(studies, equivalence=eq)
+    sl = p.slope
+    interval = "-" if sl is None else f"{sl.value:+.2f} ({sl.low:+.2f} to {sl.high:+.2f})"
+    labels = [frozen.label(c, r) for c, r in read]
+    design = labels[0] if len(set(labels)) == 1 else "; ".join(labels)
+    if all(stamps):
+        design = (
+            "confirmatory, frozen at "
+            + " and ".join(f"{s['hash'][: frozen.HASH_CHARS]}" for s in stamps)
+            + f" on {stamps[0].get('frozen_on')}"
+            + ("" if eq else " (read without a margin)")
+        )
+    return Claim(
+        claim=_claim_text(p.outcome, p.axis) + f" ({len(paths)} studies read together)",
+        data=_image(cfg),
+        models=_models(cfg, studies[0]),
+        protocol=_protocol(cfg),
+        target=_target(cfg),
+        verdict=p.outcome,
+        interval=interval,
+        power=_power(stamps[0] if eq else None, None),
+        design=design,
+    )
+
+
+def from_workdir(path: str) -> Claim:
+    """The claim of a finished study in `path` (its config.json and results)."""
+    cfg, records = _read(path)
     stamp, _ = frozen.stamp_of(cfg, records)
-    eq = equivalence.Equivalence.from_dict((stamp or {}).get("equivalence"))
+    eq = equivalence.Equivalence.from_dict(frozen.study_equivalence(cfg, records))
     result = verdict.analyze(records, eps_from_config(cfg), equivalence=eq)
     (v,) = list(result["verdicts"].values())[:1]
     d = v.decision
     sl = d.model_free_slope
     interval = "-" if sl is None else f"{sl.value:+.2f} ({sl.low:+.2f} to {sl.high:+.2f})"
-    if stamp and (stamp.get("equivalence") or {}).get("power_null") is not None:
-        e = stamp["equivalence"]
-        power = f"no effect read in {e['power_null']:.0%} of null studies; margin {e['margin']:.2f}"
-    else:
-        md = robustness.min_detectable(d) if sl is not None else None
-        power = "-" if md is None else f"80% at slope {md:.2f} (own noise)"
-    t = config_value(cfg, "train", {}) or {}
     return Claim(
         claim=_claim_text(v.outcome, d.axis),
         data=_image(cfg),
         models=_models(cfg, d.members),
         protocol=_protocol(cfg),
-        target=f"{t.get('target_metric', '?')} {t.get('target_value', '?')}",
+        target=_target(cfg),
         verdict=v.outcome,
         interval=interval,
-        power=power,
+        power=_power(stamp if eq else None, d),
         design=frozen.label(cfg, records),
     )
 
@@ -191,7 +243,11 @@ def render(claims) -> str:
 
 def _parser() -> UsageParser:
     p = UsageParser(prog="python -m wide_tf.report --claims", description=__doc__.split("\n")[0])
-    p.add_argument("workdirs", nargs="*", help="finished studies' workdirs")
+    p.add_argument(
+        "workdirs",
+        nargs="*",
+        help="finished studies' workdirs; A+B reads a study and its replicate together",
+    )
     p.add_argument("--recorded", help="a JSON list of recorded studies (docs/results/claims.json)")
     p.add_argument("--out", help="write the table here instead of printing it")
     return p
@@ -207,10 +263,12 @@ def main(argv=None) -> int:
         if a.recorded:
             with open(a.recorded) as f:
                 claims += [from_recorded(e) for e in json.load(f)]
-        for path in a.workdirs:
-            if not wd.exists(path):
-                raise ValueError(f"workdir {path!r} does not exist; give a finished study's")
-            claims.append(from_workdir(path))
+        for arg in a.workdirs:
+            paths = arg.split("+")  # a study and its replicates, read together
+            for path in paths:
+                if not wd.exists(path):
+                    raise ValueError(f"workdir {path!r} does not exist; give a finished study's")
+            claims.append(from_workdir(paths[0]) if len(paths) == 1 else from_workdirs(paths))
     except (OSError, ValueError, KeyError) as e:
         print(f"error: {e}; fix the input and run the same command again", file=sys.stderr)
         return 1

@@ -22,8 +22,7 @@ def without_report(workdir: str) -> str:
         else None
     )
     records = wd.read_results(workdir, whole=True)
-    stamp, _ = frozen.stamp_of(config, records)
-    eq = equivalence.Equivalence.from_dict((stamp or {}).get("equivalence"))
+    eq = equivalence.Equivalence.from_dict(frozen.study_equivalence(config, records))
     result = verdict.analyze(records, eps_from_config(config), equivalence=eq)
     heads = [
         (f"{a}: " if len(result["verdicts"]) > 1 else "") + v.headline

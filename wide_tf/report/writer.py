@@ -138,10 +138,10 @@ def _write_into(
 
 
 def frozen_equivalence(config, records) -> equivalence.Equivalence | None:
-    """The equivalence margin a frozen design stated, when every record carries its stamp
-    (`wide_tf.analysis.frozen.stamp_of`); None for an exploratory study."""
-    stamp, _ = frozen.stamp_of(config, records)
-    return equivalence.Equivalence.from_dict((stamp or {}).get("equivalence"))
+    """The equivalence margin a frozen design stated for this study read alone, when every record
+    carries its stamp (`wide_tf.analysis.frozen.study_equivalence`); None for an exploratory
+    study, and for one study of a design read pooled with its replicates."""
+    return equivalence.Equivalence.from_dict(frozen.study_equivalence(config, records))
 
 
 def verdict_line(workdir: str) -> str:
