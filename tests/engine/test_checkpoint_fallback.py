@@ -12,6 +12,7 @@ import pytest
 from helpers import comparable, run_main
 
 from wide_tf.engine import restore
+from wide_tf.store import checkpoint_state
 
 ARGS = [
     "--config=configs/mlp.py:single",
@@ -91,7 +92,7 @@ def test_a_save_cut_short_before_any_finished_starts_the_run_afresh(finished, tm
     backend, args, copy, result, ckpt, _ = _copy(finished, tmp_path)
     if backend != "tensorflow":
         pytest.skip("the JAX backend writes each checkpoint whole, by rename")
-    assert restore.committed_steps(str(ckpt)) == {40, 60}
+    assert checkpoint_state.committed_steps(str(ckpt)) == {40, 60}
     for p in ckpt.glob("ckpt-60.*"):
         os.remove(p)
     os.remove(ckpt / "checkpoint")

@@ -13,9 +13,9 @@ import re
 import tempfile
 
 from wide_tf.checks.overrides import is_sweep
-from wide_tf.engine import restore
 from wide_tf.schema import datasets, families, hardware, identity
 from wide_tf.schema.problems import RuntimeProblem, UsageError
+from wide_tf.store import checkpoint_state
 from wide_tf.store import workdir as wd
 
 
@@ -381,7 +381,7 @@ def _check_run_files(workdir: str) -> list[str]:
             if (
                 step
                 and not path.endswith(".npz")
-                and int(step.group(1)) not in (restore.committed_steps(folder))
+                and int(step.group(1)) not in (checkpoint_state.committed_steps(folder))
             ):  # TensorFlow's: a save cut short before its state file named it
                 warnings.append(
                     f"checkpoint file {path} is empty, left by a save that never finished: the "

@@ -33,24 +33,6 @@ def files_of(directory: str, step: int) -> list[str]:
     return [wd.join(directory, n) for n in wd.listdir(directory) if n.startswith(prefix)]
 
 
-# tf.train.CheckpointManager's state file: text protobuf, written atomically after a save's own
-# files are whole, naming each kept checkpoint as `all_model_checkpoint_paths: "<path>"`. Read
-# here as text so that the checks before TensorFlow is imported (checks/preflight.py) apply the
-# same rule as the restore.
-_STATE_FILE = "checkpoint"
-_STATE_ENTRY = re.compile(r'^all_model_checkpoint_paths:\s*"(?:.*/)?ckpt-(\d+)"\s*$', re.M)
-
-
-def committed_steps(directory: str) -> set[int]:
-    """The steps whose TensorFlow checkpoint finished: those the state file names (none where
-    there is no state file, or it does not read)."""
-    try:
-        text = wd.read_checked(wd.join(directory, _STATE_FILE)).decode()
-    except (*wd.read_errors(), OSError, ValueError):
-        return set()
-    return {int(step) for step in _STATE_ENTRY.findall(text)}
-
-
 def newest_readable(
     candidates: Iterable[tuple[str, list[str]]],
     load: Callable[[str], object],
