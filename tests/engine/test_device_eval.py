@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from wide_tf.engine import arrays
 from wide_tf.engine.models import build_model
 from wide_tf.engine.tf import data
 from wide_tf.engine.tf.step import BatchPlan, DeviceEvalSet, Stepper, weighted_sums
@@ -65,9 +66,9 @@ def test_two_replicas_hold_the_packed_set_and_sum_as_the_stream_did():
 def test_one_replica_sums_the_float_batches_in_order(in_replica):
     one = tf.distribute.OneDeviceStrategy("/cpu:0")
     model, stepper = _model_and_stepper(one)
-    x, y = data.load_arrays(_cfg(), "test")
+    x, y = arrays.load_arrays(_cfg(), "test")
     held = DeviceEvalSet(x, y, 100, one, model, in_replica=in_replica)
-    xp, yp, w = data.pad_for_evaluation(x, y, 100)
+    xp, yp, w = arrays.pad_for_evaluation(x, y, 100)
     expected = tf.zeros([3])
     for b in range(4):  # the loop the single-replica in-memory set ran before
         rows = slice(100 * b, 100 * (b + 1))
@@ -86,7 +87,7 @@ def test_mirrored_strategy_refuses_the_one_program_pass():
     loop needs a merge_call that MirroredStrategy does not allow there."""
     two = _two()
     model, _ = _model_and_stepper(two)
-    x, y = data.load_arrays(_cfg(), "test")
+    x, y = arrays.load_arrays(_cfg(), "test")
     held = DeviceEvalSet(x[:64], y[:64], 32, two, model, in_replica=True)
     with pytest.raises(RuntimeError, match="merge_call"):
         held.sums()

@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from wide_tf.checks import loader
-from wide_tf.engine import evaluation, train
-from wide_tf.engine.tf import data as data_lib
+from wide_tf.engine import arrays, evaluation, train
 from wide_tf.engine.tf import snapshot
 from wide_tf.engine.tf import step as steps
 from wide_tf.engine.tf.step import WHOLE_PASS
@@ -192,7 +191,7 @@ def test_a_run_accounts_for_its_seconds_by_kind(tmp_path):
 
 def test_every_run_of_the_smoke_study_is_recorded_as_with_whole_passes(tmp_path):
     config = loader.load_config("configs/mlp.py:smoke")
-    info = data_lib.dataset_info(config.data)
+    info = arrays.dataset_info(config.data)
     runtime = setup_runtime(config.runtime)  # one for all: each new one builds everything anew
     for k, trial in enumerate(trials_lib.expand(config, info.num_classes, info.input_shape)):
         records = []
@@ -209,7 +208,7 @@ def test_every_run_of_the_smoke_study_is_recorded_as_with_whole_passes(tmp_path)
 
 def test_only_the_smallest_batch_probes_along_training_unless_asked():
     config = loader.load_config("configs/mlp.py:local")
-    info = data_lib.dataset_info(config.data)
+    info = arrays.dataset_info(config.data)
     trials = trials_lib.expand(config, info.num_classes, info.input_shape)
     smallest = min(config.sweep.batch_sizes)
     every = config.train.gradient_every_examples

@@ -8,6 +8,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from wide_tf.engine import arrays
 from wide_tf.engine.models import build_model
 from wide_tf.engine.tf import data
 from wide_tf.engine.tf.step import BatchPlan, Stepper
@@ -86,7 +87,7 @@ def test_training_and_evaluation_give_the_numbers_of_the_float32_path():
     for a, b in zip(packed_weights, host_weights):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
     # The packed evaluation set (padded: 359 examples, batches of 32) against the float arrays.
-    x, y = data.load_arrays(_cfg(), "test")
+    x, y = arrays.load_arrays(_cfg(), "test")
     logits = keras.ops.convert_to_numpy(_model_of(packed_weights)(x, training=False))
     losses = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True).numpy()
     assert packed_eval["examples"] == 359

@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 from helpers import comparable, kill_when, run_main, start_main
 
-from wide_tf.engine import compile_key, timing, train
+from wide_tf.engine import arrays, compile_key, timing, train
 from wide_tf.engine.result import describe_protocol
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.engine.summaries import MetricsWriter
@@ -459,7 +459,6 @@ def test_probe_on_two_replicas_matches_one(tmp_path):
 
 def test_compiled_probe_matches_the_host_measurement():
     from wide_tf.engine.models import build_model
-    from wide_tf.engine.tf import data as data_lib
     from wide_tf.engine.tf import per_example
 
     config = _single("digits_embedded", probe_size=300, probe_chunk=128)
@@ -467,7 +466,7 @@ def test_compiled_probe_matches_the_host_measurement():
     with strategy.scope():
         model = build_model("mlp", 1, 16, 10, (8, 8, 1), norm="none")
     probe = GradientProbe(config, model, strategy)
-    x, y = data_lib.load_arrays(config.data, "train", limit=300)
+    x, y = arrays.load_arrays(config.data, "train", limit=300)
     ref = per_example.gradient_stats(model, x, y, chunk_size=128)
     got = probe(model)
     for k in ("diversity", "batch_bound", "noise_scale"):

@@ -59,13 +59,13 @@ def cfg(folder, **kw):
 @pytest.mark.parametrize("gz", [True, False])
 def test_idx_files_read_as_written(tmp_path, gz):
     written = fake_fashion(tmp_path, gz=gz)
-    info = data.dataset_info(cfg(tmp_path))
+    info = arrays.dataset_info(cfg(tmp_path))
     assert (info.num_train, info.num_test, info.input_shape) == (24, 8, (28, 28, 1))
     for split in ("train", "test"):
         x, y = sources.memory_arrays("fashion_mnist_idx", split, str(tmp_path))
         np.testing.assert_array_equal(x[..., 0], written[split][0])  # the files' own order
         np.testing.assert_array_equal(y, written[split][1].astype(np.int32))
-    xn, _ = data.load_arrays(cfg(tmp_path), "test")
+    xn, _ = arrays.load_arrays(cfg(tmp_path), "test")
     np.testing.assert_allclose(
         xn[..., 0], (written["test"][0] / 255.0 - 0.2860) / 0.3530, rtol=1e-5, atol=1e-5
     )
@@ -76,12 +76,12 @@ def test_a_broken_idx_file_is_named(tmp_path):
     with open(tmp_path / "train-labels-idx1-ubyte.gz", "wb") as f:
         f.write(gzip.compress(b"\x00\x00\x0d\x01\x00\x00\x00\x03abc"))  # type 0x0d: floats
     with pytest.raises(sources.DataUnavailableError, match="train-labels.*not an idx file"):
-        data.dataset_info(cfg(tmp_path))
+        arrays.dataset_info(cfg(tmp_path))
 
 
 def test_missing_files_name_the_apt_package_in_one_line(tmp_path):
     with pytest.raises(sources.DataUnavailableError) as e:
-        data.dataset_info(cfg(tmp_path))
+        arrays.dataset_info(cfg(tmp_path))
     msg = str(e.value)
     assert "\n" not in msg and "apt-get install -y dataset-fashion-mnist" in msg
     assert str(tmp_path) in msg and "--config.data.data_dir" in msg
@@ -99,8 +99,8 @@ def test_pooling_averages_blocks_and_survives_the_packed_infeed(tmp_path):
     for pool, side in ((4, 7), (2, 14)):
         c = cfg(tmp_path, pool=pool)
         assert datasets.of(c).input_shape == (side, side, 1)
-        assert data.dataset_info(c).input_shape == (side, side, 1)
-        raw, _ = data.train_arrays(c)
+        assert arrays.dataset_info(c).input_shape == (side, side, 1)
+        raw, _ = arrays.train_arrays(c)
         want = x.reshape(-1, side, pool, side, pool).mean(axis=(2, 4))
         assert raw.dtype == np.uint8 and raw.shape == (24, side, side, 1)
         assert np.abs(raw[..., 0] - want).max() <= 0.5  # the block mean, rounded
@@ -111,7 +111,7 @@ def test_pooling_averages_blocks_and_survives_the_packed_infeed(tmp_path):
         # into the normalised pooled images load_arrays gives.
         spec = datasets.of(c)
         unpacked = data.device_inputs(data.pack_images(tf.constant(raw)), spec).numpy()
-        np.testing.assert_allclose(unpacked, data.load_arrays(c, "train")[0], atol=1e-6)
+        np.testing.assert_allclose(unpacked, arrays.load_arrays(c, "train")[0], atol=1e-6)
     with pytest.raises(ValueError, match="data.pool=3 does not divide.*use one of 1, 2, 4"):
         datasets.pooled(datasets.get("fashion_mnist_idx"), 3)
 
@@ -123,7 +123,7 @@ def test_a_pooled_training_stream_yields_every_example_once_an_epoch(tmp_path):
     ds = data.train_input_fn(c, global_batch=8, seed=3)()
     seen = [data.device_inputs(xb, spec).numpy() for xb, _ in ds.take(3)]  # one epoch of 24
     got = np.concatenate(seen)
-    want = data.load_arrays(c, "train")[0]
+    want = arrays.load_arrays(c, "train")[0]
     assert got.shape == (24, 7, 7, 1)
     assert sorted(g.tobytes() for g in np.round(got, 4)) == sorted(
         w.tobytes() for w in np.round(want, 4)
@@ -135,14 +135,14 @@ def test_the_subset_is_fixed_by_its_seed(tmp_path):
     rows = {r.tobytes(): i for i, r in enumerate(written["train"][0])}
 
     def picked(**kw):
-        x, _ = data.train_arrays(cfg(tmp_path, num_train=10, **kw))
+        x, _ = arrays.train_arrays(cfg(tmp_path, num_train=10, **kw))
         return [rows[r[..., 0].tobytes()] for r in x]
 
     a = picked()
     assert len(set(a)) == 10 and a == picked()  # the same subset every time (default seed)
     b = picked(subset_seed=7)
     assert b == picked(subset_seed=7) and set(b) != set(a)
-    assert data.dataset_info(cfg(tmp_path, num_train=10)).num_train == 10
+    assert arrays.dataset_info(cfg(tmp_path, num_train=10)).num_train == 10
 
 
 def test_data_options_at_their_neutral_values_keep_a_study_its_identity():
@@ -156,9 +156,9 @@ def test_data_options_at_their_neutral_values_keep_a_study_its_identity():
 def test_the_embedded_mnist_is_a_study_data_set_pooled_to_7x7():
     c = defaults.data_config("mnist_embedded")
     c.pool = 4
-    info = data.dataset_info(c)
+    info = arrays.dataset_info(c)
     assert (info.num_train, info.input_shape) == (4000, (7, 7, 1))
-    x, y = data.load_arrays(c, "train")
+    x, y = arrays.load_arrays(c, "train")
     assert x.shape == (4000, 7, 7, 1) and np.all(np.bincount(y) == 400)
 
 

@@ -8,12 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from wide_tf.engine import preemption, train
+from wide_tf.engine import arrays, preemption, train
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.result import describe_protocol, momentum_ramp_steps
 from wide_tf.engine.state import RunState
 from wide_tf.engine.targets import interpolated_crossing
-from wide_tf.engine.tf import data as data_lib
 from wide_tf.engine.tf import reuse
 from wide_tf.engine.tf.strategy import setup_runtime
 from wide_tf.schema import defaults
@@ -240,7 +239,7 @@ def test_recomputed_statistics_are_the_average_of_the_subsets_batch_statistics(n
     recompute = built.bn_recompute
     stat_batch = config.train.target_bn_batch
     assert recompute.examples == 600 // stat_batch * stat_batch
-    x, _ = data_lib.load_arrays(config.data, "train", limit=600)
+    x, _ = arrays.load_arrays(config.data, "train", limit=600)
     # Ghost batch norm's training statistics are those of its ghost groups: by hand, batches of 32.
     by_hand = _numpy_mlp_stats(model, x[: recompute.examples], 32 if norm == "ghost" else 128)
     norms = batch_norm_layers(model)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from wide_tf.engine import arrays
 from wide_tf.engine.models import build_model
 from wide_tf.engine.models.norm import GhostBatchNormalization
 from wide_tf.engine.tf import data, probe
@@ -32,7 +33,7 @@ def test_evaluation_takes_the_known_number_of_batches_with_static_shapes(replica
         strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
     rng = np.random.default_rng(0)
     x, y = rng.normal(size=(37, 6, 6, 1)).astype(np.float32), rng.integers(0, 4, 37)
-    xp, yp, w = data.pad_for_evaluation(x, y, 8)
+    xp, yp, w = arrays.pad_for_evaluation(x, y, 8)
     dataset = strategy.experimental_distribute_dataset(
         tf.data.Dataset.from_tensor_slices((xp, yp, w)).batch(8, drop_remainder=True)
     )

@@ -96,7 +96,7 @@ def augment(images, index, epochs, seed: int, spec):
 def eval_arrays(data_cfg, split: str, batch_size: int, limit: int | None = None):
     """(uint8 images [nb, bs, H, W, C], labels [nb, bs], weights [nb, bs], examples) of an
     evaluation split in canonical order, padded with weight-0 zero images to whole batches (as
-    engine/tf/data.pad_for_evaluation pads). In-memory splits only: the training subset, and the
+    engine/arrays.pad_for_evaluation pads). In-memory splits only: the training subset, and the
     test split of an in-memory data set (TFDS test splits are read through engine/tf/data.py on
     TensorFlow only)."""
     spec = datasets.of(data_cfg)

@@ -6,9 +6,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import timing
+from wide_tf.engine import arrays, timing
 from wide_tf.engine.models.norm import batch_norm_layers
-from wide_tf.engine.tf import data as data_lib
 
 
 def layer_stats(layer) -> tuple:
@@ -43,7 +42,7 @@ class BatchNormRecompute:
         t = config.train
         self.layers = batch_norm_layers(model)
         self.variables = [v for layer in self.layers for v in layer_stats(layer)]
-        x, _ = data_lib.load_arrays(config.data, "train", limit=t.target_bn_examples)
+        x, _ = arrays.load_arrays(config.data, "train", limit=t.target_bn_examples)
         batch = t.target_bn_batch  # at most len(x) (validate.py)
         self.num_batches = len(x) // batch
         self.examples = self.num_batches * batch

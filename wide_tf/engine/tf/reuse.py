@@ -13,8 +13,8 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from wide_tf.engine import arrays, schedules
 from wide_tf.engine import optim as optim_lib
-from wide_tf.engine import schedules
 from wide_tf.engine.compile_key import config_key
 from wide_tf.engine.models.norm import batch_norm_layers
 from wide_tf.engine.tf import data as data_lib
@@ -228,17 +228,17 @@ def _eval_set(config, runtime, model, info, split: str, limit: int | None):
     replicas, strategy = runtime.num_replicas, runtime.strategy
     batch = config.train.eval_batch // replicas * replicas or replicas
     n = min(limit or info.num_train, info.num_train) if split == "train" else info.num_test
-    padded = n + data_lib.eval_padding(n, batch)
+    padded = n + arrays.eval_padding(n, batch)
     spec = datasets.of(config.data)
     # One replica: the bound of before (the float32 copy without its padding), so that no set
     # moves between the held float values and the streamed packed ones.
     if replicas == 1 and DeviceEvalSet.fits(n * int(np.prod(info.input_shape)) * 4, 1):
-        x, y = data_lib.load_arrays(config.data, split, limit=limit)
+        x, y = arrays.load_arrays(config.data, split, limit=limit)
         return DeviceEvalSet(
             x, y, batch, strategy, model, spec, xla=fused_lib.applies(config, runtime)
         )
     if replicas > 1 and DeviceEvalSet.fits(padded * data_lib.packed_size(spec), replicas):
-        arrays = data_lib.packed_eval_arrays(config.data, split, limit)
-        if arrays is not None:
-            return DeviceEvalSet(*arrays, batch, strategy, model, spec)
+        packed = data_lib.packed_eval_arrays(config.data, split, limit)
+        if packed is not None:
+            return DeviceEvalSet(*packed, batch, strategy, model, spec)
     return data_lib.make_eval_dataset(config.data, split, batch, strategy, limit=limit)

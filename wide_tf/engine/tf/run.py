@@ -15,7 +15,7 @@ from wide_tf.engine import preemption, restore, timing
 from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 from wide_tf.engine.tf import reuse, strategy
-from wide_tf.store import remove
+from wide_tf.store import checkpoint_state, remove
 from wide_tf.store import workdir as wd
 
 
@@ -128,7 +128,8 @@ class Checkpointer:
         ]
         errors = (tf.errors.OpError, ValueError, AssertionError, IndexError, UnicodeDecodeError)
         finished = {
-            wd.join(self.directory, f"ckpt-{s}") for s in restore.committed_steps(self.directory)
+            wd.join(self.directory, f"ckpt-{s}")
+            for s in checkpoint_state.committed_steps(self.directory)
         }
         latest, state = restore.newest_readable(
             candidates,

@@ -11,7 +11,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import timing
+from wide_tf.engine import arrays, timing
 from wide_tf.engine.host_scalars import TRAIN_SCALARS
 from wide_tf.engine.loss import losses_and_hits
 from wide_tf.engine.optim import Diagnostics
@@ -373,7 +373,7 @@ class DeviceEvalSet:
         replicas = strategy.num_replicas_in_sync
         if batch_size % replicas:
             raise ValueError(f"eval batch {batch_size} is not divisible by {replicas} replicas")
-        x, y, w = data_lib.pad_for_evaluation(x, y, batch_size)
+        x, y, w = arrays.pad_for_evaluation(x, y, batch_size)
         batches, per_replica = len(w) // batch_size, batch_size // replicas
         self.num_batches = batches
         self.model, self.strategy, self.input_spec = model, strategy, input_spec

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from wide_tf.engine import arrays
 from wide_tf.engine.tf import data
 from wide_tf.schema import datasets
 
@@ -24,7 +25,7 @@ class InMemoryTrainStream:
     when the stream enters a new epoch)."""
 
     def __init__(self, data_cfg, global_batch: int):
-        images, labels = data.train_arrays(data_cfg)
+        images, labels = arrays.train_arrays(data_cfg)
         self.n, self.batch = int(len(labels)), int(global_batch)
         if not 0 < self.batch <= self.n:
             raise ValueError(f"need 0 < global batch <= {self.n} examples, got {self.batch}")
