@@ -9,6 +9,7 @@ on stderr, no traceback)."""
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -471,6 +472,10 @@ def workdirs(tmp_path_factory):
     (empty / "trials" / "t2" / "checkpoints").mkdir(parents=True)
     (empty / "config.json").write_text((wd / "config.json").read_text())
     (empty / "trials" / "t2" / "checkpoints" / "ckpt-40.index").write_bytes(b"")
+    # The CheckpointManager's state file names it: a save that finished, emptied afterwards.
+    (empty / "trials" / "t2" / "checkpoints" / "checkpoint").write_text(
+        'model_checkpoint_path: "ckpt-40"\nall_model_checkpoint_paths: "ckpt-40"\n'
+    )
     null_json, list_json = tmp / "null_json", tmp / "list_json"
     for folder, text in ((null_json, "null\n"), (list_json, "[]\n")):
         folder.mkdir()
@@ -885,6 +890,13 @@ def test_the_workdir_checks_never_advise_deleting_resumable_work(workdirs):
         validate.check_workdir(config, workdirs["empty_ckpt"])
     assert "restore the file, or move" in str(e.value) and "delete" not in str(e.value)
     assert all("delete" not in w for w in warnings)
+    # Without the state file naming it, the empty file is a save cut short (a kill mid-write):
+    # the run sets it aside and starts afresh, so the check warns instead of refusing.
+    unfinished = os.path.join(workdirs["tmp"], "unfinished_ckpt")
+    shutil.copytree(workdirs["empty_ckpt"], unfinished)
+    os.remove(os.path.join(unfinished, "trials", "t2", "checkpoints", "checkpoint"))
+    warnings = validate.check_workdir(config, unfinished)
+    assert any("left by a save that never finished" in w for w in warnings), warnings
 
 
 def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder(tmp_path, cli):
