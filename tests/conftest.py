@@ -1,39 +1,71 @@
-"""Test-session set-up: quiet TensorFlow, two logical CPU devices for multi-replica tests."""
+"""Test-session set-up: quiet TensorFlow, two logical CPU devices for multi-replica tests, both
+set the moment TensorFlow is first imported, so that tests that never import it (the launcher's,
+the schema's) do not pay for its import."""
 
+import importlib.abc
+import importlib.util
 import os
+import sys
 
 import pytest
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")  # the tests are CPU tests, also on a GPU box
 
-import tensorflow as tf  # noqa: E402
 
-# Logical devices must be configured before TensorFlow initialises its runtime, so this runs at
-# import time of the test session: every test sees CPU:0 and CPU:1 (the default strategy still
-# uses one device; MirroredStrategy tests ask for both).
-_cpus = tf.config.list_physical_devices("CPU")
-try:
-    tf.config.set_logical_device_configuration(
-        _cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
-    )
-except RuntimeError:  # already initialised by a plugin; multi-replica tests will skip
-    pass
+def _configure_tensorflow(tf) -> None:
+    # Logical devices must be configured before TensorFlow initialises its runtime, so this runs
+    # as its import ends: every test sees CPU:0 and CPU:1 (the default strategy still uses one
+    # device; MirroredStrategy tests ask for both).
+    cpus = tf.config.list_physical_devices("CPU")
+    try:
+        tf.config.set_logical_device_configuration(
+            cpus[0], [tf.config.LogicalDeviceConfiguration()] * 2
+        )
+    except RuntimeError:  # already initialised by a plugin; multi-replica tests will skip
+        pass
+
+    class _TestMirroredStrategy(tf.distribute.MirroredStrategy):
+        """MirroredStrategy that reduces through one device unless told otherwise.
+
+        Many tests in one process each create a MirroredStrategy over the two logical CPUs. With
+        the default collective all-reduce, their collective instance keys collide ("Shape mismatch
+        in the collective instance 100 ... expected shape [6] but another member ... [932]"), a
+        test-only artefact: a real run creates one strategy per process. Plain reductions avoid
+        it."""
+
+        def __init__(self, devices=None, cross_device_ops=None):
+            super().__init__(devices, cross_device_ops or tf.distribute.ReductionToOneDevice())
+
+    tf.distribute.MirroredStrategy = _TestMirroredStrategy
 
 
-class _TestMirroredStrategy(tf.distribute.MirroredStrategy):
-    """MirroredStrategy that reduces through one device unless told otherwise.
+class _ConfigureTensorFlowOnImport(importlib.abc.MetaPathFinder):
+    """Finds nothing itself: at the first import of tensorflow (a test module's, or Keras's) it
+    lets the usual finders find it and configures the module as soon as it has run, before any
+    test can use it; then it leaves sys.meta_path."""
 
-    Many tests in one process each create a MirroredStrategy over the two logical CPUs. With the
-    default collective all-reduce, their collective instance keys collide ("Shape mismatch in the
-    collective instance 100 ... expected shape [6] but another member ... [932]"), a test-only
-    artefact: a real run creates one strategy per process. Plain reductions avoid it."""
+    def find_spec(self, name, path=None, target=None):
+        if name != "tensorflow":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        run = spec.loader.exec_module
 
-    def __init__(self, devices=None, cross_device_ops=None):
-        super().__init__(devices, cross_device_ops or tf.distribute.ReductionToOneDevice())
+        def exec_module(module):
+            run(module)
+            _configure_tensorflow(module)
+
+        spec.loader.exec_module = exec_module
+        return spec
 
 
-tf.distribute.MirroredStrategy = _TestMirroredStrategy
+if "tensorflow" in sys.modules:  # a plugin imported it before this file
+    _configure_tensorflow(sys.modules["tensorflow"])
+else:
+    sys.meta_path.insert(0, _ConfigureTensorFlowOnImport())
 
 
 @pytest.fixture(scope="session")

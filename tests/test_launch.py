@@ -2,8 +2,10 @@
 checks (the safe alphabet, GCE's name, zone and project rules, the slice table, the VM's own flags
 checked here), the TPU software (pinned pair, PJRT, flags), the install (vm_setup.sh), the slices
 and --check, --shards (a Ray cluster) and the study's groups, and the gcloud calls of single
-launches, recorded by the fake `gcloud` of tests/fake_gcloud.py. VM states, queued requests,
---watch, the limits, the watchdog, Ctrl-C and the deletes: tests/test_launch_watch.py."""
+launches, recorded by the fake `gcloud` of tests/fake_gcloud.py. The launcher runs in this
+process (tests/launch_harness.py), but for one full launch through the shim, every part a process.
+VM states, queued requests, --watch, the limits, the watchdog, Ctrl-C and the deletes:
+tests/test_launch_watch.py."""
 
 import os
 import shlex
@@ -13,7 +15,8 @@ import sys
 import tarfile
 
 import pytest
-from fake_gcloud import (
+from helpers import REPO
+from launch_harness import (
     BASE_ENV,
     FRESH_LAUNCH,
     REQUIRED,
@@ -21,17 +24,19 @@ from fake_gcloud import (
     _command,
     _launch,
     _verbs,
+    calls_of,
+    fake_env,
+    main_here,
     make_fake,
 )
-from helpers import REPO
 
-from wide_tf.launch import remote, software
+from wide_tf.launch import local, remote, software
 from wide_tf.schema import memory
 
 
 @pytest.fixture
 def fake(tmp_path):
-    """The launcher against the fake gcloud: (process, the recorded calls); see make_fake."""
+    """The launcher against the fake gcloud: (result, the recorded calls); see make_fake."""
     return make_fake(tmp_path)
 
 
@@ -47,21 +52,55 @@ def test_the_shims_are_short_and_shellcheck_clean():
     assert p.returncode == 0, p.stdout
 
 
-def test_the_shim_runs_the_python_launcher():
+def test_the_shim_runs_the_python_launcher(tmp_path):
+    """The whole path as a user runs it, each part a process of its own: launch_tpu.sh (from
+    another folder, in a bare environment) starts `python -m wide_tf.launch`, which checks the
+    config and counts its groups with PYTHON, archives the checkout and calls the fake gcloud on
+    PATH: --shards=2 made, installed, joined into one Ray cluster, the study started and watched
+    to its end, and both VMs deleted. The other tests run the launcher in this process."""
+    make_fake(tmp_path)
+    (tmp_path / "checks").write_text('["running 1", "exited 0"]')
+    flags = ["--name=wide", *REQUIRED[1:], "--shards=2", "--watch", "--delete_when_done"]
     p = subprocess.run(
-        ["bash", str(SCRIPT), "--list_slices"],
+        ["bash", str(SCRIPT), *flags],
         capture_output=True,
         text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PYTHON": sys.executable},
+        timeout=120,
+        env=fake_env(tmp_path),
         cwd="/",
     )
-    assert p.returncode == 0 and p.stdout.splitlines()[2] == "v4-8 4 1", p.stderr
+    assert p.returncode == 0, p.stderr
+    calls = calls_of(tmp_path / "calls.jsonl")
+    names = [c[2].split(":")[0] if c[0] == "scp" else c[1] for c in calls]
+    steps = [(verb, name) for (verb, _), name in zip(_verbs(calls), names)]
+    assert steps == [
+        *[(v, "wide-0") for v in ("describe", "create", "scp", "install")],
+        *[(v, "wide-1") for v in ("describe", "create", "scp", "install")],
+        ("describe", "wide-0"),  # the head's address
+        ("ray", "wide-0"),
+        ("ray", "wide-1"),
+        ("start", "wide-0"),
+        ("check", "wide-0"),
+        ("describe", "wide-0"),  # the poll
+        ("describe", "wide-1"),
+        ("check", "wide-0"),  # exited 0: done
+        ("delete", "wide-0"),
+        ("delete", "wide-1"),
+    ], calls
+    assert "checked here: dry run: the config fits 4 replica(s)" in p.stderr
+    assert "checked here: 30 groups for 2 VMs, one Ray cluster" in p.stderr
+    with tarfile.open(tmp_path / "copied.tar.gz") as tar:  # the checkout's tracked files
+        assert {"launch_tpu.sh", "wide_tf/launch/command.py"} <= set(tar.getnames())
+    assert "the study is done on wide-0" in p.stderr
 
 
 def test_v4_8_on_a_missing_vm_creates_copies_installs_and_starts(fake):
     p, calls = fake.validated(
-        *REQUIRED, "--", "--config.data.data_dir=gs://bucket/tfds", "--shard=0/2"
+        *REQUIRED,
+        "--",
+        "--config.data.data_dir=gs://bucket/tfds",
+        "--shard=0/2",
+        archive=local.make_archive,
     )
     assert p.returncode == 0, p.stderr
     assert _verbs(calls) == FRESH_LAUNCH
@@ -278,30 +317,17 @@ def test_the_slice_table_lists_the_documented_slices():
 @pytest.mark.parametrize("config", ["configs/wrn.py:check", "configs/mlp.py:check"])
 def test_the_check_configs_fit_every_slice_of_the_launcher(config):
     """`--check` runs CONFIG:check on the VM: it must pass the dry run at every replica count the
-    launcher's table has (the dry run needs no TensorFlow). :smoke did not at 8."""
+    launcher's table has (the dry run needs no TensorFlow; here in this process). :smoke did not
+    at 8."""
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
     for replicas in sorted({r for _, r, _ in _slices()}):
-        p = subprocess.run(
-            [sys.executable, "-m", "wide_tf.main", f"--config={config}", "--dry_run"]
-            + [f"--replicas={replicas}"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            env=env,
+        code, out, err = main_here(
+            [f"--config={config}", "--dry_run", f"--replicas={replicas}"], env
         )
-        assert p.returncode == 0, (replicas, p.stdout + p.stderr)
-        assert f"the config fits {replicas} replica(s)" in p.stdout
-    p = subprocess.run(
-        [sys.executable, "-m", "wide_tf.main", "--config=configs/wrn.py:smoke", "--dry_run"]
-        + ["--replicas=8"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
-    assert p.returncode == 2 and "ghost batch norm splits each (micro-)batch of 4" in p.stderr
+        assert code == 0, (replicas, out + err)
+        assert f"the config fits {replicas} replica(s)" in out
+    code, _, err = main_here(["--config=configs/wrn.py:smoke", "--dry_run", "--replicas=8"], env)
+    assert code == 2 and "ghost batch norm splits each (micro-)batch of 4" in err
 
 
 def test_a_slice_whose_memory_cannot_hold_the_study_is_refused_with_the_fix(fake):
@@ -392,7 +418,8 @@ def test_an_untracked_config_is_copied_explicitly(fake):
     path = REPO / "configs" / "_untracked_launch_test.py"
     path.write_text((REPO / "configs" / "mlp.py").read_text())
     try:
-        p, _ = fake(*REQUIRED[:1], "--config=configs/_untracked_launch_test.py:smoke", REQUIRED[2])
+        config = "--config=configs/_untracked_launch_test.py:smoke"
+        p, _ = fake(REQUIRED[0], config, REQUIRED[2], archive=local.make_archive)
     finally:
         path.unlink()
     assert p.returncode == 0, p.stderr
@@ -675,16 +702,10 @@ def test_the_workstation_check_runs_with_exactly_the_vms_flags(fake):
         "--config.runtime.tpu=local",
         *extra,
     ]
-    here = subprocess.run(
-        [sys.executable, "-m", "wide_tf.main", *vm, "--dry_run", "--replicas=4"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)},
-    )
-    assert (p.returncode == 2) == (here.returncode == 2), (p.stderr, here.stderr)
-    if here.returncode:
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    code, _, err = main_here([*vm, "--dry_run", "--replicas=4"], env)
+    assert (p.returncode == 2) == (code == 2), (p.stderr, err)
+    if code:
         assert calls == []
         return
     start = _command(next(c for c in calls if _verbs([c])[0][0] == "start"))

@@ -2,24 +2,27 @@
 describe error), queued requests (waiting, FAILED, left SUSPENDED by a preempted spot node) and
 --watch (relaunches, failures, --delete_when_done however the launch ends, the first one
 included), the limits on remote steps, the watchdog, Ctrl-C, SIGTERM and the kept spot choice,
-with the fake `gcloud` of tests/fake_gcloud.py; the state machine's two functions from a table."""
+with the fake `gcloud` of tests/fake_gcloud.py; the state machine's two functions from a table.
+The launcher runs in this process (tests/launch_harness.py); the Ctrl-C and SIGTERM cases start it
+as a process with the fake on PATH, and gcloud.call stops a real step past its limit."""
 
 import contextlib
 import os
+import pathlib
 import subprocess
 import sys
 import time
 
 import pytest
-from fake_gcloud import REQUIRED, _verbs, calls_of, fake_env, make_fake
 from helpers import REPO
+from launch_harness import REQUIRED, _verbs, calls_of, fake_env, make_fake
 
-from wide_tf.launch import machine, remote
+from wide_tf.launch import gcloud, machine, remote
 
 
 @pytest.fixture
 def fake(tmp_path):
-    """The launcher against the fake gcloud: (process, the recorded calls); see make_fake."""
+    """The launcher against the fake gcloud: (result, the recorded calls); see make_fake."""
     return make_fake(tmp_path)
 
 
@@ -129,6 +132,9 @@ def test_queued_spot_launch_waits_for_active(fake):
         "--spot",
     ]
     assert "queued resource wide-v4: PROVISIONING" in p.stderr
+    # The request polled every 300 s (WIDE_TF_POLL_S) until ACTIVE; the run checked alive 30 s
+    # after its start (WIDE_TF_ALIVE_WAIT_S).
+    assert p.waits == [300, 300, 30]
 
 
 def test_a_failed_queued_request_is_an_error(fake):
@@ -167,6 +173,7 @@ def test_watch_relaunches_after_a_preemption_and_deletes_when_done(fake):
     assert len(creates) == 2 and all(c[-1] == "--spot" for c in creates)
     assert calls[-1] == ["qr-delete", "wide-v4", "--zone=us-central2-b", "--force", "--quiet"]
     assert "the study is done on wide-v4" in p.stderr
+    assert p.waits == [30, 300, 30, 300]  # alive check after each start; a poll every 5 minutes
 
 
 def test_a_spot_node_gone_with_its_request_suspended_is_requeued_after_a_delete(fake):
@@ -296,8 +303,9 @@ def test_a_refused_launch_leaves_someone_elses_vm_alone(fake):
     ],
 )
 def test_a_hung_step_times_out_and_deletes(fake, hang, knob, what):
-    # Before: no ssh step had a limit; a hung --check kept the launcher (and the VM) forever.
-    t = time.monotonic()
+    # Before: no ssh step had a limit; a hung --check kept the launcher (and the VM) forever. The
+    # fake's step never answers; gcloud.call's stop past the limit is
+    # test_a_step_past_its_limit_is_stopped's.
     p, calls = fake(
         *REQUIRED,
         "--check",
@@ -305,11 +313,33 @@ def test_a_hung_step_times_out_and_deletes(fake, hang, knob, what):
         "--delete_when_done",
         env={"FAKE_HANG": hang, knob: "0.5"},
     )
-    assert time.monotonic() - t < 30
+    assert p.stopped == [0.5]  # the hung step was given the knob's limit
     assert p.returncode == 1, p.stderr
     assert what in p.stderr and f"({knob}=SECONDS sets the limit)" in p.stderr
     verbs = [v for v, _ in _verbs(calls)]
     assert verbs[-1] == "delete" and "start" not in verbs[verbs.index(hang) + 1 :]
+
+
+def test_a_step_past_its_limit_is_stopped(tmp_path):
+    """gcloud.call, which runs every step: the fake gcloud on PATH with its install hung is stopped
+    at the limit (status 124) and gone; a step that ignores SIGTERM is killed once the grace after
+    it has passed (gcloud passes TERM on to its ssh, so TERM comes first)."""
+    make_fake(tmp_path)
+    env = fake_env(tmp_path, {"FAKE_HANG": "install"})
+    ssh = ["compute", "tpus", "tpu-vm", "ssh", "wide-v4", "--worker=all"]
+    cmd = [str(tmp_path / "bin" / "gcloud"), *ssh, "--command=bash ~/wide_tf/vm_setup.sh"]
+    t = time.monotonic()
+    assert gcloud.call(cmd, 0.3, env=env) == (gcloud.TIMED_OUT, "", "")
+    assert 0.3 <= time.monotonic() - t < 10
+    left = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
+    name = f"wide_tf_ignores_term_{os.getpid()}"
+    t = time.monotonic()
+    stubborn = ["bash", "-c", f"trap '' TERM; exec -a {name} sleep 30"]
+    assert gcloud.call(stubborn, 0.2, capture=True, grace=0.1)[0] == gcloud.TIMED_OUT
+    assert 0.3 <= time.monotonic() - t < 10
+    left = subprocess.run(["pgrep", "-f", name], capture_output=True, text=True)
+    assert left.stdout == "", left.stdout
 
 
 def test_a_stuck_study_is_caught_by_the_watchdog(fake):
@@ -356,7 +386,11 @@ def test_the_pid_check_reports_the_logs_idle_seconds(tmp_path):
     )
     try:
         (tmp_path / "wide_tf.pid").write_text(str(proc.pid))
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        cmdline = pathlib.Path(f"/proc/{proc.pid}/cmdline")
+        while not cmdline.read_bytes().startswith(b"wide_tf.main\0"):
+            assert time.monotonic() < deadline  # bash has not yet exec'd the named sleep
+            time.sleep(0.005)
         out = subprocess.run(["sh", "-c", check], capture_output=True, text=True).stdout
     finally:
         proc.kill()
@@ -390,7 +424,9 @@ _HUNG_STEP_CALL = {"install": "vm_setup.sh", "tpucheck": "vm.tpu_check"}
 def _signal_during_a_hung_step(tmp_path, *flags, step="install", sig=None):
     """Runs `python -m wide_tf.launch` with the fake's `step` hung, sends `sig` (SIGINT to the
     launcher's process group, as Ctrl-C in a terminal does, by default) once that step has
-    started, and returns (exit status, stderr, the calls) once every process of it has ended."""
+    started, and returns (exit status, stderr, the calls) once every process of it has ended. The
+    config is not checked here (--no_validate): test_the_shim_runs_the_python_launcher runs that
+    check as a process."""
     import signal
 
     make_fake(tmp_path)  # writes the fake gcloud
@@ -405,7 +441,8 @@ def _signal_during_a_hung_step(tmp_path, *flags, step="install", sig=None):
     )
     (tmp_path / "calls.jsonl").write_text("")
     proc = subprocess.Popen(
-        [sys.executable, "-c", as_from_a_terminal, *flags, "--watch", "--delete_when_done"],
+        [sys.executable, "-c", as_from_a_terminal, *flags, "--watch", "--delete_when_done"]
+        + ["--no_validate"],
         env=env,
         cwd="/",
         stdout=subprocess.PIPE,
@@ -416,8 +453,8 @@ def _signal_during_a_hung_step(tmp_path, *flags, step="install", sig=None):
     deadline = time.monotonic() + 60
     while _HUNG_STEP_CALL[step] not in (tmp_path / "calls.jsonl").read_text():
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.05)
-    time.sleep(0.2)
+        time.sleep(0.01)
+    time.sleep(0.05)  # the call is on record: the launcher is waiting on its step
     try:
         if sig is None:
             os.killpg(proc.pid, signal.SIGINT)

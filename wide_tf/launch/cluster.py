@@ -76,7 +76,7 @@ def watch(p, head: str) -> int:
     c, lim, head_vm = p.cloud, p.limits, p.vms[0]
     relaunches = errors = 0
     while True:
-        time.sleep(lim.poll)
+        c.sleep(lim.poll)
         states = {v.name: c.read_vm(v.name).state for v in p.vms}
         answer = ""
         if states[head_vm.name] == "READY":

@@ -5,14 +5,17 @@ past its limit, Ctrl-C, SIGTERM) and names the bill of what it leaves."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import shutil
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 
-from wide_tf.launch import cluster, local, options, remote, software
+from wide_tf.launch import cluster, gcloud, local, options, remote, software
 from wide_tf.launch import launch_plan as plan
 from wide_tf.launch.gcloud import Cloud, show
 from wide_tf.launch.machine import Limits
@@ -26,9 +29,22 @@ class Terminated(BaseException):
     """SIGTERM, raised in the main thread so that the launch's finally runs (exit 143)."""
 
 
-def main(argv=None, env=None, out=None, err=None) -> int:
+@dataclasses.dataclass(frozen=True)
+class Outside:
+    """What the launcher does beyond its own process: every command it runs (gcloud, and the
+    config's checks here), the wait between polls, the checkout's archive. The defaults are the
+    real ones; another Outside drives the whole state machine in one process (a fake Cloud CLI,
+    waits that take no time), which is how its tests run in seconds."""
+
+    execute: Callable = gcloud.call
+    sleep: Callable = time.sleep
+    archive: Callable = local.make_archive
+
+
+def main(argv=None, env=None, out=None, err=None, outside: Outside | None = None) -> int:
     env = dict(os.environ if env is None else env)
     out, err = out or sys.stdout, err or sys.stderr
+    outside = outside or Outside()
     argv = list(sys.argv[1:] if argv is None else argv)
     main_thread = threading.current_thread() is threading.main_thread()
     old_term = signal.signal(signal.SIGTERM, _raise_terminated) if main_thread else None
@@ -43,10 +59,10 @@ def main(argv=None, env=None, out=None, err=None) -> int:
                 print(f"{s.name} {s.replicas} {s.hosts}", file=out)
             return 0
         if o.action == "report":
-            return report(o, env, out, err)
+            return report(o, _cloud(o, env, out, err, outside))
         if o.action != "launch":
-            return follow(o, env, out, err)
-        return launch(o, env, out, err)
+            return follow(o, env, out, err, outside)
+        return launch(o, env, out, err, outside)
     except Stop as s:
         print(s.line, file=err)
         if s.usage:
@@ -65,28 +81,30 @@ def _raise_terminated(signum, frame):
     raise Terminated()
 
 
-def _cloud(o: Options, env, out, err) -> Cloud:
-    gcloud = env.get("WIDE_TF_GCLOUD") or "gcloud"
-    return Cloud(gcloud, o.zone, o.project, o.dry_run, out=out, err=err, env=env)
+def _cloud(o: Options, env, out, err, outside: Outside) -> Cloud:
+    return Cloud(
+        env.get("WIDE_TF_GCLOUD") or "gcloud", o.zone, o.project, o.dry_run, out=out, err=err,
+        env=env, execute=outside.execute, sleep=outside.sleep,
+    )  # fmt: skip
 
 
-def report(o: Options, env, out, err) -> int:
+def report(o: Options, c: Cloud) -> int:
     """The report on this machine, read from the bucket (TensorFlow reads gs:// with the
     application-default credentials: `gcloud auth application-default login`)."""
     options.check_workdir(o.workdir)
-    cmd = [env.get("PYTHON") or "python3", "-m", "wide_tf.report", f"--workdir={o.workdir}"]
-    code, _, _ = _cloud(o, env, out, err).run(cmd)
+    cmd = [c.env.get("PYTHON") or "python3", "-m", "wide_tf.report", f"--workdir={o.workdir}"]
+    code, _, _ = c.run(cmd)
     if not o.dry_run:
-        print(f"# the report: {o.workdir.rstrip('/')}/report/report.md", file=err)
+        print(f"# the report: {o.workdir.rstrip('/')}/report/report.md", file=c.err)
     return code
 
 
-def follow(o: Options, env, out, err) -> int:
+def follow(o: Options, env, out, err, outside: Outside) -> int:
     """--status, --logs, --delete of one VM."""
     options.check_name(o.name)
     o.zone = o.zone or "us-central2-b"
     options.check_where(o.zone, o.project)
-    c = _cloud(o, env, out, err)
+    c = _cloud(o, env, out, err, outside)
     c.need()
     if o.action == "logs":
         if not o.lines.isdigit():
@@ -112,10 +130,10 @@ def follow(o: Options, env, out, err) -> int:
     return 0
 
 
-def prepare(o: Options, env, out, err) -> plan.Plan:
+def prepare(o: Options, env, out, err, outside: Outside) -> plan.Plan:
     """Every check on this machine, before any gcloud call."""
     shards, sw = plan.check_arguments(o, REPO)
-    cloud = _cloud(o, env, out, err)
+    cloud = _cloud(o, env, out, err, outside)
     stall_s = int(env.get("WIDE_TF_STALL_S") or int(o.stall_minutes) * 60)
     file = o.config.split(":")[0]
     untracked = "" if local.tracked(REPO, file) else file
@@ -128,7 +146,7 @@ def prepare(o: Options, env, out, err) -> plan.Plan:
             "keep the study reproducible)"
         )
     if o.validate:
-        plan.validate_here(p, local.Here(REPO, env, cloud.note))
+        plan.validate_here(p, local.Here(REPO, env, cloud.note, cloud.execute))
     cloud.need()  # after every usage check: a typo is reported before a missing tool
     if sw.multi_host:
         cloud.note(
@@ -145,8 +163,8 @@ def prepare(o: Options, env, out, err) -> plan.Plan:
     return p
 
 
-def launch(o: Options, env, out, err) -> int:
-    p = prepare(o, env, out, err)
+def launch(o: Options, env, out, err, outside: Outside) -> int:
+    p = prepare(o, env, out, err, outside)
     folder: list[str] = []
 
     def archive() -> str:  # made once, on first use; the finally removes it
@@ -154,7 +172,7 @@ def launch(o: Options, env, out, err) -> int:
             return "/tmp/wide_tf_checkout.tar.gz"
         if not folder:
             folder.append(local.temp_folder(env))
-            local.make_archive(REPO, folder[0], p.untracked)
+            outside.archive(REPO, folder[0], p.untracked)
         return os.path.join(folder[0], "wide_tf.tar.gz")
 
     p.vms = plan.make_vms(p, local.SpotMemory(env, o.project, o.zone), archive)

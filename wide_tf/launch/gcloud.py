@@ -10,6 +10,8 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 
 from wide_tf.launch.options import PROG, Stop, failed
 
@@ -26,12 +28,14 @@ def show(cmd: list[str]) -> str:
     return " ".join(w if SAFE.fullmatch(w) else "'" + w.replace("'", "'\\''") + "'" for w in cmd)
 
 
-def call(cmd: list[str], limit: float | None, capture: bool = False, env=None, grace=GRACE_S):
+def call(
+    cmd: list[str], limit: float | None, capture: bool = False, env=None, grace=GRACE_S, cwd=None
+):
     """Runs `cmd` in this process group (an ssh passphrase prompt still reaches the terminal) and
     returns (status, stdout, stderr); past `limit` seconds it is stopped and the status is 124.
     Ctrl-C reaches it from the terminal too; whatever ends this call, the child is gone after it."""
     pipe = subprocess.PIPE if capture else None
-    with subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, env=env) as proc:
+    with subprocess.Popen(cmd, stdout=pipe, stderr=pipe, text=True, env=env, cwd=cwd) as proc:
         try:
             out, err = proc.communicate(timeout=limit)
             return proc.returncode, out or "", err or ""
@@ -73,6 +77,10 @@ class Cloud:
     out: object = sys.stdout
     err: object = sys.stderr
     env: dict | None = None  # the environment of every call (None: this process's)
+    # How a command runs (call's signature) and how the polls wait: the real ones unless the
+    # launcher was given others (command.Outside), as its state machine's tests give.
+    execute: Callable = call
+    sleep: Callable = time.sleep
 
     @property
     def where(self) -> list[str]:
@@ -99,7 +107,7 @@ class Cloud:
             self.print(("#   " if self.comment else "") + show(cmd))
             return 0, "", ""
         self.note_cmd(cmd)
-        return call(cmd, limit, capture, self.env)
+        return self.execute(cmd, limit, capture, self.env)
 
     def note_cmd(self, cmd: list[str]) -> None:
         print(f"+ {show(cmd)}", file=self.err, flush=True)
@@ -134,7 +142,7 @@ class Cloud:
     def read_vm(self, name: str) -> Vm:
         """The VM's state; any error but NOT_FOUND is one line and exit 1 (with no project set, a
         missing permission or no network, 'not found' would be a lie and a create would follow)."""
-        code, out, err = call(self.describe_args(name), DESCRIBE_S, True, self.env)
+        code, out, err = self.execute(self.describe_args(name), DESCRIBE_S, True, self.env)
         if code:
             if "NOT_FOUND" in err:
                 return Vm()
@@ -151,7 +159,7 @@ class Cloud:
     def queue_state(self, name: str, must_exist: bool) -> str:
         """The queued request's state ('' when there is none and `must_exist` is False)."""
         cmd = self.qr("describe", name, *self.where, "--format=value(state.state)")
-        code, out, err = call(cmd, DESCRIBE_S, True, self.env)
+        code, out, err = self.execute(cmd, DESCRIBE_S, True, self.env)
         if code and not must_exist and "NOT_FOUND" in err:
             return ""
         if code:
@@ -175,7 +183,7 @@ class Cloud:
         if self.dry_run:
             self.print(f"# the Ray head's address (HEAD_IP below): {show(cmd)}")
             return "HEAD_IP"
-        code, out, err = call(cmd, DESCRIBE_S, True, self.env)
+        code, out, err = self.execute(cmd, DESCRIBE_S, True, self.env)
         if code or not out.strip():
             raise failed(f"could not read {name}'s internal address (exit {code}): {err.strip()}")
         return out.strip()

@@ -9,7 +9,10 @@ import pathlib
 import subprocess
 import tempfile
 
+from wide_tf.launch.gcloud import TIMED_OUT, call
 from wide_tf.launch.options import PROG, Stop, failed
+
+CHECK_S = 600  # the checks here read the config and count its groups: seconds, not minutes
 
 # The study's (member, batch size) groups, from the config and the VM's flags (no TensorFlow).
 GROUPS_PY = """import sys
@@ -23,10 +26,11 @@ print(len(group_trials(list_trials(config.value))))
 
 
 class Here:
-    """Runs wide_tf on this machine, from this checkout, with the interpreter PYTHON names."""
+    """Runs wide_tf on this machine, from this checkout, with the interpreter PYTHON names, through
+    `execute` (gcloud.call's signature: the launcher's own runner of commands)."""
 
-    def __init__(self, repo: pathlib.Path, env, note):
-        self.repo, self.env, self.note = repo, env, note
+    def __init__(self, repo: pathlib.Path, env, note, execute=call):
+        self.repo, self.env, self.note, self.execute = repo, env, note, execute
         self.python = env.get("PYTHON") or "python3"
 
     def run(self, args: list[str], extra_env=None) -> tuple[int, str]:
@@ -35,13 +39,15 @@ class Here:
         )
         env = {**self.env, "PYTHONPATH": path, **(extra_env or {})}
         try:
-            p = subprocess.run(
-                [self.python, *args], cwd=self.repo, env=env, capture_output=True, text=True,
-                timeout=600,
-            )  # fmt: skip
+            code, out, err = self.execute([self.python, *args], CHECK_S, True, env, cwd=self.repo)
         except OSError as e:
             return 127, str(e)
-        return p.returncode, p.stdout + p.stderr
+        if code == TIMED_OUT:
+            raise failed(
+                f"the config's check on this machine ({self.python} running wide_tf) did not "
+                f"finish in {CHECK_S}s and was stopped; --no_validate skips it"
+            )
+        return code, out + err
 
     def usable(self) -> None:
         """Called when the check could not start: whether PYTHON has what it needs."""

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import time
 
 from wide_tf.launch import remote
-from wide_tf.launch.gcloud import TIMED_OUT, Cloud, Vm, call, show
+from wide_tf.launch.gcloud import TIMED_OUT, Cloud, Vm, show
 from wide_tf.launch.options import PROG, Options, failed, refused, usage_error
 from wide_tf.launch.software import Software
 
@@ -263,7 +262,7 @@ def wait_for_queue(v: Vmlaunch) -> None:
                 f"describe {v.name} --zone={c.zone}', delete it with '{PROG} --name={v.name} "
                 f"--zone={c.zone} --queued --delete' and try another zone or time"
             )
-        time.sleep(v.limits.poll)
+        c.sleep(v.limits.poll)
 
 
 def check_image_offered(v: Vmlaunch) -> None:
@@ -276,7 +275,7 @@ def check_image_offered(v: Vmlaunch) -> None:
     if c.dry_run:
         c.print(f"# the pod image must be offered here: {show(cmd)}")
         return
-    code, listed, _ = call(cmd, v.limits.ssh, True, c.env)
+    code, listed, _ = c.execute(cmd, v.limits.ssh, True, c.env)
     if code:
         c.note(
             f"warning: could not list the TPU software versions in {c.zone}; creating with "
@@ -344,7 +343,7 @@ def start_run(v: Vmlaunch, stamp: str, flags: list[str]) -> None:
         c.print(f"# after {lim.alive_wait:g}s, the run must be alive (or have exited 0):")
         c.run(v.ssh("0", remote.PID_CHECK))
         return
-    time.sleep(lim.alive_wait)
+    c.sleep(lim.alive_wait)
     code, alive = v.run_check()
     if code:
         raise failed(
