@@ -90,6 +90,25 @@ def test_the_tf_2_19_job_installs_every_other_requirement_of_the_package():
         assert (ROOT / path).exists(), path
 
 
+def test_ci_runs_on_every_python_the_metadata_claims():
+    """The main job runs on the machine's python3 (3.11); every other Python that pyproject.toml
+    claims has its own job in .ci/run, on a venv of that version, with a subset list whose files
+    exist."""
+    run = (ROOT / ".ci" / "run").read_text()
+    claimed = {
+        c.rsplit(" :: ", 1)[1]
+        for c in _project()["classifiers"]
+        if c.startswith("Programming Language :: Python :: 3.")
+    }
+    for version in sorted(claimed - {"3.11"}):
+        minor = version.split(".")[1]
+        subset = ROOT / ".ci" / f"py3{minor}_subset.txt"
+        assert f"sys.version_info[:2] == (3, {minor})" in run, version
+        assert f".ci/{subset.name}" in run, version
+        for path in subset.read_text().split():
+            assert (ROOT / path).exists(), path
+
+
 def test_the_metadata_is_pep_621_and_says_what_it_supports():
     from packaging.specifiers import SpecifierSet
 

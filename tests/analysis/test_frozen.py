@@ -120,7 +120,7 @@ def test_the_freeze_command_writes_each_file_once(tmp_path, capsys):
     out, rep = tmp_path / "s.json", tmp_path / "r.json"
     args = ["--config=configs/mlp.py:smoke", "--b_crit_ref=20", "--s_min=40", "--studies=2"]
     args += ["--bootstrap=20", f"--out={out}"]
-    assert frozen.main(args + ["--replicate", "configs/mlp.py:smoke_sgd", str(rep)]) == 0
+    assert frozen.main(args + [f"--replicate=configs/mlp.py:smoke_sgd,{rep}"]) == 0
     a, b = frozen.load(str(out)), frozen.load(str(rep))
     assert a["simulation"] == b["simulation"] and a["config_hash"] != b["config_hash"]
     assert a["simulation"]["studies"] == 2 and a["rule"]["heaviest_level"] == 0.95

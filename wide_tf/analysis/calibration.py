@@ -20,10 +20,12 @@ import dataclasses
 import sys
 
 import numpy as np
+from absl import flags
 
 from wide_tf.analysis.seed_variance import NoiseSummary, summarize
 from wide_tf.analysis.seed_variance import read_records as _records
-from wide_tf.schema.cli import UsageParser, integer
+from wide_tf.schema import cli
+from wide_tf.schema.cli import integer
 
 __all__ = ["NoiseSummary", "summarize", "simulated", "main"]
 
@@ -45,23 +47,38 @@ def simulated(config: str, n_studies: int, seed: int = 1, truth=None) -> NoiseSu
     return NoiseSummary(**mean, n_cells=int(sum(r.n_cells for r in rows)))
 
 
+PROG = "python -m wide_tf.analysis.calibration"
+HELP = f"""\
+Prints a study's seed variance (its noise between runs: the seed sigma of log steps, the cell
+effect and its F ratio, the seeds' shared share, the learning-rate curvature), or that of
+simulated studies of a config's design, to compare the two. No TensorFlow.
+
+  {PROG} runs/mlp_local runs/mlp_local_replicate
+  {PROG} --simulate=configs/mlp.py:local
+
+Exit status 0, or 2 with one `error:` line."""
+# The command's own flags (schema/cli.py); the workdirs follow them.
+_FLAGS = cli.flag_values()
+flags.DEFINE_string("simulate", "", "a config: summarise simulated studies of it", _FLAGS)
+flags.DEFINE(integer(1), "studies", 40, "simulated studies", _FLAGS)
+
+
 def main(argv=None) -> int:
-    p = UsageParser(
-        prog="python -m wide_tf.analysis.calibration", description=__doc__.splitlines()[0]
-    )
-    p.add_argument("workdirs", nargs="*", help="finished studies' workdirs")
-    p.add_argument("--simulate", default="", help="a config: summarise simulated studies of it")
-    p.add_argument("--studies", type=integer(1), default=40, help="simulated studies")
-    a = p.parse_args(argv)
-    if not a.workdirs and not a.simulate:
-        print("error: give a study's workdir or --simulate=CONFIG", file=sys.stderr)
-        return 2
-    for wd in a.workdirs:
+    """The command on argv (default: sys.argv[1:]): flags, then workdirs; its exit status."""
+    return cli.run(_calibration, _FLAGS, argv, prog=PROG, text=HELP, positional=True)
+
+
+def _calibration(argv) -> int:
+    a, workdirs = cli.values(_FLAGS), argv[1:]
+    if not workdirs and not a.simulate:
+        cli.fail(
+            "give a study's workdir or --simulate=CONFIG, e.g. --simulate=configs/mlp.py:local"
+        )
+    for wd in workdirs:
         try:
             print(f"{wd}: {summarize(_records(wd)).line()}")
         except (OSError, ValueError) as e:
-            print(f"error: {wd}: {e}; give a finished study's workdir", file=sys.stderr)
-            return 2
+            cli.fail(f"{wd}: {e}; give a finished study's workdir")
     if a.simulate:
         print(
             f"simulated {a.simulate} ({a.studies} studies, the default generator): "

@@ -25,12 +25,15 @@ No TensorFlow.
 from __future__ import annotations
 
 import datetime
+import functools
 import hashlib
 import json
 import os
 import sys
 
-from wide_tf.schema import provenance
+from absl import flags
+
+from wide_tf.schema import cli, provenance
 from wide_tf.schema.problems import UsageError
 
 FORMAT = "wide_tf frozen design 1"
@@ -249,21 +252,52 @@ def label(config_json: dict | None, records) -> str:
     return f"confirmatory, frozen at {s['hash'][:HASH_CHARS]} on {s.get('frozen_on')}"
 
 
-def _parser():
+PROG = "python -m wide_tf.analysis.frozen"
+HELP = f"""\
+Freezes a study's design before it runs: simulates it at the given scale (the verdict rule's error
+rates, its power and size at the equivalence margin) and writes the frozen file, the resolved
+config with its hash, that `python -m wide_tf.main` then checks every run against. No TensorFlow.
+
+  {PROG} --config=configs/wrn.py:fashion_confirm \\
+      --b_crit_ref=213 --s_min=65 --sigma=0.131 --studies=200 --replicates=2 \\
+      --pilot="a pilot" --out=configs/frozen/wrn_fashion_confirm.json
+
+A frozen file is never rewritten (an existing --out is refused). Bad input is one `error:` line
+on stderr and exit status 2."""
+
+
+def _replicate(text) -> tuple[str, str]:
+    """--replicate=CONFIG,OUT: split at the last comma (a config's variant arguments may hold
+    commas; a file name seldom does)."""
+    spec, comma, out = str(text).rpartition(",")
+    if not (comma and spec.strip() and out.strip()):
+        raise ValueError(
+            f"expected CONFIG,OUT, got {text!r}; e.g. "
+            "--replicate=configs/wrn.py:fashion_confirm_replicate,"
+            "configs/frozen/wrn_fashion_confirm_replicate.json"
+        )
+    return spec.strip(), out.strip()
+
+
+@functools.cache
+def _flags():
+    """The freeze's flags: the rule's (rule_power.define_flags), then its own; built on the first
+    call, since wide_tf.main imports this module for the check alone."""
     from wide_tf.analysis import rule_power
 
-    p = rule_power._parser()
-    p.prog = "python -m wide_tf.analysis.frozen"
-    p.description = "Freeze a study's design: simulate it and write the frozen file."
-    p.add_argument("--out", required=True, help="the frozen design file to write")
-    p.add_argument("--pilot", default="", help="where the scale was read (a pilot, a study)")
-    p.add_argument(
-        "--replicate",
-        nargs=2,
-        metavar=("CONFIG", "OUT"),
-        help="the seed replicate read with it: its config and frozen file (the same simulation)",
+    fv = cli.flag_values()
+    rule_power.define_flags(fv)
+    flags.DEFINE_string("out", None, "the frozen design file to write", fv)
+    flags.DEFINE_string("pilot", "", "where the scale was read (a pilot, a study)", fv)
+    flags.DEFINE(
+        cli.Typed(_replicate, "CONFIG,OUT"),
+        "replicate",
+        None,
+        "the seed replicate read with it, CONFIG,OUT: its config and frozen file (the same "
+        "simulation)",
+        fv,
     )
-    return p
+    return fv
 
 
 def _documents(a, margin, counts) -> tuple[dict, dict, dict]:
@@ -298,11 +332,19 @@ def _documents(a, margin, counts) -> tuple[dict, dict, dict]:
 
 
 def main(argv=None) -> int:
+    """The command on argv (default: sys.argv[1:]); its exit status."""
+    from wide_tf.analysis import rule_power
+
+    required = {**rule_power.REQUIRED, "out": "e.g. --out=configs/frozen/<study>.json"}
+    return cli.run(_freeze, _flags(), argv, prog=PROG, text=HELP, required=required)
+
+
+def _freeze(argv) -> int:
     from wide_tf.analysis import rule_power
     from wide_tf.checks import loader
 
-    a = _parser().parse_args(argv)
-    outs = [(a.config, a.out)] + ([tuple(a.replicate)] if a.replicate else [])
+    a = cli.values(_flags())
+    outs = [(a.config, a.out)] + ([a.replicate] if a.replicate else [])
     for _, out in outs:
         if os.path.exists(out):
             print(

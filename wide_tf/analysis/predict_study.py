@@ -3,8 +3,9 @@ per member, B_simple measured at every evaluation), and its cost against the ful
 from the configs alone (docs/prediction.md, "The predict study").
 
 Configs import this module before TensorFlow starts, so it imports nothing heavy: the schema's
-budget rule, and `wide_tf.checks.validate` (TensorFlow-free) only inside the functions that need a
-data set's size.
+budget rule, its command's absl flags (in a FlagValues of their own, so a config's import defines
+nothing beside wide_tf.main's), and `wide_tf.checks.validate` (TensorFlow-free) only inside the
+functions that need a data set's size.
 
     python -m wide_tf.analysis.predict_study --config=configs/mlp.py:local   # what its predict
                                                                              # study costs
@@ -14,6 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 
+from absl import flags
+
+from wide_tf.schema import cli
 from wide_tf.schema import plan as plan_lib
 
 # ----------------------------------------------------------------------------------------------
@@ -180,31 +184,39 @@ def cost_lines(config, spec: str = "the study") -> list[str]:
     return lines
 
 
-def _fail(message: str) -> int:
-    import sys
+PROG = "python -m wide_tf.analysis.predict_study"
+HELP = f"""\
+Prints what the predict study of a study config costs against its full sweep (one small batch per
+member, the noise scale B_simple measured at every evaluation; docs/prediction.md): its runs, its
+training and probe examples, and for a wide ResNet its TPU chip-hours. Planned from the configs
+alone: nothing runs, and no data set is read beyond its size.
 
-    print(f"error: {message}", file=sys.stderr, flush=True)
-    return 2
+  {PROG} --config=configs/mlp.py:local
+  {PROG} --config=configs/wrn.py
+
+Bad input is one `error:` line on stderr and exit status 2."""
+# The command's own flags (schema/cli.py): the configs import this module for as_predict_config.
+_FLAGS = cli.flag_values()
+flags.DEFINE_string("config", None, "a study config[:variant] (configs/wrn.py)", _FLAGS)
 
 
 def main(argv=None) -> int:
-    """`--config=SPEC`: what the predict study of a study config costs against its full sweep."""
-    import argparse
+    """The command on argv (default: sys.argv[1:]); its exit status."""
+    required = {"config": "pass a study config, e.g. --config=configs/mlp.py:local"}
+    return cli.run(_print_cost, _FLAGS, argv, prog=PROG, text=HELP, required=required)
 
-    ap = argparse.ArgumentParser(
-        prog="python -m wide_tf.analysis.predict_study", description=main.__doc__
-    )
-    ap.add_argument("--config", required=True, help="a study config (configs/wrn.py)")
-    args = ap.parse_args(argv)
+
+def _print_cost(argv) -> int:
+    spec = _FLAGS.config
     from wide_tf.checks import loader, validate
 
     try:
-        config = loader.load_config(args.config)
+        config = loader.load_config(spec)
     except validate.UsageError as e:
-        return _fail(str(e).splitlines()[0])
+        cli.fail(str(e).splitlines()[0])
     if config.get("sweep") is None or config.get("kind", "study") != "study":
-        return _fail(f"{args.config} is not a study with a sweep; pass a study config")
-    print("\n".join(cost_lines(config, args.config)))
+        cli.fail(f"{spec} is not a study with a sweep; pass a study config")
+    print("\n".join(cost_lines(config, spec)))
     return 0
 
 

@@ -25,12 +25,14 @@ import sys
 import time
 
 import numpy as np
+from absl import flags
 
 from wide_tf.analysis import decision, equivalence, pooled, simulate
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
-from wide_tf.schema.cli import UsageParser, integer, number
+from wide_tf.schema import cli
+from wide_tf.schema.cli import integer, number
 
 LEVELS = (0.85, 0.95)
 NULL_TRUTHS = ("fitted", "widest x1.8")
@@ -155,23 +157,48 @@ def summary(counts: list[Counts]) -> dict:
     }
 
 
-def _parser() -> UsageParser:
-    p = UsageParser(
-        prog="python -m wide_tf.analysis.rule_power", description=__doc__.split("\n")[0]
+PROG = "python -m wide_tf.analysis.rule_power"
+HELP = f"""\
+Prints the verdict rule's error rates on one design at one scale, each simulated study (or pair)
+read under every rule: decisive under the nulls with the check without the heaviest member at 85%
+and 95%, 'supported' under the effect B_crit ~ width^0.5, and the design's power to say "no
+detectable effect" and its size at the equivalence margin. No TensorFlow.
+
+  {PROG} --config=configs/wrn.py:fashion7 \\
+      --b_crit_ref=213 --s_min=65 --sigma=0.131 --studies=200 --replicates=2
+
+--b_crit_ref and --s_min place the design's scale (a pilot's narrowest member). Bad input is one
+`error:` line on stderr and exit status 2."""
+REQUIRED = {
+    "b_crit_ref": "give the pilot's narrowest B_crit in examples, e.g. --b_crit_ref=213",
+    "s_min": "give its S_min in steps, e.g. --s_min=65",
+}
+
+
+def define_flags(fv) -> None:
+    """The rule's flags, in `fv`: this command's, and those of the freeze
+    (`python -m wide_tf.analysis.frozen`), which simulates the same way."""
+    flags.DEFINE_string("config", simulate.DEFAULT_CONFIG, "the study config simulated", fv)
+    flags.DEFINE(number(0.0), "b_crit_ref", None, "the narrowest member's B_crit", fv)
+    flags.DEFINE(number(0.0), "s_min", None, "its S_min in steps", fv)
+    flags.DEFINE(
+        number(0.0, high=5.0), "sigma", None, "the study's seed sigma (default: the nulls' own)", fv
     )
-    p.add_argument("--config", default=simulate.DEFAULT_CONFIG)
-    p.add_argument("--b_crit_ref", type=number(0.0), required=True, help="narrowest B_crit")
-    p.add_argument("--s_min", type=number(0.0), required=True, help="its S_min in steps")
-    p.add_argument("--sigma", type=number(0.0, high=5.0), help="the study's seed sigma")
-    p.add_argument("--cell_sd", type=number(0.0, high=5.0), default=0.035)
-    p.add_argument("--seed_share", type=number(0.0, high=1.0), default=0.3)
-    p.add_argument("--studies", type=integer(1, 100_000), default=200)
-    p.add_argument("--replicates", type=integer(1, 10), default=1)
-    p.add_argument("--bootstrap", type=integer(20, 100_000), default=100)
-    p.add_argument("--seed", type=integer(0), default=0)
-    p.add_argument("--generators", default=",".join(NULL_TRUTHS), help="nulls, comma-separated")
-    p.add_argument("--json", help="also write the counts to this file")
-    return p
+    flags.DEFINE(number(0.0, high=5.0), "cell_sd", 0.035, "with --sigma: the cell effect's sd", fv)
+    flags.DEFINE(
+        number(0.0, high=1.0), "seed_share", 0.3, "with --sigma: the seeds' shared share", fv
+    )
+    flags.DEFINE(integer(1, 100_000), "studies", 200, "simulated studies per truth", fv)
+    flags.DEFINE(integer(1, 10), "replicates", 1, "studies read together (pooled)", fv)
+    flags.DEFINE(integer(20, 100_000), "bootstrap", 100, "replicates per member", fv)
+    flags.DEFINE(integer(0), "seed", 0, "the simulation's random seed", fv)
+    flags.DEFINE_string("generators", ",".join(NULL_TRUTHS), "nulls, comma-separated", fv)
+
+
+# The command's own flags (schema/cli.py).
+_FLAGS = cli.flag_values()
+define_flags(_FLAGS)
+flags.DEFINE_string("json", None, "also write the counts to this file", _FLAGS)
 
 
 def setup(a):
@@ -197,7 +224,12 @@ def setup(a):
 
 
 def main(argv=None) -> int:
-    a = _parser().parse_args(argv)
+    """The command on argv (default: sys.argv[1:]); its exit status."""
+    return cli.run(_rule_power, _FLAGS, argv, prog=PROG, text=HELP, required=REQUIRED)
+
+
+def _rule_power(argv) -> int:
+    a = cli.values(_FLAGS)
     got = setup(a)
     if isinstance(got, str):
         print(got, file=sys.stderr)

@@ -33,7 +33,6 @@ of every generator that keeps the default noise. Every table says which scale an
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import functools
 import math
@@ -41,15 +40,16 @@ import sys
 import time
 
 import numpy as np
+from absl import flags
 
 from wide_tf.analysis import decision, pooled, seed_variance, verdict
 from wide_tf.analysis.members import DEFAULT_EPS, summarize_members
 from wide_tf.analysis.stats import generators as gen
 from wide_tf.analysis.stats import scale as scale_lib
 from wide_tf.analysis.stats.generators import Truth
-from wide_tf.schema import fields
+from wide_tf.schema import cli, fields
 from wide_tf.schema import plan as plan_lib
-from wide_tf.schema.cli import UsageParser, integer, number
+from wide_tf.schema.cli import integer, number
 from wide_tf.study import lr_grid
 
 DEFAULT_CONFIG = "configs/mlp.py:local"
@@ -447,8 +447,6 @@ def _setup(a) -> tuple[Design, list[str]] | str:
     return design, names
 
 
-# numpy's generators take a seed that is an integer >= 0.
-_seed = integer(0)
 # Bounds on the flags that could run away (--noise=1e308 overflowed, --bootstrap=1e11
 # asked for 745 GiB, --replicates and --extra_seeds were unbounded). MAX_COUNT studies or
 # replicates take hours already (200 x 200 take minutes); a seed-noise sigma of MAX_NOISE on log
@@ -458,92 +456,102 @@ MAX_COUNT, MAX_NOISE = 100_000, 5.0
 MAX_EXTRA_SEEDS = MAX_REPLICATES = 1_000
 
 
-def _batches(text: str) -> str:
+def _batches(text) -> str:
     """--batches: at least two distinct integers in [1, 2^24] (B_x compares the two smallest)."""
     try:
         values = [int(b) for b in text.split(",") if b.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
     if text.strip() and (
         len(set(values)) < 2 or any(not 1 <= b <= fields.MAX_BATCH for b in values)
     ):
-        raise argparse.ArgumentTypeError(
+        raise ValueError(
             f"{text!r}: use at least two distinct batch sizes, each an integer >= 1 and "
             f"<= {fields.MAX_BATCH}, e.g. 32,64,128"
         )
     return text
 
 
+PROG = "python -m wide_tf.analysis.simulate"
+HELP = f"""\
+Simulates whole studies of a config's design with a known answer (B_crit growing with width, or
+not), through the study's real protocol and analysis, and prints how often the verdict is right:
+its power and error rates, per generator of what the runs do. Nothing is trained (no TensorFlow,
+no data set).
+
+  {PROG}
+  {PROG} --studies=200 --generators=fitted,overhead
+  {PROG} --config=configs/mlp.py:local --scale_from=WORKDIR
+
+The last at a finished study's own scale and noise. Bad input is one `error:` line on stderr and
+exit status 2."""
 LEVEL_HELP = "the check without the heaviest member at this level, not the rule's (what it costs)"
-
-
-def _parser() -> UsageParser:
-    p = UsageParser(prog="python -m wide_tf.analysis.simulate", description=__doc__.splitlines()[0])
-    p.add_argument("--studies", type=int, default=200, help="simulated studies per table cell")
-    p.add_argument(
-        "--generators",
-        default=",".join(gen.GENERATORS),
-        help=f"comma-separated, of: {', '.join(gen.GENERATORS)}",
-    )
-    p.add_argument("--config", default=DEFAULT_CONFIG, help="the study whose design is simulated")
-    p.add_argument("--alpha", type=number(), default=0.5, help="effect: B_crit ~ width^alpha")
-    p.add_argument(
-        "--noise",
-        type=number(0.0, high=MAX_NOISE),
-        default=None,
-        help="the run's own seed-noise sigma, every generator (default: each generator's own)",
-    )
-    p.add_argument(
-        "--b_crit_ref",
-        type=number(0.0),
-        default=None,
-        help="the narrowest member's B_crit in examples (default: the reference, 30)",
-    )
-    p.add_argument(
-        "--s_min",
-        type=number(0.0),
-        default=None,
-        help="the narrowest member's S_min in steps (default: 2 epochs x n / b_crit_ref)",
-    )
-    p.add_argument(
-        "--scale_from", help="a finished study's workdir: B_crit, S_min, noise read off it"
-    )
-    p.add_argument("--bootstrap", type=int, default=200, help="replicates per member")
-    p.add_argument("--seed", type=_seed, default=0)
-    p.add_argument(
-        "--extra_seeds",
-        type=integer(0, MAX_EXTRA_SEEDS),
-        default=0,
-        help="more confirmation seeds per cell",
-    )
-    p.add_argument(
-        "--batches", type=_batches, default="", help="other batch sizes, comma-separated"
-    )
-    p.add_argument(
-        "--power_for",
-        default="",
-        help="generators that also get the effect row (default: all), comma-separated",
-    )
-    p.add_argument(
-        "--replicates",
-        type=integer(1, MAX_REPLICATES),
-        default=1,
-        help="run each study this many times on fresh noise and read them together (pooled)",
-    )
-    p.add_argument(
-        "--residuals_from",
-        default=None,
-        help="a study's workdir: add a generator that resamples its fit residuals",
-    )
-    p.add_argument("--heaviest_level", type=number(0.5, high=0.999), help=LEVEL_HELP)
-    return p
+# The command's own flags (schema/cli.py): calibration and rule_power import this module.
+_FLAGS = cli.flag_values()
+flags.DEFINE(integer(), "studies", 200, "simulated studies per table cell", _FLAGS)
+flags.DEFINE_string(
+    "generators",
+    ",".join(gen.GENERATORS),
+    f"comma-separated (default: all), of: {', '.join(gen.GENERATORS)}",
+    _FLAGS,
+)
+flags.DEFINE_string("config", DEFAULT_CONFIG, "the study whose design is simulated", _FLAGS)
+flags.DEFINE(number(), "alpha", 0.5, "effect: B_crit ~ width^alpha", _FLAGS)
+flags.DEFINE(
+    number(0.0, high=MAX_NOISE),
+    "noise",
+    None,
+    "the run's own seed-noise sigma, every generator (default: each generator's own)",
+    _FLAGS,
+)
+flags.DEFINE(number(0.0), "b_crit_ref", None, "the narrowest member's B_crit (default: 30)", _FLAGS)
+flags.DEFINE(
+    number(0.0), "s_min", None, "its S_min in steps (default: 2 epochs x n / B_crit)", _FLAGS
+)
+flags.DEFINE_string(
+    "scale_from", None, "a finished study's workdir: B_crit, S_min, noise read off it", _FLAGS
+)
+flags.DEFINE(integer(), "bootstrap", 200, "replicates per member", _FLAGS)
+flags.DEFINE(integer(0), "seed", 0, "the simulation's random seed", _FLAGS)
+flags.DEFINE(
+    integer(0, MAX_EXTRA_SEEDS), "extra_seeds", 0, "more confirmation seeds per cell", _FLAGS
+)
+flags.DEFINE(
+    cli.Typed(_batches, "comma-separated batch sizes"),
+    "batches",
+    "",
+    "other batch sizes, comma-separated",
+    _FLAGS,
+)
+flags.DEFINE_string(
+    "power_for",
+    "",
+    "generators that also get the effect row (default: all), comma-separated",
+    _FLAGS,
+)
+flags.DEFINE(
+    integer(1, MAX_REPLICATES),
+    "replicates",
+    1,
+    "run each study this many times on fresh noise and read them together (pooled)",
+    _FLAGS,
+)
+flags.DEFINE_string(
+    "residuals_from",
+    None,
+    "a study's workdir: add a generator that resamples its fit residuals",
+    _FLAGS,
+)
+flags.DEFINE(number(0.5, high=0.999), "heaviest_level", None, LEVEL_HELP, _FLAGS)
 
 
 def main(argv=None) -> int:
-    # Bad input is one line and exit status 2 (UsageParser), before anything runs.
-    a = _parser().parse_args(argv)
+    """The command on argv (default: sys.argv[1:]); its exit status."""
+    return cli.run(_simulate, _FLAGS, argv, prog=PROG, text=HELP)
+
+
+def _simulate(argv) -> int:
+    a = cli.values(_FLAGS)
     got = _setup(a)
     if isinstance(got, str):
         print(got, file=sys.stderr)

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import sys
 
+from absl import flags
+
 from wide_tf.analysis import members, verdict
 from wide_tf.analysis import prediction as pr
+from wide_tf.schema import cli
 
 ROW_HEADER = (
     "| member | width | B_simple at target | measured B_crit | ratio | model-free batch | ratio |"
@@ -56,17 +59,33 @@ def _fail(message: str) -> int:
     return 1
 
 
-def main(argv=None) -> int:
-    """`--workdir=DIR`: the prediction section of a finished study; with `--source=TEXT` (and
-    `--study=NAME`), also its entry for docs/local_agreement.md. Bad flags: one line, exit 2; a
-    workdir that is not a finished study: one line, exit 1."""
-    from wide_tf.schema.cli import UsageParser  # bad flags: one line, exit 2
+PROG = "python -m wide_tf.report.agreement"
+HELP = f"""\
+Prints the noise-scale prediction of a finished study against what its sweep measured (the section
+of its report), and with --source its entry for docs/local_agreement.md.
 
-    ap = UsageParser(prog="python -m wide_tf.report.agreement", description=main.__doc__)
-    ap.add_argument("--workdir", required=True, help="a finished study's workdir")
-    ap.add_argument("--source", help="print a docs/local_agreement.md entry with this source")
-    ap.add_argument("--study", help="with --source: the study's name in that entry")
-    args = ap.parse_args(argv)
+  {PROG} --workdir=runs/mlp_local
+  {PROG} --workdir=runs/mlp_local --study=mlp_local --source="8 cores, 2 workers"
+
+Exit status 0; 2 for bad flags (one `error:` line); 1 for a workdir that is not a finished
+study."""
+# The command's own flags (schema/cli.py).
+_FLAGS = cli.flag_values()
+flags.DEFINE_string("workdir", None, "a finished study's workdir", _FLAGS)
+flags.DEFINE_string(
+    "source", None, "print a docs/local_agreement.md entry with this source", _FLAGS
+)
+flags.DEFINE_string("study", None, "with --source: the study's name in that entry", _FLAGS)
+
+
+def main(argv=None) -> int:
+    """The command on argv (default: sys.argv[1:]); its exit status."""
+    required = {"workdir": "pass a finished study's workdir, e.g. --workdir=runs/mlp_local"}
+    return cli.run(_agreement, _FLAGS, argv, prog=PROG, text=HELP, required=required)
+
+
+def _agreement(argv) -> int:
+    a = cli.values(_FLAGS)
     from wide_tf import tf_start
 
     tf_start.import_tensorflow(verbose=False)  # the workdir reader's, without its start-up lines
@@ -74,16 +93,16 @@ def main(argv=None) -> int:
     from wide_tf.report import prediction_section
 
     try:
-        config, records, _ = report.read_workdir(args.workdir)
+        config, records, _ = report.read_workdir(a.workdir)
     except report.ReportError as e:
         return _fail(f"{e}; pass the workdir of a study (python -m wide_tf.main ...)")
     if not records:
-        return _fail(f"{args.workdir} holds no finished trial; run the study first")
+        return _fail(f"{a.workdir} holds no finished trial; run the study first")
     result = verdict.analyze(records, members.DEFAULT_EPS)
     c = prediction_section.compare_study(config, records, result)
     print("\n".join(prediction_section.md_prediction(c, members.DEFAULT_EPS)))
-    if args.source:
-        print("\n".join(entry_lines(c, args.study or args.workdir, args.source)))
+    if a.source:
+        print("\n".join(entry_lines(c, a.study or a.workdir, a.source)))
     return 0
 
 

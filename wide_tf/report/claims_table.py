@@ -21,14 +21,14 @@ import dataclasses
 import json
 import sys
 
+from absl import flags
 from scipy import stats
 
 from wide_tf.analysis import decision, equivalence, frozen, pooled, robustness, verdict
 from wide_tf.analysis.cells import records_for_target, target_labels
 from wide_tf.analysis.members import summarize_members
 from wide_tf.report.protocol import config_value, eps_from_config
-from wide_tf.schema import datasets
-from wide_tf.schema.cli import UsageParser
+from wide_tf.schema import cli, datasets
 from wide_tf.store import workdir as wd
 
 COLUMNS = (
@@ -241,37 +241,50 @@ def render(claims) -> str:
     return head + "\n" + "\n".join(c.row() for c in claims) + "\n"
 
 
-def _parser() -> UsageParser:
-    p = UsageParser(prog="python -m wide_tf.report --claims", description=__doc__.split("\n")[0])
-    p.add_argument(
-        "workdirs",
-        nargs="*",
-        help="finished studies' workdirs; A+B reads a study and its replicate together",
-    )
-    p.add_argument("--recorded", help="a JSON list of recorded studies (docs/results/claims.json)")
-    p.add_argument("--out", help="write the table here instead of printing it")
-    return p
+PROG = "python -m wide_tf.report --claims"
+HELP = f"""\
+Prints the claims table (markdown): one row per study, each claim scoped to what ran (the data,
+the models, the protocol, the target), its verdict by the rule with its interval, the power of its
+design, and whether it was frozen before it ran.
+
+  {PROG} runs/mlp_local runs/wrn_fashion
+  {PROG} --recorded=docs/results/claims.json --out=claims.md
+  python -m wide_tf.report.claims_table --recorded=docs/results/claims.json
+
+WORKDIR: a finished study's; A+B: a study and its replicate read together; --recorded: the
+numbers the studies printed when they ran. Exit status 0; 2 for bad flags (one `error:` line); 1
+for a workdir or file that cannot be read."""
+# The command's own flags (schema/cli.py); `python -m wide_tf.report --claims` runs it too.
+_FLAGS = cli.flag_values()
+flags.DEFINE_string(
+    "recorded", None, "a JSON list of recorded studies (docs/results/claims.json)", _FLAGS
+)
+flags.DEFINE_string("out", None, "write the table here instead of printing it", _FLAGS)
 
 
 def main(argv=None) -> int:
-    p = _parser()
-    a = p.parse_args(argv)
-    if not a.workdirs and not a.recorded:
-        p.fail("give at least one WORKDIR or --recorded=FILE; e.g. --claims runs/mlp_local")
+    """The command on argv (default: sys.argv[1:]): flags, then finished studies' workdirs; its
+    exit status."""
+    return cli.run(_claims, _FLAGS, argv, prog=PROG, text=HELP, positional=True)
+
+
+def _claims(argv) -> int:
+    a, workdirs = cli.values(_FLAGS), argv[1:]
+    if not workdirs and not a.recorded:
+        cli.fail("give at least one WORKDIR or --recorded=FILE; e.g. --claims runs/mlp_local")
     claims = []
     try:
         if a.recorded:
             with open(a.recorded) as f:
                 claims += [from_recorded(e) for e in json.load(f)]
-        for arg in a.workdirs:
+        for arg in workdirs:
             paths = arg.split("+")  # a study and its replicates, read together
             for path in paths:
                 if not wd.exists(path):
                     raise ValueError(f"workdir {path!r} does not exist; give a finished study's")
             claims.append(from_workdir(paths[0]) if len(paths) == 1 else from_workdirs(paths))
     except (OSError, ValueError, KeyError) as e:
-        print(f"error: {e}; fix the input and run the same command again", file=sys.stderr)
-        return 1
+        cli.fail(f"{e}; fix the input and run the same command again", 1)
     table = render(claims)
     if a.out:
         with open(a.out, "w") as f:

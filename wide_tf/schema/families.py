@@ -8,16 +8,17 @@ architecture specs in `wide_tf.schema.architectures`; nothing here names an arch
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import dataclasses
 import math
 import sys
 from collections.abc import Iterable, Sequence
 
-from wide_tf.schema import architectures
+from absl import flags
+
+from wide_tf.schema import architectures, cli
 from wide_tf.schema.architectures import NORMS, Architecture
-from wide_tf.schema.cli import UsageParser, integer, number
+from wide_tf.schema.cli import integer, number
 from wide_tf.schema.problems import UsageError
 
 
@@ -260,76 +261,81 @@ def format_table(members: Sequence[Member]) -> str:
 CLI_MAX_PARAMS = 1e12
 
 
-def _int_list(text: str) -> list[int]:
+def _int_list(text) -> list[int]:
     try:
-        values = [int(t) for t in text.split(",") if t.strip()]
+        values = [int(t) for t in str(text).split(",") if t.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
+        raise ValueError(f"expected comma-separated integers, got {text!r}") from None
     if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one integer, got {text!r}")
+        raise ValueError(f"expected at least one integer, got {text!r}")
     return values
 
 
-_positive_int = integer(1)
-
-
-def _shape(text: str) -> list[int]:
+def _shape(text) -> list[int]:
     values = _int_list(text)
     if min(values) < 1:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers >= 1 (e.g. 28,28,1), got {text!r}"
-        )
+        raise ValueError(f"expected comma-separated integers >= 1 (e.g. 28,28,1), got {text!r}")
     return values
 
 
-def _float_list(text: str) -> list[float]:
-    one = number(0.0, low_open=True, high=CLI_MAX_PARAMS)
+_param_count = number(0.0, low_open=True, high=CLI_MAX_PARAMS)
+
+
+def _float_list(text) -> list[float]:
     try:
-        values = [one(t) for t in text.split(",") if t.strip()]
-    except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated finite numbers > 0, got {text!r}"
-        ) from None
+        values = [_param_count.parse(t) for t in str(text).split(",") if t.strip()]
+    except ValueError:
+        raise ValueError(f"expected comma-separated finite numbers > 0, got {text!r}") from None
     if not values:
-        raise argparse.ArgumentTypeError(f"expected at least one number, got {text!r}")
+        raise ValueError(f"expected at least one number, got {text!r}")
     return values
 
 
-def _parser() -> UsageParser:
-    p = UsageParser(
-        prog="python -m wide_tf.schema.families",
-        description="Parameter-matched families of MLPs and wide ResNets.",
+PROG = "python -m wide_tf.schema.families"
+HELP = f"""\
+Prints a family of MLPs or wide ResNets: each member's depth, width and exact parameter count. One
+of --budget (the width solved per depth at that many parameters), --width (a depth sweep at that
+width) or --widths (a width sweep at one depth).
+
+  {PROG} --arch=wrn --budget=1.5e6 --depths=10,16,22,28,40
+  {PROG} --arch=mlp --budget=1e5 --depths=1,2,4 --input_shape=28,28,1 --norm=none
+  {PROG} --arch=mlp --depths=2 --widths=64,128,256
+
+Bad input is one `error:` line on stderr and exit status 2."""
+# The command's own flags (schema/cli.py): the package imports this module for its functions.
+_FLAGS = cli.flag_values()
+flags.DEFINE_enum("arch", None, architectures.names(), "the architecture", flag_values=_FLAGS)
+flags.DEFINE(
+    cli.Typed(_int_list, "comma-separated integers"),
+    "depths",
+    None,
+    "the depths, comma-separated, e.g. 10,16,22,28,40",
+    flag_values=_FLAGS,
+)
+flags.DEFINE(_param_count, "budget", None, "parameter budget: solve width per depth", _FLAGS)
+flags.DEFINE(_param_count, "width", None, "fixed width: a depth sweep", _FLAGS)
+flags.DEFINE(
+    cli.Typed(_float_list, "comma-separated numbers > 0"),
+    "widths",
+    None,
+    "widths at one depth: a width sweep",
+    flag_values=_FLAGS,
+)
+flags.DEFINE(integer(1), "num_classes", 10, "classes of the output layer", _FLAGS)
+flags.DEFINE(
+    cli.Typed(_shape, "comma-separated integers >= 1"),
+    "input_shape",
+    None,
+    "e.g. 28,28,1 (default: "
+    + ", ".join(
+        f"{','.join(map(str, spec.default_input_shape))} for {name}"
+        for name, spec in architectures.ARCHITECTURES.items()
     )
-    p.add_argument("--arch", choices=architectures.names(), required=True)
-    p.add_argument("--depths", type=_int_list, required=True, help="e.g. 10,16,22,28,40")
-    p.add_argument(
-        "--budget",
-        type=number(0.0, low_open=True, high=CLI_MAX_PARAMS),
-        help="parameter budget: solve width per depth",
-    )
-    p.add_argument(
-        "--width",
-        type=number(0.0, low_open=True, high=CLI_MAX_PARAMS),
-        help="fixed width: a depth sweep",
-    )
-    p.add_argument("--widths", type=_float_list, help="widths at one depth: a width sweep")
-    p.add_argument("--num_classes", type=_positive_int, default=10)
-    p.add_argument(
-        "--input_shape",
-        type=_shape,
-        default=None,
-        help="e.g. 28,28,1 (default: "
-        + ", ".join(
-            f"{','.join(map(str, spec.default_input_shape))} for {name}"
-            for name, spec in architectures.ARCHITECTURES.items()
-        )
-        + ")",
-    )
-    p.add_argument("--norm", choices=NORMS, default="batch")
-    p.add_argument("--tolerance", type=number(0.0), default=0.05, help="relative, e.g. 0.05")
-    return p
+    + ")",
+    flag_values=_FLAGS,
+)
+flags.DEFINE_enum("norm", "batch", NORMS, "the normalisation layers", flag_values=_FLAGS)
+flags.DEFINE(number(0.0), "tolerance", 0.05, "relative, e.g. 0.05", _FLAGS)
 
 
 def _members(args) -> list[Member]:
@@ -357,14 +363,18 @@ def _members(args) -> list[Member]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI: print a family (--budget), a width sweep (--widths, one depth) or a depth sweep
-    (--width). Bad input is one line `error: ...` and exit status 2."""
-    args = _parser().parse_args(argv)
+    """The command on argv (default: sys.argv[1:]): print a family (--budget), a width sweep
+    (--widths, one depth) or a depth sweep (--width); its exit status."""
+    required = {"arch": f"one of {', '.join(architectures.names())}, e.g. --arch=mlp"}
+    required["depths"] = "e.g. --depths=10,16,22,28,40"
+    return cli.run(_print_members, _FLAGS, argv, prog=PROG, text=HELP, required=required)
+
+
+def _print_members(argv) -> int:
     try:
-        members = _members(args)
+        members = _members(cli.values(_FLAGS))
     except ValueError as e:  # FamilyError is a ValueError
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        cli.fail(str(e))
     print(format_table(members))
     return 0
 
