@@ -4,6 +4,7 @@ measured on simulated studies with a known answer (`analysis/rule_power.py`). Nu
 only; seconds."""
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -100,6 +101,11 @@ def test_rule_power_command_line(capsys, tmp_path):
     text = capsys.readouterr().out
     assert "Equivalence margin" in text and "| widest x1.8 |" in text
     assert out.exists()
+    assert json.loads(out.read_text())["margin"] != 0.123
+    # A frozen design's margin, checked at another scale, is read as given.
+    assert rule_power.main(args + ["--b_crit_ref=20", "--margin=0.123", f"--json={out}"]) == 0
+    assert "Read at the given margin (--margin): 0.123" in capsys.readouterr().out
+    assert json.loads(out.read_text())["margin"] == 0.123
     assert rule_power.main(args + ["--b_crit_ref=20", "--generators=nope"]) == 2
     assert "error: --generators=nope" in capsys.readouterr().err
     assert rule_power.main(args + ["--b_crit_ref=5000"]) == 2  # past every batch: no margin

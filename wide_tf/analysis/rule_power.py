@@ -199,6 +199,16 @@ def define_flags(fv) -> None:
 _FLAGS = cli.flag_values()
 define_flags(_FLAGS)
 flags.DEFINE_string("json", None, "also write the counts to this file", _FLAGS)
+# A frozen design is checked at the scale its study then measured with the margin it froze, not
+# with the one the measured scale would give (that would move the question after the answer).
+flags.DEFINE(
+    number(0.0, high=5.0),
+    "margin",
+    None,
+    "the equivalence margin (default: the noise-free slope of B_crit ~ width^0.5 at --b_crit_ref;"
+    " give a frozen design's to check it at a measured scale)",
+    _FLAGS,
+)
 
 
 def setup(a):
@@ -238,7 +248,10 @@ def _rule_power(argv) -> int:
     t0 = time.time()
     print(f"{a.config}: {len(design.widths)} members, batches {list(design.batch_sizes)}")
     print(scale.line(design.num_train))
-    print(f"Equivalence margin (noise-free slope of B_crit ~ width^0.5): {margin:.3f}")
+    print(f"Equivalence margin (noise-free slope of B_crit ~ width^0.5 here): {margin:.3f}")
+    if a.margin is not None:
+        margin = a.margin
+        print(f"Read at the given margin (--margin): {margin:.3f}")
     truths = truths_at(scale, design.num_train, names)
     counts = run(design, truths, a.studies, margin, a.replicates, a.bootstrap, a.seed)
     for line in table(counts):
