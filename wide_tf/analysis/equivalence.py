@@ -89,8 +89,8 @@ def reading(low: float, high: float, eq: Equivalence | None, sign: int = 1) -> s
     the reason it is inconclusive."""
     if eq is None:
         return (
-            "the interval holds 0, but no equivalence margin was stated before the study ran, "
-            "so it cannot say the effect is absent"
+            "the interval holds 0, but no equivalence margin was stated before the study ran "
+            "for this reading, so it cannot say the effect is absent"
         )
     problem = eq.design_problem()
     if problem:
