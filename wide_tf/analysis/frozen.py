@@ -245,11 +245,16 @@ def study_equivalence(config_json: dict | None, records) -> dict | None:
 
 
 def label(config_json: dict | None, records) -> str:
-    """'confirmatory, frozen at <hash> on <date>' or 'exploratory (why)'."""
+    """'confirmatory, frozen at <hash> on <date>' or 'exploratory (why)'; a study whose design is
+    read pooled with its replicates says so (alone, it is not the confirmatory reading)."""
     s, why = stamp_of(config_json, records)
     if s is None:
         return f"exploratory ({why})"
-    return f"confirmatory, frozen at {s['hash'][:HASH_CHARS]} on {s.get('frozen_on')}"
+    out = f"confirmatory, frozen at {s['hash'][:HASH_CHARS]} on {s.get('frozen_on')}"
+    planned = ((_design_of(s) or {}).get("rule") or {}).get("pooled_replicates", 1)
+    if planned > 1:  # the frozen reading is the pooled one (report/answer.py, --claims A+B)
+        out += f", as {planned} studies read together (this study alone is not that reading)"
+    return out
 
 
 PROG = "python -m wide_tf.analysis.frozen"
