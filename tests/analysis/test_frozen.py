@@ -159,6 +159,6 @@ def test_the_margin_is_read_only_where_the_design_planned_the_reading(tmp_path):
     pair = {"provenance": {"frozen": first}}
     assert frozen.study_equivalence(pair, [pair]) is None
     assert frozen.label(pair, [pair]).endswith(
-        "(confirmatory as 2 studies read together, not alone)"
+        ", as 2 studies read together (this study alone is not that reading)"
     )
     assert frozen.label(cfg, [cfg]).endswith("on 2026-12-07")
