@@ -25,7 +25,7 @@ import numpy as np
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from wide_tf.engine import arrays, compile_key, preemption, restore, schedules, timing
+from wide_tf.engine import arrays, compile_key, preemption, restore, schedules, seeding, timing
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.jax import data as jax_data
@@ -115,21 +115,6 @@ def setup_runtime(runtime_cfg) -> JaxRuntime:
     return runtime
 
 
-def set_random_seed(seed: int) -> None:
-    """keras.utils.set_random_seed (Python's, NumPy's and Keras's seeds) without TensorFlow's:
-    Keras seeds TensorFlow too whenever it is installed, importing it (keras/src/utils/
-    rng_utils.py, `if tf.available`), which a JAX run never needs. Keras then records TensorFlow
-    as unavailable for this process, which only its tf.data adapters read."""
-    blocked = "tensorflow" not in sys.modules
-    if blocked:
-        sys.modules["tensorflow"] = None  # an import of it raises ImportError meanwhile
-    try:
-        keras.utils.set_random_seed(int(seed))
-    finally:
-        if blocked:
-            del sys.modules["tensorflow"]
-
-
 def _numbers(schedule) -> dict:
     return {k: jnp.asarray(v, jnp.float32) for k, v in schedule.numbers().items()}
 
@@ -140,7 +125,7 @@ class _Build:
     def __init__(self, key, config, runtime, info, batch_plan, plan, new_model):
         self.key = key
         t = config.train
-        set_random_seed(t.seed)
+        seeding.seed_host(t.seed)
         self.model = new_model(config, info)
         self.schedule = schedules.build_schedule(
             config.optim, plan.batch, plan.steps_per_epoch, plan.total_steps
@@ -185,7 +170,7 @@ class _Build:
 
     def weights_for(self, seed: int, config, info, new_model) -> list:
         if seed not in self.init_weights:
-            set_random_seed(seed)
+            seeding.seed_host(seed)
             self.init_weights[seed] = [np.asarray(w.value) for w in new_model(config, info).weights]
         return self.init_weights[seed]
 
@@ -510,7 +495,7 @@ def make(config, workdir, runtime, info, batch_plan, plan, new_model, chief, log
     holder = _Holder()
     weights = build.weights_for(config.train.seed, config, info, new_model)
     holder.state = build.stepper.initial_state(weights, build.optimizer_init)
-    set_random_seed(config.train.seed)
+    seeding.seed_host(config.train.seed)
     trainer = Trainer(config, runtime, batch_plan, plan, build, holder)
     checkpointer = Checkpointer(build, holder, workdir, chief, log)
     return Backend(trainer, Evaluator(config, build, holder), checkpointer, build)

@@ -13,7 +13,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from wide_tf.engine import arrays, schedules
+from wide_tf.engine import arrays, schedules, seeding
 from wide_tf.engine import optim as optim_lib
 from wide_tf.engine.compile_key import config_key
 from wide_tf.engine.models.norm import batch_norm_layers
@@ -111,7 +111,7 @@ def clear_cache() -> None:
 def _initial_weights(built: Built, config, info, seed: int, new_model) -> list:
     """The weights a fresh model gets with this seed (the same for every batch size and LR)."""
     if seed not in built.init_weights:
-        keras.utils.set_random_seed(seed)
+        seeding.seed_host(seed)
         built.init_weights[seed] = [w.numpy() for w in new_model(config, info).weights]
     return built.init_weights[seed]
 
@@ -143,7 +143,9 @@ def build(
     )
     built.optimizer._learning_rate.assign_from(schedule)
     built.stepper.reset(t.diverge_loss)
-    keras.utils.set_random_seed(t.seed)
+    # Not keras.utils.set_random_seed: TensorFlow's seed would clear the kernels of every kept
+    # function (engine/seeding.py), the cost this reuse exists to avoid.
+    seeding.seed_host(t.seed)
     return built
 
 
