@@ -12,7 +12,7 @@ import time
 import numpy as np
 
 from wide_tf.engine import host_scalars, schedules, timing
-from wide_tf.engine.interface import GradientStats, HostCall, RunFacts, SetMetrics
+from wide_tf.engine.interface import GradientStats, HostCall, RunFacts, SetMetrics, Span
 from wide_tf.engine.measure.noise_scale import TwoBatchNoiseScale
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
 
@@ -69,6 +69,52 @@ class BaseTrainer:
         if updated:  # the noise estimate into the state
             st.noise = self.noise.to_dict()
         return HostCall(out, bool(scalars["diverged"]))
+
+    def spans(self) -> bool:
+        """No span unless the backend's `_span_call` is there and says this run can (the hook
+        returns None when it cannot)."""
+        return self._span_call((1,), None, check=True) is not None
+
+    def _span_call(self, lengths: tuple, bound, check: bool = False):
+        """The backend's span, as a function to time returning a dict: `scalars` (the last
+        interval's, as the training call's), `intervals` (run), `sums` (the last pass's loss sum,
+        hits and examples), `evaluated` (the examples all the span's passes evaluated) and
+        `examples` (the training set's: a pass that counted them all went whole); None: this run
+        cannot span."""
+        return None
+
+    def span(self, lengths: tuple, bound) -> Span:
+        st = self.state
+        call = self._span_call(tuple(lengths), bound)
+        seconds: dict = {}
+        t0 = time.time()
+        with timing.timed("train", seconds) as timed:
+            got = call()
+            scalars, ran = got["scalars"], int(got["intervals"])
+            steps = sum(lengths[: ran - 1]) + int(scalars["steps"])
+            timed["count"] = steps
+        dt = time.time() - t0
+        # One call did both: its seconds go to training and evaluation in proportion to their
+        # arithmetic, a forward and a backward pass (3 units) per training example against a
+        # forward pass (1 unit) per evaluated example.
+        train_units, eval_units = 3.0 * steps * self.plan.batch, float(got["evaluated"])
+        train_share = train_units / max(train_units + eval_units, 1.0)
+        timing.split(st.time_s, seconds, {"train": train_share, "eval": 1.0 - train_share})
+        st.step += steps
+        st.train_time_s += dt * train_share
+        out, _ = host_scalars.from_sums(
+            scalars,
+            dt * train_share * int(scalars["steps"]) / max(steps, 1),
+            self.batch_plan,
+            self.plan.batch,
+            self.noise,
+            self._diagnostics().names if self._diagnostics() is not None else (),
+        )
+        loss_sum, hits, count = got["sums"]
+        whole = None
+        if not scalars["diverged"] and count >= got["examples"]:
+            whole = SetMetrics(loss=loss_sum / count, accuracy=hits / count, examples=count)
+        return Span(HostCall(out, bool(scalars["diverged"])), ran, whole)
 
     def measure(self, step: int) -> GradientStats:
         with timing.timed("probe", self.state.time_s) as timed:

@@ -23,7 +23,7 @@ import math
 
 import numpy as np
 
-from wide_tf.engine.interface import Evaluator
+from wide_tf.engine.interface import Evaluator, Span
 from wide_tf.engine.state import RunPlan, RunState
 from wide_tf.schema import targets as targets_lib
 
@@ -90,6 +90,25 @@ class Economy:
         self.targets.check(st, ev, self.previous(st, ev))
         return ev
 
+    def bound(self, st: RunState):
+        """The bound of this step's training-set pass: (fewest hits, largest loss sum)."""
+        return bound(self.targets.unreached(st), self.evaluator.examples["train"])
+
+    def spanned(self, st: RunState, span: Span, last_steps: int) -> dict | None:
+        """The evaluations of a span (Trainer.span), as `evaluate` would have made them one
+        interval at a time: every interval but the last stopped early (the trainer held the
+        weights of each in the snapshot, the last one's kept); the last either stopped early too
+        (None) or went whole, and is then checked for crossings as `evaluate` checks it.
+        `last_steps`: the last interval's steps."""
+        if span.whole is None:
+            st.cut_short_step = st.step
+            return None
+        if span.intervals > 1:  # the interval before the last stopped early, at its end
+            st.cut_short_step = st.step - last_steps
+        ev = self._record(st, span.call.scalars, {"train": span.whole})
+        self.targets.check(st, ev, self.previous(st, ev))
+        return ev
+
     def _evaluate(
         self, st, train_scalars, sets, bound=None, step=None, snapshot=False
     ) -> dict | None:
@@ -99,6 +118,11 @@ class Economy:
         out = self.evaluator.evaluate(step, sets, bound, snapshot)
         if out is None:
             return None
+        return self._record(st, train_scalars, out, step, snapshot)
+
+    def _record(self, st, train_scalars, out: dict, step=None, snapshot=False) -> dict:
+        """The evaluation record of `out` ({set: SetMetrics}) at `step` (the current one)."""
+        step = st.step if step is None else step
         ev = {"step": step, "epoch": self.plan.epoch(step), "examples": step * self.plan.batch}
         for name, values in out.items():
             ev.update({f"{name}_{q}": getattr(values, q) for q in targets_lib.EVAL_QUANTITIES})

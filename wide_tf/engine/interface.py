@@ -37,6 +37,19 @@ class HostCall:
 
 
 @dataclasses.dataclass(frozen=True)
+class Span:
+    """What Trainer.span returns: several evaluation intervals in one device call, each its steps
+    then the bounded pass over the training set, ended by the first pass that went whole (a
+    target may be met there: the host checks it), a diverged step, or the intervals asked for.
+    `call`: the last interval's numbers (as Trainer.train's); `intervals`: how many ran; `whole`:
+    the last interval's pass when it went whole, None when it stopped early (or diverged)."""
+
+    call: HostCall
+    intervals: int
+    whole: SetMetrics | None
+
+
+@dataclasses.dataclass(frozen=True)
 class GradientStats:
     """What Trainer.measure returns: the exact gradient probe's numbers."""
 
@@ -64,6 +77,15 @@ class Trainer(Protocol):
     def train(self, num_steps: int) -> HostCall:
         """`num_steps` optimizer steps (fewer when one diverges: the state's step says how many
         ran); the host call's numbers."""
+
+    def spans(self) -> bool:
+        """Whether this run's backend can run Trainer.span (else the Controller calls `train` and
+        the Evaluator once per evaluation interval)."""
+
+    def span(self, lengths: tuple[int, ...], bound) -> Span:
+        """Up to len(lengths) evaluation intervals, the k-th of lengths[k] steps, each followed by
+        the training set's pass under `bound` (engine/evaluation.bound); a pass that stops early
+        holds the weights in the Evaluator's snapshot, as Evaluator.hold does."""
 
     def measure(self, step: int) -> GradientStats:
         """The exact gradient probe at the current weights; `step` is the current step (at 0 a

@@ -7,6 +7,8 @@ are reached only through engine/interface.py (tests/test_coupling.py)."""
 
 from __future__ import annotations
 
+import bisect
+
 from wide_tf.engine import actions, cadence, timing
 from wide_tf.engine import result as result_lib
 from wide_tf.engine.evaluation import Economy
@@ -88,8 +90,14 @@ class Controller:
         plan = self.plan
         self.checkpoints.arm(st)
         self.progress.start(st.step)
+        spanning = self.economy.on and self.trainer.spans()
         while self.running():
             before = st.step
+            lengths = self.span_lengths(st) if spanning else ()
+            if len(lengths) > 1:
+                if not self.train_span(st, lengths):
+                    break
+                continue
             target = min(s for s in plan.eval_steps if s > st.step)
             call = self.trainer.train(min(plan.steps_per_loop, target - st.step))
             scalars = call.scalars
@@ -106,6 +114,48 @@ class Controller:
                 if ev is not None:  # None: a pass that could not be a crossing, cut short
                     self.log_progress(scalars, ev)
             self.checkpoints(st)
+
+    def span_lengths(self, st: RunState) -> tuple[int, ...]:
+        """The steps of each evaluation interval that one Trainer.span may run from here: the
+        next intervals, each one host call of `train` (at most plan.steps_per_loop steps), with
+        nothing for the host between them (no curve step, whose pass is whole on both sets; no
+        probe due before an interval's pass), together at most plan.steps_per_loop steps (its
+        interval if longer), while a target is unreached (the pass's bound needs one). Fewer than
+        2: the per-interval path."""
+        plan = self.plan
+        if not self.targets.unreached(st):
+            return ()
+        k = bisect.bisect_right(plan.eval_steps, st.step)
+        before, lengths = st.step, []
+        for step in plan.eval_steps[k:]:
+            n = step - before
+            if n > plan.steps_per_loop or step in plan.curve_steps:
+                break
+            if lengths and step - st.step > plan.steps_per_loop:
+                break
+            if self.probe is not None and self.probe.due(before, step):
+                break
+            lengths.append(n)
+            before = step
+        return tuple(lengths)
+
+    def train_span(self, st: RunState, lengths: tuple[int, ...]) -> bool:
+        """One Trainer.span and what the host does after it (the per-interval path's summaries,
+        evaluation record and actions, once); False: a step diverged."""
+        span = self.trainer.span(lengths, self.economy.bound(st))
+        scalars = span.call.scalars
+        if span.call.diverged:
+            self.diverged(st, scalars)
+        self.metrics.scalars("train", st.step, scalars)
+        self.progress(st.step, scalars)
+        if st.diverged_at is not None:
+            return False
+        ev = self.economy.spanned(st, span, lengths[span.intervals - 1])
+        if ev is not None:
+            self.write_eval(ev)
+            self.log_progress(scalars, ev)
+        self.checkpoints(st)
+        return True
 
     def evaluation_due(self, before: int, step: int) -> bool:
         """Whether `step` is an evaluation step (plan.eval_steps): the cadence's, in examples, with

@@ -75,6 +75,18 @@ def add(account: dict, kind: str, seconds: float) -> None:
     account[kind] = account.get(kind, 0.0) + float(seconds)
 
 
+def split(account: dict, seconds: dict, shares: dict) -> None:
+    """Adds a timed block's `seconds` (what `timed` put in a scratch account: one kind, or
+    "compile") to `account`, its one kind divided among `shares` (kind -> fraction, summing to 1);
+    a block that traced stays "compile" whole."""
+    for kind, value in seconds.items():
+        if kind == "compile":
+            add(account, kind, value)
+        else:
+            for k, share in shares.items():
+                add(account, k, value * share)
+
+
 def settle(account: dict, wall_s: float) -> dict:
     """The account in ACCOUNT's order, rounded to ms, with "other": the loop's wall time less
     every timed kind in it (the set-up runs before the loop's clock starts)."""

@@ -35,7 +35,34 @@ class Trainer(BaseTrainer):
         )
 
     def _call(self, num_steps: int):
-        return lambda: self.built.stepper.train(self.stream, num_steps)
+        built = self.built
+        if self._can_span():  # the span's function without its pass: one trace, not two
+            return lambda: built.stepper.train_span(
+                self.stream,
+                built.eval_sets["train"],
+                built.snapshot,
+                (num_steps,),
+                None,
+                last_pass=False,
+            )["scalars"]
+        return lambda: built.stepper.train(self.stream, num_steps)
+
+    def _can_span(self) -> bool:
+        built = self.built
+        # The batch-norm recompute runs between a run's steps and its passes on the host.
+        return built.bn_recompute is None and built.stepper.can_span(
+            self.stream, built.eval_sets["train"]
+        )
+
+    def _span_call(self, lengths: tuple, bound, check: bool = False):
+        if not self._can_span():
+            return None
+        if check:
+            return True
+        built = self.built
+        return lambda: built.stepper.train_span(
+            self.stream, built.eval_sets["train"], built.snapshot, lengths, bound
+        )
 
     def _diagnostics(self):
         return self.built.stepper.diagnostics
