@@ -33,16 +33,19 @@ def _countdown(n):
 def _install(point: str, n: int) -> None:
     due = _countdown(n)
     if point == "trial":
+        from wide_tf.engine.tf import span
         from wide_tf.engine.tf import step as steps
 
-        original = steps.Stepper.train
+        # Either call trains: a run that spans (engine/tf/span.py) trains with span.run alone.
+        for owner, name in ((steps.Stepper, "train"), (span, "run")):
+            original = getattr(owner, name)
 
-        def train(self, *args, **kwargs):
-            if due():
-                _kill()
-            return original(self, *args, **kwargs)
+            def call(*args, _original=original, **kwargs):
+                if due():
+                    _kill()
+                return _original(*args, **kwargs)
 
-        steps.Stepper.train = train
+            setattr(owner, name, call)
     elif point == "checkpoint":
         from tensorflow.python.checkpoint import checkpoint_management as cm
 

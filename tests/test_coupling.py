@@ -61,10 +61,11 @@ def test_the_shared_driver_reaches_the_backend_only_through_its_interface(module
         assert _reached(path) == {}
 
 
-def test_the_controller_knows_at_most_five_things_of_the_backend():
-    # At most 5 attributes of the backend in the controller module.
+def test_the_controller_knows_at_most_six_things_of_the_backend():
+    # At most 6 attributes of the backend in the controller module: the Trainer's restore,
+    # describe, train, span, measure and finish (the Evaluator is the economy's).
     reached = _reached(ENGINE / "loop.py")
-    assert sum(len(a) for a in reached.values()) <= 5, reached
+    assert sum(len(a) for a in reached.values()) <= 6, reached
 
 
 def test_the_coupling_rule_catches_a_reach_past_the_interface(tmp_path):
@@ -157,6 +158,9 @@ class _Trainer:
             "examples_per_s": 1.0,
         }
         return interface.HostCall(scalars, diverged=False)
+
+    def span(self, lengths, bound):
+        return None  # this backend cannot: the Controller trains and evaluates per interval
 
     def measure(self, step):
         return interface.GradientStats(diversity=1.0, batch_bound=2.0, noise_scale=3.0)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from wide_tf.engine import base, train
-from wide_tf.engine.tf import step as steps
+from wide_tf.engine.tf import span
 
 TIMINGS = ("wall_time_s", "examples_per_s", "time_s", "provenance", "trial_id")
 
@@ -45,16 +45,16 @@ class _Spans:
 
     def __init__(self, monkeypatch):
         self.calls = self.intervals = 0
-        original = steps.Stepper.train_span
+        original = span.run
 
-        def counted(stepper, *args, last_pass=True):
-            out = original(stepper, *args, last_pass=last_pass)
+        def counted(*args, last_pass=True):
+            out = original(*args, last_pass=last_pass)
             if last_pass:  # a span (one interval without its pass is a training call)
                 self.calls += 1
                 self.intervals += out["intervals"]
             return out
 
-        monkeypatch.setattr(steps.Stepper, "train_span", counted)
+        monkeypatch.setattr(span, "run", counted)
 
 
 def _both(tmp_path, monkeypatch, name, optim=None, **overrides):
@@ -66,7 +66,7 @@ def _both(tmp_path, monkeypatch, name, optim=None, **overrides):
             setattr(c.optim, k, v)
         return c
 
-    monkeypatch.setattr(base.BaseTrainer, "spans", lambda self: False)
+    monkeypatch.setattr(base.BaseTrainer, "span", lambda self, lengths, bound: None)
     train.clear_cache()
     single = train.train_and_evaluate(config(), str(tmp_path / f"{name}_single"))
     monkeypatch.undo()
@@ -78,8 +78,7 @@ def _both(tmp_path, monkeypatch, name, optim=None, **overrides):
 
 
 def _metrics(path) -> list:
-    """metrics.jsonl's evaluation rows without their timings (the train rows are fewer in spans:
-    a span logs its last interval's numbers once)."""
+    """metrics.jsonl's rows (the evaluations: the history) without their timings."""
     rows = [json.loads(x) for x in path.read_text().splitlines()]
     return [_strip(r) for r in rows]
 
@@ -151,15 +150,15 @@ def test_a_run_stopped_between_spans_resumes_to_the_same_record(tmp_path, monkey
     class Stop(Exception):
         pass
 
-    original, count = steps.Stepper.train_span, [0]
+    original, count = span.run, [0]
 
-    def stopping(stepper, *args, last_pass=True):
+    def stopping(*args, last_pass=True):
         count[0] += last_pass
         if count[0] == 4:
             raise Stop
-        return original(stepper, *args, last_pass=last_pass)
+        return original(*args, last_pass=last_pass)
 
-    monkeypatch.setattr(steps.Stepper, "train_span", stopping)
+    monkeypatch.setattr(span, "run", stopping)
     train.clear_cache()
     with pytest.raises(Stop):
         train.train_and_evaluate(_config(**overrides), str(tmp_path / "cut"))

@@ -70,12 +70,7 @@ class BaseTrainer:
             st.noise = self.noise.to_dict()
         return HostCall(out, bool(scalars["diverged"]))
 
-    def spans(self) -> bool:
-        """No span unless the backend's `_span_call` is there and says this run can (the hook
-        returns None when it cannot)."""
-        return self._span_call((1,), None, check=True) is not None
-
-    def _span_call(self, lengths: tuple, bound, check: bool = False):
+    def _span_call(self, lengths: tuple, bound):
         """The backend's span, as a function to time returning a dict: `scalars` (the last
         interval's, as the training call's), `intervals` (run), `sums` (the last pass's loss sum,
         hits and examples), `evaluated` (the examples all the span's passes evaluated) and
@@ -83,9 +78,11 @@ class BaseTrainer:
         cannot span."""
         return None
 
-    def span(self, lengths: tuple, bound) -> Span:
+    def span(self, lengths: tuple, bound) -> Span | None:
         st = self.state
         call = self._span_call(tuple(lengths), bound)
+        if call is None:
+            return None
         seconds: dict = {}
         t0 = time.time()
         with timing.timed("train", seconds) as timed:

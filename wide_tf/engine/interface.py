@@ -78,14 +78,12 @@ class Trainer(Protocol):
         """`num_steps` optimizer steps (fewer when one diverges: the state's step says how many
         ran); the host call's numbers."""
 
-    def spans(self) -> bool:
-        """Whether this run's backend can run Trainer.span (else the Controller calls `train` and
-        the Evaluator once per evaluation interval)."""
-
-    def span(self, lengths: tuple[int, ...], bound) -> Span:
+    def span(self, lengths: tuple[int, ...], bound) -> Span | None:
         """Up to len(lengths) evaluation intervals, the k-th of lengths[k] steps, each followed by
         the training set's pass under `bound` (engine/evaluation.bound); a pass that stops early
-        holds the weights in the Evaluator's snapshot, as Evaluator.hold does."""
+        holds the weights in the Evaluator's snapshot, as Evaluator.hold does. None, having run
+        nothing: this run's backend cannot (the Controller then calls `train` and the Evaluator
+        once per evaluation interval)."""
 
     def measure(self, step: int) -> GradientStats:
         """The exact gradient probe at the current weights; `step` is the current step (at 0 a

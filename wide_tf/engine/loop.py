@@ -90,12 +90,16 @@ class Controller:
         plan = self.plan
         self.checkpoints.arm(st)
         self.progress.start(st.step)
-        spanning = self.economy.on and self.trainer.spans()
+        spanning = self.economy.on  # until the backend says it cannot span (Trainer.span)
         while self.running():
             before = st.step
             lengths = self.span_lengths(st) if spanning else ()
             if len(lengths) > 1:
-                if not self.train_span(st, lengths):
+                spanned = self.train_span(st, lengths)
+                if spanned is None:
+                    spanning = False
+                    continue
+                if not spanned:
                     break
                 continue
             target = min(s for s in plan.eval_steps if s > st.step)
@@ -139,10 +143,13 @@ class Controller:
             before = step
         return tuple(lengths)
 
-    def train_span(self, st: RunState, lengths: tuple[int, ...]) -> bool:
+    def train_span(self, st: RunState, lengths: tuple[int, ...]) -> bool | None:
         """One Trainer.span and what the host does after it (the per-interval path's summaries,
-        evaluation record and actions, once); False: a step diverged."""
+        evaluation record and actions, once); False: a step diverged; None: the backend cannot
+        span this run (nothing ran)."""
         span = self.trainer.span(lengths, self.economy.bound(st))
+        if span is None:
+            return None
         scalars = span.call.scalars
         if span.call.diverged:
             self.diverged(st, scalars)

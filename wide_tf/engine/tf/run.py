@@ -14,7 +14,8 @@ import tensorflow as tf
 from wide_tf.engine import preemption, restore, timing
 from wide_tf.engine.base import Account, BaseEvaluator, BaseTrainer
 from wide_tf.engine.state import BatchPlan, RunPlan, RunState
-from wide_tf.engine.tf import reuse, strategy
+from wide_tf.engine.tf import reuse, span, strategy
+from wide_tf.engine.tf.step import DeviceEvalSet
 from wide_tf.store import checkpoint_state, remove
 from wide_tf.store import workdir as wd
 
@@ -37,7 +38,8 @@ class Trainer(BaseTrainer):
     def _call(self, num_steps: int):
         built = self.built
         if self._can_span():  # the span's function without its pass: one trace, not two
-            return lambda: built.stepper.train_span(
+            return lambda: span.run(
+                built.stepper,
                 self.stream,
                 built.eval_sets["train"],
                 built.snapshot,
@@ -48,20 +50,17 @@ class Trainer(BaseTrainer):
         return lambda: built.stepper.train(self.stream, num_steps)
 
     def _can_span(self) -> bool:
-        built = self.built
+        built, eval_set = self.built, self.built.eval_sets["train"]
+        held = isinstance(eval_set, DeviceEvalSet) and not (eval_set.in_replica or eval_set.xla)
         # The batch-norm recompute runs between a run's steps and its passes on the host.
-        return built.bn_recompute is None and built.stepper.can_span(
-            self.stream, built.eval_sets["train"]
-        )
+        return built.bn_recompute is None and span.applies(built.stepper, self.stream, held)
 
-    def _span_call(self, lengths: tuple, bound, check: bool = False):
+    def _span_call(self, lengths: tuple, bound):
         if not self._can_span():
             return None
-        if check:
-            return True
         built = self.built
-        return lambda: built.stepper.train_span(
-            self.stream, built.eval_sets["train"], built.snapshot, lengths, bound
+        return lambda: span.run(
+            built.stepper, self.stream, built.eval_sets["train"], built.snapshot, lengths, bound
         )
 
     def _diagnostics(self):

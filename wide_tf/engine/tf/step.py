@@ -160,7 +160,7 @@ class Stepper:
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )
         self._train_fn = None
-        self._span_fn = None  # ((stream, evaluation set, snapshot), the traced span)
+        self._span_fn = None  # ((stream, evaluation set, snapshot), engine/tf/span.py's trace)
 
     # ---- training -------------------------------------------------------------------------------
 
@@ -298,111 +298,13 @@ class Stepper:
 
     # ---- several evaluation intervals in one call -----------------------------------------------
 
-    def can_span(self, stream, eval_set) -> bool:
-        """Whether `train_span` serves this run: the executor's loop on one replica reading the
-        in-memory stream, its training set held on the device and passed by the executor, and no
-        two-batch noise estimate (the host updates it from every call's sums)."""
-        return (
-            not self.fused
-            and not self.jit_compile
-            and not self._two_batch
-            and self.strategy.num_replicas_in_sync == 1
-            and isinstance(stream, InMemoryTrainStream)
-            and isinstance(eval_set, DeviceEvalSet)
-            and not eval_set.in_replica
-            and not eval_set.xla
-        )
-
-    def train_span(self, stream, eval_set, snapshot, lengths, bound, last_pass: bool = True):
-        """Up to len(lengths) evaluation intervals in one call: the k-th is `train`'s loop of
-        lengths[k] updates (its sums reset, the diagnostics on its last step), then `eval_set`'s
-        bounded pass under `bound` (engine/evaluation.py); a pass that stopped early copies the
-        weights into `snapshot` (the economy's hold), one that went whole or a diverged step ends
-        the call. The same ops in the same order as one `train` and one `evaluate` call per
-        interval, so the same numbers; only the host's round trips between them are gone.
-        `last_pass` False: the last interval's pass is the host's (a curve step, a probe before
-        it): one interval so is one `train` call, and a run that spans trains only with this
-        function (one trace per batch, not two).
-        Returns {scalars (the last interval's, as `train`'s), intervals, sums (the last pass's),
-        evaluated (the examples of all its passes), examples (the set's)}: one device read."""
-        key = (stream, eval_set, snapshot)
-        if self._span_fn is None or self._span_fn[0] != key:
-            self._span_fn = (key, self._build_span_fn(stream, eval_set, snapshot))
-        packed = self._span_fn[1](
-            tf.constant(lengths, tf.int32),
-            _bound_tensor(bound, eval_set.num_examples),
-            tf.constant(bool(last_pass)),
-        ).numpy()
-        k = len(self.scalar_names) + 3
-        return {
-            "scalars": self._unpack(packed[:k]),
-            "sums": tuple(float(v) for v in packed[k : k + 3]),
-            "intervals": int(packed[k + 3]),
-            "evaluated": float(packed[k + 4]),
-            "examples": eval_set.num_examples,
-        }
-
-    def _build_span_fn(self, stream, eval_set, snapshot):
-        lean = functools.partial(self._replica_step, diagnostics=False)
-        full = functools.partial(self._replica_step, diagnostics=True)
-        size = float(eval_set.num_examples)
-
-        def hold():
-            snapshot._take()
-            return tf.constant(True)
-
-        # One trace for every count of intervals (a vector of any length).
-        @tf.function(
-            autograph=False,
-            input_signature=[
-                tf.TensorSpec([None], tf.int32),
-                tf.TensorSpec([3], tf.float32),
-                tf.TensorSpec([], tf.bool),
-            ],
-        )
-        def span(lengths, bound, last_pass):
-            timing.note_trace()
-
-            def interval(k, stop, sums, evaluated):
-                num_steps = lengths[k]
-                self._reset()
-
-                def lean_step(i):
-                    self.strategy.run(lean, args=stream.get_next())
-                    return i + 1
-
-                tf.while_loop(lambda i: i < num_steps - 1, lean_step, [tf.constant(0)])
-                self.strategy.run(full, args=stream.get_next())
-                # A diverged interval is not evaluated (the host loop stops there).
-                passes = tf.logical_and(
-                    tf.logical_not(self.diverged.read_value()),
-                    tf.logical_or(k < tf.size(lengths) - 1, last_pass),
-                )
-                sums = tf.cond(
-                    passes, lambda: eval_set.sums(bound), lambda: tf.zeros([3], tf.float32)
-                )
-                cut = tf.logical_and(passes, sums[2] < size)
-                with tf.control_dependencies([tf.cond(cut, hold, lambda: tf.constant(False))]):
-                    evaluated = evaluated + sums[2]
-                return k + 1, tf.logical_not(cut), sums, evaluated
-
-            k, _, sums, evaluated = tf.while_loop(
-                lambda k, stop, sums, evaluated: tf.logical_and(
-                    k < tf.size(lengths), tf.logical_not(stop)
-                ),
-                interval,
-                [tf.constant(0), tf.constant(False), tf.zeros([3], tf.float32), tf.constant(0.0)],
-            )
-            return tf.concat(
-                [self._packed(), sums, tf.stack([tf.cast(k, tf.float32), evaluated])], 0
-            )
-
-        return span
-
     @property
     def _traced_train_fn(self):
-        """The traced host call in use: the fused one once it has run, else the executor's."""
-        return self._fused_fn[2].traced if self._fused_fn is not None else self._train_fn
+        """The traced host call in use: the fused one once it has run, else the span's (a run
+        that spans trains with it alone), else the executor's."""
+        if self._fused_fn is not None:
+            return self._fused_fn[2].traced
+        return self._span_fn[1] if self._span_fn is not None else self._train_fn
 
     def reset(self, diverge_loss: float | None = None):
         """Ready for a new run on the same model and optimizer (whose variables the caller resets):
