@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from wide_tf.checks import loader
-from wide_tf.engine import arrays, evaluation, train
+from wide_tf.engine import arrays, base, evaluation, train
 from wide_tf.engine.tf import snapshot
 from wide_tf.engine.tf import step as steps
 from wide_tf.engine.tf.step import WHOLE_PASS
@@ -53,10 +53,12 @@ def _record(r: dict) -> tuple:
 
 
 class _Spy:
-    """Counts the passes that stopped early and the snapshot's evaluations."""
+    """Counts the passes that stopped early and the snapshot's evaluations, with every pass the
+    host's (no span: tests/engine/test_span.py holds a span's records to the host's)."""
 
     def __init__(self, monkeypatch):
         self.stopped = self.snapshots = 0
+        monkeypatch.setattr(base.BaseTrainer, "span", lambda self, *args: None)
         original = steps.Stepper.evaluate
 
         def evaluate(stepper, dataset, bound=None):

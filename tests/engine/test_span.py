@@ -49,7 +49,7 @@ class _Spans:
 
         def counted(*args, last_pass=True):
             out = original(*args, last_pass=last_pass)
-            if last_pass:  # a span (one interval without its pass is a training call)
+            if last_pass or len(args[4]) > 1:  # a span (one interval alone is a training call)
                 self.calls += 1
                 self.intervals += out["intervals"]
             return out
@@ -66,7 +66,7 @@ def _both(tmp_path, monkeypatch, name, optim=None, **overrides):
             setattr(c.optim, k, v)
         return c
 
-    monkeypatch.setattr(base.BaseTrainer, "span", lambda self, lengths, bound: None)
+    monkeypatch.setattr(base.BaseTrainer, "span", lambda self, *args: None)
     train.clear_cache()
     single = train.train_and_evaluate(config(), str(tmp_path / f"{name}_single"))
     monkeypatch.undo()
@@ -88,6 +88,14 @@ CASES = {
         target_value=0.9, extra_targets=["train_accuracy:0.95", "train_loss:0.25"], max_epochs=6.0
     ),
     "not_reached": dict(target_value=0.9, extra_targets=["train_accuracy:0.9999"], max_epochs=2.0),
+    # the gradient probe every two intervals: its interval's pass is the host's, after the probe
+    "probe": dict(
+        target_value=0.9,
+        gradient_at_init=True,
+        gradient_every_examples=320,
+        probe_size=128,
+        max_epochs=3.0,
+    ),
     # the loss target: the pass before the crossing stops early, so the crossing is
     # interpolated against the snapshot the span held on the device
     "snapshot": dict(

@@ -70,7 +70,7 @@ class BaseTrainer:
             st.noise = self.noise.to_dict()
         return HostCall(out, bool(scalars["diverged"]))
 
-    def _span_call(self, lengths: tuple, bound):
+    def _span_call(self, lengths: tuple, bound, last_pass: bool):
         """The backend's span, as a function to time returning a dict: `scalars` (the last
         interval's, as the training call's), `intervals` (run), `sums` (the last pass's loss sum,
         hits and examples), `evaluated` (the examples all the span's passes evaluated) and
@@ -78,9 +78,9 @@ class BaseTrainer:
         cannot span."""
         return None
 
-    def span(self, lengths: tuple, bound) -> Span | None:
+    def span(self, lengths: tuple, bound, last_pass: bool = True) -> Span | None:
         st = self.state
-        call = self._span_call(tuple(lengths), bound)
+        call = self._span_call(tuple(lengths), bound, last_pass)
         if call is None:
             return None
         seconds: dict = {}

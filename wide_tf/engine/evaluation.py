@@ -94,17 +94,22 @@ class Economy:
         """The bound of this step's training-set pass: (fewest hits, largest loss sum)."""
         return bound(self.targets.unreached(st), self.evaluator.examples["train"])
 
-    def spanned(self, st: RunState, span: Span, last_steps: int) -> dict | None:
+    def spanned(
+        self, st: RunState, span: Span, last_steps: int, host_pass: bool = False
+    ) -> dict | None:
         """The evaluations of a span (Trainer.span), as `evaluate` would have made them one
         interval at a time: every interval but the last stopped early (the trainer held the
         weights of each in the snapshot, the last one's kept); the last either stopped early too
         (None) or went whole, and is then checked for crossings as `evaluate` checks it.
-        `last_steps`: the last interval's steps."""
-        if span.whole is None:
+        `last_steps`: the last interval's steps; `host_pass`: the last interval ran without its
+        pass, which the host's `evaluate` makes next (None here)."""
+        if span.whole is None and not host_pass:
             st.cut_short_step = st.step
             return None
         if span.intervals > 1:  # the interval before the last stopped early, at its end
             st.cut_short_step = st.step - last_steps
+        if host_pass:
+            return None
         ev = self._record(st, span.call.scalars, {"train": span.whole})
         self.targets.check(st, ev, self.previous(st, ev))
         return ev

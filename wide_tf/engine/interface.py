@@ -78,12 +78,12 @@ class Trainer(Protocol):
         """`num_steps` optimizer steps (fewer when one diverges: the state's step says how many
         ran); the host call's numbers."""
 
-    def span(self, lengths: tuple[int, ...], bound) -> Span | None:
+    def span(self, lengths: tuple[int, ...], bound, last_pass: bool = True) -> Span | None:
         """Up to len(lengths) evaluation intervals, the k-th of lengths[k] steps, each followed by
-        the training set's pass under `bound` (engine/evaluation.bound); a pass that stops early
-        holds the weights in the Evaluator's snapshot, as Evaluator.hold does. None, having run
-        nothing: this run's backend cannot (the Controller then calls `train` and the Evaluator
-        once per evaluation interval)."""
+        the training set's pass under `bound` (engine/evaluation.bound) but the last one's when
+        `last_pass` is False (the host's); a pass that stops early holds the weights in the
+        Evaluator's snapshot, as Evaluator.hold does. None, having run nothing: this run's backend
+        cannot (the Controller then calls `train` and the Evaluator once per interval)."""
 
     def measure(self, step: int) -> GradientStats:
         """The exact gradient probe at the current weights; `step` is the current step (at 0 a

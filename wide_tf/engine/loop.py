@@ -92,16 +92,16 @@ class Controller:
         self.progress.start(st.step)
         spanning = self.economy.on  # until the backend says it cannot span (Trainer.span)
         while self.running():
-            before = st.step
-            lengths = self.span_lengths(st) if spanning else ()
-            if len(lengths) > 1:
-                spanned = self.train_span(st, lengths)
+            lengths, last_pass = self.span_lengths(st) if spanning else ((), True)
+            if lengths:
+                spanned = self.train_span(st, lengths, last_pass)
                 if spanned is None:
                     spanning = False
                     continue
                 if not spanned:
                     break
                 continue
+            before = st.step
             target = min(s for s in plan.eval_steps if s > st.step)
             call = self.trainer.train(min(plan.steps_per_loop, target - st.step))
             scalars = call.scalars
@@ -111,43 +111,47 @@ class Controller:
             self.progress(st.step, scalars)
             if st.diverged_at is not None:
                 break
-            if self.probe is not None and self.probe.due(before, st.step):
-                self.probe(st)
-            if self.evaluation_due(before, st.step):
-                ev = self.evaluate(scalars)
-                if ev is not None:  # None: a pass that could not be a crossing, cut short
-                    self.log_progress(scalars, ev)
+            self.after_training(st, before, scalars)
             self.checkpoints(st)
 
-    def span_lengths(self, st: RunState) -> tuple[int, ...]:
-        """The steps of each evaluation interval that one Trainer.span may run from here: the
-        next intervals, each one host call of `train` (at most plan.steps_per_loop steps), with
-        nothing for the host between them (no curve step, whose pass is whole on both sets; no
-        probe due before an interval's pass), together at most plan.steps_per_loop steps (its
-        interval if longer), while a target is unreached (the pass's bound needs one). Fewer than
-        2: the per-interval path."""
+    def after_training(self, st: RunState, before: int, scalars: dict) -> None:
+        """The probe when due, then the evaluation of an evaluation step (the host's pass)."""
+        if self.probe is not None and self.probe.due(before, st.step):
+            self.probe(st)
+        if self.evaluation_due(before, st.step):
+            ev = self.evaluate(scalars)
+            if ev is not None:  # None: a pass that could not be a crossing, cut short
+                self.log_progress(scalars, ev)
+
+    def span_lengths(self, st: RunState) -> tuple[tuple[int, ...], bool]:
+        """(the steps of each evaluation interval that one Trainer.span may run from here,
+        whether the last one's pass runs in the span): the next intervals, each at most
+        plan.steps_per_loop steps, together at most plan.steps_per_loop steps (one interval if
+        longer), while a target is unreached (the pass's bound needs one). An interval whose
+        evaluation is the host's (a curve step, whose pass is whole on both sets; a probe due
+        before its pass) ends the span without its pass. No intervals: the per-interval path."""
         plan = self.plan
         if not self.targets.unreached(st):
-            return ()
+            return (), True
         k = bisect.bisect_right(plan.eval_steps, st.step)
         before, lengths = st.step, []
         for step in plan.eval_steps[k:]:
-            n = step - before
-            if n > plan.steps_per_loop or step in plan.curve_steps:
+            if step - before > plan.steps_per_loop:
                 break
             if lengths and step - st.step > plan.steps_per_loop:
                 break
-            if self.probe is not None and self.probe.due(before, step):
-                break
-            lengths.append(n)
+            lengths.append(step - before)
+            probe_due = self.probe is not None and self.probe.due(before, step)
+            if step in plan.curve_steps or probe_due:
+                return tuple(lengths), False
             before = step
-        return tuple(lengths)
+        return tuple(lengths), True
 
-    def train_span(self, st: RunState, lengths: tuple[int, ...]) -> bool | None:
+    def train_span(self, st: RunState, lengths: tuple[int, ...], last_pass: bool) -> bool | None:
         """One Trainer.span and what the host does after it (the per-interval path's summaries,
         evaluation record and actions, once); False: a step diverged; None: the backend cannot
         span this run (nothing ran)."""
-        span = self.trainer.span(lengths, self.economy.bound(st))
+        span = self.trainer.span(lengths, self.economy.bound(st), last_pass)
         if span is None:
             return None
         scalars = span.call.scalars
@@ -157,10 +161,13 @@ class Controller:
         self.progress(st.step, scalars)
         if st.diverged_at is not None:
             return False
-        ev = self.economy.spanned(st, span, lengths[span.intervals - 1])
+        host_pass = not last_pass and span.intervals == len(lengths)
+        ev = self.economy.spanned(st, span, lengths[span.intervals - 1], host_pass)
         if ev is not None:
             self.write_eval(ev)
             self.log_progress(scalars, ev)
+        if host_pass:
+            self.after_training(st, st.step - lengths[-1], scalars)
         self.checkpoints(st)
         return True
 

@@ -55,12 +55,18 @@ class Trainer(BaseTrainer):
         # The batch-norm recompute runs between a run's steps and its passes on the host.
         return built.bn_recompute is None and span.applies(built.stepper, self.stream, held)
 
-    def _span_call(self, lengths: tuple, bound):
+    def _span_call(self, lengths: tuple, bound, last_pass: bool):
         if not self._can_span():
             return None
         built = self.built
         return lambda: span.run(
-            built.stepper, self.stream, built.eval_sets["train"], built.snapshot, lengths, bound
+            built.stepper,
+            self.stream,
+            built.eval_sets["train"],
+            built.snapshot,
+            lengths,
+            bound,
+            last_pass=last_pass,
         )
 
     def _diagnostics(self):
