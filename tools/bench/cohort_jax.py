@@ -14,7 +14,8 @@ values), so no data set is needed. A call runs `--steps` steps of plain SGD (the
 arithmetic without its evaluation cadence: the regime of a span), batches gathered on the device
 from each run's own permutation. One thread by default (a study's worker is pinned to one core).
 Times are wall medians of interleaved rounds; FLOPs count a forward and a backward pass as three
-times the forward's multiply-adds (2 FLOPs each) per example."""
+times the forward's multiply-adds (2 FLOPs each) per example: a kernel's size, times its output
+positions for a convolution."""
 
 from __future__ import annotations
 
@@ -72,6 +73,21 @@ def matmul_flops(repeats: int = 5) -> float:
     return 2 * 1024**3 / _median(times)
 
 
+def _forward_macs(model) -> int:
+    """Multiply-adds of one example's forward pass: each kernel's size, times its output's
+    positions for a convolution (a dense layer's: one)."""
+    import numpy as np
+
+    macs = 0
+    for layer in model.layers:
+        kernel = getattr(layer, "kernel", None)
+        if kernel is None:
+            continue
+        positions = int(np.prod(layer.output.shape[1:-1])) if len(layer.output.shape) > 2 else 1
+        macs += int(np.prod(kernel.shape)) * positions
+    return macs
+
+
 class Cohort:
     """K runs of one member as one program: `__call__()` runs `steps` SGD steps of every run."""
 
@@ -88,6 +104,7 @@ class Cohort:
         keras.utils.set_random_seed(0)
         model = build_model(model_name, depth, width, 10, shape, norm=norm, ghost_batch_size=ghost)
         self.params = sum(int(np.prod(v.shape)) for v in model.trainable_variables)
+        self.forward_macs = _forward_macs(model)
         self.runs, self.steps, self.batch = runs, steps, batch
         key = jax.random.key(1)
         x = jax.random.normal(key, (n, *shape), jnp.float32)
@@ -145,7 +162,7 @@ def bench(model_name, depth, member, batch, cohorts, steps, rounds) -> list[dict
             contenders[k]()
             times[k].append((time.perf_counter() - t0) / (k * steps))
     params = contenders[cohorts[0]].params
-    flops = 6 * params * batch  # per run-step
+    flops = 6 * contenders[cohorts[0]].forward_macs * batch  # per run-step
     alone = _median(times[cohorts[0]]) if cohorts[0] == 1 else None
     rows = []
     for k in cohorts:
