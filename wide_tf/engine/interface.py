@@ -42,7 +42,8 @@ class Span:
     then the bounded pass over the training set, ended by the first pass that went whole (a
     target may be met there: the host checks it), a diverged step, or the intervals asked for.
     `call`: the last interval's numbers (as Trainer.train's); `intervals`: how many ran; `whole`:
-    the last interval's pass when it went whole, None when it stopped early (or diverged)."""
+    the last interval's pass when it went whole, None when it stopped early, a step diverged or
+    the pass was left to the host."""
 
     call: HostCall
     intervals: int

@@ -4,13 +4,14 @@
 Why not TensorFlow's: `tf.random.set_seed` clears the eager context's kernel cache
 (tensorflow/python/eager/context.py, `Context._set_global_seed` calls `TFE_ContextClearCaches`),
 so every traced function a study keeps across its runs (engine/tf/reuse.py) was instantiated
-again on its first call of the next run: about 0.2 s for a run's first training call, 0.05-0.1 s
-for its first evaluations and 0.3 s for its first probe, in runs whose whole training took
-0.3 s (`python -m tools.bench.reuse_cost`, docs/benchmarks.md). TensorFlow's global seed only
-seeds its stateful random ops (an op with no explicit seed); the engine's traced functions hold
-none (their draws are stateless, keyed by the run's seed: data.epoch_order, data.augment_key,
-and Keras's SeedGenerator), which tests/engine/test_seeding.py checks on every kept function's
-graph, so a run seeded here computes what a run seeded by `keras.utils.set_random_seed` does.
+again on its first call of the next run: 0.25-0.55 s for a local-study run's first training call
+against 4-17 ms for the others, and more for its first passes and probe, in runs whose whole
+training took 0.1-0.6 s (`python -m tools.bench.reuse_cost`, docs/benchmarks.md).
+TensorFlow's global seed only seeds its stateful random ops (an op with no explicit seed); the
+engine's traced functions hold none (their draws are stateless, keyed by the run's seed:
+data.epoch_order, data.augment_key, and Keras's SeedGenerator), which
+tests/engine/test_seeding.py checks on every kept function's graph, so a run seeded here computes
+what a run seeded by `keras.utils.set_random_seed` does.
 Keras's initializers and layers draw from its own global SeedGenerator, reset here."""
 
 from __future__ import annotations
