@@ -1,4 +1,5 @@
-"""Shared by the tests that start `python -m wide_tf.main` as a separate process."""
+"""Shared by the tests: starting `python -m wide_tf.main` as a separate process, the small MLP run
+the engine's tests train in-process, and a record without what may differ between two runs."""
 
 import os
 import signal
@@ -102,3 +103,27 @@ def add_second_target(records, metric: str, value: float, factor: float) -> None
                 "steps_to_target_interp": None,
             },
         ]
+
+
+def small_mlp(**train):
+    """One run (no sweep) of a 2x32 MLP without normalisation on the embedded digits, plain SGD at
+    0.1 on one CPU replica; `train` sets train.* fields (global_batch, max_epochs, ...)."""
+    from wide_tf.schema import defaults
+
+    config = defaults.base_config("mlp", "digits_embedded")
+    config.sweep = None
+    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
+    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
+    config.runtime.strategy = "cpu"
+    for k, v in train.items():
+        setattr(config.train, k, v)
+    return config
+
+
+def without(obj, keys):
+    """`obj` (a result record, nested dicts and lists) with every entry named in `keys` left out."""
+    if isinstance(obj, dict):
+        return {k: without(v, keys) for k, v in obj.items() if k not in keys}
+    if isinstance(obj, list):
+        return [without(v, keys) for v in obj]
+    return obj

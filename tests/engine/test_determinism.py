@@ -5,6 +5,7 @@ import json
 
 import keras
 import pytest
+from helpers import without
 
 from wide_tf.engine import train
 from wide_tf.schema import defaults
@@ -35,12 +36,8 @@ def _config(arch):
     return config
 
 
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in TIMINGS}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
+def _strip(record):
+    return without(record, TIMINGS)
 
 
 @pytest.mark.parametrize("arch", ["mlp", "wrn"])

@@ -8,6 +8,7 @@ import math
 
 import numpy as np
 import pytest
+from helpers import small_mlp
 
 from wide_tf.checks import loader
 from wide_tf.engine import arrays, base, evaluation, train
@@ -15,25 +16,20 @@ from wide_tf.engine.tf import snapshot
 from wide_tf.engine.tf import step as steps
 from wide_tf.engine.tf.step import WHOLE_PASS
 from wide_tf.engine.tf.strategy import setup_runtime
-from wide_tf.schema import defaults, result_fields
+from wide_tf.schema import result_fields
 from wide_tf.schema import targets as targets_lib
 from wide_tf.study import trials as trials_lib
 
 
 def _config(**train_overrides):
-    config = defaults.base_config("mlp", "digits_embedded")
-    config.sweep = None
-    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
-    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
-    config.runtime.strategy = "cpu"
-    config.train.global_batch = 32
-    config.train.max_epochs = 4.0
-    config.train.eval_every_examples = 160
-    config.train.eval_batch = 64  # 23 batches: a pass can stop early at many points
-    config.train.steps_per_loop = 5
-    for k, v in train_overrides.items():
-        setattr(config.train, k, v)
-    return config
+    train = dict(
+        global_batch=32,
+        max_epochs=4.0,
+        eval_every_examples=160,
+        eval_batch=64,  # 23 batches: a pass can stop early at many points
+        steps_per_loop=5,
+    )
+    return small_mlp(**dict(train, **train_overrides))
 
 
 def _record(r: dict) -> tuple:

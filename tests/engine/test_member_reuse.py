@@ -2,26 +2,23 @@
 optimizer, evaluation sets, probe and snapshot (their traced functions), with a new Stepper for
 the batch's shapes (engine/tf/reuse.py), and records exactly what a fresh build records."""
 
+from helpers import small_mlp
+
 from wide_tf.engine import timing, train
 from wide_tf.engine.tf import reuse
 from wide_tf.engine.tf.strategy import setup_runtime
-from wide_tf.schema import defaults
 
 
 def _config(batch: int):
-    config = defaults.base_config("mlp", "digits_embedded")
-    config.sweep = None
-    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
-    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
-    config.runtime.strategy = "cpu"
-    config.train.global_batch = batch
-    config.train.max_epochs = 2.0
-    config.train.eval_every_examples = 320
-    config.train.target_value = 0.8
-    config.train.gradient_every_examples = 640
-    config.train.gradient_at_init = True
-    config.train.probe_size = 128
-    return config
+    return small_mlp(
+        global_batch=batch,
+        max_epochs=2.0,
+        eval_every_examples=320,
+        target_value=0.8,
+        gradient_every_examples=640,
+        gradient_at_init=True,
+        probe_size=128,
+    )
 
 
 def _key(r: dict) -> tuple:

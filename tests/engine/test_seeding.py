@@ -9,6 +9,7 @@ import random
 import keras
 import numpy as np
 import tensorflow as tf
+from helpers import small_mlp, without
 from tensorflow.python.eager import context
 
 from wide_tf.engine import seeding, train
@@ -45,28 +46,20 @@ def test_seed_host_draws_what_keras_set_random_seed_draws():
 
 
 def _mlp(seed: int):
-    config = defaults.base_config("mlp", "digits_embedded")
-    config.sweep = None
-    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
-    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
-    config.runtime.strategy = "cpu"
-    config.train.global_batch = 32
-    config.train.max_epochs = 1.0
-    config.train.eval_every_examples = 320
-    config.train.target_value = 0.8
-    config.train.gradient_every_examples = 640
-    config.train.gradient_at_init = True
-    config.train.probe_size = 128
-    config.train.seed = seed
-    return config
+    return small_mlp(
+        global_batch=32,
+        max_epochs=1.0,
+        eval_every_examples=320,
+        target_value=0.8,
+        gradient_every_examples=640,
+        gradient_at_init=True,
+        probe_size=128,
+        seed=seed,
+    )
 
 
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in TIMINGS}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
+def _strip(record):
+    return without(record, TIMINGS)
 
 
 def test_a_kept_build_never_sets_tensorflows_seed_and_records_what_a_fresh_build_does(

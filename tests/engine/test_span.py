@@ -7,6 +7,7 @@ taken between spans to the same record."""
 import json
 
 import pytest
+from helpers import small_mlp, without
 
 from wide_tf.engine import base, train
 from wide_tf.engine.tf import span
@@ -15,29 +16,18 @@ TIMINGS = ("wall_time_s", "examples_per_s", "time_s", "provenance", "trial_id")
 
 
 def _config(**train_overrides):
-    from wide_tf.schema import defaults
-
-    config = defaults.base_config("mlp", "digits_embedded")
-    config.sweep = None
-    config.model.depth, config.model.width, config.model.norm = 2, 32, "none"
-    config.optim.name, config.optim.momentum, config.optim.base_lr = "sgd", 0.0, 0.1
-    config.runtime.strategy = "cpu"
-    config.train.global_batch = 48  # 144 / 48 = 3 steps, 160 / 48: intervals of 3 and 4 steps
-    config.train.max_epochs = 4.0
-    config.train.eval_every_examples = 160
-    config.train.eval_batch = 64  # 23 batches: a pass can stop early at many points
-    config.train.steps_per_loop = 40
-    for k, v in train_overrides.items():
-        setattr(config.train, k, v)
-    return config
+    train = dict(
+        global_batch=48,  # 160 / 48: intervals of 3 and 4 steps
+        max_epochs=4.0,
+        eval_every_examples=160,
+        eval_batch=64,  # 23 batches: a pass can stop early at many points
+        steps_per_loop=40,
+    )
+    return small_mlp(**dict(train, **train_overrides))
 
 
-def _strip(obj):
-    if isinstance(obj, dict):
-        return {k: _strip(v) for k, v in obj.items() if k not in TIMINGS}
-    if isinstance(obj, list):
-        return [_strip(v) for v in obj]
-    return obj
+def _strip(record):
+    return without(record, TIMINGS)
 
 
 class _Spans:

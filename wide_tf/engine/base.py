@@ -99,13 +99,14 @@ class BaseTrainer:
         timing.split(st.time_s, seconds, {"train": train_share, "eval": 1.0 - train_share})
         st.step += steps
         st.train_time_s += dt * train_share
+        diagnostics = self._diagnostics()
         out, _ = host_scalars.from_sums(
             scalars,
             dt * train_share * int(scalars["steps"]) / max(steps, 1),
             self.batch_plan,
             self.plan.batch,
             self.noise,
-            self._diagnostics().names if self._diagnostics() is not None else (),
+            diagnostics.names if diagnostics is not None else (),
         )
         loss_sum, hits, count = got["sums"]
         whole = None

@@ -104,15 +104,19 @@ class Controller:
             before = st.step
             target = min(s for s in plan.eval_steps if s > st.step)
             call = self.trainer.train(min(plan.steps_per_loop, target - st.step))
-            scalars = call.scalars
-            if call.diverged:
-                self.diverged(st, scalars)
-            self.metrics.scalars("train", st.step, scalars)
-            self.progress(st.step, scalars)
-            if st.diverged_at is not None:
+            if not self.logged(st, call):
                 break
-            self.after_training(st, before, scalars)
+            self.after_training(st, before, call.scalars)
             self.checkpoints(st)
+
+    def logged(self, st: RunState, call) -> bool:
+        """A host call's numbers to the summaries and the progress line; False: a step diverged
+        (recorded as the run's result)."""
+        if call.diverged:
+            self.diverged(st, call.scalars)
+        self.metrics.scalars("train", st.step, call.scalars)
+        self.progress(st.step, call.scalars)
+        return st.diverged_at is None
 
     def after_training(self, st: RunState, before: int, scalars: dict) -> None:
         """The probe when due, then the evaluation of an evaluation step (the host's pass)."""
@@ -155,11 +159,7 @@ class Controller:
         if span is None:
             return None
         scalars = span.call.scalars
-        if span.call.diverged:
-            self.diverged(st, scalars)
-        self.metrics.scalars("train", st.step, scalars)
-        self.progress(st.step, scalars)
-        if st.diverged_at is not None:
+        if not self.logged(st, span.call):
             return False
         host_pass = not last_pass and span.intervals == len(lengths)
         ev = self.economy.spanned(st, span, lengths[span.intervals - 1], host_pass)

@@ -36,18 +36,12 @@ class Trainer(BaseTrainer):
         )
 
     def _call(self, num_steps: int):
-        built = self.built
-        if self._can_span():  # the span's function without its pass: one trace, not two
-            return lambda: span.run(
-                built.stepper,
-                self.stream,
-                built.eval_sets["train"],
-                built.snapshot,
-                (num_steps,),
-                None,
-                last_pass=False,
-            )["scalars"]
-        return lambda: built.stepper.train(self.stream, num_steps)
+        # A run that can span trains with the span's function alone (one trace, not two): one
+        # interval, its pass left to the host, is one training call.
+        call = self._span_call((num_steps,), None, last_pass=False)
+        if call is not None:
+            return lambda: call()["scalars"]
+        return lambda: self.built.stepper.train(self.stream, num_steps)
 
     def _can_span(self) -> bool:
         built, eval_set = self.built, self.built.eval_sets["train"]
