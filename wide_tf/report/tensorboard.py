@@ -18,6 +18,7 @@ import math
 import os
 
 import tensorflow as tf
+from tensorboard.compat.proto import summary_pb2, tensor_pb2, tensor_shape_pb2, types_pb2
 
 from wide_tf.analysis import cells
 from wide_tf.schema import provenance, targets
@@ -126,18 +127,28 @@ def _outcome_of(cell, rec: dict) -> dict:
     return {k: float(v) for k, v in m.items() if v is not None and math.isfinite(float(v))}
 
 
-def _scalar_value(tag: str, v, metadata):
-    """A copy of a scalar summary value under `tag` (a tensor, or a simple_value)."""
-    from tensorboard.compat.proto import summary_pb2
+def _number(v) -> float:
+    """A scalar summary value's number: a float32 tensor's own field when it has one (what
+    tf.summary.scalar writes), else the tensor decoded, else the legacy simple_value."""
+    if not v.HasField("tensor"):
+        return float(v.simple_value)
+    t = v.tensor
+    if t.dtype == types_pb2.DT_FLOAT and len(t.float_val) == 1 and not t.tensor_content:
+        return float(t.float_val[0])
     from tensorboard.util import tensor_util
 
-    if v.HasField("tensor"):
-        number = float(tensor_util.make_ndarray(v.tensor))
-    else:
-        number = float(v.simple_value)
-    return summary_pb2.Summary.Value(
-        tag=tag, tensor=tensor_util.make_tensor_proto(number, dtype="float32"), metadata=metadata
+    return float(tensor_util.make_ndarray(t))
+
+
+def _scalar_value(tag: str, number: float, metadata):
+    """A scalar summary value under `tag`: a rank-0 float32 tensor, as tf.summary.scalar writes
+    it (built as a proto: tensor_util's general path costs more than the copy's reading)."""
+    tensor = tensor_pb2.TensorProto(
+        dtype=types_pb2.DT_FLOAT,
+        tensor_shape=tensor_shape_pb2.TensorShapeProto(),
+        float_val=[number],
     )
+    return summary_pb2.Summary.Value(tag=tag, tensor=tensor, metadata=metadata)
 
 
 def copy_curves(trial_dir: str, session_dir: str, batch_size: int | None = None) -> int:
@@ -145,7 +156,8 @@ def copy_curves(trial_dir: str, session_dir: str, batch_size: int | None = None)
     workdirs' eval/ and batch_* tags mapped); with `batch_size`, each again under examples/<tag>
     at step = training examples seen (step x batch), so that the curves of every batch size share
     one axis. Returns the number of values copied (the step-axis ones)."""
-    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.backend.event_processing import event_file_loader
+    from tensorboard.compat.proto import event_pb2
     from tensorboard.plugins.scalar import metadata as scalar_metadata
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -153,21 +165,23 @@ def copy_curves(trial_dir: str, session_dir: str, batch_size: int | None = None)
     by_run: dict[str, list] = {}
     for folder in targets.FOLDERS:
         for f in sorted(tf.io.gfile.glob(wd.join(trial_dir, folder, "events.out.tfevents.*"))):
-            for raw in tf.data.TFRecordDataset(f):
-                ev = event_pb2.Event.FromString(raw.numpy())
+            # TensorBoard's own record reader: a tf.data pipeline costs an op per record.
+            for raw in event_file_loader.RawEventFileLoader(f).Load():
+                ev = event_pb2.Event.FromString(raw)
                 for v in ev.summary.value:
                     if not (v.HasField("tensor") or v.HasField("simple_value")):
                         continue
                     run, tag = targets.place(folder, v.tag)
+                    number = _number(v)
                     by_run.setdefault(run, []).append(
-                        (ev.step, ev.wall_time, _scalar_value(tag, v, meta))
+                        (ev.step, ev.wall_time, _scalar_value(tag, number, meta))
                     )
                     if batch_size:
                         by_run[run].append(
                             (
                                 ev.step * batch_size,
                                 ev.wall_time,
-                                _scalar_value(EXAMPLES_PREFIX + tag, v, meta),
+                                _scalar_value(EXAMPLES_PREFIX + tag, number, meta),
                                 False,
                             )
                         )
