@@ -66,8 +66,10 @@ def error_line(e: BaseException, config) -> tuple[str, int]:
         )
     if isinstance(e, Problem):  # every layer's usage errors and runtime problems subclass it
         return one_line(e), e.exit_code
-    tf = sys.modules.get("tensorflow")  # an OpError means TensorFlow was loaded
-    if tf is not None and isinstance(e, tf.errors.OpError):
+    # An OpError means TensorFlow was loaded; a module another thread is still importing lacks
+    # its attributes (the report's import runs beside a study's last groups: study/workers.py).
+    op_error = getattr(getattr(sys.modules.get("tensorflow"), "errors", None), "OpError", None)
+    if op_error is not None and isinstance(e, op_error):
         return _tf_error_line(e), 1
     if isinstance(e, OSError):
         return f"{one_line(e)}; check the path and its permissions (--workdir, data.data_dir)", 1

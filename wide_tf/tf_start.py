@@ -27,8 +27,12 @@ class DropCheckpointChatter(std_logging.Filter):
 
 def tf_noise(line: str, level: int) -> bool:
     """True for a C++ start-up line that TF_CPP_MIN_LOG_LEVEL=level means to hide but that
-    TensorFlow writes before its logging honours it (oneDNN, cudart stub, CPU feature guard)."""
-    m = re.match(r"^([IWEF])\d{4} [\d:.]+\s+\d+\s+\S+:\d+\]", line)
+    TensorFlow writes before its logging honours it (oneDNN, cudart stub, CPU feature guard).
+    A line from Python code (absl's format names a .py source) is never one: this process's own
+    log lines may be written while the import runs in another thread (study/workers.py)."""
+    m = re.match(r"^([IWEF])\d{4} [\d:.]+\s+\d+\s+(\S+):\d+\]", line)
+    if m and m.group(2).endswith(".py"):
+        return False
     if m:
         return "IWEF".index(m.group(1)) < level
     if line.startswith("WARNING: All log messages before absl::InitializeLog()"):

@@ -220,8 +220,9 @@ def _report_without_timings(workdir) -> dict[str, str]:
 
 def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, smoke_study):
     """Also: the parent supervises without TensorFlow. tests/tf_import_spy.py notes its first
-    import of TensorFlow: only once every trial is recorded (for the report), at a few tens of MB
-    (it was 760 MB, and 7 s of CPU taken from the workers, when it imported it to supervise).
+    import of TensorFlow: for the report alone, in the thread that imports it once the study's
+    end is near (a worker found nothing left to claim), at a few tens of MB (it was 760 MB, and
+    7 s of CPU taken from the workers, when it imported it to supervise).
     And each check runs once per process (tests/call_spy counts the calls in every process)."""
     (one, one_err), two = smoke_study, tmp_path / "two"
     spy, calls = tmp_path / "tf_spy.json", tmp_path / "calls.log"
@@ -244,8 +245,9 @@ def test_two_workers_run_every_trial_once_and_report_as_one_process(tmp_path, sm
     _, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
     seen = json.loads(spy.read_text())
-    assert len(seen["results"]) == 4, seen  # every trial recorded before TensorFlow came in
-    assert "workers.py:supervise" in seen["stack"] and "main.py:<lambda>" in seen["stack"], seen
+    # A worker had ended (its groups recorded) before TensorFlow came in, in the report's thread.
+    assert len(seen["results"]) >= 1, seen
+    assert "main.py:<lambda>" in seen["stack"] and "threading.py:run" in seen["stack"], seen
     assert seen["rss_mb"] < 150 and seen["cpu_s"] < 3, seen
     errs = [one_err, err]
     expected = {t.trial_id for t in trials_lib.list_trials(load_config("configs/mlp.py:smoke"))}

@@ -65,16 +65,22 @@ def _fs(path: str):
     return tf.io.gfile
 
 
+def _tf_error(name: str) -> tuple[type[BaseException], ...]:
+    """TensorFlow's error class `name` once TensorFlow is loaded, else nothing. A module another
+    thread is still importing (the parent's import for the report runs beside a study's last
+    groups: study/workers.py) lacks its attributes: nothing then, and gfile raised nothing yet."""
+    cls = getattr(getattr(sys.modules.get("tensorflow"), "errors", None), name, None)
+    return () if cls is None else (cls,)
+
+
 def _not_found() -> tuple[type[BaseException], ...]:
     """A missing file's exceptions: TensorFlow's as well once it is loaded (gfile raises it)."""
-    tf = sys.modules.get("tensorflow")
-    return (FileNotFoundError,) if tf is None else (FileNotFoundError, tf.errors.NotFoundError)
+    return (FileNotFoundError, *_tf_error("NotFoundError"))
 
 
 def read_errors() -> tuple[type[BaseException], ...]:
     """What reading a file may raise besides bad JSON: OSError, and gfile's OpError."""
-    tf = sys.modules.get("tensorflow")
-    return (OSError,) if tf is None else (OSError, tf.errors.OpError)
+    return (OSError, *_tf_error("OpError"))
 
 
 def join(*parts: str) -> str:

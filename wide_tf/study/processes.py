@@ -28,8 +28,8 @@ def run(
     """Runs the study `config` (checked by the caller) in `workdir`: in `n_workers` processes
     (--workers: a count, or None for the machine's default; one for `trial`), this shard's groups
     (`shard`, i/n), or the one trial `trial` names. Returns a `workers.Outcome`; `on_complete()`
-    is called once every group is finished while the workers exit (main imports TensorFlow for
-    the report there). SIGTERM: a worker checkpoints and the study exits 143 (one process:
+    runs once, in its own thread, when the study's end is near (workers.supervise says when:
+    main imports TensorFlow for the report there). SIGTERM: a worker checkpoints and the study exits 143 (one process:
     `preemption.Preempted` reaches the caller)."""
     n = workers.count_for(config, n_workers, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts

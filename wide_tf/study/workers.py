@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 
@@ -279,8 +280,11 @@ def supervise(
     """Prints the study's progress until every worker has exited; returns an `Outcome`: the report
     is due when every group is finished, the exit status is 143 / 130 after SIGTERM / SIGINT, and
     a failed worker (or groups left unfinished) is a WorkerFailed (one line). Results are never
-    touched here: a re-run resumes. `on_complete()` is called once, as soon as every group is
-    finished, while the workers exit (main imports TensorFlow for the report there)."""
+    touched here: a re-run resumes. `on_complete()` runs once, in a thread of its own, as soon as
+    the study's end is near: every group finished, or a worker ended having nothing left to claim
+    (its core is free and the groups left are the others'); it is awaited before this returns
+    (main imports TensorFlow for the report there, while the last groups run and the workers
+    exit)."""
     from wide_tf.study import trials as trials_lib
 
     try:
@@ -327,8 +331,19 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
     done_before = _progress(config, workdir, initial, seen).done  # runs of an earlier command
     failed: dict[int, int] = {}
     last_line, last_print, last_done = "", 0.0, -1
+    ahead = None  # the thread running on_complete
+
+    def start_ahead() -> None:
+        nonlocal ahead, on_complete
+        if on_complete is not None and not signals.received:
+            ahead = threading.Thread(target=on_complete, name="report-ahead", daemon=True)
+            ahead.start()
+        on_complete = None
+
     while True:
         running = [p for p in procs if p.poll() is None]
+        if any(p.returncode == 0 for p in procs):  # a worker found nothing left to claim
+            start_ahead()
         for k, p in enumerate(procs):
             if p.returncode not in (None, 0) and k not in failed:
                 failed[k] = p.returncode
@@ -349,10 +364,11 @@ def _watch(started: Started, config, workdir: str, initial, log, on_complete) ->
                 if line != last_line:
                     log(line)
                 last_line, last_print, last_done = line, now, p.done
-            if p.complete and on_complete is not None and not signals.received:
-                on_complete()
-                on_complete = None
+            if p.complete:
+                start_ahead()
         if not running:
+            if ahead is not None:
+                ahead.join()
             return failed
         time.sleep(POLL_S)
 
