@@ -29,8 +29,8 @@ def run(
     (--workers: a count, or None for the machine's default; one for `trial`), this shard's groups
     (`shard`, i/n), or the one trial `trial` names. Returns a `workers.Outcome`; `on_complete()`
     runs once, in its own thread, when the study's end is near (workers.supervise says when:
-    main imports TensorFlow for the report there). SIGTERM: a worker checkpoints and the study exits 143 (one process:
-    `preemption.Preempted` reaches the caller)."""
+    main imports TensorFlow for the report there). SIGTERM: a worker checkpoints and the study
+    exits 143 (one process: `preemption.Preempted` reaches the caller)."""
     n = workers.count_for(config, n_workers, one_process=trial is not None)
     trials.check_workdir(config, workdir)  # the "same study" check: once, before anything starts
     progress.keep_log(workdir)  # this command's own log, beside the workers' (once it may write)
