@@ -28,24 +28,42 @@ class GradientProbe:
         x, y = arrays.load_arrays(config.data, "train", limit=size or None)
         self.n = len(y)
         engine = per_example.PerExampleGradients.for_model(model)
-        with strategy.scope():
-            chunks = [
-                tuple(tf.Variable(a, trainable=False) for a in (xb, yb, w))
-                for xb, yb, w, _ in per_example._chunks(
-                    np.asarray(x, np.float32), np.asarray(y, np.int32), chunk
+        # The chunks stacked in one variable each ([chunks, chunk, ...]) and walked by a device
+        # loop: the chunk's forward and backward pass is traced once, not once per chunk (a
+        # Python loop over 6 chunks traced it 6 times: the probe's trace cost more than a
+        # member's training step and span together). The sums add in chunk order, as before.
+        stacked = [
+            np.stack(parts)
+            for parts in zip(
+                *(
+                    (xb, yb, w)
+                    for xb, yb, w, _ in per_example._chunks(
+                        np.asarray(x, np.float32), np.asarray(y, np.int32), chunk
+                    )
                 )
-            ]
+            )
+        ]
+        with strategy.scope():
+            chunks = tuple(tf.Variable(a, trainable=False) for a in stacked)
+        num_chunks = len(stacked[0])
 
         def replica_sums():
-            s1 = loss = 0.0
-            summed = None
-            for xb, yb, wb in chunks:
-                sq, losses, grads = engine._chunk_impl(
-                    xb.read_value(), yb.read_value(), wb.read_value()
-                )
-                s1 += tf.reduce_sum(sq)
-                loss += tf.reduce_sum(losses)
-                summed = grads if summed is None else [a + b for a, b in zip(summed, grads)]
+            xs, ys, ws = (v.read_value() for v in chunks)
+
+            def one_chunk(i, s1, loss, summed):
+                sq, losses, grads = engine._chunk_impl(xs[i], ys[i], ws[i])
+                summed = [a + b for a, b in zip(summed, grads)]
+                return i + 1, s1 + tf.reduce_sum(sq), loss + tf.reduce_sum(losses), summed
+
+            zeros = [tf.zeros(v.shape, tf.float32) for v in engine.variables]
+            # One chunk at a time: the probe's memory is one chunk's activations, as the
+            # per-chunk calls' was.
+            _, s1, loss, summed = tf.while_loop(
+                lambda i, *_: i < num_chunks,
+                one_chunk,
+                [tf.constant(0), tf.constant(0.0), tf.constant(0.0), zeros],
+                parallel_iterations=1,
+            )
             q = tf.add_n([tf.reduce_sum(tf.square(g)) for g in summed])
             return tf.stack([s1, q, loss])
 
