@@ -180,7 +180,7 @@ def _log_notes(notes: list[str], noted: set) -> set:
 def _same_member_first(groups: list, member: str | None) -> list:
     """`groups` with the open groups of `member` first, each part in claim order: the next batch
     size of the member a process just ran keeps its build (engine/tf/reuse.py: the model, evaluation
-    sets, probe and their traced functions), and only the step is traced again."""
+    sets, probe and their traced functions), and at most the step is traced again."""
     return [g for g in groups if g[0] == member] + [g for g in groups if g[0] != member]
 
 

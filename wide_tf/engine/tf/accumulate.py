@@ -14,18 +14,21 @@ def sq_norm(tensors) -> tf.Tensor:
     return tf.add_n([tf.reduce_sum(tf.square(tf.cast(t, tf.float32))) for t in tensors])
 
 
-def loss_and_grads(model, plan, x, y, *, two_batch: bool):
+def loss_and_grads(model, plan, x, y, *, two_batch: bool, global_batch=None):
     """Sum of per-example losses divided by the GLOBAL batch, and its gradients, on one replica.
 
     Dividing by the global batch (as tf.nn.compute_average_loss does) makes the all-reduced sum
     of replica gradients the mean gradient of the whole batch, for any replica count. Returns
-    (loss sum, correct, gradients, |micro-batch mean gradient|^2 averaged over micro-batches)."""
+    (loss sum, correct, gradients, |micro-batch mean gradient|^2 averaged over micro-batches).
+    `global_batch`: the divisor as a float32 variable (a step traced once for every batch size,
+    engine/tf/step.py); None: the plan's, a constant of the trace."""
     variables = model.trainable_variables
+    divisor = plan.global_batch if global_batch is None else global_batch
 
     def one(xb, yb):
         with tf.GradientTape() as tape:
             per_example, hits = losses_and_hits(model, xb, yb, training=True)
-            loss = tf.reduce_sum(per_example) / plan.global_batch
+            loss = tf.reduce_sum(per_example) / divisor
         grads = tape.gradient(loss, variables)
         correct = tf.reduce_sum(hits)
         # |mean gradient of this micro-batch|^2: the "small batch" of the two-batch estimator,

@@ -2,7 +2,8 @@
 evaluation sets, probe and batch-norm recompute of the last run (one process-global entry), kept
 for the next run whose traced program is the same (the next learning rate or seed of a study's
 group), with only their variables reset; kept too for the same member at another batch, with a
-new Stepper (the one part whose shapes depend on the batch); and the keys that say when."""
+new Stepper (the one part whose shapes depend on the batch; an MLP on one CPU replica keeps its
+Stepper and stream, the batch a variable of their traces); and the keys that say when."""
 
 from __future__ import annotations
 
@@ -81,7 +82,10 @@ class Built:
         d = config.data
         if runtime.num_replicas == 1 and runtime.platform == "cpu" and batch <= info.num_train:
             if self._stream is None:
-                self._stream = stream_lib.InMemoryTrainStream(d, batch)
+                open_batch = self.stepper.open_batch is not None
+                self._stream = stream_lib.InMemoryTrainStream(d, batch, open_batch)
+            elif self._stream.batch != batch:  # an open stream, kept for this member's batches
+                self._stream.rebatch(batch)
             return self._stream.start(config.train.seed, start_step)
         dataset = data_lib.make_train_dataset(
             d, batch, runtime.strategy, config.train.seed, start_step=start_step
@@ -151,20 +155,43 @@ def build(
 
 def _for_new_batch(config, runtime, info, plan, key) -> Built | None:
     """The kept build of the same member at another batch size, with a new Stepper for this
-    batch (the step's shapes): its model, optimizer, evaluation sets, probe, snapshot and initial
-    measurements are the batch's too, so their traced functions are kept (a study's groups of one
-    member follow each other); None when no such build is kept."""
+    batch (the step's shapes), or the kept open-batch Stepper serving it: its model, optimizer,
+    evaluation sets, probe, snapshot and initial measurements are the batch's too, so their
+    traced functions are kept (a study's groups of one member follow each other); None when no
+    such build is kept."""
     member = build_key(config, runtime, info, plan, member_only=True)
     kept = next(iter(_BUILT.values()), None)
     if kept is None or kept.member_key != member:
         return None
-    with runtime.strategy.scope():
-        kept.stepper = _stepper(config, runtime, kept.model, kept.optimizer, plan)
-    kept._stream = None  # the stream's batch is this one's
+    if kept.stepper.open_batch is not None and _open_batch(config, runtime, plan):
+        # The kept Stepper and stream serve this batch too: their traces are kept.
+        kept.stepper.rebatch(plan)
+    else:
+        with runtime.strategy.scope():
+            kept.stepper = _stepper(config, runtime, kept.model, kept.optimizer, plan)
+        kept._stream = None  # the stream's batch is this one's
     kept.key = key
     _BUILT.clear()
     _BUILT[key] = kept
     return kept
+
+
+def _open_batch(config, runtime, plan) -> bool:
+    """Whether one Stepper serves every batch size of the member (step.Stepper's open_batch):
+    an MLP on one CPU replica reading the in-memory stream, no micro-batches, neither XLA nor the
+    fused loop, the shapes the batch would otherwise fix. MLPs only: their records are the same
+    with the batch open as with it fixed (every record of the local study's shards, a Fashion-MNIST
+    MLP's), while a WRN-22 on 7x7 Fashion-MNIST took other steps to its target (169 against 157
+    at batch 128): the convolutions' graph, rewritten by TensorFlow's optimiser with the batch
+    unknown, is not the same arithmetic."""
+    return (
+        config.model.arch == "mlp"
+        and runtime.num_replicas == 1
+        and runtime.platform == "cpu"
+        and not runtime.jit_compile
+        and not fused_lib.applies(config, runtime)
+        and plan.num_micro_batches == 1
+    )
 
 
 def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
@@ -178,6 +205,7 @@ def _stepper(config, runtime, model, optimizer, plan) -> Stepper:
         diagnostics=optim_lib.optimizer_spec(config.optim.name).diagnostics,
         input_spec=datasets.of(config.data),
         fused=fused_lib.applies(config, runtime),
+        open_batch=_open_batch(config, runtime, plan),
     )
 
 

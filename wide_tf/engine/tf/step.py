@@ -113,6 +113,7 @@ class Stepper:
         diagnostics: Diagnostics | None = None,
         input_spec=None,
         fused: bool = False,
+        open_batch: bool = False,
     ):
         self.model = model
         # The whole host call as one XLA program when it reads the in-memory stream
@@ -159,6 +160,17 @@ class Stepper:
             self.diverge_loss = tf.Variable(
                 float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
             )
+            # `open_batch`: the global batch a variable too (the divisor of the loss, the examples
+            # a step counts), so that the traced loop and span serve every batch size of a member
+            # (`rebatch`; the in-memory stream's batch is a variable as well): one trace per member
+            # instead of one per (member, batch), a second of tracing each on a CPU. Only where
+            # nothing else in the step has the batch's shape: one replica, no micro-batches (hence
+            # no two-batch estimate), neither XLA nor the fused loop (engine/tf/reuse.py decides).
+            self.open_batch = None
+            if open_batch:
+                self.open_batch = tf.Variable(
+                    float(plan.global_batch), trainable=False, aggregation=only_first, name="batch"
+                )
         self._train_fn = None
         self._span_fn = None  # ((stream, evaluation set, snapshot), engine/tf/span.py's trace)
 
@@ -184,14 +196,14 @@ class Stepper:
         skip = self.diverged.read_value()
         live = tf.logical_not(skip)
         loss_sum, correct, grads, small_sq = accumulate.loss_and_grads(
-            self.model, self.plan, x, y, two_batch=self._two_batch
+            self.model, self.plan, x, y, two_batch=self._two_batch, global_batch=self.open_batch
         )
         grads = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
         loss_sum, correct, small_sq = ctx.all_reduce(
             tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
         )
         small_sq = small_sq / self.plan.num_replicas
-        loss = loss_sum / self.plan.global_batch
+        loss = loss_sum / (self.plan.global_batch if self.open_batch is None else self.open_batch)
         bad = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)), loss > self.diverge_loss)
         # |G_big|^2 every step only when the two-batch estimator needs it; otherwise on the
         # diagnostic step (a non-finite gradient with a finite loss shows up there, or in the loss
@@ -223,7 +235,8 @@ class Stepper:
     def _add_live(self, live, values: dict) -> None:
         """Adds a step's sums (and its examples and step) to the accumulators, when it is live."""
         zero = tf.constant(0.0)
-        values = dict(values, examples=float(self.plan.global_batch), steps=1.0)
+        examples = float(self.plan.global_batch) if self.open_batch is None else self.open_batch
+        values = dict(values, examples=examples, steps=1.0)
         for name in ("loss_sum", "correct", "examples", "small_grad_sq", "big_grad_sq", "steps"):
             self.acc[name].assign_add(tf.where(live, tf.cast(values[name], tf.float32), zero))
 
@@ -313,12 +326,18 @@ class Stepper:
         if diverge_loss is not None:
             self.diverge_loss.assign(float(diverge_loss))
 
+    def rebatch(self, plan: BatchPlan) -> None:
+        """Serves `plan`'s batch from now on, its traced functions kept (an `open_batch` Stepper
+        only: the caller checked `plan` keeps the step's conditions)."""
+        self.plan = plan
+        self.open_batch.assign(float(plan.global_batch))
+
     # ---- evaluation -----------------------------------------------------------------------------
 
     def eval_fn(self, dataset):
         """The compiled pass over a streamed set (data.EvalDataset), kept with the set: its trace
         depends on the model, strategy, XLA setting and the set's batches, not on the training
-        batch, so a member's next batch size (a new Stepper, engine/tf/reuse.py) reuses it."""
+        batch, so a member's next batch size (engine/tf/reuse.py) reuses it."""
         key = (self.model, self.strategy, self.jit_compile, self.input_spec)
         kept = dataset.compiled
         if kept is None or any(a is not b for a, b in zip(kept[0], key)):

@@ -24,11 +24,17 @@ class InMemoryTrainStream:
     spans at most two epochs: the orders of the current and the next epoch are held, recomputed
     when the stream enters a new epoch)."""
 
-    def __init__(self, data_cfg, global_batch: int):
+    def __init__(self, data_cfg, global_batch: int, open_batch: bool = False):
         images, labels = arrays.train_arrays(data_cfg)
         self.n, self.batch = int(len(labels)), int(global_batch)
         if not 0 < self.batch <= self.n:
             raise ValueError(f"need 0 < global batch <= {self.n} examples, got {self.batch}")
+        # `open_batch`: the batch a variable of the trace (`rebatch`), so a member's batch sizes
+        # share one stream and the loops traced on it (step.Stepper's open_batch); else a
+        # constant, the batch dimension static.
+        self.batch_size = (
+            tf.Variable(self.batch, dtype=tf.int64, trainable=False) if open_batch else None
+        )
         self.shuffle_buffer = int(data_cfg.shuffle_buffer)
         self.spec = datasets.of(data_cfg)
         self.augment = bool(data_cfg.augment)
@@ -46,6 +52,13 @@ class InMemoryTrainStream:
         self.position.assign(int(start_step) * self.batch)
         self.order_epoch.assign(-1)
         return self
+
+    def rebatch(self, global_batch: int) -> None:
+        """Serves `global_batch` from the next `start` on (an `open_batch` stream only)."""
+        if not 0 < global_batch <= self.n:
+            raise ValueError(f"need 0 < global batch <= {self.n} examples, got {global_batch}")
+        self.batch = int(global_batch)
+        self.batch_size.assign(self.batch)
 
     def get_next(self):
         """The next global batch: (packed images, labels), as the dataset yields it."""
@@ -65,10 +78,11 @@ class InMemoryTrainStream:
                 return tf.identity(both)
 
         order = tf.cond(tf.equal(self.order_epoch, epoch), lambda: tf.identity(self.order), refresh)
-        places = self.position - epoch * n + tf.range(self.batch, dtype=tf.int64)
+        batch = self.batch if self.batch_size is None else self.batch_size.read_value()
+        places = self.position - epoch * n + tf.range(batch, dtype=tf.int64)
         index = tf.gather(order, places)
         with tf.control_dependencies([index]):
-            self.position.assign_add(self.batch)
+            self.position.assign_add(batch)
         images = tf.gather(self.x, index)
         if self.augment:
             epochs = epoch + places // n  # each example's own: a batch may straddle two
