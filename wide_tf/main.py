@@ -149,7 +149,7 @@ def _run(config, verbose: bool) -> None:
         from wide_tf.cluster import ray_study
 
         _finish(ray_study.run(config, _WORKDIR.value, _CLUSTER.value, verbose, _log))
-    else:  # its parent imports TensorFlow for the report alone, once every group is done
+    else:  # its parent imports TensorFlow for the report alone, as the study's end nears
         ready = None if _NO_REPORT.value else lambda: tf_start.import_tensorflow(verbose)
         given = dict(n_workers=_WORKERS.value, shard=_SHARD.value, trial=_TRIAL.value)
         _finish(
