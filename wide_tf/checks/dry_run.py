@@ -1,10 +1,10 @@
 """Owns --dry_run's output: what was checked for the target's replica count and, with
 --accelerator, whether the config's memory fits that accelerator (checks/hardware_fit.py's
-model), all before TensorFlow starts."""
+model) and a study's cohort plan there (checks/cohort_plan.py), all before TensorFlow starts."""
 
 from __future__ import annotations
 
-from wide_tf.checks import hardware_fit, validate
+from wide_tf.checks import cohort_plan, hardware_fit, validate
 from wide_tf.schema import memory, problems
 
 
@@ -54,4 +54,7 @@ def run(config, replicas: int | None, accelerator: str | None, out=print) -> int
     if fit is None:
         return 0
     out(fit.line())
+    cohorts = cohort_plan.plan_for(config, replicas or 1, accelerator_key(accelerator))
+    for line in cohorts.lines() if cohorts is not None else ():
+        out(line)
     return 0 if fit.fits else hardware_fit.EXIT_DOES_NOT_FIT

@@ -129,7 +129,7 @@ def _outcome_of(cell, rec: dict) -> dict:
 
 def _number(v) -> float:
     """A scalar summary value's number: a float32 tensor's own field when it has one (what
-    tf.summary.scalar writes), else the tensor decoded, else the legacy simple_value."""
+    tf.summary.scalar writes), else the tensor decoded, else the older simple_value field."""
     if not v.HasField("tensor"):
         return float(v.simple_value)
     t = v.tensor

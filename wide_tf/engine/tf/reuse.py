@@ -164,8 +164,7 @@ def _for_new_batch(config, runtime, info, plan, key) -> Built | None:
     if kept is None or kept.member_key != member:
         return None
     if kept.stepper.open_batch is not None and _open_batch(config, runtime, plan):
-        # The kept Stepper and stream serve this batch too: their traces are kept.
-        kept.stepper.rebatch(plan)
+        _rebatch(kept.stepper, plan)
     else:
         with runtime.strategy.scope():
             kept.stepper = _stepper(config, runtime, kept.model, kept.optimizer, plan)
@@ -174,6 +173,15 @@ def _for_new_batch(config, runtime, info, plan, key) -> Built | None:
     _BUILT.clear()
     _BUILT[key] = kept
     return kept
+
+
+def _rebatch(stepper: Stepper, plan) -> None:
+    """An open-batch Stepper (step.Stepper's `open_batch`) serving `plan`'s batch from now on,
+    its traces kept: the global batch a variable of them (the loss's divisor, the examples a step
+    counts), and the in-memory stream's too (`Built.train_stream` rebatches it). One trace per
+    member instead of one per (member, batch), about a second of tracing each on a CPU."""
+    stepper.plan = plan
+    stepper.open_batch.assign(float(plan.global_batch))
 
 
 def _open_batch(config, runtime, plan) -> bool:

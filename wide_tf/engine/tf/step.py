@@ -123,9 +123,7 @@ class Stepper:
         # The data set's spec (schema/datasets.Dataset): packed images (data.pack_images) are
         # unpacked and normalised inside the step with its constants. None: float inputs only.
         self.input_spec = input_spec
-        self.optimizer = optimizer
-        self.strategy = strategy
-        self.plan = plan
+        self.optimizer, self.strategy, self.plan = optimizer, strategy, plan
         # XLA (a jit_compile function around the replica step) on GPU and CPU only: TPUStrategy
         # compiles the whole replica function itself, and a jit_compile function nested inside
         # it is what Keras 3 refuses under tf.distribute. On one GPU (OneDeviceStrategy) the nested
@@ -148,29 +146,19 @@ class Stepper:
             # the first replica's value on every assign (an all-to-all on TPU, a copy per device
             # elsewhere: 7 a step, 17 in all in the two traced step variants;
             # tests/engine/test_accumulators.py counts them).
-            local = dict(
-                trainable=False,
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=only_first,
-            )
+            local = dict(trainable=False, synchronization=tf.VariableSynchronization.ON_READ)
+            local["aggregation"] = only_first
             self.acc = {k: tf.Variable(0.0, name=k, **local) for k in self.scalar_names}
             self.diverged = tf.Variable(False, name="diverged", **local)
-            # A variable, not a constant baked into the graph: runs that differ only in their
-            # threshold (or learning rate, see schedules.WarmupDecaySchedule) share one traced step.
-            self.diverge_loss = tf.Variable(
-                float(diverge_loss), trainable=False, aggregation=only_first, name="diverge_loss"
-            )
-            # `open_batch`: the global batch a variable too (the divisor of the loss, the examples
-            # a step counts), so that the traced loop and span serve every batch size of a member
-            # (`rebatch`; the in-memory stream's batch is a variable as well): one trace per member
-            # instead of one per (member, batch), a second of tracing each on a CPU. Only where
-            # nothing else in the step has the batch's shape: one replica, no micro-batches (hence
-            # no two-batch estimate), neither XLA nor the fused loop (engine/tf/reuse.py decides).
-            self.open_batch = None
-            if open_batch:
-                self.open_batch = tf.Variable(
-                    float(plan.global_batch), trainable=False, aggregation=only_first, name="batch"
-                )
+            # Variables, not constants baked into the graph: runs that differ only in their
+            # threshold (or learning rate, see schedules.WarmupDecaySchedule) share one traced
+            # step; with `open_batch`, runs at another batch too (engine/tf/reuse.py's rebatch).
+            shared = dict(trainable=False, aggregation=only_first)
+            self.diverge_loss = tf.Variable(float(diverge_loss), name="diverge_loss", **shared)
+            batch = float(plan.global_batch)
+            self.open_batch = tf.Variable(batch, name="batch", **shared) if open_batch else None
+        # The loss's divisor and the examples a step counts.
+        self.global_batch = self.open_batch if open_batch else float(plan.global_batch)
         self._train_fn = None
         self._span_fn = None  # ((stream, evaluation set, snapshot), engine/tf/span.py's trace)
 
@@ -203,7 +191,7 @@ class Stepper:
             tf.distribute.ReduceOp.SUM, [loss_sum, correct, small_sq]
         )
         small_sq = small_sq / self.plan.num_replicas
-        loss = loss_sum / (self.plan.global_batch if self.open_batch is None else self.open_batch)
+        loss = loss_sum / self.global_batch
         bad = tf.logical_or(tf.logical_not(tf.math.is_finite(loss)), loss > self.diverge_loss)
         # |G_big|^2 every step only when the two-batch estimator needs it; otherwise on the
         # diagnostic step (a non-finite gradient with a finite loss shows up there, or in the loss
@@ -235,8 +223,7 @@ class Stepper:
     def _add_live(self, live, values: dict) -> None:
         """Adds a step's sums (and its examples and step) to the accumulators, when it is live."""
         zero = tf.constant(0.0)
-        examples = float(self.plan.global_batch) if self.open_batch is None else self.open_batch
-        values = dict(values, examples=examples, steps=1.0)
+        values = dict(values, examples=self.global_batch, steps=1.0)
         for name in ("loss_sum", "correct", "examples", "small_grad_sq", "big_grad_sq", "steps"):
             self.acc[name].assign_add(tf.where(live, tf.cast(values[name], tf.float32), zero))
 
@@ -325,12 +312,6 @@ class Stepper:
         self.diverged.assign(False)
         if diverge_loss is not None:
             self.diverge_loss.assign(float(diverge_loss))
-
-    def rebatch(self, plan: BatchPlan) -> None:
-        """Serves `plan`'s batch from now on, its traced functions kept (an `open_batch` Stepper
-        only: the caller checked `plan` keeps the step's conditions)."""
-        self.plan = plan
-        self.open_batch.assign(float(plan.global_batch))
 
     # ---- evaluation -----------------------------------------------------------------------------
 
