@@ -1,0 +1,157 @@
+"""Owns JAX's cohort call: the training calls of several runs of one kept build (one (member,
+batch) cell: engine/jax/run.py's `_Build`) made as ONE compiled program with a leading run axis,
+`jax.vmap` of the stepper's own update (engine/jax/step.JaxStepper._body) over the runs' stacked
+states. The shared lockstep (engine/cohort.py) decides when; this module does the arithmetic.
+
+Per run, as alone: its parameters, optimizer state (LARS's trust ratios are computed per run under
+vmap), batch-norm statistics, divergence flag, schedule numbers, threshold and seed (the `hyper`
+dict, stacked), and its data order (its own TrainOrder's index block). Shared: the training set on
+the devices (in_axes None) and the compiled program. A run asking fewer steps than the call's most
+is held still on the steps past its own by a mask applied after `_body` (state and sums kept, as
+`_body` keeps a diverged run's), so a cohort resumed with its runs at different steps needs
+nothing else. The update itself is `_body` unchanged, shard_map included: vmap of a shard_map over
+the 1-D device mesh batches each replica's step (checked on one and on two devices).
+
+The run's state stays in its own holder (engine/jax/run.py's `_Holder`), which its Evaluator reads
+and its Checkpointer saves and restores (one slice each, today's .npz): the call stacks the states
+(once; reused while every holder still holds the slice the last call gave it) and hands each
+holder its slice back.
+
+Cost of compaction: jit keeps one program per run count K, so a cohort whose runs end one by one
+compiles its step once per distinct K it passes through; the programs are kept with the build
+(`_FUNCTIONS`), so the next cohort of the cell reuses them. Measured here (2 shared CPU cores):
+see docs/jax.md, "Cohorts"."""
+
+from __future__ import annotations
+
+import weakref
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from wide_tf.engine import timing
+
+# The compiled functions of a build's cohorts, kept with the build (dropped with it).
+_FUNCTIONS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _stack(trees):
+    return jax.tree.map(lambda *xs: jnp.stack(xs), *trees)
+
+
+class _Functions:
+    """A stepper's vmapped step, closing, device loop, stacking and slicing (jit: one program per
+    run count)."""
+
+    def __init__(self, stepper):
+        self.stepper = stepper
+        self.step = jax.jit(jax.vmap(self._masked, in_axes=(0, 0, None, 0, 0, 0, 0)))
+        self.closing = jax.jit(jax.vmap(stepper._closing))
+        self.loop = jax.jit(self._loop)
+        self.stack = jax.jit(_stack)
+        self.slices = jax.jit(self._slices)
+
+    def _masked(self, state, acc, data, index, epochs, hyper, active):
+        """One run's update (`_body`), or nothing where this step is past the run's own."""
+        timing.note_trace()
+        new, sums = self.stepper._body(state, acc, data, index, epochs, hyper)
+        keep = lambda a, b: jnp.where(active, a, b)  # noqa: E731
+        return jax.tree.map(keep, new, state), jax.tree.map(keep, sums, acc)
+
+    def _loop(self, state, acc, data, index, epochs, hyper, counts, most):
+        """The device loop (GPU, TPU): `most` masked steps of every run in one program."""
+        timing.note_trace()
+        batched = jax.vmap(self._masked, in_axes=(0, 0, None, 0, 0, 0, 0))
+
+        def body(i, carry):
+            state, acc = carry
+            return batched(state, acc, data, index[:, i], epochs[:, i], hyper, i < counts)
+
+        state, acc = jax.lax.fori_loop(0, most, body, (state, acc))
+        return state, jax.vmap(self.stepper._closing)(state, acc, hyper)
+
+    @staticmethod
+    def _slices(stacked):
+        timing.note_trace()
+        k = stacked["diverged"].shape[0]
+        return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(k)]
+
+
+class Cohort:
+    """The shared training call of `trainers` (engine/jax/run.Trainer, one kept build): `train`
+    is engine/cohort.run's `call`."""
+
+    def __init__(self, trainers: list):
+        build = trainers[0].build
+        if any(t.build is not build for t in trainers):
+            raise ValueError("a cohort's runs share one build (one member and batch size)")
+        self.trainers, self.build = trainers, build
+        self.stepper = build.stepper
+        self.fns = _FUNCTIONS.get(build)
+        if self.fns is None:
+            self.fns = _FUNCTIONS[build] = _Functions(self.stepper)
+        self._sums = jax.device_get(self.stepper._initial_sums())
+        self._held = None  # (the states the last call handed out, their stacked form)
+        self._hyper = None  # (the runs, their stacked hyper)
+
+    def _states(self, runs: list):
+        """The runs' stacked states: the last call's stacked arrays while each holder still holds
+        the slice it was given (no checkpoint restored, no run left), else stacked anew."""
+        states = [t.holder.state for t in runs]
+        if self._held is not None and len(self._held[0]) == len(states):
+            if all(a is b for a, b in zip(self._held[0], states)):
+                return self._held[1]
+        return self.fns.stack(states)
+
+    def _hypers(self, runs: list):
+        if self._hyper is None or self._hyper[0] != [id(t) for t in runs]:
+            self._hyper = ([id(t) for t in runs], _stack([t.hyper for t in runs]))
+        return self._hyper[1]
+
+    def train(self, requests: list[tuple[int, int]]) -> list[dict]:
+        """Each request (run, steps) trained from its run's state and step; its device sums."""
+        runs = [self.trainers[i] for i, _ in requests]
+        counts = np.asarray([n for _, n in requests], np.int32)
+        most = int(counts.max())
+        host_loop = self.stepper.host_loop
+        # The device loop's block keeps one shape for every call of a plan (steps_per_loop rows),
+        # so that it compiles once; the host loop reads the rows it runs.
+        rows = most if host_loop else max(most, max(int(t.plan.steps_per_loop) for t in runs))
+        index, epochs = [], []
+        for t, n in zip(runs, counts):
+            i, e = t.order.take(t.state.step, int(n))
+            pad = ((0, rows - int(n)), (0, 0))
+            index.append(np.pad(i, pad))
+            epochs.append(np.pad(e, pad))
+        index, epochs = np.stack(index), np.stack(epochs)  # [K, rows, B]
+        state, hyper, data = self._states(runs), self._hypers(runs), self.build.train_data
+        acc = {k: np.full(len(runs), v, np.float32) for k, v in self._sums.items()}
+        if host_loop:  # steps dispatched from here, as JaxStepper.train does on a CPU (step.py)
+            active = np.arange(rows)[None, :] < counts[:, None]
+            for i in range(most):
+                state, acc = self.fns.step(
+                    state, acc, data, index[:, i], epochs[:, i], hyper, active[:, i]
+                )
+            out = self.fns.closing(state, acc, hyper)
+        else:
+            state, out = self.fns.loop(
+                state, acc, data, index, epochs, hyper, counts, np.int32(most)
+            )
+        out, diverged = jax.device_get((out, state["diverged"]))
+        slices = self.fns.slices(state)
+        for t, s in zip(runs, slices):
+            t.holder.state = s
+        self._held = (slices, state)
+        answers = []
+        for k in range(len(runs)):
+            scalars = {name: float(v[k]) for name, v in out.items()}
+            scalars["diverged"] = bool(diverged[k])
+            scalars["iteration"] = int(out["iteration"][k])
+            answers.append(scalars)
+        return answers
+
+
+def make(trainers: list):
+    """The shared call of a cohort of `trainers` (engine/cohort.run's `call`)."""
+    return Cohort(trainers).train
