@@ -16,11 +16,12 @@ coroutine: the Controller stays the one driver of a run; the baton keeps the thr
 running together, so the order of every log line, file and timing event is fixed.
 
 A run leaves the cohort when its Controller returns (target, divergence, budget): the next call
-stacks the live runs only (the backend recompiles once per distinct run count; engine/jax/cohort.py
-says what that costs). An exception in a run (a preemption, a lost claim, an error) lets the rest
-of that round take their turns (at a SIGTERM every run checkpoints at the same call and stops),
-then every run still waiting for a call is ended where it waits, its last checkpoint kept, and the
-first exception is raised: resuming repeats at most the steps since those checkpoints.
+is asked of the live runs only (a program per run count costs a compilation: engine/jax/cohort.py
+pads to a few sizes and says what each costs). An exception in a run (a preemption, a lost
+claim, an error) lets the rest of that round take their turns (at a SIGTERM every run checkpoints
+at the same call and stops), then every run still waiting for a call is ended where it waits, its
+last checkpoint kept, and the first exception is raised: resuming repeats at most the steps since
+those checkpoints.
 
 Time: each run's account (RunState.time_s) gets its own host work as a run alone does, and a share
 of each shared call in proportion to the steps it asked for (all of a cell's runs ask the same in

@@ -17,10 +17,15 @@ and its Checkpointer saves and restores (one slice each, today's .npz): the call
 (once; reused while every holder still holds the slice the last call gave it) and hands each
 holder its slice back.
 
-Cost of compaction: jit keeps one program per run count K, so a cohort whose runs end one by one
-compiles its step once per distinct K it passes through; the programs are kept with the build
-(`_FUNCTIONS`), so the next cohort of the cell reuses them. Measured here (2 shared CPU cores):
-see docs/jax.md, "Cohorts"."""
+Compaction: a run leaves when it ends, and the call stacks the live runs only, padded to the
+next program size (the cohort's K, then the powers of two below it) with masked copies of a live
+run. jit keeps one program per run count, and each costs a compilation: measured here (2 shared
+CPU cores, local MLP study cells) 2.2-3.4 s for mlp-d1 at batch 32 and 2.7-6.4 s for mlp-d12 at
+batch 176, against 10-50 ms for a call of 4 steps once compiled, and 1-10 s for a whole run of the
+local study. A program per distinct K (6, 5, 4, 3, 2, 1 as a grid's runs end) would cost more than
+the cohort saves; the sizes cap them at 1 + log2(K), at the price of at most twice the arithmetic
+on the tail. The programs are kept with the build (`_FUNCTIONS`), so the next cohort of the cell
+reuses them."""
 
 from __future__ import annotations
 
@@ -87,6 +92,8 @@ class Cohort:
         if any(t.build is not build for t in trainers):
             raise ValueError("a cohort's runs share one build (one member and batch size)")
         self.trainers, self.build = trainers, build
+        k = len(trainers)
+        self.sizes = sorted({k} | {2**j for j in range(k.bit_length()) if 2**j < k})
         self.stepper = build.stepper
         self.fns = _FUNCTIONS.get(build)
         if self.fns is None:
@@ -95,38 +102,42 @@ class Cohort:
         self._held = None  # (the states the last call handed out, their stacked form)
         self._hyper = None  # (the runs, their stacked hyper)
 
-    def _states(self, runs: list):
-        """The runs' stacked states: the last call's stacked arrays while each holder still holds
-        the slice it was given (no checkpoint restored, no run left), else stacked anew."""
+    def _states(self, runs: list, size: int):
+        """The runs' stacked states, padded to `size` with the first run's (masked): the last
+        call's stacked arrays while each run's holder still holds the slice it was given in the
+        same place (no checkpoint restored, no run left), else stacked anew."""
         states = [t.holder.state for t in runs]
-        if self._held is not None and len(self._held[0]) == len(states):
-            if all(a is b for a, b in zip(self._held[0], states)):
-                return self._held[1]
-        return self.fns.stack(states)
+        held = self._held
+        if held is not None and len(held[0]) == size:
+            if all(a is b for a, b in zip(held[0], states)):
+                return held[1]
+        return self.fns.stack(states + [states[0]] * (size - len(runs)))
 
-    def _hypers(self, runs: list):
-        if self._hyper is None or self._hyper[0] != [id(t) for t in runs]:
-            self._hyper = ([id(t) for t in runs], _stack([t.hyper for t in runs]))
+    def _hypers(self, runs: list, size: int):
+        key = [id(t) for t in runs] + [size]
+        if self._hyper is None or self._hyper[0] != key:
+            padded = runs + [runs[0]] * (size - len(runs))
+            self._hyper = (key, _stack([t.hyper for t in padded]))
         return self._hyper[1]
 
     def train(self, requests: list[tuple[int, int]]) -> list[dict]:
         """Each request (run, steps) trained from its run's state and step; its device sums."""
         runs = [self.trainers[i] for i, _ in requests]
-        counts = np.asarray([n for _, n in requests], np.int32)
+        size = min(s for s in self.sizes if s >= len(runs))
+        # The padding's slots ask no steps: held still, their outputs dropped.
+        counts = np.asarray([n for _, n in requests] + [0] * (size - len(runs)), np.int32)
         most = int(counts.max())
         host_loop = self.stepper.host_loop
         # The device loop's block keeps one shape for every call of a plan (steps_per_loop rows),
         # so that it compiles once; the host loop reads the rows it runs.
         rows = most if host_loop else max(most, max(int(t.plan.steps_per_loop) for t in runs))
-        index, epochs = [], []
-        for t, n in zip(runs, counts):
-            i, e = t.order.take(t.state.step, int(n))
-            pad = ((0, rows - int(n)), (0, 0))
-            index.append(np.pad(i, pad))
-            epochs.append(np.pad(e, pad))
-        index, epochs = np.stack(index), np.stack(epochs)  # [K, rows, B]
-        state, hyper, data = self._states(runs), self._hypers(runs), self.build.train_data
-        acc = {k: np.full(len(runs), v, np.float32) for k, v in self._sums.items()}
+        index = np.zeros((size, rows, runs[0].plan.batch), np.int32)
+        epochs = np.zeros_like(index)
+        for k, (t, n) in enumerate(zip(runs, counts)):
+            index[k, :n], epochs[k, :n] = t.order.take(t.state.step, int(n))
+        state, hyper = self._states(runs, size), self._hypers(runs, size)
+        data = self.build.train_data
+        acc = {k: np.full(size, v, np.float32) for k, v in self._sums.items()}
         if host_loop:  # steps dispatched from here, as JaxStepper.train does on a CPU (step.py)
             active = np.arange(rows)[None, :] < counts[:, None]
             for i in range(most):
