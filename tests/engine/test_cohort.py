@@ -1,11 +1,12 @@
 """Cohorts on JAX (engine/cohort.py, engine/jax/cohort.py): a run trained in a cohort follows the
 same run trained alone (same seed, data order and learning rate) to its record's targets, status
-and steps, and to its final weights within float tolerance: MLPs at K = 1, 3 and 8, WRNs with
-ghost batch norm, LARS and micro-batches at K = 3, runs that end at different steps (a target met
-early, the budget, a divergence), the device loop, and a cohort stopped by a preemption and
-resumed. The checks run in two child processes with KERAS_BACKEND=jax (tests/cohort_checks.py),
-side by side. The lockstep's own rules (the step mask's requests, the time shares, an exception in
-one run) are checked in-process with a pure-Python backend."""
+and steps, and to its final weights within float tolerance: MLPs at K = 1 (the lockstep around a
+lone run's own call), 3 and 8, WRNs with ghost batch norm, LARS and micro-batches on two replicas
+at K = 3, runs that end at different steps (a target met early, the budget, a divergence), the
+device loop, and a cohort stopped by a preemption and resumed. The checks run in two child
+processes with KERAS_BACKEND=jax (tests/cohort_checks.py), side by side. The lockstep's own rules
+(the step mask's requests, the time shares, an exception in one run) are checked in-process with a
+pure-Python backend."""
 
 from __future__ import annotations
 
@@ -37,13 +38,15 @@ def checks(tmp_path_factory):
         "mlp": ["mlp_sizes", "device_loop", "endings", "preempted"],
         "wrn": ["wrn_lars_micro"],
     }
+    # The WRNs on two virtual devices: vmap over the step's shard_map on a mesh of two replicas.
+    devices = {"mlp": {}, "wrn": {"XLA_FLAGS": "--xla_force_host_platform_device_count=2"}}
     procs = {}
     for name, checks in parts.items():
         (out / name).mkdir()
         procs[name] = subprocess.Popen(
             [sys.executable, "-m", "tests.cohort_checks", str(out / name), *checks],
             cwd=REPO,
-            env=env,
+            env=dict(env, **devices[name]),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -69,9 +72,11 @@ def test_an_mlp_in_a_cohort_follows_the_run_alone(checks, k):
     _follows(got)
 
 
-def test_wrns_with_ghost_batch_norm_lars_and_micro_batches_follow_the_runs_alone(checks):
+def test_wrns_with_ghost_batch_norm_lars_micro_batches_and_two_replicas_follow_the_runs_alone(
+    checks,
+):
     got = checks["wrn"]
-    assert got["micro_batches"] == 2
+    assert got["replicas"] == 2 and got["micro_batches"] == 2
     _follows(got)
 
 

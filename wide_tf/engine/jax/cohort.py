@@ -18,14 +18,16 @@ and its Checkpointer saves and restores (one slice each, today's .npz): the call
 holder its slice back.
 
 Compaction: a run leaves when it ends, and the call stacks the live runs only, padded to the
-next program size (the cohort's K, then the powers of two below it) with masked copies of a live
-run. jit keeps one program per run count, and each costs a compilation: measured here (2 shared
-CPU cores, local MLP study cells) 2.2-3.4 s for mlp-d1 at batch 32 and 2.7-6.4 s for mlp-d12 at
-batch 176, against 10-50 ms for a call of 4 steps once compiled, and 1-10 s for a whole run of the
-local study. A program per distinct K (6, 5, 4, 3, 2, 1 as a grid's runs end) would cost more than
-the cohort saves; the sizes cap them at 1 + log2(K), at the price of at most twice the arithmetic
-on the tail. The programs are kept with the build (`_FUNCTIONS`), so the next cohort of the cell
-reuses them."""
+next program size (the cohort's K, then the powers of two from 2 below it) with masked copies of a
+live run; a lone live run trains through its own Trainer's call (the program of runs alone, which
+the cell compiles anyway for its rounds of one run). Each run count is a program of its own, and
+each costs a compilation: measured here (2 shared CPU cores, local MLP study cells, mlp-d12 at
+batch 32, K = 4) 1.2 s for the vmapped step and 0.5 s for stacking and slicing, 2-6 s per size
+in all under load, against 4-50 ms for a call of 4 steps once compiled and 1-10 s for a whole run
+of the local study. A program per distinct K (6, 5, 4, 3, 2 as a grid's runs end) would cost
+more than the cohort saves; the sizes cap them at log2(K) + 1 per cell, at the price of at most
+twice the arithmetic on the tail. The programs are kept with the build (`_FUNCTIONS`), so the next
+cohort of the cell reuses the sizes it shares."""
 
 from __future__ import annotations
 
@@ -52,10 +54,9 @@ class _Functions:
     def __init__(self, stepper):
         self.stepper = stepper
         self.step = jax.jit(jax.vmap(self._masked, in_axes=(0, 0, None, 0, 0, 0, 0)))
-        self.closing = jax.jit(jax.vmap(stepper._closing))
+        self.finish = jax.jit(self._finish)
         self.loop = jax.jit(self._loop)
         self.stack = jax.jit(_stack)
-        self.slices = jax.jit(self._slices)
 
     def _masked(self, state, acc, data, index, epochs, hyper, active):
         """One run's update (`_body`), or nothing where this step is past the run's own."""
@@ -65,7 +66,8 @@ class _Functions:
         return jax.tree.map(keep, new, state), jax.tree.map(keep, sums, acc)
 
     def _loop(self, state, acc, data, index, epochs, hyper, counts, most):
-        """The device loop (GPU, TPU): `most` masked steps of every run in one program."""
+        """The device loop (GPU, TPU): `most` masked steps of every run in one program, then
+        `_finish`'s outputs."""
         timing.note_trace()
         batched = jax.vmap(self._masked, in_axes=(0, 0, None, 0, 0, 0, 0))
 
@@ -74,13 +76,16 @@ class _Functions:
             return batched(state, acc, data, index[:, i], epochs[:, i], hyper, i < counts)
 
         state, acc = jax.lax.fori_loop(0, most, body, (state, acc))
-        return state, jax.vmap(self.stepper._closing)(state, acc, hyper)
+        return state, self._finish(state, acc, hyper)
 
-    @staticmethod
-    def _slices(stacked):
+    def _finish(self, state, acc, hyper):
+        """(the runs' closing outputs, their divergence flags, each run's state sliced out): one
+        program, since each program size compiles every function it calls."""
         timing.note_trace()
-        k = stacked["diverged"].shape[0]
-        return [jax.tree.map(lambda x, i=i: x[i], stacked) for i in range(k)]
+        out = jax.vmap(self.stepper._closing)(state, acc, hyper)
+        k = state["diverged"].shape[0]
+        slices = [jax.tree.map(lambda x, i=i: x[i], state) for i in range(k)]
+        return out, state["diverged"], slices
 
 
 class Cohort:
@@ -93,7 +98,7 @@ class Cohort:
             raise ValueError("a cohort's runs share one build (one member and batch size)")
         self.trainers, self.build = trainers, build
         k = len(trainers)
-        self.sizes = sorted({k} | {2**j for j in range(k.bit_length()) if 2**j < k})
+        self.sizes = sorted({k} | {2**j for j in range(1, k.bit_length()) if 2**j < k})
         self.stepper = build.stepper
         self.fns = _FUNCTIONS.get(build)
         if self.fns is None:
@@ -123,6 +128,9 @@ class Cohort:
     def train(self, requests: list[tuple[int, int]]) -> list[dict]:
         """Each request (run, steps) trained from its run's state and step; its device sums."""
         runs = [self.trainers[i] for i, _ in requests]
+        if len(runs) == 1:  # a lone run: its own call, the program compiled for runs alone
+            self._held = None
+            return [runs[0]._call(requests[0][1])()]
         size = min(s for s in self.sizes if s >= len(runs))
         # The padding's slots ask no steps: held still, their outputs dropped.
         counts = np.asarray([n for _, n in requests] + [0] * (size - len(runs)), np.int32)
@@ -144,16 +152,15 @@ class Cohort:
                 state, acc = self.fns.step(
                     state, acc, data, index[:, i], epochs[:, i], hyper, active[:, i]
                 )
-            out = self.fns.closing(state, acc, hyper)
+            out, diverged, slices = self.fns.finish(state, acc, hyper)
         else:
-            state, out = self.fns.loop(
+            state, (out, diverged, slices) = self.fns.loop(
                 state, acc, data, index, epochs, hyper, counts, np.int32(most)
             )
-        out, diverged = jax.device_get((out, state["diverged"]))
-        slices = self.fns.slices(state)
         for t, s in zip(runs, slices):
             t.holder.state = s
         self._held = (slices, state)
+        out, diverged = jax.device_get((out, diverged))
         answers = []
         for k in range(len(runs)):
             scalars = {name: float(v[k]) for name, v in out.items()}
