@@ -6,6 +6,15 @@ with the achieved FLOP/s beside what this machine's matmul reaches.
   python -m tools.bench.cohort_jax                                   # local MLPs, K 1..16
   python -m tools.bench.cohort_jax --models=wrn --batches=16,128 --cohorts=1,2,4,8
   python -m tools.bench.cohort_jax --threads=0                       # every core (a GPU: its own)
+  python -m tools.bench.cohort_jax --engine --batches=4,32,176 --cohorts=1,3,6
+
+`--engine` times the real engine path instead: one cell of the local MLP study (its first round:
+three rates on two seeds, more seeds for a larger K), its K runs through
+engine/train.train_and_evaluate_cohort against the same K runs one at a time through
+train_and_evaluate, wall seconds side by side in one process, rounds alternating, each after a
+warm-up of its own that compiles (the cohort's warm-up minus its timed median: the first cohort of
+that K's compilation). Every run is the real one (evaluations, targets, checkpoints, records) at
+a budget of `--epochs` epochs.
 
 It sets KERAS_BACKEND=jax for itself (run it as its own process). The members: the local MLP
 study's (configs/mlp.py:local, 8x8 inputs) and the Fashion-MNIST WRN study's
@@ -183,6 +192,108 @@ def bench(model_name, depth, member, batch, cohorts, steps, rounds) -> list[dict
     return rows
 
 
+def _cell_configs(depth: int, batch: int, k: int, epochs: float) -> list:
+    """K configs of the local study's cell (depth, batch): its first round's trials (three rates
+    on two seeds), then the same rates on further seeds; a budget of `epochs` epochs."""
+    from wide_tf.checks import loader
+    from wide_tf.study import trials as trials_lib
+
+    config = loader.load_config("configs/mlp.py:local")
+    config.sweep.batch_sizes = (batch,)
+    config.runtime.backend = "jax"
+    config.train.gradient_every_examples = 0  # the probe is per run either way, not the cohort's
+    cell = [
+        t.config
+        for t in trials_lib.expand(config, 10, (8, 8, 1))
+        if t.member.depth == depth and t.batch_size == batch and t.role == "tune"
+    ]
+    configs = []
+    for i in range(k):
+        c = cell[i % len(cell)].copy_and_resolve_references()
+        c.train.seed = int(c.train.seed) + 10 * (i // len(cell))
+        c.train.max_epochs, c.train.min_steps = float(epochs), 0
+        configs.append(c)
+    return configs
+
+
+def engine_bench(depth: int, batch: int, cohorts: list, epochs: float, rounds: int) -> list[dict]:
+    """Per K: the wall seconds of K runs one at a time and as one cohort (medians of `rounds`,
+    alternating), the cohort's first (compiling) wall, and the steps the K runs took."""
+    import shutil
+    import tempfile
+
+    from wide_tf.engine import train
+
+    root = tempfile.mkdtemp(prefix="cohort_bench_")
+    runtime = None
+    counter = [0]
+
+    def fresh(k: int) -> list[str]:
+        counter[0] += 1
+        return [os.path.join(root, str(counter[0]), str(i)) for i in range(k)]
+
+    def alone(configs):
+        return [
+            train.train_and_evaluate(c, w, runtime) for c, w in zip(configs, fresh(len(configs)))
+        ]
+
+    def together(configs):
+        return train.train_and_evaluate_cohort(configs, fresh(len(configs)), runtime)
+
+    rows = []
+    try:
+        for k in cohorts:
+            configs = _cell_configs(depth, batch, k, epochs)
+            runtime = runtime or train.runtime_for(configs[0])
+            alone(configs)  # warm-up: the build and its compiled step
+            t0 = time.perf_counter()
+            records = together(configs) if k > 1 else alone(configs)
+            first = time.perf_counter() - t0
+            times = {"alone": [], "cohort": []}
+            for r in range(rounds):
+                for name in ("alone", "cohort")[:: 1 if r % 2 == 0 else -1]:
+                    t0 = time.perf_counter()
+                    (together if name == "cohort" and k > 1 else alone)(configs)
+                    times[name].append(time.perf_counter() - t0)
+            a, c = _median(times["alone"]), _median(times["cohort"])
+            rows.append(
+                {
+                    "K": k,
+                    "steps": sum(int(rec["steps"]) for rec in records),
+                    "alone_s": a,
+                    "cohort_s": c,
+                    "speedup": a / c,
+                    "first_s": first,
+                }
+            )
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def _engine_main(a, depths, batches, cohorts) -> int:
+    from absl import logging
+
+    logging.set_verbosity(logging.WARNING)
+    members = _members("mlp")
+    depths = depths or [min(members), max(members)]
+    print(f"engine path, local MLP study cells, {a.epochs:g} epochs a run, threads {a.threads}")
+    print(
+        "| member | batch | K | steps (all runs) | one at a time (s) | cohort (s) "
+        "| cohort speed-up | cohort's first (compiling) call of K (s) |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for d in depths:
+        for b in batches:
+            for row in engine_bench(d, b, cohorts, a.epochs, a.rounds):
+                print(
+                    f"| mlp-d{d} | {b} | {row['K']} | {row['steps']} | {row['alone_s']:.2f} | "
+                    f"{row['cohort_s']:.2f} | {row['speedup']:.2f}x | {row['first_s']:.2f} |",
+                    flush=True,
+                )
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m tools.bench.cohort_jax",
@@ -196,6 +307,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=200, help="steps a call")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--threads", type=int, default=1, help="XLA CPU threads; 0: XLA's default")
+    p.add_argument("--engine", action="store_true", help="time the engine's cohort entry point")
+    p.add_argument("--epochs", type=float, default=2.0, help="--engine: each run's budget")
     a = p.parse_args(argv)
     try:
         batches = [int(v) for v in a.batches.split(",")]
@@ -207,6 +320,12 @@ def main(argv=None) -> int:
             file=sys.stderr,
         )
         return 2
+    if a.engine and (a.models != "mlp" or not a.epochs > 0):
+        print(
+            "error: --engine times the local MLP study's cells: --models=mlp, --epochs > 0",
+            file=sys.stderr,
+        )
+        return 2
     if a.models not in ("mlp", "wrn") or min(cohorts) < 1 or a.steps < 1 or a.rounds < 1:
         print(
             "error: --models is mlp or wrn; --cohorts, --steps and --rounds are >= 1",
@@ -214,6 +333,8 @@ def main(argv=None) -> int:
         )
         return 2
     _environment(a.threads)
+    if a.engine:
+        return _engine_main(a, depths, batches, cohorts)
     import jax
 
     members = _members(a.models)

@@ -14,6 +14,7 @@ from wide_tf.schema.problems import RuntimeProblem
 
 # runtime.backend -> its folder under engine/. Each folder's run.py offers the same five names:
 # setup_runtime, device_cap, is_chief, make and clear_cache (engine/train.py calls nothing else).
+# A folder may also offer cohort.py (`make`: several runs' training calls as one; `cohort` below).
 FOLDERS = {"tensorflow": "tf", "jax": "jax"}
 
 
@@ -54,6 +55,21 @@ def load(name: str):
     """The run module of backend `name` (imported here, on first use: a backend's folder loads
     its framework, which a process of the other backend never imports)."""
     return importlib.import_module(_module_name(name))
+
+
+def cohort(name: str):
+    """The cohort module of backend `name` (its `make(trainers)`: the runs' shared training call,
+    engine/cohort.py); BackendError where the backend trains one run at a time only."""
+    module = f"{_module_name(name).rsplit('.', 1)[0]}.cohort"
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name != module:
+            raise
+        raise BackendError(
+            f"runtime.backend={name!r} trains one run at a time; runtime.cohort > 1 needs "
+            f"runtime.backend='jax'"
+        ) from None
 
 
 def loaded() -> list:

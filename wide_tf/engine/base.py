@@ -54,7 +54,13 @@ class BaseTrainer:
         with timing.timed("train", st.time_s) as timed:
             scalars = call()
             timed["count"] = int(scalars["steps"])
-        dt = time.time() - t0
+        return self.host_call(scalars, time.time() - t0)
+
+    def host_call(self, scalars: dict, dt: float) -> HostCall:
+        """The HostCall of a training call whose device sums are `scalars` and whose seconds are
+        `dt` (this run's share of the call, in a cohort: engine/cohort.py); the state's step and
+        training time advanced. The call's seconds are in the time account already."""
+        st = self.state
         st.step += int(scalars["steps"])  # all of them, or up to the first diverged step
         st.train_time_s += dt
         diagnostics = self._diagnostics()

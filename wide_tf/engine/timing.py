@@ -70,6 +70,20 @@ def timed(kind: str, account: dict | None = None) -> Iterator[dict]:
         _emit(kind, start, seconds, int(out["count"]))
 
 
+def traces() -> int:
+    """The functions traced so far in this process: a block that changed it traced (compiled)."""
+    return _traces
+
+
+def shared(kind: str, account: dict, seconds: float, count: int, traced: bool) -> None:
+    """One run's share of a block timed for several runs together (a cohort's training call,
+    engine/cohort.py): `seconds` into `account` as `kind` ("compile" when the block `traced`), and
+    the listeners told of it as `timed` tells them, once per run (a fence checks each run)."""
+    add(account, "compile" if traced else kind, seconds)
+    if _listeners:
+        _emit(kind, time.perf_counter() - seconds, seconds, int(count))
+
+
 def add(account: dict, kind: str, seconds: float) -> None:
     """`seconds` of `kind` into `account` (e.g. the set-up, timed before the account exists)."""
     account[kind] = account.get(kind, 0.0) + float(seconds)

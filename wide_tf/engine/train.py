@@ -1,6 +1,7 @@
 """Owns the set-up of one training run (its checks, plan, backend and Controller: `setup`) and the
 engine's public entry points, which the study, main, the report and the tests import from here
-(train_and_evaluate: one run, resumed from its checkpoint, its result record)."""
+(train_and_evaluate: one run, resumed from its checkpoint, its result record;
+train_and_evaluate_cohort: several runs of one cell trained together, engine/cohort.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import time
 
 from absl import logging
 
-from wide_tf.engine import arrays, backend, loop, timing
+from wide_tf.engine import arrays, backend, compile_key, loop, timing
+from wide_tf.engine import cohort as cohort_lib
 from wide_tf.engine.models import build_model
 from wide_tf.engine.state import BatchPlan, RunPlan
 from wide_tf.engine.summaries import MetricsWriter
@@ -17,7 +19,13 @@ from wide_tf.schema import rules
 from wide_tf.schema.problems import UsageError
 from wide_tf.store import workdir as wd
 
-__all__ = ["ConfigError", "clear_cache", "setup", "train_and_evaluate"]
+__all__ = [
+    "ConfigError",
+    "clear_cache",
+    "setup",
+    "train_and_evaluate",
+    "train_and_evaluate_cohort",
+]
 
 
 class ConfigError(UsageError):
@@ -143,3 +151,50 @@ def train_and_evaluate(
         result = controller.run()
     timing.mark("trial_end")
     return result
+
+
+def train_and_evaluate_cohort(
+    configs: list, workdirs: list, runtime=None, trials: list | None = None, checked: bool = False
+) -> list[dict]:
+    """train_and_evaluate for several runs of one (member, batch) cell, trained together: each
+    run's Controller, Evaluator, Checkpointer and record are its own, its training calls one
+    shared call of the backend's cohort (engine/cohort.py; runtime.cohort needs the JAX backend).
+    Returns the result records in the order of `configs`. A finished run is read, not repeated;
+    runs whose programs differ (engine/compile_key.py's key) train in cohorts of their own, one
+    after another; a cohort of one run trains alone."""
+    trials = trials or [None] * len(configs)
+    results: list = [None] * len(configs)
+    todo = []
+    for i, workdir in enumerate(workdirs):
+        result_path = wd.join(workdir, wd.RESULT)
+        if wd.exists(result_path):
+            logging.info("Run in %s already finished; reading its result.", workdir)
+            results[i] = wd.read_json(result_path)
+        else:
+            todo.append(i)
+    groups: list[list[int]] = []
+    for i in todo:  # consecutive runs of one compiled program share a cohort
+        key = compile_key.config_key(configs[i])
+        if groups and compile_key.config_key(configs[groups[-1][0]]) == key:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    for group in groups:
+        if len(group) == 1:
+            i = group[0]
+            results[i] = train_and_evaluate(configs[i], workdirs[i], runtime, trials[i], checked)
+            continue
+        runtime = runtime or runtime_for(configs[group[0]])
+        shared = backend.cohort(backend.of(configs[group[0]]))
+        controllers, trainers = [], []
+        for i in group:
+            timing.mark("trial")
+            wd.makedirs(workdirs[i])
+            controller, run_backend = setup(configs[i], workdirs[i], runtime, trials[i], checked)
+            controllers.append(controller)
+            trainers.append(run_backend.trainer)
+        records = cohort_lib.run(controllers, trainers, shared.make(trainers))
+        for i, record in zip(group, records):
+            results[i] = record
+            timing.mark("trial_end")
+    return results

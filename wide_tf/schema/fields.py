@@ -141,6 +141,7 @@ def _int(low=0, **kw) -> Num:
 MAX_STEPS = 10**9  # optimizer steps: a local study's runs take 10^2-10^4, ImageNet-scale ~10^6
 MAX_EPOCHS = 10**6  # passes over the data (converted to steps: int64 stays exact)
 MAX_EXAMPLES = 10**12  # example counts and cadences: the largest data set here has 1.28e6
+MAX_COHORT = 1024  # runs of one cell trained together: a study's cell has at most a few dozen
 MAX_BATCH = 2**24  # examples per batch: the largest in the large-batch literature is ~2^16-2^20
 MAX_SEED = 2**31 - 1  # keras.utils.set_random_seed passes it to np.random.seed (< 2^32)
 MAX_EXTENSIONS = 100  # learning-rate grid extensions, each one more trial per cell
@@ -322,6 +323,14 @@ RUNTIME = (
         "auto",
         Choice(PRECISIONS),
         "auto: bfloat16 on TPU, float32 elsewhere",
+    ),
+    # A study's runs of one (member, batch) cell that are ready together, trained as one compiled
+    # program with a leading run axis (engine/cohort.py, engine/jax/cohort.py; JAX only).
+    _F(
+        "runtime.cohort",
+        1,
+        _int(1, high=MAX_COHORT),
+        "the most runs of one cell trained together (jax); 1: one at a time",
     ),
 )
 SWEEP = (

@@ -26,7 +26,16 @@ BACKEND_NEUTRAL = "tensorflow"
 # valid. train.eval_batch was declared operational, but it changes the last bits of
 # the evaluations (their float sums run in another order): train_loss and test_loss, and so the
 # crossing of a loss target, can differ. Accuracies (exact counts) do not.
-UNHASHED = {"train": ("eval_batch",)}
+#
+# runtime.cohort > 1 likewise: a run trained in a cohort (engine/jax/cohort.py) computes its update
+# as a slice of a batched program, whose matrix products XLA may round otherwise in the last bits
+# (1.8e-7 of the weights after one step of mlp-d12, measured), and a deep plain MLP at the local
+# study's rates grows such a difference to order one within 50 steps: in its mlp-d12 cell at batch
+# 32 every record moved (steps to target by 2% to 2.3x, one target no longer met), while
+# mlp-d1's 13 runs stayed bit for bit. So a study's records never mix cohort settings; the field
+# enters the identity only above 1 (every other study keeps its identity), not its trial ids.
+UNHASHED = {"train": ("eval_batch",), "cohort": None}
+COHORT_NEUTRAL = 1
 
 
 def _without(d: dict, parts: dict) -> dict:
@@ -73,9 +82,12 @@ def study_part(config) -> dict:
     else:
         d = json.loads(json.dumps(config))
     backend = (d.get("runtime") or {}).get("backend", BACKEND_NEUTRAL)
+    cohort = (d.get("runtime") or {}).get("cohort", COHORT_NEUTRAL)
     d = _without(d, OPERATIONAL)
-    if backend != BACKEND_NEUTRAL:  # the one runtime field that changes what a study computes
+    if backend != BACKEND_NEUTRAL:  # the runtime fields that change what a study computes
         d["backend"] = backend
+    if cohort != COHORT_NEUTRAL:
+        d["cohort"] = cohort
     section, key = CAP
     model = d.get("model")
     norm = model.get("norm") if isinstance(model, dict) else None

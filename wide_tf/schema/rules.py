@@ -171,6 +171,12 @@ def _target_bn_rules(config, num_train: int) -> None:
 
 
 def _runtime_rules(rt) -> None:
+    cohort = rt.get("cohort", 1)
+    if cohort > 1 and rt.get("backend", "tensorflow") != "jax":
+        raise RuleError(
+            f"runtime.cohort={cohort} trains runs together on the JAX backend only; add "
+            "--config.runtime.backend=jax or set --config.runtime.cohort=1"
+        )
     if list(rt.devices or []) and rt.strategy != "cpu":
         raise RuleError(
             "runtime.devices lists CPU devices for the cpu strategy only; add "

@@ -247,26 +247,48 @@ def _run_group(share: _Share, g, key) -> None:
         # extensions and confirmations still to come, not only this group's. Once per round:
         # expanding every group's protocol before each trial took ~3% of a local study (py-spy).
         at_round = progress.estimate_progress(share.config, share.initial, results)
-        for k, t in enumerate(pending):
+        # The round's trials are ready together: runtime.cohort of them train as one cohort
+        # (engine/cohort.py), one at a time when it is 1.
+        size = _cohort_size(share.config)
+        for first in range(0, len(pending), size):
+            chunk = pending[first : first + size]
             if not share.claims.still_mine(key):
                 raise claims_lib.LostClaim(key)
-            p = dataclasses.replace(at_round, done=at_round.done + k)
-            eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
-            done = len(known) - len(pending)
-            progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
+            for k, t in enumerate(chunk, start=first):
+                p = dataclasses.replace(at_round, done=at_round.done + k)
+                eta = progress.time_left(time.time() - share.start, p.done - share.done_before, p)
+                done = len(known) - len(pending)
+                progress.log_trial_start(t, done + k + 1, len(known), len(pending), eta, p)
             with _fence(share.claims, key):
-                result = train_lib.train_and_evaluate(  # the command line checked the rules
-                    t.config, wd.trial_dir(share.workdir, t.trial_id), share.runtime, t.meta(), True
-                )
-            if _chief(share.runtime):  # the chief records, while the group is still its own
-                share.claims.record(share.workdir, key, result)
-                progress.log_run(result)  # the console's line (a worker's: its log's)
-            # No clear_session() here: the next trial of the same member and batch size reuses
-            # this one's model and traced step; train.py drops them (and clears the session)
-            # when the next trial needs another model.
-            share.mine[t.trial_id] = result
-            results[t.trial_id] = result
-            share.ran += 1
+                chunk_results = _train(share, chunk)
+            for t, result in zip(chunk, chunk_results):
+                if _chief(share.runtime):  # the chief records, while the group is its own
+                    share.claims.record(share.workdir, key, result)
+                    progress.log_run(result)  # the console's line (a worker's: its log's)
+                # No clear_session() here: the next trial of the same member and batch size
+                # reuses this one's model and traced step; train.py drops them (and clears the
+                # session) when the next trial needs another model.
+                share.mine[t.trial_id] = result
+                results[t.trial_id] = result
+                share.ran += 1
+
+
+def _cohort_size(config) -> int:
+    """runtime.cohort (configs written before the field: 1, one run at a time)."""
+    runtime = config.get("runtime") if hasattr(config, "get") else None
+    return max(1, int((runtime or {}).get("cohort", 1) or 1))
+
+
+def _train(share: _Share, chunk: list[Trial]) -> list[dict]:
+    """The records of `chunk`'s trials: one trained alone, several as one cohort (the command
+    line checked the rules)."""
+    workdirs = [wd.trial_dir(share.workdir, t.trial_id) for t in chunk]
+    if len(chunk) == 1:
+        t = chunk[0]
+        return [train_lib.train_and_evaluate(t.config, workdirs[0], share.runtime, t.meta(), True)]
+    return train_lib.train_and_evaluate_cohort(
+        [t.config for t in chunk], workdirs, share.runtime, [t.meta() for t in chunk], True
+    )
 
 
 @contextlib.contextmanager
