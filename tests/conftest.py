@@ -133,8 +133,9 @@ def smoke_study(tmp_path_factory):
 # (a study, a child process, a bench run, a report with its figures), which go to one worker as one
 # unit: the fixture is built once, not once per worker. The slowest units go first, so that the
 # run does not end with one long test alone. pytest-xdist's `--dist loadgroup` would group them, but
-# on pytest 9.2 its `xdist_group` marks silently stop grouping (pytest-xdist issue #1386), so the
-# units are named here, from the test ids alone, for both the controller and the workers.
+# on pytest 9.2 its `xdist_group` marks silently stop grouping (it renames item._nodeid, which
+# pytest 9.2 no longer reads: the tests of a group spread over the workers), so the units are named
+# here, from the test ids alone, for both the controller and the workers.
 
 # Modules whose tests form one unit (those that share its module-scoped fixture named beside it);
 # a test of them listed in SLOWEST (one that does not use the fixture) is still a unit of its own.
