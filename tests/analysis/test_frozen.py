@@ -58,6 +58,24 @@ def test_another_config_is_refused_naming_the_field(tmp_path):
     )
 
 
+def test_a_field_added_since_freezing_is_no_change_at_its_default(tmp_path):
+    """A design frozen before runtime.cohort existed: the same config today (cohort 1, one run
+    at a time, what the code did then) is the frozen study; cohorts are not."""
+    doc = _doc()
+    del doc["config"]["runtime"]["cohort"]
+    doc["config_hash"] = frozen.config_hash(doc["config"])
+    doc["hash"] = frozen.content_hash(doc)
+    path = _write(tmp_path, doc)
+    config = loader.load_config("configs/mlp.py:smoke")
+    assert frozen.check(config, path) == doc
+    config.runtime.backend, config.runtime.cohort = "jax", 4
+    with pytest.raises(frozen.FrozenError, match="runtime.backend is 'jax', frozen 'tensorflow'"):
+        frozen.check(config, path)
+    config.runtime.backend = "tensorflow"
+    with pytest.raises(frozen.FrozenError, match="runtime.cohort is 4, frozen None"):
+        frozen.check(config, path)
+
+
 def test_stamp_reaches_the_provenance_and_the_label(monkeypatch):
     doc = _doc()
     # Set through monkeypatch first, so the stamp below is undone after the test (a session's

@@ -920,8 +920,9 @@ def test_a_dangling_symlink_and_an_over_long_workdir_are_named_before_any_folder
 
 
 # Exceptions that are signals between the package's own parts, never shown as an error line:
-# SIGTERM's checkpoint-and-exit (exit 143, main; a worker's between trials) and a group taken
-# over by another worker.
+# SIGTERM's checkpoint-and-exit (exit 143, main; a worker's between trials), a group taken
+# over by another worker, and a cohort's run ended where it waits because another run raised
+# (engine/cohort.py: the other run's exception is the one raised).
 # Exceptions that are not errors: signals that end a run on purpose, the launcher's outcomes
 # (it answers in its own lines), and the unreadable-file case, an OSError its readers catch.
 SIGNALS = {
@@ -931,6 +932,7 @@ SIGNALS = {
     "wide_tf/launch/command.py:Terminated",
     "wide_tf/launch/options.py:Stop",
     "wide_tf/store/workdir.py:NotARegularFile",
+    "wide_tf/engine/cohort.py:_Abandoned",
 }
 _BASES = {"Problem", "UsageError", "RuntimeProblem"}
 

@@ -12,8 +12,9 @@ that a run is the frozen study and nothing else.
   the date, and `hash`: SHA-256 of all of it. Commit it before the first run; git then dates it.
 * **The check.** `python -m wide_tf.main --config=... --frozen=FILE` (or, with no flag, the file
   `frozen/<config stem>_<variant>.json` beside the config when it exists) refuses to run unless
-  the file is whole (its hash) and the resolved config, overrides included, is the frozen one:
-  one line naming the first field that differs, exit 2.
+  the file is whole (its hash) and the resolved config, overrides included, is the frozen one
+  (a field added to the schema since, at its default, is no difference): one line naming the
+  first field that differs, exit 2.
 * **The stamp.** A checked run exports `ENV` (the hash, the date, the margin and the simulated
   power and size); every provenance it writes (config.json, each result.json) carries it, so
   the report says "confirmatory, frozen at <hash> on <date>" only when every record does
@@ -33,7 +34,7 @@ import sys
 
 from absl import flags
 
-from wide_tf.schema import cli, provenance
+from wide_tf.schema import cli, fields, provenance
 from wide_tf.schema.problems import UsageError
 
 FORMAT = "wide_tf frozen design 1"
@@ -138,11 +139,37 @@ def _first_difference(a, b, path="") -> str | None:
     return None if a == b else f"{path} is {b!r}, frozen {a!r}"
 
 
+def _added_since(frozen_cfg: dict, current: dict) -> dict:
+    """`current` less the fields the frozen config lacks that hold their schema default: a field
+    added to the schema after a design was frozen, at the default that computes what the code did
+    before it (runtime.cohort=1: one run at a time), is not a change of the study. Any other value
+    of it stays, and differs."""
+    out = {}
+    for section, values in current.items():
+        frozen_section = frozen_cfg.get(section)
+        if not isinstance(values, dict) or not isinstance(frozen_section, dict):
+            out[section] = values
+            continue
+        out[section] = {
+            k: v
+            for k, v in values.items()
+            if k in frozen_section or not _is_default(f"{section}.{k}", v)
+        }
+    return out
+
+
+def _is_default(path: str, value) -> bool:
+    field = fields.FIELDS.get(path)
+    return field is not None and json.loads(_canonical(field.default)) == value
+
+
 def check(config, path: str) -> dict:
-    """The frozen design at `path` when `config` is the frozen config, else FrozenError."""
+    """The frozen design at `path` when `config` is the frozen config (fields added to the schema
+    since, at their defaults, aside), else FrozenError."""
     doc = load(path)
-    if config_hash(config) != doc["config_hash"]:
-        diff = _first_difference(doc["config"], config_dict(config)) or "the config differs"
+    current = _added_since(doc["config"], config_dict(config))
+    if hashlib.sha256(_canonical(current).encode()).hexdigest() != doc["config_hash"]:
+        diff = _first_difference(doc["config"], current) or "the config differs"
         raise FrozenError(
             f"this config is not the study frozen in {path} ({diff}); run the frozen config "
             "unchanged, or freeze a new design for this one"
