@@ -120,6 +120,19 @@ def small_mlp(**train):
     return config
 
 
+def probed_mlp(**train):
+    """small_mlp evaluated every 320 examples against a 0.8 target, with the gradient probe (128
+    examples, at initialisation and every 640); `train` sets or overrides train.* fields."""
+    probed = dict(
+        eval_every_examples=320,
+        target_value=0.8,
+        gradient_every_examples=640,
+        gradient_at_init=True,
+        probe_size=128,
+    )
+    return small_mlp(**{**probed, **train})
+
+
 def without(obj, keys):
     """`obj` (a result record, nested dicts and lists) with every entry named in `keys` left out."""
     if isinstance(obj, dict):

@@ -4,7 +4,7 @@ its Stepper and stream too, the batch a variable of their traces, else a new Ste
 batch's shapes (engine/tf/reuse.py); and it records exactly what a fresh build records."""
 
 import pytest
-from helpers import small_mlp
+from helpers import probed_mlp
 
 from wide_tf.engine import timing, train
 from wide_tf.engine.tf import reuse
@@ -12,16 +12,7 @@ from wide_tf.engine.tf.strategy import setup_runtime
 
 
 def _config(batch: int, **train):
-    return small_mlp(
-        **train,
-        global_batch=batch,
-        max_epochs=2.0,
-        eval_every_examples=320,
-        target_value=0.8,
-        gradient_every_examples=640,
-        gradient_at_init=True,
-        probe_size=128,
-    )
+    return probed_mlp(**train, global_batch=batch, max_epochs=2.0)
 
 
 def _key(r: dict) -> tuple:

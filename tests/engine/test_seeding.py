@@ -9,7 +9,7 @@ import random
 import keras
 import numpy as np
 import tensorflow as tf
-from helpers import small_mlp, without
+from helpers import probed_mlp, without
 from tensorflow.python.eager import context
 
 from wide_tf.engine import seeding, train
@@ -46,16 +46,7 @@ def test_seed_host_draws_what_keras_set_random_seed_draws():
 
 
 def _mlp(seed: int):
-    return small_mlp(
-        global_batch=32,
-        max_epochs=1.0,
-        eval_every_examples=320,
-        target_value=0.8,
-        gradient_every_examples=640,
-        gradient_at_init=True,
-        probe_size=128,
-        seed=seed,
-    )
+    return probed_mlp(global_batch=32, max_epochs=1.0, seed=seed)
 
 
 def _strip(record):
